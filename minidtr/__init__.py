@@ -1,0 +1,34 @@
+"""minidtr: define-by-run autodiff on NumPy/CuPy where every tensor can be evicted and
+recomputed (Dynamic Tensor Rematerialization), so models train under a hard memory budget."""
+
+from . import ops
+from .autograd import no_grad
+from .ops import *  # noqa: F403  (the functional API at top level)
+from .ops import DTypeError, ShapeError, as_constants
+from .runtime import BudgetError, Runtime
+from .tensor import (
+    Tensor,
+    arange,
+    bool_,
+    float16,
+    float32,
+    float64,
+    full,
+    int32,
+    int64,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+
+
+def runtime() -> Runtime:
+    """The innermost active runtime on the CPU (the default unbounded one outside any ``with``)."""
+    from .runtime import allocator_for
+
+    return allocator_for("cpu").runtime
+
+
+__version__ = "0.1.0"

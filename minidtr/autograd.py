@@ -1,0 +1,188 @@
+"""Reverse mode: the backward graph and ``backward()``.
+
+Each differentiable op application with a grad-requiring input gets a
+``Node`` holding the op, an edge per input (the producing node and output
+index, a leaf tensor, or None) and the retained inputs/outputs it declared,
+as Tensor handles. Those handles are external references: the allocator will
+not eagerly free what backward still needs, and drops it as soon as a node has
+run (unless ``retain_graph``). Gradients are computed with minidtr ops under
+``no_grad``, so they are ordinary tensors with recipes, rematerializable too.
+
+The traversal is iterative (no recursion limit) and deterministic: nodes run
+in decreasing creation order once all their consumers have run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .ops.op import Op
+    from .tensor import Tensor
+
+_grad_enabled = True
+_sequence = itertools.count()
+
+
+def grad_enabled() -> bool:
+    return _grad_enabled
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Ops inside record no backward graph."""
+    global _grad_enabled
+    previous, _grad_enabled = _grad_enabled, False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+class Node:
+    __slots__ = ("op", "edges", "saved_inputs", "saved_outputs", "seq", "freed")
+
+    def __init__(self, op: Op, edges: list, saved_inputs: tuple, saved_outputs: tuple):
+        self.op = op
+        self.edges = edges  # per input: (Node, output index) | Tensor (a leaf) | None
+        self.saved_inputs = saved_inputs
+        self.saved_outputs = saved_outputs
+        self.seq = next(_sequence)
+        self.freed = False
+
+    def __lt__(self, other: Node) -> bool:  # heap order: latest first
+        return self.seq > other.seq
+
+    def __repr__(self) -> str:
+        return f"Node({self.op.name}, seq={self.seq})"
+
+
+def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:
+    """Record a backward node for an op application whose inputs need gradients."""
+    from .tensor import Tensor
+
+    edges: list = []
+    for t in inputs:
+        if t.grad_fn is not None:
+            edges.append((t.grad_fn, t.cell.index))
+        elif t.requires_grad:
+            edges.append(t)
+        else:
+            edges.append(None)
+    saved_inputs = tuple(
+        Tensor(t.cell) if i in op.retain_inputs else None for i, t in enumerate(inputs)
+    )
+    saved_outputs = tuple(
+        Tensor(t.cell) if i in op.retain_outputs else None for i, t in enumerate(outputs)
+    )
+    op.needs_grad = tuple(e is not None for e in edges)
+    node = Node(op, edges, saved_inputs, saved_outputs)
+    for t in outputs:
+        t.grad_fn = node
+        t.requires_grad = True
+
+
+def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    from . import ops
+    from .tensor import Tensor, ones_like
+
+    if not root.requires_grad:
+        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn")
+    if grad is None:
+        if root.size != 1:
+            raise RuntimeError(
+                f"backward: grad can be omitted only for a single-element output, got shape "
+                f"{root.shape}; pass grad="
+            )
+        grad = ones_like(root)
+    elif not isinstance(grad, Tensor):
+        raise TypeError(f"backward: grad must be a Tensor, got {type(grad).__name__}")
+    if grad.shape != root.shape or grad.dtype != root.dtype:
+        raise ValueError(
+            f"backward: grad has shape {grad.shape} {grad.dtype}, the output {root.shape} "
+            f"{root.dtype}"
+        )
+    if root.grad_fn is None:
+        _accumulate_leaf(root, grad.detach())
+        return
+
+    consumers = _count_consumers(root.grad_fn)
+    pending: dict[Node, list] = {root.grad_fn: [None] * root.grad_fn.op.n_outputs}
+    pending[root.grad_fn][root.cell.index] = grad.detach()
+    leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
+    ready = [root.grad_fn]
+    with no_grad():
+        while ready:
+            node = heapq.heappop(ready)
+            if node.freed:
+                raise RuntimeError(
+                    f"backward: the graph through {node.op.name} was already used and freed; "
+                    "pass retain_graph=True to the first backward to run it twice"
+                )
+            grads = pending.pop(node)
+            op = node.op
+            result = op.backward(
+                node.saved_inputs, node.saved_outputs, grads[0] if op.n_outputs == 1 else tuple(grads)
+            )
+            if not isinstance(result, tuple):
+                result = (result,)
+            if not retain_graph:
+                node.saved_inputs = node.saved_outputs = ()
+                node.freed = True
+            for i, (edge, g) in enumerate(zip(node.edges, result, strict=True)):
+                if edge is None or g is None:
+                    continue
+                if g.shape != op.in_shapes[i] or g.dtype != op.in_dtypes[i]:
+                    raise AssertionError(
+                        f"{op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "
+                        f"input {op.in_shapes[i]} {op.in_dtypes[i]} (a bug in the op's backward)"
+                    )
+                if isinstance(edge, Tensor):
+                    key = id(edge)
+                    if key in leaf_grads:
+                        g = ops.add(leaf_grads[key][1], g)
+                    leaf_grads[key] = (edge, g)
+                    continue
+                target, index = edge
+                slots = pending.get(target)
+                if slots is None:
+                    slots = pending[target] = [None] * target.op.n_outputs
+                slots[index] = g if slots[index] is None else ops.add(slots[index], g)
+                consumers[target] -= 1
+                if consumers[target] == 0:
+                    heapq.heappush(ready, target)
+            del result, grads
+        for leaf, g in leaf_grads.values():
+            _accumulate_leaf(leaf, g)
+
+
+def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
+    from . import ops
+
+    if leaf.grad is None:
+        leaf.grad = g
+    else:
+        with no_grad():
+            leaf.grad = ops.add(leaf.grad, g)
+
+
+def _count_consumers(root: Node) -> dict[Node, int]:
+    """For every node reachable from ``root``, how many reachable nodes feed it a gradient."""
+    counts: dict[Node, int] = {root: 0}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for edge in node.edges:
+            if isinstance(edge, tuple):
+                target = edge[0]
+                if target in counts:
+                    counts[target] += 1
+                else:
+                    counts[target] = 1
+                    stack.append(target)
+    return counts

@@ -1,0 +1,120 @@
+"""Array backends: NumPy on ``"cpu"``, CuPy on ``"cuda"``.
+
+This is the only module that imports cupy. Ops receive the array module as
+``xp`` and call only functions that NumPy and CuPy share; the few that differ
+(scatter-add, erf, seeded generators, the device allocator) live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+DEVICES = ("cpu", "cuda")
+
+
+def _import_cupy():
+    try:
+        import cupy
+    except ImportError as error:
+        raise RuntimeError(
+            "device='cuda' needs CuPy and a CUDA GPU: pip install 'minidtr[gpu]'"
+        ) from error
+    return cupy
+
+
+def xp_for(device: str):
+    """The array module (numpy or cupy) that holds buffers on ``device``."""
+    if device == "cpu":
+        return np
+    if device == "cuda":
+        return _import_cupy()
+    raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def is_device_array(array: Any) -> bool:
+    return type(array).__module__.split(".")[0] == "cupy"
+
+
+def to_device(array: Any, device: str):
+    """Copy ``array`` (host or device) into a fresh buffer on ``device``."""
+    if device == "cpu":
+        return np.array(to_host(array), copy=True)
+    return xp_for("cuda").array(array, copy=True)
+
+
+def to_host(array: Any) -> np.ndarray:
+    if isinstance(array, np.ndarray | np.generic):
+        return np.asarray(array)
+    return array.get()
+
+
+def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...]):
+    """A strided view of ``x`` (no copy); used by im2col in conv and pooling."""
+    if xp is np:
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
+    return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+
+
+def scatter_add(xp, target, index, values) -> None:
+    """``target[index] += values`` with repeated indices accumulated (in place)."""
+    if xp is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(target, index, values)
+
+
+def erf(xp, x):
+    """The error function, from SciPy (CPU) or cupyx (GPU); NumPy has none."""
+    if xp is np:
+        try:
+            from scipy.special import erf as scipy_erf
+        except ImportError as error:
+            raise RuntimeError(
+                "the exact erf (gelu with approximate='none') needs SciPy: "
+                "pip install 'minidtr[scipy]', or use approximate='tanh'"
+            ) from error
+        return scipy_erf(x).astype(x.dtype, copy=False)
+    from cupyx.scipy.special import erf as cupy_erf
+
+    return cupy_erf(x)
+
+
+def generator(xp, seed: int):
+    """A random generator whose stream depends only on ``seed`` (and the backend)."""
+    if xp is np:
+        return np.random.default_rng(seed)
+    return xp.random.default_rng(seed)
+
+
+def install_cuda_oom_handler(free_bytes: Callable[[int], bool]) -> None:
+    """Route CuPy's allocations through a hook that, on out-of-memory, calls
+    ``free_bytes(nbytes)`` (which evicts storages) and retries while it reports
+    progress. The accounting and the eviction policy stay in the runtime."""
+    cupy = _import_cupy()
+    pool = cupy.get_default_memory_pool()
+
+    def malloc(nbytes: int):
+        while True:
+            try:
+                return pool.malloc(nbytes)
+            except cupy.cuda.memory.OutOfMemoryError:
+                pool.free_all_blocks()
+                if not free_bytes(nbytes):
+                    raise
+
+    cupy.cuda.set_allocator(malloc)

@@ -1,0 +1,179 @@
+"""The op protocol and ``apply``, the single path every op takes.
+
+An op is a class with static attributes set in ``__init__`` (axis, stride,
+seed, ...) and four methods:
+
+- ``infer(*cells)``: check the inputs and return each output's (shape, dtype),
+  before anything runs, so the allocator can make room first and a bad input
+  fails with a message naming the op, the shapes and the dtypes;
+- ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays;
+- ``backward(inputs, outputs, grad)``: the vector-Jacobian product written in
+  minidtr ops. ``inputs``/``outputs`` hold Tensors at the indices the op
+  declared in ``retain_inputs``/``retain_outputs`` and None elsewhere, so
+  backward can only see what the allocator knows is kept;
+- ``cost(in_metas, out_metas)``: (flops, bytes moved), the deterministic cost
+  estimate used by ``Runtime(cost="flops")``.
+
+An instance is one application: ``apply`` also records the input shapes on it
+(``in_shapes``, ``in_dtypes``) for backward. View ops (``is_view``) return
+views of their single input and allocate nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..runtime.allocator import allocator_for
+from ..runtime.storage import Cell
+
+if TYPE_CHECKING:
+    from ..tensor import Tensor
+
+Meta = tuple[tuple[int, ...], np.dtype]
+
+
+class ShapeError(ValueError):
+    """An op was given shapes it cannot work with."""
+
+
+class DTypeError(TypeError):
+    """An op was given dtypes it cannot work with."""
+
+
+def describe(cells: tuple[Cell, ...] | list[Cell]) -> str:
+    shapes = ", ".join(str(c.shape) for c in cells)
+    dtypes = ", ".join(str(c.dtype) for c in cells)
+    return f"input shapes [{shapes}], dtypes [{dtypes}]"
+
+
+class Op:
+    name = "op"
+    n_outputs = 1
+    is_view = False
+    differentiable = True
+    retain_inputs: tuple[int, ...] = ()
+    retain_outputs: tuple[int, ...] = ()
+    in_shapes: tuple[tuple[int, ...], ...] = ()
+    in_dtypes: tuple[np.dtype, ...] = ()
+    needs_grad: tuple[bool, ...] = ()  # per input, set when a backward node is attached
+
+    def infer(self, *inputs: Cell) -> list[Meta]:
+        raise NotImplementedError
+
+    def forward(self, xp, *arrays):
+        raise NotImplementedError
+
+    def backward(self, inputs: tuple, outputs: tuple, grad):
+        raise RuntimeError(f"{self.name} has no gradient")
+
+    def cost(self, in_metas: list[Meta], out_metas: list[Meta]) -> tuple[float, float]:
+        """Default estimate: one flop per output element; every byte read and written once."""
+        flops = sum(math.prod(shape) for shape, _ in out_metas)
+        nbytes = sum(math.prod(s) * d.itemsize for s, d in (*in_metas, *out_metas))
+        return float(flops), float(nbytes)
+
+    def error(self, message: str, *inputs: Cell, kind: type[Exception] = ShapeError) -> Exception:
+        where = f" ({describe(inputs)})" if inputs else ""
+        return kind(f"{self.name}: {message}{where}")
+
+    def attributes(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in ("in_shapes", "in_dtypes", "needs_grad")}
+
+    def __repr__(self) -> str:
+        attrs = ", ".join(f"{k}={v!r}" for k, v in self.attributes().items())
+        return f"{self.name}({attrs})"
+
+
+_constant_mode = False
+
+
+@contextlib.contextmanager
+def as_constants() -> Iterator[None]:
+    """Ops inside produce constants: values with no recipe that are never evicted and
+    keep no graph alive. Optimizers and running statistics update through this, so
+    every step's new parameters do not chain back to the previous step."""
+    global _constant_mode
+    previous, _constant_mode = _constant_mode, True
+    try:
+        yield
+    finally:
+        _constant_mode = previous
+
+
+def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
+    """Run ``op`` on tensors under the active runtime and hook it into autograd."""
+    from .. import autograd
+    from ..tensor import Tensor
+
+    cells = tuple(t.cell for t in inputs)
+    if cells:
+        device = cells[0].device
+        for c in cells:
+            if c.device != device:
+                raise op.error(f"inputs are on different devices ({c.device} and {device})",
+                               *cells, kind=ValueError)
+    elif device is None:
+        device = "cpu"
+    metas = op.infer(*cells)
+    op.in_shapes = tuple(c.shape for c in cells)
+    op.in_dtypes = tuple(c.dtype for c in cells)
+    out_cells = allocator_for(device).compute(op, cells, metas, device, constant=_constant_mode)
+    outputs = tuple(Tensor(c) for c in out_cells)
+    if (
+        op.differentiable
+        and not _constant_mode
+        and autograd.grad_enabled()
+        and any(t.requires_grad for t in inputs)
+    ):
+        autograd.attach(op, inputs, outputs)
+    return outputs[0] if op.n_outputs == 1 else outputs
+
+
+# ---- helpers shared by infer methods ---------------------------------------------------
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
+
+
+def same_dtype(op: Op, *cells: Cell) -> np.dtype:
+    dtype = cells[0].dtype
+    for c in cells[1:]:
+        if c.dtype != dtype:
+            raise op.error("dtypes differ; convert one input with astype", *cells,
+                           kind=DTypeError)
+    return dtype
+
+
+def float_dtype(op: Op, *cells: Cell) -> np.dtype:
+    dtype = same_dtype(op, *cells)
+    if dtype not in FLOATS:
+        raise op.error(f"needs floating-point inputs, got {dtype}", *cells, kind=DTypeError)
+    return dtype
+
+
+def broadcast_shape(op: Op, *cells: Cell) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*(c.shape for c in cells)))
+    except ValueError:
+        raise op.error("shapes cannot be broadcast together", *cells) from None
+
+
+def normalize_axis(op: Op, axis: int, ndim: int, *cells: Cell) -> int:
+    if not -ndim <= axis < ndim:
+        raise op.error(f"axis {axis} is out of range for {ndim} dimensions", *cells)
+    return axis % ndim
+
+
+def normalize_axes(op: Op, axis, ndim: int, *cells: Cell) -> tuple[int, ...]:
+    """None -> all axes; an int or a sequence -> sorted, non-negative, unique axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    out = sorted({normalize_axis(op, int(a), ndim, *cells) for a in axes})
+    if len(out) != len(axes):
+        raise op.error(f"axis {axis} repeats an axis", *cells)
+    return tuple(out)

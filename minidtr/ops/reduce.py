@@ -1,0 +1,132 @@
+"""Reductions: sum, mean, max over axes (NumPy-style ``axis``, ``keepdims``)."""
+
+from __future__ import annotations
+
+import math
+
+from ..runtime.storage import Cell
+from ..tensor import Tensor
+from .op import Op, apply, float_dtype, normalize_axes
+
+
+def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+class Reduce(Op):
+    def __init__(self, axis=None, keepdims: bool = False):
+        self.axis = axis
+        self.keepdims = keepdims
+        self.axes: tuple[int, ...] = ()
+
+    def infer(self, x: Cell):
+        self.axes = normalize_axes(self, self.axis, len(x.shape), x)
+        return [(reduced_shape(x.shape, self.axes, self.keepdims), self.out_dtype(x))]
+
+    def out_dtype(self, x: Cell):
+        return x.dtype
+
+    def cost(self, in_metas, out_metas):
+        (shape, dtype), = in_metas
+        n = math.prod(shape)
+        return float(n), float(n * dtype.itemsize + math.prod(out_metas[0][0]) * dtype.itemsize)
+
+    def expand(self, g: Tensor) -> Tensor:
+        """The output gradient with the reduced axes put back (size 1), ready to broadcast."""
+        from .shape import reshape
+
+        return reshape(g, reduced_shape(self.in_shapes[0], self.axes, True))
+
+
+class Sum(Reduce):
+    name = "sum"
+
+    def forward(self, xp, x):
+        return xp.sum(x, axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, inputs, outputs, g):
+        from .shape import broadcast_to
+
+        return broadcast_to(self.expand(g), self.in_shapes[0])
+
+
+class Mean(Reduce):
+    name = "mean"
+
+    def out_dtype(self, x: Cell):
+        return float_dtype(self, x)
+
+    def forward(self, xp, x):
+        return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, inputs, outputs, g):
+        from .elementwise import mul
+        from .shape import broadcast_to
+
+        count = math.prod(self.in_shapes[0][a] for a in self.axes)
+        return broadcast_to(self.expand(mul(g, 1.0 / (count or 1))), self.in_shapes[0])
+
+
+class Max(Reduce):
+    """Max over axes. The gradient is shared evenly among tied maxima (as torch.amax)."""
+
+    name = "max"
+    retain_inputs = (0,)
+    retain_outputs = (0,)
+
+    def infer(self, x: Cell):
+        metas = super().infer(x)
+        empty = [a for a in self.axes if x.shape[a] == 0]
+        if empty:
+            raise self.error(f"cannot take the max over empty axis {empty[0]}", x)
+        return metas
+
+    def forward(self, xp, x):
+        return xp.max(x, axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, inputs, outputs, g):
+        return apply(MaxGrad(self.axes), inputs[0], self.expand(outputs[0]), self.expand(g))
+
+
+class MaxGrad(Op):
+    """dL/dx of max: the output gradient spread over the positions equal to the max."""
+
+    name = "max_grad"
+    differentiable = False
+
+    def __init__(self, axes: tuple[int, ...]):
+        self.axes = axes
+
+    def infer(self, x: Cell, y: Cell, g: Cell):
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x, y, g):
+        mask = x == y
+        count = mask.sum(axis=self.axes, keepdims=True).astype(x.dtype)
+        return (mask * (g / count)).astype(x.dtype, copy=False)
+
+
+def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return apply(Sum(axis, keepdims), x)
+
+
+def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return apply(Mean(axis, keepdims), x)
+
+
+def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return apply(Max(axis, keepdims), x)
+
+
+def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Sum ``x`` down to ``shape``, which ``x``'s shape broadcasts from."""
+    from .shape import reshape
+
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1
+    )
+    out = sum(x, axis=axes, keepdims=True) if axes else x
+    return reshape(out, shape)

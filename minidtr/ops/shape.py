@@ -1,0 +1,382 @@
+"""Shape ops. Views (reshape, transpose, broadcast_to, basic indexing, split) share
+their input's storage and allocate nothing; concat, copy and integer-array
+indexing (gather) make new storages.
+
+Reshape views only a C-contiguous input (as NumPy can without copying); a
+non-contiguous one is copied first, so the copy is counted like any buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import backend
+from ..runtime.storage import Cell
+from ..tensor import Tensor, tensor
+from .op import DTypeError, Op, apply, normalize_axis, same_dtype
+
+ZERO_SIZE = np.dtype([])  # indexing an array of this dtype checks a key without any memory
+
+
+class View(Op):
+    is_view = True
+
+    def cost(self, in_metas, out_metas):
+        return 0.0, 0.0
+
+
+class Reshape(View):
+    name = "reshape"
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def infer(self, x: Cell):
+        return [(self.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return x.reshape(self.shape)
+
+    def backward(self, inputs, outputs, g):
+        return reshape(g, self.in_shapes[0])
+
+
+class Transpose(View):
+    name = "transpose"
+
+    def __init__(self, axes: tuple[int, ...] | None):
+        self.axes = axes
+
+    def infer(self, x: Cell):
+        ndim = len(x.shape)
+        if self.axes is None:
+            self.axes = tuple(reversed(range(ndim)))
+        axes = tuple(normalize_axis(self, a, ndim, x) for a in self.axes)
+        if sorted(axes) != list(range(ndim)):
+            raise self.error(f"axes {self.axes} are not a permutation of {ndim} axes", x)
+        self.axes = axes
+        return [(tuple(x.shape[a] for a in axes), x.dtype)]
+
+    def forward(self, xp, x):
+        return x.transpose(self.axes)
+
+    def backward(self, inputs, outputs, g):
+        return transpose(g, tuple(np.argsort(self.axes).tolist()))
+
+
+class BroadcastTo(View):
+    name = "broadcast_to"
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def infer(self, x: Cell):
+        try:
+            if tuple(np.broadcast_shapes(x.shape, self.shape)) != self.shape:
+                raise ValueError
+        except ValueError:
+            raise self.error(f"cannot broadcast to {self.shape}", x) from None
+        return [(self.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return xp.broadcast_to(x, self.shape)
+
+    def backward(self, inputs, outputs, g):
+        from .reduce import sum_to
+
+        return sum_to(g, self.in_shapes[0])
+
+
+class Split(View):
+    """Split along ``axis`` into parts of the given sizes; every part is a view."""
+
+    name = "split"
+
+    def __init__(self, sizes: tuple[int, ...], axis: int):
+        self.sizes = sizes
+        self.axis = axis
+        self.n_outputs = len(sizes)
+
+    def infer(self, x: Cell):
+        self.axis = normalize_axis(self, self.axis, len(x.shape), x)
+        if sum(self.sizes) != x.shape[self.axis] or any(s < 0 for s in self.sizes):
+            raise self.error(
+                f"sizes {list(self.sizes)} do not add up to axis {self.axis}'s length "
+                f"{x.shape[self.axis]}", x)
+        metas = []
+        for size in self.sizes:
+            shape = list(x.shape)
+            shape[self.axis] = size
+            metas.append((tuple(shape), x.dtype))
+        return metas
+
+    def forward(self, xp, x):
+        bounds = np.cumsum((0, *self.sizes)).tolist()
+        index = [slice(None)] * x.ndim
+        parts = []
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            index[self.axis] = slice(start, stop)
+            parts.append(x[tuple(index)])
+        return tuple(parts) if len(parts) > 1 else parts[0]
+
+    def backward(self, inputs, outputs, grads):
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        like = next(g for g in grads if g is not None)
+        parts = []
+        for g, size in zip(grads, self.sizes, strict=True):
+            if g is None:
+                shape = list(self.in_shapes[0])
+                shape[self.axis] = size
+                g = zeros_for(tuple(shape), like.dtype, like.device)
+            parts.append(g)
+        return concat(parts, self.axis)
+
+
+def zeros_for(shape, dtype, device) -> Tensor:
+    from ..tensor import full
+
+    return full(shape, 0, dtype, device=device)
+
+
+class Copy(Op):
+    """A C-contiguous copy (before reshaping a non-contiguous view)."""
+
+    name = "copy"
+
+    def infer(self, x: Cell):
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return xp.array(x, copy=True, order="C")
+
+    def backward(self, inputs, outputs, g):
+        return g
+
+
+class Concat(Op):
+    name = "concat"
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def infer(self, *xs: Cell):
+        if not xs:
+            raise self.error("needs at least one tensor")
+        dtype = same_dtype(self, *xs)
+        ndim = len(xs[0].shape)
+        self.axis = normalize_axis(self, self.axis, ndim, *xs)
+        for x in xs:
+            if len(x.shape) != ndim or any(
+                a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != self.axis
+            ):
+                raise self.error(f"shapes differ outside axis {self.axis}", *xs)
+        shape = list(xs[0].shape)
+        shape[self.axis] = sum(x.shape[self.axis] for x in xs)
+        return [(tuple(shape), dtype)]
+
+    def forward(self, xp, *xs):
+        return xp.concatenate(xs, axis=self.axis)
+
+    def backward(self, inputs, outputs, g):
+        return split(g, [s[self.axis] for s in self.in_shapes], self.axis)
+
+
+# ---- indexing ---------------------------------------------------------------------------------
+
+
+class IndexSlot:
+    """Stands in a key for the k-th integer-array index (an input tensor of the op)."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def __repr__(self) -> str:
+        return f"<index {self.k}>"
+
+    def __eq__(self, other):
+        return isinstance(other, IndexSlot) and other.k == self.k
+
+    def __hash__(self):
+        return hash(("IndexSlot", self.k))
+
+
+def resolve(key: tuple, indices: Sequence) -> tuple:
+    return tuple(indices[k.k] if isinstance(k, IndexSlot) else k for k in key)
+
+
+def indexed_shape(op: Op, x: Cell, key: tuple, index_cells: Sequence[Cell]) -> tuple[int, ...]:
+    indices = [backend.to_host(c.storage.allocator.read(c)) for c in index_cells]
+    try:
+        return np.empty(x.shape, dtype=ZERO_SIZE)[resolve(key, indices)].shape
+    except IndexError as error:
+        raise op.error(f"index {key!r} is out of range: {error}", x, kind=IndexError) from None
+
+
+class GetItem(View):
+    """Basic indexing (ints, slices, None, Ellipsis): a view."""
+
+    name = "getitem"
+
+    def __init__(self, key: tuple):
+        self.key = key
+
+    def infer(self, x: Cell):
+        return [(indexed_shape(self, x, self.key, ()), x.dtype)]
+
+    def forward(self, xp, x):
+        return x[self.key]
+
+    def backward(self, inputs, outputs, g):
+        return apply(IndexGrad(self.key, self.in_shapes[0]), g)
+
+
+class Gather(Op):
+    """Indexing with integer arrays (advanced indexing): a copy; indices are inputs."""
+
+    name = "getitem"
+
+    def __init__(self, key: tuple, n_indices: int):
+        self.key = key
+        self.retain_inputs = tuple(range(1, 1 + n_indices))
+
+    def infer(self, x: Cell, *indices: Cell):
+        for c in indices:
+            if c.dtype.kind not in "iu":
+                raise self.error(f"index arrays must be integers, got {c.dtype}", x, *indices,
+                                 kind=DTypeError)
+        return [(indexed_shape(self, x, self.key, indices), x.dtype)]
+
+    def forward(self, xp, x, *indices):
+        return x[resolve(self.key, indices)]
+
+    def backward(self, inputs, outputs, g):
+        indices = inputs[1:]
+        return (apply(IndexGrad(self.key, self.in_shapes[0]), g, *indices),
+                *([None] * len(indices)))
+
+
+class IndexGrad(Op):
+    """The gradient of indexing: zeros of the input's shape with ``g`` added at ``key``."""
+
+    name = "index_grad"
+    differentiable = False
+
+    def __init__(self, key: tuple, shape: tuple[int, ...]):
+        self.key = key
+        self.shape = shape
+
+    def infer(self, g: Cell, *indices: Cell):
+        return [(self.shape, g.dtype)]
+
+    def forward(self, xp, g, *indices):
+        out = xp.zeros(self.shape, dtype=g.dtype)
+        key = resolve(self.key, indices)
+        if indices:
+            backend.scatter_add(xp, out, key, g)
+        else:
+            out[key] = g
+        return out
+
+
+def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
+    """Split a NumPy-style key into a template and integer index tensors."""
+    key = key if isinstance(key, tuple) else (key,)
+    template: list = []
+    indices: list[Tensor] = []
+    for k in key:
+        if k is None or k is Ellipsis or isinstance(k, slice):
+            template.append(k)
+        elif isinstance(k, int | np.integer) and not isinstance(k, bool):
+            template.append(int(k))
+        else:
+            if isinstance(k, Tensor):
+                k = k if k.dtype != np.bool_ else k.numpy()
+            if not isinstance(k, Tensor):
+                array = np.asarray(k)
+                if array.dtype == np.bool_:
+                    for part in np.nonzero(array):
+                        template.append(IndexSlot(len(indices)))
+                        indices.append(tensor(part, dtype=np.int64, device=x.device))
+                    continue
+                if array.dtype.kind not in "iu":
+                    raise IndexError(f"getitem: unsupported index {k!r} of dtype {array.dtype}")
+                k = tensor(array, dtype=np.int64, device=x.device)
+            template.append(IndexSlot(len(indices)))
+            indices.append(k)
+    return tuple(template), indices
+
+
+# ---- functional API -------------------------------------------------------------------------
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: at most one -1 in {shape}")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or x.size % known:
+            raise ValueError(f"reshape: cannot reshape {x.shape} into {shape}")
+        shape = tuple(x.size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != x.size or any(d < 0 for d in shape):
+        raise ValueError(f"reshape: cannot reshape {x.shape} ({x.size} elements) into {shape}")
+    if shape == x.shape:
+        return x
+    if not x.cell.contiguous:
+        x = apply(Copy(), x)
+    return apply(Reshape(shape), x)
+
+
+def flatten(x: Tensor, start_axis: int = 0) -> Tensor:
+    start_axis = start_axis % max(x.ndim, 1)
+    return reshape(x, (*x.shape[:start_axis], -1))
+
+
+def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
+    return apply(Transpose(None if axes is None else tuple(axes)), x)
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    shape = tuple(shape)
+    return x if shape == x.shape else apply(BroadcastTo(shape), x)
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    template, indices = normalize_key(x, key)
+    if not indices:
+        return apply(GetItem(template), x)
+    return apply(Gather(template, len(indices)), x, *indices)
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    return apply(Concat(axis), *tensors)
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    axis = axis % (tensors[0].ndim + 1)
+    return concat([reshape(t, (*t.shape[:axis], 1, *t.shape[axis:])) for t in tensors], axis)
+
+
+def split(x: Tensor, sections, axis: int = 0) -> tuple[Tensor, ...]:
+    """Split into ``sections`` equal parts (an int) or parts of the given sizes (a list)."""
+    length = x.shape[axis % max(x.ndim, 1)] if x.ndim else 0
+    if isinstance(sections, int | np.integer):
+        if sections <= 0 or length % sections:
+            raise ValueError(f"split: axis {axis} of {x.shape} does not split into {sections} "
+                             "equal parts")
+        sizes = (length // int(sections),) * int(sections)
+    else:
+        sizes = tuple(int(s) for s in sections)
+    out = apply(Split(sizes, axis), x)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def copy(x: Tensor) -> Tensor:
+    return apply(Copy(), x)

@@ -1,0 +1,530 @@
+"""The allocator: the only place buffers are created, counted, evicted and rematerialized.
+
+Every op goes through ``compute``: lock its inputs (rematerializing evicted
+ones first, depth-first with an explicit stack), make room for its outputs by
+evicting the lowest-scoring unlocked storages until they fit the budget, run
+the kernel, record the outputs with their recipe, unlock. Reading a value
+(``read``) takes the same path. The kernel is whatever the recipe's op does,
+so the simulator drives this same class with ops that only return
+placeholders: the live runtime and the simulator share every policy decision.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import backend
+from .neighbourhood import EquivalenceClasses, ExactComponents
+from .runtime import BudgetError, Runtime, Stats
+from .storage import Cell, Recipe, Storage
+
+NOMINAL_FLOPS_PER_NS = 32.0
+NOMINAL_BYTES_PER_NS = 8.0
+
+
+def is_c_contiguous(array: Any) -> bool:
+    """Layout of a real array (a view's layout decides whether reshape can view it);
+    the simulator's placeholders count as contiguous."""
+    flags = getattr(array, "flags", None)
+    return True if flags is None else bool(flags.c_contiguous)
+
+
+def meta_nbytes(shape: tuple[int, ...], dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+class Allocator:
+    """Budgeted memory for one device, with the DTR eviction manager built in."""
+
+    def __init__(self, device: str | None = "cpu", default: Runtime | None = None):
+        self.device = device
+        self.xp = backend.xp_for(device) if device is not None else None
+        self.memory = 0
+        self.constant_bytes = 0
+        self.pinned_bytes = 0
+        self.clock = 0.0
+        self.candidates: dict[Storage, None] = {}
+        self.components = ExactComponents()
+        self.eq_classes = EquivalenceClasses()
+        self.next_id = 0
+        self.budget: int | None = None
+        self.observer = None  # a trace recorder (minidtr.sim) when one is attached
+        self._sampler = random.Random(0)
+        self.runtimes: list[Runtime] = []
+        self._snapshots: list[Stats] = []
+        self.push(default or Runtime(device=device or "cpu"))
+
+    # ---- runtimes -----------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.runtimes[-1]
+
+    @property
+    def stats(self) -> Stats:
+        return self.runtimes[-1].stats_
+
+    def push(self, runtime: Runtime) -> None:
+        if runtime.allocator is not None:
+            raise RuntimeError(f"{runtime!r} is already active; a runtime cannot be re-entered")
+        runtime.allocator = self
+        self.runtimes.append(runtime)
+        self._snapshots.append(Stats(**vars(runtime.stats_)))
+        self._sampler.seed(runtime.seed)
+        try:
+            self.apply_budget()
+        except BudgetError:
+            self.pop(runtime)
+            raise
+        if self.device == "cuda":
+            backend.install_cuda_oom_handler(self.free_device_memory)
+
+    def pop(self, runtime: Runtime) -> None:
+        if self.runtimes[-1] is not runtime:
+            raise RuntimeError(f"{runtime!r} is not the innermost active runtime")
+        self.runtimes.pop()
+        since = self._snapshots.pop()
+        runtime.allocator = None
+        if self.runtimes:
+            self.runtimes[-1].stats_.add(runtime.stats_, since)
+            self.apply_budget()
+
+    def apply_budget(self) -> None:
+        """Recompute the effective budget (the tightest active one) and evict to meet it."""
+        budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
+        self.budget = min(budgets) if budgets else None
+        if self.budget is not None and self.memory > self.budget:
+            self._evict_until(self.budget, "entering the runtime", 0)
+        self._note_peak()
+
+    # ---- creating storages ---------------------------------------------------------
+
+    def _new_storage(self, name: str, nbytes: int, producer: Recipe | None) -> Storage:
+        self.next_id += 1
+        return Storage(self, self.next_id, name, nbytes, producer)
+
+    def add_constant(self, make_array: Callable[[], Any], nbytes: int, name: str = "constant"
+                     ) -> Storage:
+        """Register a buffer with no recipe (an input, a parameter): counted, never
+        evicted. Room is made before ``make_array`` allocates, so the budget holds."""
+        storage = self._new_storage(name, nbytes, None)
+        self._reserve(nbytes, name)
+        try:
+            array = make_array()
+        except BaseException:
+            self.memory -= nbytes
+            raise
+        if int(array.nbytes) != nbytes:
+            self.memory -= nbytes
+            raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
+        storage.buffer = array
+        storage.last_access = self.clock
+        self.constant_bytes += nbytes
+        self._record("alloc", storage)
+        if self.observer is not None:
+            self.observer.on_constant(storage)
+        return storage
+
+    def compute(self, op: Any, inputs: tuple[Cell, ...], metas: Sequence[tuple], device: str | None,
+                constant: bool = False) -> list[Cell]:
+        """Run ``op`` on ``inputs`` under the budget and return its output cells.
+
+        ``metas`` are the (shape, dtype) of the outputs, known before running so
+        that room is made before any buffer exists. With ``constant`` the outputs
+        keep no recipe: they are constants, never evicted (optimizer updates,
+        running statistics), so no chain of recipes grows from step to step.
+        """
+        recipe = Recipe(op, inputs, device)
+        locked = self._lock(recipe.input_storages())
+        try:
+            arrays = [self._array(cell) for cell in inputs]
+            if op.is_view:
+                results = self._run(recipe, arrays, metas)
+                base = inputs[0].storage
+                base.cost += recipe.cost
+                base.last_access = self.clock
+                cells = [
+                    Cell(base, recipe, i, shape, dtype, device, is_view=True,
+                         contiguous=is_c_contiguous(result))
+                    for i, ((shape, dtype), result) in enumerate(zip(metas, results, strict=True))
+                ]
+                if self.observer is not None:
+                    self.observer.on_compute(recipe, cells)
+                return cells
+            sizes = tuple(meta_nbytes(shape, dtype) for shape, dtype in metas)
+            total = sum(sizes)
+            self._reserve(total, op.name)
+            try:
+                results = self._run(recipe, arrays, metas)
+            except BaseException:
+                self.memory -= total
+                raise
+            recipe.out_nbytes = sizes
+            cells = []
+            for i, ((shape, dtype), result) in enumerate(zip(metas, results, strict=True)):
+                storage = self._new_storage(op.name, sizes[i], None if constant else recipe)
+                storage.buffer = result
+                storage.last_access = self.clock
+                if constant:
+                    self.constant_bytes += sizes[i]
+                else:
+                    storage.cost = recipe.cost
+                    recipe.outputs.append(weakref.ref(storage))
+                    self.candidates[storage] = None
+                    for parent in locked:
+                        parent.children.append(weakref.ref(storage))
+                cells.append(Cell(storage, None if constant else recipe, i, shape, dtype, device,
+                                  contiguous=is_c_contiguous(result)))
+                self._record("alloc", storage)
+            if self.observer is not None:
+                self.observer.on_compute(recipe, cells)
+            return cells
+        finally:
+            self._unlock(locked)
+
+    def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
+        """Execute a new recipe's kernel, measuring or estimating its cost."""
+        op = recipe.op
+        xp = backend.xp_for(recipe.device) if recipe.device is not None else None
+        started = time.perf_counter_ns()
+        results = op.forward(xp, *arrays)
+        elapsed = time.perf_counter_ns() - started
+        if op.n_outputs == 1:
+            results = (results,)
+        if xp is not None:
+            for i, ((shape, dtype), r) in enumerate(zip(metas, results, strict=True)):
+                if r.shape != shape or r.dtype != dtype:
+                    raise AssertionError(
+                        f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
+                        f"{shape} {dtype} (a bug in the op)"
+                    )
+        mode = self.runtime.cost
+        if mode == "time":
+            cost = float(max(elapsed, 1))
+        else:
+            in_metas = [(c.shape, c.dtype) for c in recipe.inputs]
+            if mode == "flops":
+                flops, nbytes = op.cost(in_metas, list(metas))
+                cost = max(flops / NOMINAL_FLOPS_PER_NS + nbytes / NOMINAL_BYTES_PER_NS, 1.0)
+            else:
+                cost = float(mode(op, in_metas, list(metas)))
+        recipe.cost = cost
+        self.clock += cost
+        stats = self.stats
+        stats.ops += 1
+        stats.compute_cost += cost
+        return results
+
+    # ---- reading values --------------------------------------------------------------
+
+    def read(self, cell: Cell):
+        """The array of ``cell``, rematerializing its storage first if it was evicted."""
+        locked = self._lock([cell.storage])
+        try:
+            if self.observer is not None:
+                self.observer.on_read(cell)
+            return self._array(cell)
+        finally:
+            self._unlock(locked)
+
+    def _array(self, cell: Cell):
+        """The array of a cell whose storage is resident: the buffer, or a view of it."""
+        if not cell.is_view:
+            return cell.storage.buffer
+        chain = []
+        while cell.is_view:
+            chain.append(cell)
+            cell = cell.recipe.inputs[0]
+        array = cell.storage.buffer
+        for view in reversed(chain):
+            recipe = view.recipe
+            xp = backend.xp_for(recipe.device) if recipe.device is not None else None
+            out = recipe.op.forward(xp, array)
+            array = out if recipe.op.n_outputs == 1 else out[view.index]
+        return array
+
+    # ---- locking and rematerialization -------------------------------------------------
+
+    def _lock(self, storages: list[Storage]) -> list[Storage]:
+        """Lock every storage, rematerializing evicted ones (and, first, their evicted
+        inputs) depth-first with an explicit stack. Returns what it locked."""
+        frames: list[list] = [[None, storages, 0, []]]  # recipe, needs, next index, locked
+        try:
+            while True:
+                frame = frames[-1]
+                recipe, needs, pos, locked = frame
+                if pos < len(needs):
+                    storage = needs[pos]
+                    if storage.buffer is None:
+                        producer = storage.producer
+                        if producer is None:
+                            raise RuntimeError(
+                                f"{storage!r} was banished and can no longer be recomputed"
+                            )
+                        frames.append([producer, producer.input_storages(), 0, []])
+                        continue
+                    storage.locks += 1
+                    storage.last_access = self.clock
+                    locked.append(storage)
+                    frame[2] = pos + 1
+                    continue
+                if recipe is None:
+                    return locked
+                frames.pop()
+                try:
+                    self._replay(recipe)
+                finally:
+                    self._unlock(locked)
+        except BaseException:
+            for frame in frames:
+                self._unlock(frame[3])
+            raise
+
+    def _unlock(self, storages: list[Storage]) -> None:
+        for storage in storages:
+            storage.locks -= 1
+            if storage.locks == 0 and storage.evict_on_unlock:
+                storage.evict_on_unlock = False
+                if storage.external_refs == 0:
+                    self._on_dead(storage)
+
+    def _replay(self, recipe: Recipe) -> None:
+        """Recompute a recipe whose inputs are resident and locked; refill every evicted
+        output (siblings included) and drop the duplicates of resident ones."""
+        arrays = [self._array(cell) for cell in recipe.inputs]
+        total = sum(recipe.out_nbytes)
+        self._reserve(total, recipe.op.name)
+        try:
+            xp = backend.xp_for(recipe.device) if recipe.device is not None else None
+            results = recipe.op.forward(xp, *arrays)
+        except BaseException:
+            self.memory -= total
+            raise
+        if recipe.op.n_outputs == 1:
+            results = (results,)
+        self.clock += recipe.cost
+        stats = self.stats
+        stats.remats += 1
+        stats.remat_cost += recipe.cost
+        for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
+            storage = ref()
+            if storage is not None and storage.buffer is None and not storage.banished:
+                self.components.on_remat(storage)
+                self.eq_classes.on_remat(storage)
+                storage.buffer = result
+                storage.last_access = self.clock
+                if storage.evictable:
+                    self.candidates[storage] = None
+                self._record("remat", storage)
+            else:
+                self.memory -= nbytes
+
+    # ---- making room ----------------------------------------------------------------------
+
+    def _reserve(self, nbytes: int, op_name: str) -> None:
+        budget = self.budget
+        if budget is not None and self.memory + nbytes > budget:
+            self._evict_until(budget - nbytes, op_name, nbytes)
+        self.memory += nbytes
+        self._note_peak()
+
+    def _note_peak(self) -> None:
+        stats = self.stats
+        if self.memory > stats.peak_memory:
+            stats.peak_memory = self.memory
+
+    def _evict_until(self, target: int, op_name: str, needed: int) -> None:
+        while self.memory > target:
+            victim, score, runner_up = self._choose_victim()
+            if victim is None:
+                raise BudgetError(
+                    op_name, needed, self.budget, self.memory, self.pinned_bytes,
+                    self.constant_bytes, self._locked_bytes(),
+                )
+            self.evict(victim, score=score, runner_up=runner_up)
+
+    def _locked_bytes(self) -> int:
+        return sum(s.nbytes for s in self.candidates if s.locks)
+
+    def _choose_victim(self) -> tuple[Storage | None, float, Any]:
+        """The unlocked candidate with the lowest score, its score and the runner-up."""
+        runtime = self.runtime
+        started = time.perf_counter()
+        candidates: Any = self.candidates
+        if runtime.min_size > 0.0 and candidates:
+            mean = sum(s.nbytes for s in candidates) / len(candidates)
+            threshold = runtime.min_size * mean
+            candidates = [s for s in candidates if s.nbytes >= threshold]
+        if runtime.sample and len(candidates) > 4:
+            pool = list(candidates)
+            stride = max(1, math.isqrt(len(pool)))
+            candidates = pool[self._sampler.randrange(stride)::stride]
+        score = runtime.heuristic.score
+        best = runner_up = None
+        best_score = runner_score = math.inf
+        scored = 0
+        for storage in candidates:
+            if storage.locks:
+                continue
+            value = score(storage, self)
+            scored += 1
+            if value < best_score or best is None:
+                runner_up, runner_score = best, best_score
+                best, best_score = storage, value
+            elif value < runner_score or runner_up is None:
+                runner_up, runner_score = storage, value
+        stats = self.stats
+        stats.searches += 1
+        stats.scored += scored
+        stats.search_time += time.perf_counter() - started
+        runner = None if runner_up is None else (runner_up.id, runner_score)
+        return best, best_score, runner
+
+    def evict(self, storage: Storage, score: float | None = None, runner_up=None,
+              reason: str = "budget") -> None:
+        """Free a resident storage's buffer, keeping its recipe to recompute it later."""
+        if storage.buffer is None:
+            raise ValueError(f"cannot evict {storage!r}: it is not resident")
+        if not storage.evictable or storage.locks:
+            raise ValueError(
+                f"cannot evict {storage!r}: it is "
+                + ("locked" if storage.locks else "pinned" if storage.pinned else "a constant")
+            )
+        self.components.on_evict(storage)
+        self.eq_classes.on_evict(storage)
+        storage.buffer = None
+        self.memory -= storage.nbytes
+        del self.candidates[storage]
+        stats = self.stats
+        stats.evictions += 1
+        if reason == "dead":
+            stats.dead_evictions += 1
+        if self.runtime.events is not None:
+            extra = {"reason": reason}
+            if score is not None:
+                extra["score"] = score
+                extra["runner_up"] = runner_up
+            self._record("evict", storage, **extra)
+
+    def free_device_memory(self, nbytes: int) -> bool:
+        """Called on a real device out-of-memory error: evict one storage if possible."""
+        victim, score, runner_up = self._choose_victim()
+        if victim is None:
+            return False
+        self.evict(victim, score=score, runner_up=runner_up, reason="device-oom")
+        return True
+
+    # ---- references, pinning, deallocation ----------------------------------------------
+
+    def add_ref(self, cell: Cell) -> None:
+        """A new external handle (a Tensor) to ``cell``'s value."""
+        cell.storage.external_refs += 1
+        if self.observer is not None:
+            self.observer.on_add_ref(cell)
+
+    def release(self, cell: Cell) -> None:
+        """An external handle died; the last one triggers the deallocation policy."""
+        if self.observer is not None:
+            self.observer.on_release(cell)
+        storage = cell.storage
+        storage.external_refs -= 1
+        if storage.external_refs == 0:
+            self._on_dead(storage)
+
+    def _on_dead(self, storage: Storage) -> None:
+        """The last external reference died: apply the deallocation policy."""
+        policy = self.runtime.dealloc
+        if policy == "ignore" or storage.banished:
+            return
+        if storage.locks:
+            storage.evict_on_unlock = True
+            return
+        if policy == "banish" and self._banish(storage):
+            return
+        if storage.buffer is not None and storage.evictable:
+            self.evict(storage, reason="dead")
+
+    def _banish(self, storage: Storage) -> bool:
+        """Free a dead storage for good; its children lose their way to be recomputed, so
+        they become constants. Not possible while an evicted child still needs it."""
+        if storage.producer is None:
+            return False
+        children = storage.live_children()
+        if any(c.buffer is None and not c.banished for c in children):
+            return False
+        for child in children:
+            if child.producer is not None:
+                child.producer = None
+                self.candidates.pop(child, None)
+                if child.pinned:
+                    self.pinned_bytes -= child.nbytes
+                    child.pinned = False
+                self.constant_bytes += child.nbytes
+        if storage.buffer is not None:
+            storage.buffer = None
+            self.memory -= storage.nbytes
+            self.candidates.pop(storage, None)
+            if storage.pinned:
+                self.pinned_bytes -= storage.nbytes
+        else:
+            self.components.on_leave(storage)
+            self.eq_classes.on_leave(storage)
+        storage.producer = None
+        storage.banished = True
+        storage.pinned = False
+        self.stats.banished += 1
+        self._record("banish", storage)
+        return True
+
+    def pin(self, storage: Storage) -> None:
+        """Make a storage unevictable (rematerializing it first if it was evicted)."""
+        if storage.pinned or storage.producer is None:
+            return
+        self._unlock(self._lock([storage]))
+        storage.pinned = True
+        self.candidates.pop(storage, None)
+        self.pinned_bytes += storage.nbytes
+
+    def unpin(self, storage: Storage) -> None:
+        if not storage.pinned:
+            return
+        storage.pinned = False
+        self.pinned_bytes -= storage.nbytes
+        if storage.buffer is not None and storage.producer is not None:
+            self.candidates[storage] = None
+
+    def forget(self, storage: Storage) -> None:
+        """A storage's metadata was garbage collected (``Storage.__del__``)."""
+        if storage.buffer is not None:
+            self.memory -= storage.nbytes
+            if storage.producer is None:
+                self.constant_bytes -= storage.nbytes
+            elif storage.pinned:
+                self.pinned_bytes -= storage.nbytes
+            if self.runtimes and self.runtime.events is not None:
+                self._record("free", storage)
+        else:
+            self.components.on_leave(storage)
+            self.eq_classes.on_leave(storage)
+
+    def _record(self, kind: str, storage: Storage, **extra: Any) -> None:
+        runtime = self.runtime
+        if runtime.events is not None:
+            runtime.record(kind, id=storage.id, op=storage.name, nbytes=storage.nbytes,
+                           clock=self.clock, memory=self.memory, **extra)
+
+
+_ALLOCATORS: dict[str, Allocator] = {}
+
+
+def allocator_for(device: str) -> Allocator:
+    """The process-wide allocator of a device (created on first use)."""
+    allocator = _ALLOCATORS.get(device)
+    if allocator is None:
+        allocator = _ALLOCATORS[device] = Allocator(device)
+    return allocator

@@ -1,0 +1,118 @@
+"""Eviction heuristics: lower score = evicted first.
+
+Every heuristic of the paper is one formula with three switchable terms,
+
+    score(t) = C(t) / (M(t) * S(t))
+
+where the cost term C is one of
+
+    estar      c(t) + c(e*(t))       exact evicted neighbourhood (h_DTR)
+    eq         c(t) + c(eq(t))       union-find approximation (h_DTR^eq)
+    local      c(t)                  (h_DTR^local)
+    ancestors  c(t) + c(evicted ancestors)   (h_MSPS, from Capuchin)
+    none       1
+
+M is the size m(t) in bytes or 1, and S the staleness s(t) = now - last
+access or 1. So h_LRU is ``none`` with staleness only and h_size is ``none``
+with size only. ``random`` draws a seeded uniform score.
+
+To add a heuristic: add a cost term to ``COST_TERMS`` or a name to
+``NAMED``. Any point of the paper's ablation grid is selected by a name of
+the form ``"<cost>+<size|nosize>+<stale|nostale>"``, e.g. ``"eq+size+nostale"``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .neighbourhood import evicted_ancestors_cost
+from .storage import Storage
+
+if TYPE_CHECKING:
+    from .allocator import Allocator
+
+MIN_STALENESS = 1e-9
+
+COST_TERMS: dict[str, Callable[[Storage, Allocator], float]] = {
+    "estar": lambda s, a: s.cost + a.components.neighbourhood_cost(s),
+    "eq": lambda s, a: s.cost + a.eq_classes.neighbourhood_cost(s),
+    "local": lambda s, a: s.cost,
+    "ancestors": lambda s, a: s.cost + evicted_ancestors_cost(s),
+    "none": lambda s, a: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Heuristic:
+    """score = cost_term / (size? * staleness?) — see the module docstring."""
+
+    name: str
+    cost: str = "estar"
+    size: bool = True
+    staleness: bool = True
+
+    def __post_init__(self):
+        if self.cost not in COST_TERMS:
+            raise ValueError(f"unknown cost term {self.cost!r}; expected one of {list(COST_TERMS)}")
+
+    def score(self, storage: Storage, allocator: Allocator) -> float:
+        value = COST_TERMS[self.cost](storage, allocator)
+        if self.size:
+            value /= max(storage.nbytes, 1)
+        if self.staleness:
+            value /= max(allocator.clock - storage.last_access, MIN_STALENESS)
+        return value
+
+
+class RandomHeuristic:
+    """h_rand: a uniform random score from a generator seeded per runtime."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def score(self, storage: Storage, allocator: Allocator) -> float:
+        return self.rng.random()
+
+
+NAMED: dict[str, tuple[str, bool, bool]] = {
+    "dtr": ("estar", True, True),
+    "dtr_eq": ("eq", True, True),
+    "dtr_local": ("local", True, True),
+    "msps": ("ancestors", True, False),
+    "lru": ("none", False, True),
+    "size": ("none", True, False),
+}
+
+HEURISTIC_NAMES = (*NAMED, "random")
+
+
+def ablation_names() -> list[str]:
+    """The paper's grid: {estar, eq, local, none} x {size, nosize} x {stale, nostale}."""
+    return [
+        f"{cost}+{size}+{stale}"
+        for cost in ("estar", "eq", "local", "none")
+        for size in ("size", "nosize")
+        for stale in ("stale", "nostale")
+    ]
+
+
+def make_heuristic(name: str, seed: int = 0) -> Heuristic | RandomHeuristic:
+    """A heuristic by name: one of ``HEURISTIC_NAMES`` or an ablation-grid name."""
+    if name == "random":
+        return RandomHeuristic(seed)
+    if name in NAMED:
+        cost, size, staleness = NAMED[name]
+        return Heuristic(name, cost, size, staleness)
+    parts = name.split("+")
+    if len(parts) == 3 and parts[1] in ("size", "nosize") and parts[2] in ("stale", "nostale"):
+        if parts[0] in COST_TERMS:
+            return Heuristic(name, parts[0], parts[1] == "size", parts[2] == "stale")
+    raise ValueError(
+        f"unknown heuristic {name!r}; expected one of {list(HEURISTIC_NAMES)} "
+        f"or '<cost>+<size|nosize>+<stale|nostale>' with cost in {list(COST_TERMS)}"
+    )

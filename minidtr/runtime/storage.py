@@ -1,0 +1,157 @@
+"""The three records of the spine: Storage (a buffer), Cell (a value), Recipe (how to compute it).
+
+A **Storage** is one allocation: the unit of memory and of eviction. It keeps
+the buffer (``None`` while evicted) and the metadata the heuristics read.
+
+A **Cell** is one tensor value: a storage plus the recipe that produced the
+value. Most cells are the whole of their storage; a *view* cell (reshape,
+transpose, slice, broadcast) shares its input's storage and is recomputed from
+it on every access, which costs no memory.
+
+A **Recipe** is one application of an op: the op (with its static attributes,
+including any random seed), the input cells and weak references to the output
+storages. Replaying a recipe recomputes all its outputs bit-identically.
+
+None of these hold arrays other than ``Storage.buffer``: nothing hides memory
+from the allocator. Recipes hold their inputs strongly and storages know their
+children only weakly, so metadata nobody can need any more is freed by
+reference counting, not by the cycle collector.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .allocator import Allocator
+
+
+class Recipe:
+    __slots__ = ("op", "inputs", "device", "outputs", "out_nbytes", "cost", "__weakref__")
+
+    def __init__(self, op: Any, inputs: tuple[Cell, ...], device: str | None):
+        self.op = op
+        self.inputs = inputs
+        self.device = device
+        self.outputs: list[weakref.ref[Storage]] = []
+        self.out_nbytes: tuple[int, ...] = ()
+        self.cost = 0.0
+
+    def input_storages(self) -> list[Storage]:
+        seen: list[Storage] = []
+        for cell in self.inputs:
+            if not any(cell.storage is s for s in seen):
+                seen.append(cell.storage)
+        return seen
+
+    def __repr__(self) -> str:
+        return f"Recipe({self.op.name}, inputs={[c.storage.id for c in self.inputs]})"
+
+
+class Storage:
+    """One buffer and its eviction metadata (see DTR.md's vocabulary)."""
+
+    __slots__ = (
+        "id",
+        "name",
+        "nbytes",
+        "buffer",
+        "producer",
+        "cost",
+        "last_access",
+        "locks",
+        "pinned",
+        "banished",
+        "external_refs",
+        "children",
+        "component",
+        "eq_class",
+        "evict_on_unlock",
+        "allocator",
+        "__weakref__",
+    )
+
+    def __init__(self, allocator: Allocator, id: int, name: str, nbytes: int, producer):
+        self.allocator = allocator
+        self.id = id
+        self.name = name
+        self.nbytes = nbytes
+        self.buffer: Any = None
+        self.producer: Recipe | None = producer
+        self.cost = 0.0
+        self.last_access = 0.0
+        self.locks = 0
+        self.pinned = False
+        self.banished = False
+        self.external_refs = 0
+        self.children: list[weakref.ref[Storage]] = []
+        self.component = None  # exact evicted component (neighbourhood.py)
+        self.eq_class = None  # union-find class of dtr_eq (neighbourhood.py)
+        self.evict_on_unlock = False
+
+    @property
+    def resident(self) -> bool:
+        return self.buffer is not None
+
+    @property
+    def constant(self) -> bool:
+        """No recipe: an input or parameter value, never evicted."""
+        return self.producer is None and not self.banished
+
+    @property
+    def evictable(self) -> bool:
+        return self.producer is not None and not self.pinned
+
+    def parents(self) -> list[Storage]:
+        return [] if self.producer is None else self.producer.input_storages()
+
+    def live_children(self) -> list[Storage]:
+        alive = [s for ref in self.children if (s := ref()) is not None]
+        if len(alive) < len(self.children):
+            self.children = [weakref.ref(s) for s in alive]
+        return alive
+
+    def neighbours(self) -> list[Storage]:
+        """Parents and children: the edges e*(t) walks along."""
+        return self.parents() + self.live_children()
+
+    def __del__(self):
+        try:
+            self.allocator.forget(self)
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        state = "resident" if self.buffer is not None else "evicted"
+        if self.banished:
+            state = "banished"
+        return f"Storage(#{self.id} {self.name}, {self.nbytes}B, {state})"
+
+
+class Cell:
+    """One tensor value: a (view of a) storage plus the recipe that made it."""
+
+    __slots__ = ("storage", "recipe", "index", "shape", "dtype", "device", "is_view", "contiguous")
+
+    def __init__(self, storage: Storage, recipe: Recipe | None, index: int, shape, dtype, device,
+                 is_view: bool = False, contiguous: bool = True):
+        self.storage = storage
+        self.recipe = recipe
+        self.index = index
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.is_view = is_view
+        self.contiguous = contiguous
+
+    @property
+    def nbytes(self) -> int:
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        kind = "view of " if self.is_view else ""
+        return f"Cell({self.shape}, {self.dtype}, {kind}{self.storage!r})"

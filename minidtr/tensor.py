@@ -1,0 +1,373 @@
+"""``Tensor``: the user's handle on a value.
+
+A Tensor is a thin handle: the value lives in a ``Cell`` (a view of a
+``Storage``, with the recipe that made it), and a Tensor adds the autograd
+fields. Each live Tensor object is one *external reference* to its storage:
+when the last one is garbage collected the runtime's deallocation policy runs
+(by default the buffer is evicted at once, and its recipe kept while an
+evicted child may still need it). Ops, recipes and the event log never hold
+Tensors, only cells, so user code decides what is alive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import backend
+from .runtime.allocator import allocator_for
+from .runtime.storage import Cell
+
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+float16 = np.dtype(np.float16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+bool_ = np.dtype(np.bool_)
+
+DEFAULT_DTYPE = float32
+
+
+class Tensor:
+    __slots__ = ("cell", "grad", "requires_grad", "grad_fn", "__weakref__")
+    __array_priority__ = 1000  # numpy_array * tensor -> Tensor.__rmul__
+    __hash__ = object.__hash__
+
+    def __init__(self, cell: Cell, requires_grad: bool = False):
+        self.cell = cell
+        self.grad: Tensor | None = None
+        self.requires_grad = requires_grad
+        self.grad_fn = None
+        cell.storage.allocator.add_ref(cell)
+
+    def __del__(self):
+        try:
+            self.cell.storage.allocator.release(self.cell)
+        except Exception:  # interpreter shutdown, or a half-built tensor
+            pass
+
+    # ---- metadata ----------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.cell.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.cell.dtype
+
+    @property
+    def device(self) -> str:
+        return self.cell.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.cell.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.cell.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.cell.nbytes
+
+    @property
+    def storage(self):
+        """The Storage holding this value (shared with every view of it)."""
+        return self.cell.storage
+
+    @property
+    def is_resident(self) -> bool:
+        return self.cell.storage.buffer is not None
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # ---- values ----------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """A host copy of the value (rematerialized first if it was evicted)."""
+        array = self.cell.storage.allocator.read(self.cell)
+        if self.device == "cpu":
+            return np.array(array, copy=True)
+        return backend.to_host(array)
+
+    def item(self) -> float | int | bool:
+        if self.size != 1:
+            raise ValueError(f"item() needs a single-element tensor, got shape {self.shape}")
+        return self.numpy().item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def detach(self) -> Tensor:
+        """The same value (shared storage) without a backward graph."""
+        return Tensor(self.cell)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        if self.grad_fn is not None and not flag:
+            raise RuntimeError("requires_grad_: use detach() on a non-leaf tensor")
+        self.requires_grad = flag
+        return self
+
+    def backward(self, grad: Tensor | None = None, retain_graph: bool = False) -> None:
+        from .autograd import backward
+
+        backward(self, grad, retain_graph)
+
+    def pin(self) -> Tensor:
+        """Never evict this value's storage (rematerializing it now if needed)."""
+        self.cell.storage.allocator.pin(self.cell.storage)
+        return self
+
+    def unpin(self) -> Tensor:
+        self.cell.storage.allocator.unpin(self.cell.storage)
+        return self
+
+    def assign(self, value: Tensor) -> None:
+        """Point this handle at ``value``'s storage (copy-on-write update of a leaf).
+
+        The old storage is untouched, so every recipe that read the old value still
+        recomputes it exactly. Used by optimizers and running statistics.
+        """
+        if self.grad_fn is not None:
+            raise RuntimeError("assign() is for leaf tensors (parameters, buffers)")
+        if value.shape != self.shape or value.dtype != self.dtype:
+            raise ValueError(
+                f"assign: value has shape {value.shape} {value.dtype}, the tensor "
+                f"{self.shape} {self.dtype}"
+            )
+        old = self.cell
+        self.cell = value.cell
+        value.cell.storage.allocator.add_ref(value.cell)
+        old.storage.allocator.release(old)
+
+    def __repr__(self) -> str:
+        if not self.is_resident:
+            body = f"<evicted, shape={self.shape}>"
+        else:
+            body = np.array2string(self.numpy(), precision=4, threshold=20, prefix="tensor(")
+        extras = f", dtype={self.dtype}" if self.dtype != DEFAULT_DTYPE else ""
+        if self.device != "cpu":
+            extras += f", device={self.device!r}"
+        if self.grad_fn is not None:
+            extras += f", grad_fn={self.grad_fn.op.name}"
+        elif self.requires_grad:
+            extras += ", requires_grad=True"
+        return f"tensor({body}{extras})"
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self.shape} is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    # ---- operators (functional ops in minidtr.ops) -------------------------------------------
+
+    def __add__(self, other):
+        return F.add(self, other)
+
+    def __radd__(self, other):
+        return F.add(other, self)
+
+    def __sub__(self, other):
+        return F.sub(self, other)
+
+    def __rsub__(self, other):
+        return F.sub(other, self)
+
+    def __mul__(self, other):
+        return F.mul(self, other)
+
+    def __rmul__(self, other):
+        return F.mul(other, self)
+
+    def __truediv__(self, other):
+        return F.div(self, other)
+
+    def __rtruediv__(self, other):
+        return F.div(other, self)
+
+    def __pow__(self, other):
+        return F.pow(self, other)
+
+    def __rpow__(self, other):
+        return F.pow(other, self)
+
+    def __neg__(self):
+        return F.neg(self)
+
+    def __matmul__(self, other):
+        return F.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return F.matmul(other, self)
+
+    def __lt__(self, other):
+        return F.less(self, other)
+
+    def __le__(self, other):
+        return F.less_equal(self, other)
+
+    def __gt__(self, other):
+        return F.greater(self, other)
+
+    def __ge__(self, other):
+        return F.greater_equal(self, other)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return F.equal(self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return F.not_equal(self, other)
+
+    def __getitem__(self, key):
+        return F.getitem(self, key)
+
+    # ---- methods ----------------------------------------------------------------------
+
+    def sum(self, axis=None, keepdims: bool = False) -> Tensor:
+        return F.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims: bool = False) -> Tensor:
+        return F.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims: bool = False) -> Tensor:
+        return F.max(self, axis, keepdims)
+
+    def reshape(self, *shape) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return F.reshape(self, shape)
+
+    def flatten(self, start_axis: int = 0) -> Tensor:
+        return F.flatten(self, start_axis)
+
+    def transpose(self, *axes) -> Tensor:
+        if len(axes) == 1 and isinstance(axes[0], tuple | list):
+            axes = tuple(axes[0])
+        return F.transpose(self, axes or None)
+
+    @property
+    def T(self) -> Tensor:
+        return F.transpose(self)
+
+    def astype(self, dtype) -> Tensor:
+        return F.astype(self, dtype)
+
+    def exp(self) -> Tensor:
+        return F.exp(self)
+
+    def log(self) -> Tensor:
+        return F.log(self)
+
+    def sqrt(self) -> Tensor:
+        return F.sqrt(self)
+
+    def relu(self) -> Tensor:
+        return F.relu(self)
+
+    def sigmoid(self) -> Tensor:
+        return F.sigmoid(self)
+
+    def tanh(self) -> Tensor:
+        return F.tanh(self)
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        return F.softmax(self, axis)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        return F.log_softmax(self, axis)
+
+
+# ---- creation ------------------------------------------------------------------------------
+
+
+def _default_dtype(array: np.ndarray) -> np.dtype:
+    if array.dtype.kind == "f":
+        return DEFAULT_DTYPE
+    if array.dtype.kind in "iu":
+        return int64
+    return array.dtype
+
+
+def constant(make_array, shape: tuple[int, ...], dtype, device: str, requires_grad: bool = False,
+             name: str = "constant") -> Tensor:
+    """A tensor over a new constant storage whose buffer ``make_array()`` creates
+    (after the allocator has made room for it)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    storage = allocator_for(device).add_constant(make_array, nbytes, name)
+    return Tensor(Cell(storage, None, 0, tuple(shape), dtype, device), requires_grad)
+
+
+def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cpu") -> Tensor:
+    """A new tensor holding a copy of ``data`` (array, nested lists, scalar).
+
+    Without ``dtype``, NumPy arrays keep theirs and Python data becomes float32,
+    int64 or bool.
+    """
+    if isinstance(data, Tensor):
+        raise TypeError("tensor(): data is already a Tensor; use .detach() to share it")
+    xp = backend.xp_for(device)
+    source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
+    if dtype is None:
+        dtype = source.dtype if hasattr(source, "dtype") else _default_dtype(np.asarray(source))
+    dtype = np.dtype(dtype)
+    if requires_grad and dtype.kind != "f":
+        raise TypeError(f"tensor(): only floating-point tensors can require grad, not {dtype}")
+    shape = tuple(np.shape(source))
+    return constant(lambda: xp.array(source, dtype=dtype, copy=True, order="C"), shape, dtype,
+                    device, requires_grad)
+
+
+def full(shape, value: float, dtype=DEFAULT_DTYPE, requires_grad: bool = False,
+         device: str = "cpu") -> Tensor:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    xp = backend.xp_for(device)
+    return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device,
+                    requires_grad)
+
+
+def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
+    return full(shape, 0, dtype, requires_grad, device)
+
+
+def ones(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
+    return full(shape, 1, dtype, requires_grad, device)
+
+
+def zeros_like(x: Tensor) -> Tensor:
+    return full(x.shape, 0, x.dtype, device=x.device)
+
+
+def ones_like(x: Tensor) -> Tensor:
+    return full(x.shape, 1, x.dtype, device=x.device)
+
+
+def arange(start: int, stop: int | None = None, step: int = 1, dtype=int64,
+           device: str = "cpu") -> Tensor:
+    if stop is None:
+        start, stop = 0, start
+    xp = backend.xp_for(device)
+    n = max(0, -(-(stop - start) // step))
+    return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)
+
+
+from . import ops as F  # noqa: E402  (ops import Tensor; bound after the class exists)

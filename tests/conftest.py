@@ -1,0 +1,16 @@
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+SHARED_TRACES = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+@pytest.fixture
+def shared_traces() -> pathlib.Path:
+    """The reference logs in ../shared/traces (skips where they are absent)."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is not present")
+    return SHARED_TRACES
