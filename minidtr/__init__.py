@@ -1,10 +1,11 @@
 """minidtr: define-by-run autodiff on NumPy/CuPy where every tensor can be evicted and
 recomputed (Dynamic Tensor Rematerialization), so models train under a hard memory budget."""
 
-from . import ops
+from . import nn, ops, optim, sim, testing
 from .autograd import no_grad
 from .ops import *  # noqa: F403  (the functional API at top level)
 from .ops import DTypeError, ShapeError, as_constants
+from .ops.random import manual_seed
 from .runtime import BudgetError, Runtime
 from .tensor import (
     Tensor,
