@@ -24,15 +24,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .. import autograd
 from ..runtime.allocator import allocator_for
 from ..runtime.storage import Cell
-
-if TYPE_CHECKING:
-    from ..tensor import Tensor
+from ..tensor import Tensor
 
 Meta = tuple[tuple[int, ...], np.dtype]
 
@@ -107,9 +106,6 @@ def as_constants() -> Iterator[None]:
 
 def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     """Run ``op`` on tensors under the active runtime and hook it into autograd."""
-    from .. import autograd
-    from ..tensor import Tensor
-
     cells = tuple(t.cell for t in inputs)
     if cells:
         device = cells[0].device
@@ -156,6 +152,9 @@ def float_dtype(op: Op, *cells: Cell) -> np.dtype:
 
 
 def broadcast_shape(op: Op, *cells: Cell) -> tuple[int, ...]:
+    shape = cells[0].shape
+    if all(c.shape == shape for c in cells):
+        return shape
     try:
         return tuple(np.broadcast_shapes(*(c.shape for c in cells)))
     except ValueError:

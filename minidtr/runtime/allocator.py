@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import backend
-from .neighbourhood import EquivalenceClasses, ExactComponents
+from .neighbourhood import MODES, EvictedComponents, evicted_neighbours
 from .runtime import BudgetError, Runtime, Stats
 from .storage import Cell, Recipe, Storage
 
@@ -49,8 +49,7 @@ class Allocator:
         self.pinned_bytes = 0
         self.clock = 0.0
         self.candidates: dict[Storage, None] = {}
-        self.components = ExactComponents()
-        self.eq_classes = EquivalenceClasses()
+        self.components = EvictedComponents()
         self.next_id = 0
         self.budget: int | None = None
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
@@ -98,6 +97,8 @@ class Allocator:
         """Recompute the effective budget (the tightest active one) and evict to meet it."""
         budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
         self.budget = min(budgets) if budgets else None
+        if self.budget is None:
+            self.components.set_mode(None)  # nothing is scored: stop maintaining e*
         if self.budget is not None and self.memory > self.budget:
             self._evict_until(self.budget, "entering the runtime", 0)
         self._note_peak()
@@ -140,7 +141,7 @@ class Allocator:
         running statistics), so no chain of recipes grows from step to step.
         """
         recipe = Recipe(op, inputs, device)
-        locked = self._lock(recipe.input_storages())
+        locked = self._lock(recipe.parents)
         try:
             arrays = [self._array(cell) for cell in inputs]
             if op.is_view:
@@ -266,7 +267,7 @@ class Allocator:
                             raise RuntimeError(
                                 f"{storage!r} was banished and can no longer be recomputed"
                             )
-                        frames.append([producer, producer.input_storages(), 0, []])
+                        frames.append([producer, producer.parents, 0, []])
                         continue
                     storage.locks += 1
                     storage.last_access = self.clock
@@ -314,8 +315,7 @@ class Allocator:
         for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
-                self.components.on_remat(storage)
-                self.eq_classes.on_remat(storage)
+                self.components.on_leave(storage)
                 storage.buffer = result
                 storage.last_access = self.clock
                 if storage.evictable:
@@ -364,6 +364,8 @@ class Allocator:
             pool = list(candidates)
             stride = max(1, math.isqrt(len(pool)))
             candidates = pool[self._sampler.randrange(stride)::stride]
+        mode = getattr(runtime.heuristic, "cost", None)
+        self.components.set_mode(mode if mode in MODES else None)
         score = runtime.heuristic.score
         best = runner_up = None
         best_score = runner_score = math.inf
@@ -395,8 +397,8 @@ class Allocator:
                 f"cannot evict {storage!r}: it is "
                 + ("locked" if storage.locks else "pinned" if storage.pinned else "a constant")
             )
-        self.components.on_evict(storage)
-        self.eq_classes.on_evict(storage)
+        if self.components.mode is not None:
+            self.components.on_evict(storage, evicted_neighbours(storage))
         storage.buffer = None
         self.memory -= storage.nbytes
         del self.candidates[storage]
@@ -473,7 +475,6 @@ class Allocator:
                 self.pinned_bytes -= storage.nbytes
         else:
             self.components.on_leave(storage)
-            self.eq_classes.on_leave(storage)
         storage.producer = None
         storage.banished = True
         storage.pinned = False
@@ -510,7 +511,6 @@ class Allocator:
                 self._record("free", storage)
         else:
             self.components.on_leave(storage)
-            self.eq_classes.on_leave(storage)
 
     def _record(self, kind: str, storage: Storage, **extra: Any) -> None:
         runtime = self.runtime

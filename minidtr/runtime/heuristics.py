@@ -38,7 +38,7 @@ MIN_STALENESS = 1e-9
 
 COST_TERMS: dict[str, Callable[[Storage, Allocator], float]] = {
     "estar": lambda s, a: s.cost + a.components.neighbourhood_cost(s),
-    "eq": lambda s, a: s.cost + a.eq_classes.neighbourhood_cost(s),
+    "eq": lambda s, a: s.cost + a.components.neighbourhood_cost(s),
     "local": lambda s, a: s.cost,
     "ancestors": lambda s, a: s.cost + evicted_ancestors_cost(s),
     "none": lambda s, a: 1.0,

@@ -6,33 +6,40 @@ recomputes every evicted storage connected to it through evicted storages
 evicted subgraph, so ``e*(t)`` is the union of the components adjacent to
 ``t`` and ``c(e*(t))`` the sum of their costs.
 
-``ExactComponents`` maintains those components incrementally: an eviction
-*merges* the components of the new storage's evicted neighbours (union-find,
-near O(1)); a rematerialization or the death of an evicted storage can *split*
-a component, which is handled by marking its root invalid and relabelling the
-pieces by a walk the next time one of them is asked for. Only the touched
-component is ever walked, never the whole graph.
+``EvictedComponents`` keeps those components as union-find classes whose root
+carries the summed cost. An eviction *merges* the classes of the new storage's
+evicted neighbours (near O(1)). What a rematerialization does depends on the
+mode:
 
-``EquivalenceClasses`` is the paper's h_DTR^eq: the same unions, but a
-rematerialization only subtracts the storage's cost from its class and gives
-it a fresh one; links are never split (a known over-approximation).
+- ``"estar"`` (exact, h_DTR): the component may split, so its root is marked
+  invalid and its pieces are relabelled by a walk the next time one of them is
+  asked for. Only the touched component is walked, never the whole graph.
+- ``"eq"`` (h_DTR^eq): the storage's cost is subtracted from its class and it
+  leaves the class; links are never split (the paper's over-approximation).
+
+Only the mode the active heuristic needs is maintained, and only while a
+budget is in force; switching mode starts a new *epoch*, which makes every
+existing label stale so that it is rebuilt lazily, on demand.
 """
 
 from __future__ import annotations
 
 from .storage import Storage
 
+MODES = ("estar", "eq")
+
 
 class Component:
-    """A union-find node carrying the summed cost of its class at the root."""
+    """A union-find node; the root carries its class's summed cost and size."""
 
-    __slots__ = ("parent", "cost", "size", "valid")
+    __slots__ = ("parent", "cost", "size", "valid", "epoch")
 
-    def __init__(self, cost: float = 0.0, size: int = 1):
+    def __init__(self, cost: float, size: int, epoch: int):
         self.parent: Component | None = None
         self.cost = cost
         self.size = size
         self.valid = True
+        self.epoch = epoch
 
     def root(self) -> Component:
         node = self
@@ -59,29 +66,30 @@ def evicted_neighbours(storage: Storage) -> list[Storage]:
     return [n for n in storage.neighbours() if n.buffer is None and not n.banished]
 
 
-def sum_of_roots(roots: list[Component]) -> float:
-    total = 0.0
-    seen: list[Component] = []
-    for root in roots:
-        if not any(root is r for r in seen):
-            seen.append(root)
-            total += root.cost
-    return total
+class EvictedComponents:
+    """Classes of evicted storages (``Storage.component``); see the module docstring."""
 
+    def __init__(self):
+        self.mode: str | None = None
+        self.epoch = 0
 
-class ExactComponents:
-    """Exact connected components of evicted storages (``Storage.component``)."""
+    def set_mode(self, mode: str | None) -> None:
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"unknown neighbourhood mode {mode!r}")
+        if mode != self.mode:
+            self.mode = mode
+            self.epoch += 1
 
     def root_of(self, storage: Storage) -> Component:
         node = storage.component
         if node is not None:
             root = node.root()
-            if root.valid:
+            if root.valid and root.epoch == self.epoch:
                 return root
         return self._relabel(storage)
 
     def _relabel(self, start: Storage) -> Component:
-        root = Component(cost=0.0, size=0)
+        root = Component(0.0, 0, self.epoch)
         stack = [start]
         start.component = root
         while stack:
@@ -94,50 +102,45 @@ class ExactComponents:
                     stack.append(n)
         return root
 
-    def on_evict(self, storage: Storage) -> None:
-        root = Component(cost=storage.cost)
-        for n in evicted_neighbours(storage):
+    def on_evict(self, storage: Storage, evicted: list[Storage]) -> None:
+        """``storage`` (still resident) is about to be evicted; ``evicted`` are its
+        evicted neighbours."""
+        if self.mode is None:
+            return
+        root = Component(storage.cost, 1, self.epoch)
+        for n in evicted:
             root = union(root, self.root_of(n))
         storage.component = root
 
-    def on_remat(self, storage: Storage) -> None:
-        self.on_leave(storage)
-
     def on_leave(self, storage: Storage) -> None:
-        """The storage leaves the evicted set (rematerialized, banished or freed)."""
-        if storage.component is not None:
-            storage.component.root().valid = False
-            storage.component = None
+        """``storage`` leaves the evicted set: rematerialized, banished or freed."""
+        node = storage.component
+        storage.component = None
+        if self.mode is None or node is None:
+            return
+        root = node.root()
+        if root.epoch != self.epoch or not root.valid:
+            return
+        if self.mode == "estar":
+            root.valid = False
+        else:
+            root.cost -= storage.cost
+            root.size -= 1
 
     def neighbourhood_cost(self, storage: Storage) -> float:
-        return sum_of_roots([self.root_of(n) for n in evicted_neighbours(storage)])
-
-
-class EquivalenceClasses:
-    """h_DTR^eq's union-find (``Storage.eq_class``): merges on eviction, never splits."""
-
-    def on_evict(self, storage: Storage) -> None:
-        root = Component(cost=storage.cost)
+        """c(e*(t)) for a resident ``storage``: the cost of its adjacent evicted classes."""
+        total = 0.0
+        seen: list[Component] = []
         for n in evicted_neighbours(storage):
-            if n.eq_class is not None:
-                root = union(root, n.eq_class.root())
-        storage.eq_class = root
-
-    def on_remat(self, storage: Storage) -> None:
-        self.on_leave(storage)
-
-    def on_leave(self, storage: Storage) -> None:
-        if storage.eq_class is not None:
-            storage.eq_class.root().cost -= storage.cost
-            storage.eq_class = None
-
-    def neighbourhood_cost(self, storage: Storage) -> float:
-        roots = [n.eq_class.root() for n in evicted_neighbours(storage) if n.eq_class is not None]
-        return sum_of_roots(roots)
+            root = self.root_of(n)
+            if not any(root is r for r in seen):
+                seen.append(root)
+                total += root.cost
+        return total
 
 
 def brute_force_neighbourhood(storage: Storage) -> list[Storage]:
-    """e*(t) by a full walk: the reference the incremental structures are tested against."""
+    """e*(t) by a full walk: the reference the incremental structure is tested against."""
     found: list[Storage] = []
     seen = {id(storage)}
     stack = evicted_neighbours(storage)

@@ -28,22 +28,21 @@ if TYPE_CHECKING:
 
 
 class Recipe:
-    __slots__ = ("op", "inputs", "device", "outputs", "out_nbytes", "cost", "__weakref__")
+    __slots__ = ("op", "inputs", "parents", "device", "outputs", "out_nbytes", "cost",
+                 "__weakref__")
 
     def __init__(self, op: Any, inputs: tuple[Cell, ...], device: str | None):
         self.op = op
         self.inputs = inputs
+        parents: list[Storage] = []
+        for cell in inputs:
+            if not any(cell.storage is s for s in parents):
+                parents.append(cell.storage)
+        self.parents = tuple(parents)  # the distinct input storages
         self.device = device
         self.outputs: list[weakref.ref[Storage]] = []
         self.out_nbytes: tuple[int, ...] = ()
         self.cost = 0.0
-
-    def input_storages(self) -> list[Storage]:
-        seen: list[Storage] = []
-        for cell in self.inputs:
-            if not any(cell.storage is s for s in seen):
-                seen.append(cell.storage)
-        return seen
 
     def __repr__(self) -> str:
         return f"Recipe({self.op.name}, inputs={[c.storage.id for c in self.inputs]})"
@@ -66,7 +65,6 @@ class Storage:
         "external_refs",
         "children",
         "component",
-        "eq_class",
         "evict_on_unlock",
         "allocator",
         "__weakref__",
@@ -86,8 +84,7 @@ class Storage:
         self.banished = False
         self.external_refs = 0
         self.children: list[weakref.ref[Storage]] = []
-        self.component = None  # exact evicted component (neighbourhood.py)
-        self.eq_class = None  # union-find class of dtr_eq (neighbourhood.py)
+        self.component = None  # class among evicted storages (neighbourhood.py)
         self.evict_on_unlock = False
 
     @property
@@ -103,8 +100,8 @@ class Storage:
     def evictable(self) -> bool:
         return self.producer is not None and not self.pinned
 
-    def parents(self) -> list[Storage]:
-        return [] if self.producer is None else self.producer.input_storages()
+    def parents(self) -> tuple[Storage, ...]:
+        return () if self.producer is None else self.producer.parents
 
     def live_children(self) -> list[Storage]:
         alive = [s for ref in self.children if (s := ref()) is not None]
@@ -114,7 +111,7 @@ class Storage:
 
     def neighbours(self) -> list[Storage]:
         """Parents and children: the edges e*(t) walks along."""
-        return self.parents() + self.live_children()
+        return [*self.parents(), *self.live_children()]
 
     def __del__(self):
         try:
