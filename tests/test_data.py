@@ -1,0 +1,106 @@
+"""The dataset generators: seeded, well-formed, and the labels mean what the docs say."""
+
+import numpy as np
+import pytest
+
+from minidtr.data import (
+    counting_sequences,
+    evaluate,
+    generate_listops,
+    load_digits,
+    minibatch_indices,
+    parse_listops,
+    shapes_segmentation,
+    tree_to_string,
+)
+
+
+def test_digits_split_shapes_and_range():
+    pytest.importorskip("sklearn")
+    split = load_digits(seed=0)
+    assert split.train_x.shape[1:] == (1, 8, 8) and split.train_x.dtype == np.float32
+    assert len(split.train_y) + len(split.test_y) == 1797
+    assert split.train_x.min() >= 0.0 and split.train_x.max() <= 1.0
+    assert set(np.unique(split.train_y)) == set(range(10))
+    again = load_digits(seed=0)
+    assert np.array_equal(split.test_y, again.test_y)
+    other = load_digits(seed=1)
+    assert not np.array_equal(split.test_y, other.test_y)
+
+
+def test_digits_without_sklearn_says_how_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_sklearn(name, *args, **kwargs):
+        if name.startswith("sklearn"):
+            raise ImportError("no sklearn here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sklearn)
+    with pytest.raises(ImportError, match="scikit-learn"):
+        load_digits()
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("[MAX 3 [MIN 4 7] 2]", 4),
+        ("[MIN 9 2 5]", 2),
+        ("[MED 1 8 3 5]", 3),  # lower median of 1 3 5 8
+        ("[MED 7 2 4]", 4),
+        ("[SUM_MOD 9 8 [MAX 1 5]]", 2),  # 22 mod 10
+    ],
+)
+def test_listops_evaluates_by_the_documented_rules(text, value):
+    tree = parse_listops(text)
+    assert evaluate(tree) == value
+    assert tree_to_string(tree) == text
+
+
+@pytest.mark.parametrize("bad", ["[MAX 3", "MAX 3 4", "[FOO 1 2]", "[MIN 3]", "[MAX 1 2] 3", "12"])
+def test_listops_parse_rejects_malformed(bad):
+    with pytest.raises(ValueError):
+        parse_listops(bad)
+
+
+def test_listops_generator_is_seeded_and_varied():
+    split = generate_listops(n=300, seed=3, max_depth=3, max_args=4)
+    again = generate_listops(n=300, seed=3, max_depth=3, max_args=4)
+    assert [str(t) for t in split.train_x] == [str(t) for t in again.train_x]
+    assert all(evaluate(t) == y for t, y in zip(split.train_x, split.train_y, strict=True))
+    assert all(1 <= t.height() <= 3 for t in split.train_x)
+    assert all(2 <= len(t.children) <= 4 for t in split.train_x)
+    shapes = {str(t).translate(str.maketrans("0123456789", "dddddddddd")) for t in split.train_x}
+    assert len(shapes) > 100, "trees should come in many shapes"
+    assert len(np.unique(split.train_y)) == 10
+
+
+def test_counting_sequences_follow_the_grammar():
+    split = counting_sequences(n=100, length=10, vocab=16, max_stride=3, seed=0)
+    x, y = split.train_x, split.train_y
+    assert x.shape == (80, 10) and y.shape == (80, 10) and x.dtype == np.int64
+    assert np.array_equal(x[:, 1:], y[:, :-1])
+    stride = (x[:, 1] - x[:, 0]) % 16
+    assert set(np.unique(stride)) <= {1, 2, 3}
+    assert np.array_equal((x + stride[:, None]) % 16, y)
+
+
+def test_shapes_segmentation_masks_match_images():
+    split = shapes_segmentation(n=50, size=16, seed=0)
+    images, masks = split.train_x, split.train_y
+    assert images.shape == (40, 1, 16, 16) and masks.shape == (40, 16, 16)
+    assert set(np.unique(masks)) == {0, 1, 2}
+    inside, outside = images[:, 0][masks > 0], images[:, 0][masks == 0]
+    assert inside.mean() > 0.8 and abs(outside.mean()) < 0.1
+    again = shapes_segmentation(n=50, size=16, seed=0)
+    assert np.array_equal(images, again.train_x)
+
+
+def test_minibatch_indices_cover_each_epoch_once():
+    stream = minibatch_indices(10, 3, seed=0)
+    epoch = np.concatenate([next(stream) for _ in range(3)])
+    assert len(set(epoch.tolist())) == 9
+    with pytest.raises(ValueError, match="batch"):
+        next(minibatch_indices(5, 6, seed=0))
