@@ -1,0 +1,226 @@
+"""Normalization: batch_norm (train and eval, running statistics) and layer_norm.
+
+Both are one fused ``Normalize`` op, ``(x - mean) / sqrt(var + eps) * weight +
+bias`` with the statistics taken over some axes and weight/bias laid along one
+axis. It also outputs the mean and (biased) variance, small tensors that
+backward keeps instead of the normalized activations, and that batch_norm
+reads to update its running statistics. The gradient is one fused op too.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..runtime.storage import Cell
+from ..tensor import Tensor
+from .op import DTypeError, Op, ShapeError, apply, as_constants, float_dtype
+
+
+class Normalize(Op):
+    """Outputs (y, mean, var); mean and var keep the statistics axes with size 1."""
+
+    n_outputs = 3
+    retain_outputs = (1, 2)
+
+    def __init__(
+        self,
+        name: str,
+        stat_axes: tuple[int, ...],
+        param_axis: int,
+        eps: float,
+        has_weight: bool,
+        has_bias: bool,
+    ):
+        self.name = name
+        self.stat_axes = stat_axes
+        self.param_axis = param_axis
+        self.eps = float(eps)
+        self.has_weight = has_weight
+        self.has_bias = has_bias
+        self.retain_inputs = (0, 1) if has_weight else (0,)
+
+    def infer(self, x: Cell, *params: Cell):
+        dtype = float_dtype(self, x, *params)
+        channels = x.shape[self.param_axis]
+        for p in params:
+            if p.shape != (channels,):
+                raise self.error(
+                    f"weight and bias must have shape ({channels},), the size of axis "
+                    f"{self.param_axis}",
+                    x,
+                    *params,
+                )
+        stat_shape = tuple(1 if i in self.stat_axes else d for i, d in enumerate(x.shape))
+        return [(x.shape, dtype), (stat_shape, dtype), (stat_shape, dtype)]
+
+    def param_shape(self, ndim: int) -> tuple[int, ...]:
+        return tuple(-1 if i == self.param_axis else 1 for i in range(ndim))
+
+    def forward(self, xp, x, *params):
+        mean = x.mean(axis=self.stat_axes, keepdims=True)
+        centered = x - mean
+        var = (centered * centered).mean(axis=self.stat_axes, keepdims=True)
+        y = centered
+        y *= 1.0 / xp.sqrt(var + self.eps)
+        shape = self.param_shape(x.ndim)
+        if self.has_weight:
+            y *= params[0].reshape(shape)
+        if self.has_bias:
+            y += params[-1].reshape(shape)
+        return y, mean, var
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 8.0 * math.prod(in_metas[0][0]), nbytes
+
+    def backward(self, inputs, outputs, grads):
+        g = grads[0]
+        if g is None:
+            raise RuntimeError(f"{self.name}: mean and var are internal outputs with no gradient")
+        weight = (inputs[1],) if self.has_weight else ()
+        dx, dw, db = apply(NormalizeGrad(self), inputs[0], outputs[1], outputs[2], *weight, g)
+        out = [dx if self.needs_grad[0] else None]
+        if self.has_weight:
+            out.append(dw if self.needs_grad[1] else None)
+        if self.has_bias:
+            out.append(db if self.needs_grad[-1] else None)
+        return tuple(out)
+
+
+class NormalizeGrad(Op):
+    """(dx, dweight, dbias) of ``Normalize`` from x, its mean and var, the weight and g:
+    with h = (x - mean) * rstd and dh = g * weight, over the statistics axes,
+    dx = rstd * (dh - mean(dh) - h * mean(dh * h))."""
+
+    n_outputs = 3
+    differentiable = False
+
+    def __init__(self, forward_op: Normalize):
+        self.name = forward_op.name + "_grad"
+        self.stat_axes = forward_op.stat_axes
+        self.param_axis = forward_op.param_axis
+        self.eps = forward_op.eps
+        self.has_weight = forward_op.has_weight
+
+    def infer(self, x: Cell, mean: Cell, var: Cell, *rest: Cell):
+        channels = (x.shape[self.param_axis],)
+        return [(x.shape, x.dtype), (channels, x.dtype), (channels, x.dtype)]
+
+    def forward(self, xp, x, mean, var, *rest):
+        g = rest[-1]
+        rstd = 1.0 / xp.sqrt(var + self.eps)
+        h = (x - mean) * rstd
+        param_sums = tuple(i for i in range(x.ndim) if i != self.param_axis)
+        dbias = g.sum(axis=param_sums)
+        dweight = (g * h).sum(axis=param_sums)
+        dh = (
+            g * rest[0].reshape([-1 if i == self.param_axis else 1 for i in range(x.ndim)])
+            if self.has_weight
+            else g
+        )
+        axes = self.stat_axes
+        dx = dh - dh.mean(axis=axes, keepdims=True)
+        dx -= h * (dh * h).mean(axis=axes, keepdims=True)
+        dx *= rstd
+        return dx, dweight, dbias
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 12.0 * math.prod(in_metas[0][0]), nbytes
+
+
+def _check_param(name: str, what: str, p: Tensor | None, x: Tensor, channels: int) -> None:
+    if p is None:
+        return
+    if not isinstance(p, Tensor):
+        raise TypeError(f"{name}: {what} must be a Tensor or None, got {type(p).__name__}")
+    if p.shape != (channels,):
+        raise ShapeError(
+            f"{name}: {what} must have shape ({channels},) for input shape {x.shape}, got {p.shape}"
+        )
+    if p.dtype != x.dtype:
+        raise DTypeError(f"{name}: {what} has dtype {p.dtype}, the input {x.dtype}")
+
+
+def batch_norm(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    training: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalization over every axis but 1 (the channels) of (N, C) or (N, C, H, W).
+
+    Training normalizes with the batch's biased variance and, when running
+    statistics are given, replaces them copy-on-write (``assign``) with
+    ``(1 - momentum) * running + momentum * batch`` (the variance unbiased), as
+    PyTorch does. Eval normalizes with the running statistics.
+    """
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
+    channels = x.shape[1]
+    for what, p in (
+        ("weight", weight),
+        ("bias", bias),
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+    ):
+        _check_param("batch_norm", what, p, x, channels)
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+    if not training:
+        if running_mean is None:
+            raise ValueError(
+                "batch_norm: eval mode (training=False) needs running_mean and running_var"
+            )
+        return _batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
+    stat_axes = (0, *range(2, x.ndim))
+    count = math.prod(x.shape[a] for a in stat_axes)
+    if count < 2:
+        raise ShapeError(
+            f"batch_norm: training needs more than 1 value per channel, got input shape {x.shape}"
+        )
+    params = tuple(p for p in (weight, bias) if p is not None)
+    op = Normalize("batch_norm", stat_axes, 1, eps, weight is not None, bias is not None)
+    y, mean, var = apply(op, x, *params)
+    if running_mean is not None:
+        from .shape import reshape
+
+        with as_constants():
+            new_mean = running_mean * (1.0 - momentum) + reshape(mean, (channels,)) * momentum
+            unbiased = reshape(var, (channels,)) * (momentum * count / (count - 1))
+            new_var = running_var * (1.0 - momentum) + unbiased
+        running_mean.assign(new_mean)
+        running_var.assign(new_var)
+    return y
+
+
+def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
+    """y = x * scale + shift with per-channel scale and shift computed from the running stats."""
+    from .elementwise import neg, sqrt
+    from .shape import reshape
+
+    scale = 1.0 / sqrt(running_var + float(eps))
+    if weight is not None:
+        scale = scale * weight
+    shift = neg(running_mean * scale)
+    if bias is not None:
+        shift = shift + bias
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return x * reshape(scale, shape) + reshape(shift, shape)
+
+
+def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """Layer normalization over the last axis; weight and bias (or None) have its length."""
+    if x.ndim < 1:
+        raise ShapeError("layer_norm: expects at least 1 dimension, got a 0-d tensor")
+    for what, p in (("weight", weight), ("bias", bias)):
+        _check_param("layer_norm", what, p, x, x.shape[-1])
+    params = tuple(p for p in (weight, bias) if p is not None)
+    op = Normalize(
+        "layer_norm", (x.ndim - 1,), x.ndim - 1, eps, weight is not None, bias is not None
+    )
+    return apply(op, x, *params)[0]
