@@ -54,6 +54,7 @@ class Allocator:
         self.budget: int | None = None
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
         self._sampler = random.Random(0)
+        self._dead_remats: list[Storage] = []
         self.runtimes: list[Runtime] = []
         self._snapshots: list[Stats] = []
         self.push(default or Runtime(device=device or "cpu"))
@@ -181,12 +182,13 @@ class Allocator:
                         parent.children.append(weakref.ref(storage))
                 cells.append(Cell(storage, None if constant else recipe, i, shape, dtype, device,
                                   contiguous=is_c_contiguous(result)))
-                self._record("alloc", storage)
+                self._record("alloc", storage, cost=recipe.cost)
             if self.observer is not None:
                 self.observer.on_compute(recipe, cells)
             return cells
         finally:
             self._unlock(locked)
+            self._free_dead_remats()
 
     def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
         """Execute a new recipe's kernel, measuring or estimating its cost."""
@@ -232,6 +234,7 @@ class Allocator:
             return self._array(cell)
         finally:
             self._unlock(locked)
+            self._free_dead_remats()
 
     def _array(self, cell: Cell):
         """The array of a cell whose storage is resident: the buffer, or a view of it."""
@@ -320,9 +323,23 @@ class Allocator:
                 storage.last_access = self.clock
                 if storage.evictable:
                     self.candidates[storage] = None
-                self._record("remat", storage)
+                self._record("remat", storage, cost=recipe.cost)
             else:
                 self.memory -= nbytes
+
+    def _free_dead_remats(self) -> None:
+        """Storages nobody references, rematerialized only to recompute others, are freed
+        again once the access that needed them is done (unless dealloc is ``ignore``), so
+        no garbage outlives the operation and a run does not depend on earlier ones."""
+        if not self._dead_remats:
+            return
+        dead, self._dead_remats = self._dead_remats, []
+        if self.runtime.dealloc == "ignore":
+            return
+        for storage in dead:
+            if (storage.buffer is not None and storage.external_refs == 0
+                    and not storage.locks and storage.evictable):
+                self.evict(storage, reason="dead")
 
     # ---- making room ----------------------------------------------------------------------
 
@@ -487,6 +504,7 @@ class Allocator:
         if storage.pinned or storage.producer is None:
             return
         self._unlock(self._lock([storage]))
+        self._free_dead_remats()
         storage.pinned = True
         self.candidates.pop(storage, None)
         self.pinned_bytes += storage.nbytes
