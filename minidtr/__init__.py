@@ -5,7 +5,7 @@ from . import nn, ops, optim, sim, testing
 from .autograd import no_grad
 from .ops import *  # noqa: F403  (the functional API at top level)
 from .ops import DTypeError, ShapeError, as_constants
-from .ops.random import manual_seed
+from .ops.random import manual_seed, rand, randn
 from .runtime import BudgetError, Runtime
 from .tensor import (
     Tensor,

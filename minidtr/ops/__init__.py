@@ -1,6 +1,7 @@
 """The functional op library. Each family lives in its own module; all are re-exported here
 (and at the top level of ``minidtr``)."""
 
+from .conv import avg_pool2d, conv2d, global_avg_pool2d, max_pool2d, upsample_nearest2d
 from .elementwise import (
     add,
     astype,
@@ -25,7 +26,11 @@ from .elementwise import (
     tanh,
     where,
 )
+from .embedding import embedding
 from .linalg import matmul
+from .loss import cross_entropy, log_softmax, mse_loss, softmax
+from .norm import batch_norm, layer_norm
 from .op import DTypeError, Op, ShapeError, apply, as_constants
+from .random import dropout, rand, randn
 from .reduce import max, mean, sum, sum_to
 from .shape import broadcast_to, concat, copy, flatten, getitem, reshape, split, stack, transpose

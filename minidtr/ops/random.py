@@ -7,7 +7,14 @@ Without an explicit seed one is drawn from minidtr's default generator
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from .. import backend
+from ..runtime.storage import Cell
+from ..tensor import Tensor
+from .op import FLOATS, DTypeError, Op, apply, float_dtype
 
 _default = np.random.default_rng(0)
 
@@ -29,3 +36,111 @@ def next_seed(seed: int | np.random.Generator | None = None) -> int:
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**63 - 1))
     return int(seed)
+
+
+# ---- random ops ----------------------------------------------------------------------------
+
+
+class Dropout(Op):
+    """Inverted dropout: zero each element with probability p, scale the rest by 1/(1-p).
+
+    The mask is drawn from ``seed`` (float32 uniforms, so it does not depend on x's
+    dtype); the VJP is the same op on the gradient, which draws the same mask.
+    """
+
+    name = "dropout"
+
+    def __init__(self, p: float, seed: int):
+        self.p = float(p)
+        self.seed = seed
+
+    def infer(self, x: Cell):
+        return [(x.shape, float_dtype(self, x))]
+
+    def forward(self, xp, x):
+        keep = backend.generator(xp, self.seed).random(x.shape, dtype=np.float32) >= self.p
+        return xp.where(keep, x * (1.0 / (1.0 - self.p)), xp.zeros((), dtype=x.dtype))
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 4.0 * math.prod(in_metas[0][0]), nbytes
+
+    def backward(self, inputs, outputs, g):
+        return apply(Dropout(self.p, self.seed), g)
+
+
+class RandomFill(Op):
+    """A tensor of standard normal (``randn``) or [0, 1) uniform (``rand``) samples, drawn
+    from ``seed``: no inputs, so an evicted one is recomputed from the seed alone."""
+
+    differentiable = False
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype, seed: int):
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.seed = seed
+
+    def infer(self):
+        return [(self.shape, self.dtype)]
+
+    def forward(self, xp):
+        rng = backend.generator(xp, self.seed)
+        dtype = np.float32 if self.dtype == np.float16 else self.dtype
+        if self.name == "randn":
+            out = rng.standard_normal(self.shape, dtype=dtype)
+        else:
+            out = rng.random(self.shape, dtype=dtype)
+        return out.astype(self.dtype, copy=False)
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 16.0 * math.prod(self.shape), nbytes
+
+
+def dropout(
+    x: Tensor, p: float = 0.5, training: bool = True, seed: int | np.random.Generator | None = None
+) -> Tensor:
+    """Inverted dropout; ``x`` itself when not training or p == 0. The seed (drawn from
+    minidtr's default generator when None) is kept in the recipe."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    if not training or p == 0.0:
+        return x
+    return apply(Dropout(p, next_seed(seed)), x)
+
+
+def _random(name: str, shape, dtype, seed, requires_grad: bool, device: str) -> Tensor:
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if not all(isinstance(d, int | np.integer) and d >= 0 for d in shape):
+        raise ValueError(f"{name}: shape must be non-negative ints, got {shape}")
+    dtype = np.dtype(dtype)
+    if dtype not in FLOATS:
+        raise DTypeError(f"{name}: dtype must be floating point, got {dtype}")
+    op = RandomFill(name, tuple(int(d) for d in shape), dtype, next_seed(seed))
+    out = apply(op, device=device)
+    out.requires_grad = requires_grad
+    return out
+
+
+def randn(
+    shape,
+    dtype=np.float32,
+    seed: int | np.random.Generator | None = None,
+    requires_grad: bool = False,
+    device: str = "cpu",
+) -> Tensor:
+    """Standard normal samples. ``seed``: an int, a numpy Generator (an int is drawn from
+    it) or None (drawn from minidtr's default generator, see ``manual_seed``)."""
+    return _random("randn", shape, dtype, seed, requires_grad, device)
+
+
+def rand(
+    shape,
+    dtype=np.float32,
+    seed: int | np.random.Generator | None = None,
+    requires_grad: bool = False,
+    device: str = "cpu",
+) -> Tensor:
+    """Uniform samples in [0, 1); ``seed`` as for ``randn``."""
+    return _random("rand", shape, dtype, seed, requires_grad, device)

@@ -1,0 +1,215 @@
+"""Softmax, log-softmax and the losses: cross_entropy (integer targets) and mse_loss.
+
+All are fused ops with fused gradient ops: softmax and log_softmax keep only
+their output for backward, cross_entropy only its logits (which the layer
+before keeps anyway), so no (N, C) intermediate stays alive.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import backend
+from ..runtime.storage import Cell
+from ..tensor import Tensor
+from .op import DTypeError, Op, apply, float_dtype, normalize_axis
+
+
+def stable_log_softmax(xp, x, axis: int):
+    shifted = x - x.max(axis=axis, keepdims=True)
+    shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted
+
+
+class Softmax(Op):
+    name = "softmax"
+    retain_outputs = (0,)
+
+    def __init__(self, axis: int):
+        self.axis = axis
+
+    def infer(self, x: Cell):
+        dtype = float_dtype(self, x)
+        self.axis = normalize_axis(self, self.axis, len(x.shape), x)
+        return [(x.shape, dtype)]
+
+    def forward(self, xp, x):
+        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
+        e /= e.sum(axis=self.axis, keepdims=True)
+        return e
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 12.0 * math.prod(in_metas[0][0]), nbytes
+
+    def backward(self, inputs, outputs, g):
+        return apply(SoftmaxGrad(self.name, self.axis), outputs[0], g)
+
+
+class LogSoftmax(Softmax):
+    name = "log_softmax"
+
+    def forward(self, xp, x):
+        return stable_log_softmax(xp, x, self.axis)
+
+
+class SoftmaxGrad(Op):
+    """dL/dx from the output y: y * (g - sum(g * y)) for softmax, g - exp(y) * sum(g) for
+    log_softmax."""
+
+    differentiable = False
+
+    def __init__(self, of: str, axis: int):
+        self.name = of + "_grad"
+        self.of = of
+        self.axis = axis
+
+    def infer(self, y: Cell, g: Cell):
+        return [(y.shape, y.dtype)]
+
+    def forward(self, xp, y, g):
+        if self.of == "softmax":
+            dx = g * y
+            dx -= y * dx.sum(axis=self.axis, keepdims=True)
+            return dx
+        return g - xp.exp(y) * g.sum(axis=self.axis, keepdims=True)
+
+
+class CrossEntropy(Op):
+    """The mean over the batch of -log_softmax(logits)[n, targets[n]]: a 0-d output."""
+
+    name = "cross_entropy"
+    retain_inputs = (0, 1)
+
+    def infer(self, logits: Cell, targets: Cell):
+        dtype = float_dtype(self, logits)
+        if len(logits.shape) != 2:
+            raise self.error(
+                f"logits must be (N, C), got {len(logits.shape)} dimensions", logits, targets
+            )
+        if targets.dtype.kind not in "iu":
+            raise self.error(
+                f"targets must be integer class indices, got {targets.dtype}",
+                logits,
+                targets,
+                kind=DTypeError,
+            )
+        n, classes = logits.shape
+        if targets.shape != (n,):
+            raise self.error(
+                f"targets must have shape ({n},), one class index per row", logits, targets
+            )
+        if n == 0:
+            raise self.error("needs at least one row to average over", logits, targets)
+        values = backend.to_host(targets.storage.allocator.read(targets))
+        bad = values[(values < 0) | (values >= classes)]
+        if bad.size:
+            raise self.error(
+                f"target {bad[0]} is out of range for {classes} classes (valid: 0..{classes - 1})",
+                logits,
+                targets,
+                kind=IndexError,
+            )
+        return [((), dtype)]
+
+    def forward(self, xp, logits, targets):
+        rows = xp.arange(logits.shape[0])
+        picked = stable_log_softmax(xp, logits, 1)[rows, targets]
+        return xp.asarray(-picked.mean(), dtype=logits.dtype)
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 10.0 * math.prod(in_metas[0][0]), nbytes
+
+    def backward(self, inputs, outputs, g):
+        return apply(CrossEntropyGrad(), inputs[0], inputs[1], g), None
+
+
+class CrossEntropyGrad(Op):
+    """(softmax(logits) - onehot(targets)) * g / N."""
+
+    name = "cross_entropy_grad"
+    differentiable = False
+
+    def infer(self, logits: Cell, targets: Cell, g: Cell):
+        return [(logits.shape, logits.dtype)]
+
+    def forward(self, xp, logits, targets, g):
+        p = xp.exp(stable_log_softmax(xp, logits, 1))
+        p[xp.arange(logits.shape[0]), targets] -= 1.0
+        p *= g
+        p *= 1.0 / logits.shape[0]
+        return p
+
+
+class MSELoss(Op):
+    """mean((a - b)**2) over every element: a 0-d output."""
+
+    name = "mse_loss"
+    retain_inputs = (0, 1)
+
+    def infer(self, a: Cell, b: Cell):
+        dtype = float_dtype(self, a, b)
+        if a.shape != b.shape:
+            raise self.error("shapes differ; mse_loss compares same-shaped tensors", a, b)
+        return [((), dtype)]
+
+    def forward(self, xp, a, b):
+        d = a - b
+        d *= d
+        return xp.asarray(d.mean(), dtype=a.dtype)
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 3.0 * math.prod(in_metas[0][0]), nbytes
+
+    def backward(self, inputs, outputs, g):
+        from .elementwise import neg
+
+        da = apply(MSELossGrad(), inputs[0], inputs[1], g)
+        return (da if self.needs_grad[0] else None), (neg(da) if self.needs_grad[1] else None)
+
+
+class MSELossGrad(Op):
+    """dL/da = 2 (a - b) g / n (and dL/db is its negation)."""
+
+    name = "mse_loss_grad"
+    differentiable = False
+
+    def infer(self, a: Cell, b: Cell, g: Cell):
+        return [(a.shape, a.dtype)]
+
+    def forward(self, xp, a, b, g):
+        d = a - b
+        d *= g
+        d *= 2.0 / max(d.size, 1)
+        return d
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return apply(Softmax(axis), x)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return apply(LogSoftmax(axis), x)
+
+
+def cross_entropy(logits: Tensor, targets) -> Tensor:
+    """Mean cross-entropy of (N, C) logits against integer class indices (N,)."""
+    if not isinstance(targets, Tensor):
+        from ..tensor import tensor
+
+        array = np.asarray(targets)
+        if array.dtype.kind not in "iu":
+            raise DTypeError(
+                f"cross_entropy: targets must be integer class indices, got {array.dtype}"
+            )
+        targets = tensor(array, device=logits.device)
+    return apply(CrossEntropy(), logits, targets)
+
+
+def mse_loss(a: Tensor, b: Tensor) -> Tensor:
+    """Mean squared error over every element."""
+    return apply(MSELoss(), a, b)
