@@ -1,1 +1,46 @@
-"""(being built)"""
+"""Neural-network modules on top of the functional ops (PyTorch-style names and defaults)."""
+
+from . import init
+from .layers import (
+    GELU,
+    AvgPool2d,
+    Conv2d,
+    CrossEntropyLoss,
+    Dropout,
+    Embedding,
+    Flatten,
+    Identity,
+    Linear,
+    MaxPool2d,
+    MSELoss,
+    ReLU,
+    Sigmoid,
+    Tanh,
+)
+from .module import Module, ModuleList, Sequential
+from .norm import BatchNorm2d, LayerNorm
+from .rnn import LSTMCell
+
+__all__ = [
+    "GELU",
+    "AvgPool2d",
+    "BatchNorm2d",
+    "Conv2d",
+    "CrossEntropyLoss",
+    "Dropout",
+    "Embedding",
+    "Flatten",
+    "Identity",
+    "LSTMCell",
+    "LayerNorm",
+    "Linear",
+    "MSELoss",
+    "MaxPool2d",
+    "Module",
+    "ModuleList",
+    "ReLU",
+    "Sequential",
+    "Sigmoid",
+    "Tanh",
+    "init",
+]

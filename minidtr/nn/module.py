@@ -1,0 +1,262 @@
+"""``Module``: parameters, buffers and sub-modules registered by attribute assignment.
+
+Assigning a ``Module`` registers a sub-module; assigning a leaf Tensor with
+``requires_grad=True`` registers a parameter; ``register_buffer`` registers a
+tensor that is state but not trained (running statistics). Everything else is
+a plain attribute. Registration order is the iteration order, so
+``parameters()`` is deterministic: a module's own parameters first, then each
+sub-module's, depth first, as in PyTorch.
+
+Values are never written in place: ``load_state_dict`` (and optimizers,
+running statistics) rebind a tensor handle to a new storage with
+``Tensor.assign``, so recipes that read the old value still replay exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..tensor import Tensor
+from .init import parameter
+
+PARAMETER, BUFFER, MODULE = "parameter", "buffer", "module"
+
+
+class Module:
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_registry", {})  # name -> PARAMETER | BUFFER | MODULE
+        object.__setattr__(self, "training", True)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    # ---- registration -------------------------------------------------------------------
+
+    def _registry_or_fail(self) -> dict[str, str]:
+        registry = self.__dict__.get("_registry")
+        if registry is None:
+            raise AttributeError(
+                f"{type(self).__name__}: call super().__init__() before assigning attributes"
+            )
+        return registry
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        registry = self._registry_or_fail()
+        kind = registry.get(name)
+        if isinstance(value, Module):
+            new = MODULE
+        elif kind == BUFFER and (value is None or isinstance(value, Tensor)):
+            new = BUFFER
+        elif isinstance(value, Tensor) and value.requires_grad and value.grad_fn is None:
+            new = PARAMETER
+        else:
+            new = None
+        if new != kind:
+            registry.pop(name, None)
+            if new is not None:
+                registry[name] = new
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._registry_or_fail().pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, value: Tensor | None) -> None:
+        """Register non-trained state (saved in ``state_dict``, never given to an optimizer)."""
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(
+                f"register_buffer({name!r}): expected a Tensor or None, got {type(value).__name__}"
+            )
+        registry = self._registry_or_fail()
+        registry.pop(name, None)
+        registry[name] = BUFFER
+        object.__setattr__(self, name, value)
+
+    def _own(self, kind: str) -> Iterator[tuple[str, Any]]:
+        for name, k in self._registry.items():
+            if k == kind:
+                value = self.__dict__[name]
+                if value is not None:
+                    yield name, value
+
+    # ---- traversal -----------------------------------------------------------------------
+
+    def named_children(self) -> list[tuple[str, Module]]:
+        return list(self._own(MODULE))
+
+    def children(self) -> list[Module]:
+        return [m for _, m in self._own(MODULE)]
+
+    def named_modules(self, prefix: str = "") -> list[tuple[str, Module]]:
+        """This module and every sub-module (each once), depth first in registration order."""
+        out: list[tuple[str, Module]] = []
+        seen: set[int] = set()
+        stack: list[tuple[str, Module]] = [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            out.append((name, module))
+            children = [(f"{name}.{n}" if name else n, m) for n, m in module._own(MODULE)]
+            stack.extend(reversed(children))
+        return out
+
+    def modules(self) -> list[Module]:
+        return [m for _, m in self.named_modules()]
+
+    def _named_tensors(self, kind: str) -> list[tuple[str, Tensor]]:
+        out: list[tuple[str, Tensor]] = []
+        seen: set[int] = set()
+        for prefix, module in self.named_modules():
+            for name, t in module._own(kind):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    out.append((f"{prefix}.{name}" if prefix else name, t))
+        return out
+
+    def named_parameters(self) -> list[tuple[str, Tensor]]:
+        """(dotted name, tensor) for every parameter, each once (shared ones under their
+        first name), in registration order."""
+        return self._named_tensors(PARAMETER)
+
+    def parameters(self) -> list[Tensor]:
+        return [t for _, t in self._named_tensors(PARAMETER)]
+
+    def named_buffers(self) -> list[tuple[str, Tensor]]:
+        return self._named_tensors(BUFFER)
+
+    def buffers(self) -> list[Tensor]:
+        return [t for _, t in self._named_tensors(BUFFER)]
+
+    def num_parameters(self) -> int:
+        return sum(p.size for p in self.parameters())
+
+    # ---- modes and gradients ----------------------------------------------------------------
+
+    def train(self, mode: bool = True) -> Module:
+        for module in self.modules():
+            object.__setattr__(module, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad = None
+
+    # ---- saving and loading -----------------------------------------------------------------
+
+    def _state_tensors(self) -> dict[str, Tensor]:
+        """Every parameter and buffer by dotted name: per module its parameters, then its
+        buffers (PyTorch's state_dict order)."""
+        out: dict[str, Tensor] = {}
+        for prefix, module in self.named_modules():
+            for kind in (PARAMETER, BUFFER):
+                for name, t in module._own(kind):
+                    out[f"{prefix}.{name}" if prefix else name] = t
+        return out
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Host copies of every parameter and buffer, by dotted name."""
+        return {name: t.numpy() for name, t in self._state_tensors().items()}
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], strict: bool = True
+    ) -> tuple[list[str], list[str]]:
+        """Set parameters and buffers from arrays (NumPy arrays, Tensors, anything
+        ``np.asarray`` takes), cast to each tensor's dtype. Each tensor is rebound to a
+        new storage (copy-on-write); the old values stay intact for any recipe that read
+        them. Checks everything before changing anything. Returns (missing, unexpected)
+        key lists; with ``strict`` either being non-empty is an error."""
+        own = self._state_tensors()
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(
+                f"load_state_dict into {type(self).__name__}: missing keys "
+                f"{missing}, unexpected keys {unexpected}"
+            )
+        arrays: dict[str, np.ndarray] = {}
+        for name, t in own.items():
+            if name not in state:
+                continue
+            value = state[name]
+            array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+            if array.shape != t.shape:
+                raise ValueError(
+                    f"load_state_dict: {name!r} has shape {array.shape} in the "
+                    f"state dict but {t.shape} in the module"
+                )
+            arrays[name] = array
+        for name, array in arrays.items():
+            t = own[name]
+            t.assign(parameter(array, t.dtype, t.device, requires_grad=False, name=name))
+        return missing, unexpected
+
+    # ---- printing ----------------------------------------------------------------------------
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        extra = self.extra_repr()
+        children = self.named_children()
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        lines = [extra] if extra else []
+        lines += [f"({name}): " + repr(module).replace("\n", "\n  ") for name, module in children]
+        body = "\n  ".join(lines)
+        return f"{type(self).__name__}(\n  {body}\n)"
+
+
+class ModuleList(Module):
+    """A list of sub-modules (registered as "0", "1", ..., so their parameters are found)."""
+
+    def __init__(self, modules: Iterable[Module] = ()):
+        super().__init__()
+        for module in modules:
+            self.append(module)
+
+    def append(self, module: Module) -> ModuleList:
+        if not isinstance(module, Module):
+            raise TypeError(
+                f"{type(self).__name__}: expected a Module, got {type(module).__name__}"
+            )
+        setattr(self, str(len(self)), module)
+        return self
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._own(MODULE))
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self.children())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        children = self.children()
+        if isinstance(index, slice):
+            return type(self)(children[index])
+        return children[index]
+
+
+class Sequential(ModuleList):
+    """Modules applied in order, each to the previous one's output."""
+
+    def __init__(self, *modules: Module):
+        if len(modules) == 1 and not isinstance(modules[0], Module):
+            modules = tuple(modules[0])
+        super().__init__(modules)
+
+    def forward(self, x: Any) -> Any:
+        for module in self:
+            x = module(x)
+        return x

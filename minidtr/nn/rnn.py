@@ -1,0 +1,83 @@
+"""Recurrent cells: LSTMCell, with PyTorch's parameter layout and gate order."""
+
+from __future__ import annotations
+
+import math
+
+from .. import ops as F
+from ..ops.op import ShapeError
+from ..tensor import DEFAULT_DTYPE, Tensor, zeros
+from .init import Rng, generator, parameter, uniform
+from .layers import check_input
+from .module import Module
+
+
+class LSTMCell(Module):
+    """One LSTM step: ``(h, c) = cell(x, (h, c))``.
+
+    gates = x @ weight_ih.T + bias_ih + h @ weight_hh.T + bias_hh, split into
+    i, f, g, o (input, forget, cell, output; weight_ih (4H, I), weight_hh
+    (4H, H)); c' = sigmoid(f) * c + sigmoid(i) * tanh(g); h' = sigmoid(o) *
+    tanh(c'). A missing state is zeros. Every parameter starts U(-1/sqrt(H),
+    1/sqrt(H)). Input (batch, I) or unbatched (I,).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        dtype=DEFAULT_DTYPE,
+        device: str = "cpu",
+        rng: Rng = None,
+    ):
+        super().__init__()
+        rng = generator(rng)
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        bound = 1.0 / math.sqrt(hidden_size)
+        h4 = 4 * hidden_size
+
+        def make(shape, name):
+            return parameter(uniform(shape, bound, rng), dtype, device, name=name)
+
+        self.weight_ih = make((h4, input_size), "weight_ih")
+        self.weight_hh = make((h4, hidden_size), "weight_hh")
+        self.bias_ih = make((h4,), "bias_ih") if bias else None
+        self.bias_hh = make((h4,), "bias_hh") if bias else None
+
+    def forward(
+        self, x: Tensor, state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        check_input(self, x, -1, self.input_size, "features", ndim=(1, 2))
+        batched = x.ndim == 2
+        if not batched:
+            x = F.reshape(x, (1, self.input_size))
+        shape = (x.shape[0], self.hidden_size)
+        if state is None:
+            h = zeros(shape, x.dtype, device=x.device)
+            c = zeros(shape, x.dtype, device=x.device)
+        else:
+            h, c = state
+            if not batched:
+                h, c = F.reshape(h, shape), F.reshape(c, shape)
+            if h.shape != shape or c.shape != shape:
+                raise ShapeError(
+                    f"{self!r}: the state must be two tensors of shape {shape} "
+                    f"for input {x.shape}, got {h.shape} and {c.shape}"
+                )
+        gates = F.matmul(x, self.weight_ih.T)
+        if self.bias_ih is not None:
+            gates = gates + self.bias_ih
+        gates = gates + F.matmul(h, self.weight_hh.T)
+        if self.bias_hh is not None:
+            gates = gates + self.bias_hh
+        i, f, g, o = F.split(gates, 4, axis=1)
+        c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
+        h = F.sigmoid(o) * F.tanh(c)
+        if not batched:
+            h, c = F.reshape(h, (self.hidden_size,)), F.reshape(c, (self.hidden_size,))
+        return h, c
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, bias={self.bias_ih is not None}"

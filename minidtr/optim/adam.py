@@ -1,0 +1,59 @@
+"""Adam with bias correction and L2 weight decay added to the gradient (PyTorch's rule)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ..ops.elementwise import sqrt
+from ..tensor import Tensor, zeros_like
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    """At step t: g = grad + weight_decay * p; m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g; p = p - (lr / (1 - b1^t)) * m /
+    (sqrt(v) / sqrt(1 - b2^t) + eps) (``torch.optim.Adam``, amsgrad off)."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
+        super().__init__(params, lr)
+        beta1, beta2 = betas
+        if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+            raise ValueError(f"Adam: betas must be in [0, 1), got {betas}")
+        if eps < 0.0 or weight_decay < 0.0:
+            raise ValueError(f"Adam: eps and weight_decay must be >= 0, got {eps}, {weight_decay}")
+        self.betas = (float(beta1), float(beta2))
+        self.eps = eps
+        self.weight_decay = weight_decay
+        self.param_steps = [0] * len(self.params)
+        self.exp_avg: list[Tensor | None] = [None] * len(self.params)
+        self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)
+
+    def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
+        beta1, beta2 = self.betas
+        if self.exp_avg[index] is None:
+            self.exp_avg[index] = zeros_like(p)
+            self.exp_avg_sq[index] = zeros_like(p)
+        self.param_steps[index] += 1
+        t = self.param_steps[index]
+        if self.weight_decay:
+            grad = grad + p * self.weight_decay
+        m = self.exp_avg[index] * beta1 + grad * (1.0 - beta1)
+        v = self.exp_avg_sq[index] * beta2 + grad * grad * (1.0 - beta2)
+        self.exp_avg[index], self.exp_avg_sq[index] = m, v
+        step_size = self.lr / (1.0 - beta1**t)
+        denom = sqrt(v) / math.sqrt(1.0 - beta2**t) + self.eps
+        return p - m / denom * step_size
+
+    def __repr__(self) -> str:
+        return (
+            f"Adam({len(self.params)} tensors, lr={self.lr}, betas={self.betas}, "
+            f"eps={self.eps}, weight_decay={self.weight_decay})"
+        )
