@@ -126,9 +126,8 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = Fals
                 )
             grads = pending.pop(node)
             op = node.op
-            result = op.backward(
-                node.saved_inputs, node.saved_outputs, grads[0] if op.n_outputs == 1 else tuple(grads)
-            )
+            grad = grads[0] if op.n_outputs == 1 else tuple(grads)
+            result = op.backward(node.saved_inputs, node.saved_outputs, grad)
             if not isinstance(result, tuple):
                 result = (result,)
             if not retain_graph:
@@ -156,7 +155,7 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = Fals
                 consumers[target] -= 1
                 if consumers[target] == 0:
                     heapq.heappush(ready, target)
-            del result, grads
+            del result, grads, grad
         for leaf, g in leaf_grads.values():
             _accumulate_leaf(leaf, g)
 

@@ -307,8 +307,14 @@ def _default_dtype(array: np.ndarray) -> np.dtype:
     return array.dtype
 
 
-def constant(make_array, shape: tuple[int, ...], dtype, device: str, requires_grad: bool = False,
-             name: str = "constant") -> Tensor:
+def constant(
+    make_array,
+    shape: tuple[int, ...],
+    dtype,
+    device: str,
+    requires_grad: bool = False,
+    name: str = "constant",
+) -> Tensor:
     """A tensor over a new constant storage whose buffer ``make_array()`` creates
     (after the allocator has made room for it)."""
     dtype = np.dtype(dtype)
@@ -333,16 +339,21 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
     if requires_grad and dtype.kind != "f":
         raise TypeError(f"tensor(): only floating-point tensors can require grad, not {dtype}")
     shape = tuple(np.shape(source))
-    return constant(lambda: xp.array(source, dtype=dtype, copy=True, order="C"), shape, dtype,
-                    device, requires_grad)
+    return constant(
+        lambda: xp.array(source, dtype=dtype, copy=True, order="C"),
+        shape,
+        dtype,
+        device,
+        requires_grad,
+    )
 
 
-def full(shape, value: float, dtype=DEFAULT_DTYPE, requires_grad: bool = False,
-         device: str = "cpu") -> Tensor:
+def full(
+    shape, value: float, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu"
+) -> Tensor:
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     xp = backend.xp_for(device)
-    return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device,
-                    requires_grad)
+    return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
 
 
 def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
@@ -361,8 +372,9 @@ def ones_like(x: Tensor) -> Tensor:
     return full(x.shape, 1, x.dtype, device=x.device)
 
 
-def arange(start: int, stop: int | None = None, step: int = 1, dtype=int64,
-           device: str = "cpu") -> Tensor:
+def arange(
+    start: int, stop: int | None = None, step: int = 1, dtype=int64, device: str = "cpu"
+) -> Tensor:
     if stop is None:
         start, stop = 0, start
     xp = backend.xp_for(device)

@@ -14,3 +14,14 @@ def shared_traces() -> pathlib.Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/traces is not present")
     return SHARED_TRACES
+
+
+@pytest.fixture
+def fresh_allocator(monkeypatch):
+    """A new CPU allocator for the test, so that storages left by other tests (and evictions
+    of them) cannot influence its decisions."""
+    from minidtr.runtime import allocator as allocator_module
+
+    allocator = allocator_module.Allocator("cpu")
+    monkeypatch.setitem(allocator_module._ALLOCATORS, "cpu", allocator)
+    return allocator

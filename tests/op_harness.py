@@ -67,8 +67,9 @@ def as_tuple(x) -> tuple:
 
 
 def to_tensors(arrays, grad_indices=(), device=DEVICE) -> list[md.Tensor]:
-    return [md.tensor(a, requires_grad=i in grad_indices, device=device)
-            for i, a in enumerate(arrays)]
+    return [
+        md.tensor(a, requires_grad=i in grad_indices, device=device) for i, a in enumerate(arrays)
+    ]
 
 
 def projection_weights(outputs, seed: int = 1) -> list[np.ndarray]:
@@ -86,16 +87,22 @@ def check_forward(case: OpCase, shapes, dtype) -> None:
         w = np.asarray(w)
         assert g.shape == w.shape, f"{case.name} output {i}: shape {g.shape}, expected {w.shape}"
         assert g.dtype == w.dtype, f"{case.name} output {i}: dtype {g.dtype}, expected {w.dtype}"
-        np.testing.assert_allclose(g.numpy(), w, rtol=rtol, atol=atol,
-                                   err_msg=f"{case.name} output {i}, {shapes}, {dtype}")
+        np.testing.assert_allclose(
+            g.numpy(), w, rtol=rtol, atol=atol, err_msg=f"{case.name} output {i}, {shapes}, {dtype}"
+        )
 
 
 def _projected(case: OpCase, arrays, weights) -> float:
     """<w, f(x)> computed in float64 by the minidtr op itself."""
     with md.no_grad():
         outs = as_tuple(case.fn(*to_tensors(arrays)))
-    return float(sum((o.numpy().astype(np.float64) * w).sum()
-                     for o, w in zip(outs, weights, strict=True) if o.dtype.kind == "f"))
+    return float(
+        sum(
+            (o.numpy().astype(np.float64) * w).sum()
+            for o, w in zip(outs, weights, strict=True)
+            if o.dtype.kind == "f"
+        )
+    )
 
 
 def analytic_grads(case: OpCase, arrays, weights=None):
@@ -123,8 +130,9 @@ def check_gradient(case: OpCase, shapes, eps: float = 1e-6) -> None:
     grads, outs, weights = analytic_grads(case, arrays)
     rng = np.random.default_rng(2)
     directions = {i: rng.standard_normal(arrays[i].shape) for i in idx}
-    analytic = sum(float((g.numpy() * directions[i]).sum())
-                   for g, i in zip(grads, idx, strict=True))
+    analytic = sum(
+        float((g.numpy() * directions[i]).sum()) for g, i in zip(grads, idx, strict=True)
+    )
     plus = [a + eps * directions[i] if i in directions else a for i, a in enumerate(arrays)]
     minus = [a - eps * directions[i] if i in directions else a for i, a in enumerate(arrays)]
     numeric = (_projected(case, plus, weights) - _projected(case, minus, weights)) / (2 * eps)
@@ -146,23 +154,35 @@ def check_torch(case: OpCase, shapes, dtype) -> None:
     rtol, atol = (1e-4, 1e-5) if np.dtype(dtype) == np.float32 else (1e-9, 1e-11)
     total = 0
     for o, t, w in zip(outs, torch_outs, weights, strict=True):
-        np.testing.assert_allclose(o.numpy(), t.detach().numpy(), rtol=rtol, atol=atol,
-                                   err_msg=f"{case.name} forward vs torch, {shapes}, {dtype}")
+        np.testing.assert_allclose(
+            o.numpy(),
+            t.detach().numpy(),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{case.name} forward vs torch, {shapes}, {dtype}",
+        )
         if t.requires_grad:
             total = total + (t * torch.tensor(w)).sum()
     if idx and torch.is_tensor(total):
         total.backward()
         for g, i in zip(grads, idx, strict=True):
             np.testing.assert_allclose(
-                g.numpy(), torch_inputs[i].grad.numpy(), rtol=rtol * 10, atol=atol * 10,
-                err_msg=f"{case.name} grad of input {i} vs torch, {shapes}, {dtype}")
+                g.numpy(),
+                torch_inputs[i].grad.numpy(),
+                rtol=rtol * 10,
+                atol=atol * 10,
+                err_msg=f"{case.name} grad of input {i} vs torch, {shapes}, {dtype}",
+            )
 
 
 def check_recompute(case: OpCase, shapes, dtype) -> None:
     """Every output and gradient, evicted and recomputed from its recipe, is bit-identical."""
     arrays = case.inputs(shapes, dtype)
-    grads, outs, _ = analytic_grads(case, arrays) if case.grad_indices(arrays) else (
-        [], as_tuple(case.fn(*to_tensors(arrays))), None)
+    grads, outs, _ = (
+        analytic_grads(case, arrays)
+        if case.grad_indices(arrays)
+        else ([], as_tuple(case.fn(*to_tensors(arrays))), None)
+    )
     checked = 0
     for t in (*outs, *grads):
         if t is None or not t.storage.evictable:
@@ -180,7 +200,8 @@ def check_bad_inputs(case: OpCase) -> None:
         with pytest.raises(case.bad_error) as info:
             case.fn(*to_tensors(arrays))
         assert case.name.split("[")[0] in str(info.value), (
-            f"the error for bad input {bad} does not name the op: {info.value}")
+            f"the error for bad input {bad} does not name the op: {info.value}"
+        )
 
 
 def parametrize_cases(cases: Sequence[OpCase]):
@@ -189,8 +210,11 @@ def parametrize_cases(cases: Sequence[OpCase]):
     for case in cases:
         for shapes in case.shapes:
             for dtype in case.dtypes:
-                params.append(pytest.param(case, shapes, np.dtype(dtype),
-                                           id=f"{case.name}-{shapes}-{np.dtype(dtype)}"))
+                params.append(
+                    pytest.param(
+                        case, shapes, np.dtype(dtype), id=f"{case.name}-{shapes}-{np.dtype(dtype)}"
+                    )
+                )
     return params
 
 
@@ -209,8 +233,9 @@ def define_tests(cases: Sequence[OpCase]):
         check_gradient(case, shapes)
 
     @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
-    @pytest.mark.parametrize("case,shapes,dtype",
-                             [p for p in variants if p.values[0].torch_fn is not None])
+    @pytest.mark.parametrize(
+        "case,shapes,dtype", [p for p in variants if p.values[0].torch_fn is not None]
+    )
     def test_torch(case, shapes, dtype):
         check_torch(case, shapes, dtype)
 

@@ -355,8 +355,9 @@ class Where(Op):
 
     def infer(self, cond: Cell, a: Cell, b: Cell):
         if cond.dtype != np.bool_:
-            raise self.error(f"the condition must be bool, got {cond.dtype}", cond, a, b,
-                             kind=DTypeError)
+            raise self.error(
+                f"the condition must be bool, got {cond.dtype}", cond, a, b, kind=DTypeError
+            )
         return [(broadcast_shape(self, cond, a, b), same_dtype(self, a, b))]
 
     def forward(self, xp, cond, a, b):

@@ -22,8 +22,7 @@ class Matmul(Op):
         if len(a.shape) < 2 or len(b.shape) < 2:
             raise self.error("operands need at least 2 dimensions here", a, b)
         if a.shape[-1] != b.shape[-2]:
-            raise self.error(
-                f"inner dimensions differ ({a.shape[-1]} vs {b.shape[-2]})", a, b)
+            raise self.error(f"inner dimensions differ ({a.shape[-1]} vs {b.shape[-2]})", a, b)
         try:
             batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         except ValueError:
@@ -67,8 +66,9 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError(f"matmul: expected Tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: scalar operands are not allowed, got shapes {a.shape} and "
-                         f"{b.shape}; use mul")
+        raise ValueError(
+            f"matmul: scalar operands are not allowed, got shapes {a.shape} and {b.shape}; use mul"
+        )
     squeeze = []
     if a.ndim == 1:
         a = reshape(a, (1, a.shape[0]))

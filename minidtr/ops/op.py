@@ -81,7 +81,8 @@ class Op:
         return kind(f"{self.name}: {message}{where}")
 
     def attributes(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if k not in ("in_shapes", "in_dtypes", "needs_grad")}
+        hidden = ("in_shapes", "in_dtypes", "needs_grad")
+        return {k: v for k, v in vars(self).items() if k not in hidden}
 
     def __repr__(self) -> str:
         attrs = ", ".join(f"{k}={v!r}" for k, v in self.attributes().items())
@@ -111,8 +112,11 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
         device = cells[0].device
         for c in cells:
             if c.device != device:
-                raise op.error(f"inputs are on different devices ({c.device} and {device})",
-                               *cells, kind=ValueError)
+                raise op.error(
+                    f"inputs are on different devices ({c.device} and {device})",
+                    *cells,
+                    kind=ValueError,
+                )
     elif device is None:
         device = "cpu"
     metas = op.infer(*cells)
@@ -139,8 +143,7 @@ def same_dtype(op: Op, *cells: Cell) -> np.dtype:
     dtype = cells[0].dtype
     for c in cells[1:]:
         if c.dtype != dtype:
-            raise op.error("dtypes differ; convert one input with astype", *cells,
-                           kind=DTypeError)
+            raise op.error("dtypes differ; convert one input with astype", *cells, kind=DTypeError)
     return dtype
 
 

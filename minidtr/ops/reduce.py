@@ -29,7 +29,7 @@ class Reduce(Op):
         return x.dtype
 
     def cost(self, in_metas, out_metas):
-        (shape, dtype), = in_metas
+        ((shape, dtype),) = in_metas
         n = math.prod(shape)
         return float(n), float(n * dtype.itemsize + math.prod(out_metas[0][0]) * dtype.itemsize)
 

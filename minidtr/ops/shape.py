@@ -105,7 +105,9 @@ class Split(View):
         if sum(self.sizes) != x.shape[self.axis] or any(s < 0 for s in self.sizes):
             raise self.error(
                 f"sizes {list(self.sizes)} do not add up to axis {self.axis}'s length "
-                f"{x.shape[self.axis]}", x)
+                f"{x.shape[self.axis]}",
+                x,
+            )
         metas = []
         for size in self.sizes:
             shape = list(x.shape)
@@ -170,7 +172,9 @@ class Concat(Op):
         self.axis = normalize_axis(self, self.axis, ndim, *xs)
         for x in xs:
             if len(x.shape) != ndim or any(
-                a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != self.axis
+                a != b
+                for i, (a, b) in enumerate(zip(x.shape, xs[0].shape, strict=True))
+                if i != self.axis
             ):
                 raise self.error(f"shapes differ outside axis {self.axis}", *xs)
         shape = list(xs[0].shape)
@@ -247,8 +251,9 @@ class Gather(Op):
     def infer(self, x: Cell, *indices: Cell):
         for c in indices:
             if c.dtype.kind not in "iu":
-                raise self.error(f"index arrays must be integers, got {c.dtype}", x, *indices,
-                                 kind=DTypeError)
+                raise self.error(
+                    f"index arrays must be integers, got {c.dtype}", x, *indices, kind=DTypeError
+                )
         return [(indexed_shape(self, x, self.key, indices), x.dtype)]
 
     def forward(self, xp, x, *indices):
@@ -256,8 +261,10 @@ class Gather(Op):
 
     def backward(self, inputs, outputs, g):
         indices = inputs[1:]
-        return (apply(IndexGrad(self.key, self.in_shapes[0]), g, *indices),
-                *([None] * len(indices)))
+        return (
+            apply(IndexGrad(self.key, self.in_shapes[0]), g, *indices),
+            *([None] * len(indices)),
+        )
 
 
 class IndexGrad(Op):
@@ -369,8 +376,9 @@ def split(x: Tensor, sections, axis: int = 0) -> tuple[Tensor, ...]:
     length = x.shape[axis % max(x.ndim, 1)] if x.ndim else 0
     if isinstance(sections, int | np.integer):
         if sections <= 0 or length % sections:
-            raise ValueError(f"split: axis {axis} of {x.shape} does not split into {sections} "
-                             "equal parts")
+            raise ValueError(
+                f"split: axis {axis} of {x.shape} does not split into {sections} equal parts"
+            )
         sizes = (length // int(sections),) * int(sections)
     else:
         sizes = tuple(int(s) for s in sections)

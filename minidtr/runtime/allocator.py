@@ -110,8 +110,9 @@ class Allocator:
         self.next_id += 1
         return Storage(self, self.next_id, name, nbytes, producer)
 
-    def add_constant(self, make_array: Callable[[], Any], nbytes: int, name: str = "constant"
-                     ) -> Storage:
+    def add_constant(
+        self, make_array: Callable[[], Any], nbytes: int, name: str = "constant"
+    ) -> Storage:
         """Register a buffer with no recipe (an input, a parameter): counted, never
         evicted. Room is made before ``make_array`` allocates, so the budget holds."""
         storage = self._new_storage(name, nbytes, None)
@@ -132,8 +133,14 @@ class Allocator:
             self.observer.on_constant(storage)
         return storage
 
-    def compute(self, op: Any, inputs: tuple[Cell, ...], metas: Sequence[tuple], device: str | None,
-                constant: bool = False) -> list[Cell]:
+    def compute(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        metas: Sequence[tuple],
+        device: str | None,
+        constant: bool = False,
+    ) -> list[Cell]:
         """Run ``op`` on ``inputs`` under the budget and return its output cells.
 
         ``metas`` are the (shape, dtype) of the outputs, known before running so
@@ -151,8 +158,16 @@ class Allocator:
                 base.cost += recipe.cost
                 base.last_access = self.clock
                 cells = [
-                    Cell(base, recipe, i, shape, dtype, device, is_view=True,
-                         contiguous=is_c_contiguous(result))
+                    Cell(
+                        base,
+                        recipe,
+                        i,
+                        shape,
+                        dtype,
+                        device,
+                        is_view=True,
+                        contiguous=is_c_contiguous(result),
+                    )
                     for i, ((shape, dtype), result) in enumerate(zip(metas, results, strict=True))
                 ]
                 if self.observer is not None:
@@ -180,8 +195,17 @@ class Allocator:
                     self.candidates[storage] = None
                     for parent in locked:
                         parent.children.append(weakref.ref(storage))
-                cells.append(Cell(storage, None if constant else recipe, i, shape, dtype, device,
-                                  contiguous=is_c_contiguous(result)))
+                cells.append(
+                    Cell(
+                        storage,
+                        None if constant else recipe,
+                        i,
+                        shape,
+                        dtype,
+                        device,
+                        contiguous=is_c_contiguous(result),
+                    )
+                )
                 self._record("alloc", storage, cost=recipe.cost)
             if self.observer is not None:
                 self.observer.on_compute(recipe, cells)
@@ -337,8 +361,12 @@ class Allocator:
         if self.runtime.dealloc == "ignore":
             return
         for storage in dead:
-            if (storage.buffer is not None and storage.external_refs == 0
-                    and not storage.locks and storage.evictable):
+            if (
+                storage.buffer is not None
+                and storage.external_refs == 0
+                and not storage.locks
+                and storage.evictable
+            ):
                 self.evict(storage, reason="dead")
 
     # ---- making room ----------------------------------------------------------------------
@@ -360,8 +388,13 @@ class Allocator:
             victim, score, runner_up = self._choose_victim()
             if victim is None:
                 raise BudgetError(
-                    op_name, needed, self.budget, self.memory, self.pinned_bytes,
-                    self.constant_bytes, self._locked_bytes(),
+                    op_name,
+                    needed,
+                    self.budget,
+                    self.memory,
+                    self.pinned_bytes,
+                    self.constant_bytes,
+                    self._locked_bytes(),
                 )
             self.evict(victim, score=score, runner_up=runner_up)
 
@@ -380,7 +413,7 @@ class Allocator:
         if runtime.sample and len(candidates) > 4:
             pool = list(candidates)
             stride = max(1, math.isqrt(len(pool)))
-            candidates = pool[self._sampler.randrange(stride)::stride]
+            candidates = pool[self._sampler.randrange(stride) :: stride]
         mode = getattr(runtime.heuristic, "cost", None)
         self.components.set_mode(mode if mode in MODES else None)
         score = runtime.heuristic.score
@@ -404,8 +437,9 @@ class Allocator:
         runner = None if runner_up is None else (runner_up.id, runner_score)
         return best, best_score, runner
 
-    def evict(self, storage: Storage, score: float | None = None, runner_up=None,
-              reason: str = "budget") -> None:
+    def evict(
+        self, storage: Storage, score: float | None = None, runner_up=None, reason: str = "budget"
+    ) -> None:
         """Free a resident storage's buffer, keeping its recipe to recompute it later."""
         if storage.buffer is None:
             raise ValueError(f"cannot evict {storage!r}: it is not resident")
@@ -533,8 +567,15 @@ class Allocator:
     def _record(self, kind: str, storage: Storage, **extra: Any) -> None:
         runtime = self.runtime
         if runtime.events is not None:
-            runtime.record(kind, id=storage.id, op=storage.name, nbytes=storage.nbytes,
-                           clock=self.clock, memory=self.memory, **extra)
+            runtime.record(
+                kind,
+                id=storage.id,
+                op=storage.name,
+                nbytes=storage.nbytes,
+                clock=self.clock,
+                memory=self.memory,
+                **extra,
+            )
 
 
 _ALLOCATORS: dict[str, Allocator] = {}

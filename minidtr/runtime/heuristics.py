@@ -109,9 +109,13 @@ def make_heuristic(name: str, seed: int = 0) -> Heuristic | RandomHeuristic:
         cost, size, staleness = NAMED[name]
         return Heuristic(name, cost, size, staleness)
     parts = name.split("+")
-    if len(parts) == 3 and parts[1] in ("size", "nosize") and parts[2] in ("stale", "nostale"):
-        if parts[0] in COST_TERMS:
-            return Heuristic(name, parts[0], parts[1] == "size", parts[2] == "stale")
+    if (
+        len(parts) == 3
+        and parts[0] in COST_TERMS
+        and parts[1] in ("size", "nosize")
+        and parts[2] in ("stale", "nostale")
+    ):
+        return Heuristic(name, parts[0], parts[1] == "size", parts[2] == "stale")
     raise ValueError(
         f"unknown heuristic {name!r}; expected one of {list(HEURISTIC_NAMES)} "
         f"or '<cost>+<size|nosize>+<stale|nostale>' with cost in {list(COST_TERMS)}"

@@ -27,8 +27,16 @@ COST_MODELS = ("time", "flops")
 class BudgetError(MemoryError):
     """The budget cannot hold what an op needs, even after evicting everything evictable."""
 
-    def __init__(self, op: str, needed: int, budget: int, memory: int, pinned: int,
-                 constant: int, locked: int):
+    def __init__(
+        self,
+        op: str,
+        needed: int,
+        budget: int,
+        memory: int,
+        pinned: int,
+        constant: int,
+        locked: int,
+    ):
         self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
         self.pinned, self.constant, self.locked = pinned, constant, locked
         super().__init__(
@@ -55,8 +63,18 @@ class Stats:
 
     def add(self, other: Stats, since: Stats) -> None:
         """Add what ``other`` counted after the snapshot ``since`` (for nested runtimes)."""
-        for name in ("ops", "evictions", "remats", "banished", "dead_evictions", "compute_cost",
-                     "remat_cost", "search_time", "searches", "scored"):
+        for name in (
+            "ops",
+            "evictions",
+            "remats",
+            "banished",
+            "dead_evictions",
+            "compute_cost",
+            "remat_cost",
+            "search_time",
+            "searches",
+            "scored",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name) - getattr(since, name))
         self.peak_memory = max(self.peak_memory, other.peak_memory)
 
@@ -170,8 +188,10 @@ class Runtime:
                 f.write(json.dumps(event) + "\n")
 
     def __repr__(self) -> str:
-        return (f"Runtime(budget={self._budget}, heuristic={self.heuristic.name!r}, "
-                f"dealloc={self.dealloc!r}, cost={self.cost!r})")
+        return (
+            f"Runtime(budget={self._budget}, heuristic={self.heuristic.name!r}, "
+            f"dealloc={self.dealloc!r}, cost={self.cost!r})"
+        )
 
 
 def now_ns() -> int:

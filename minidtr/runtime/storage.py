@@ -28,8 +28,16 @@ if TYPE_CHECKING:
 
 
 class Recipe:
-    __slots__ = ("op", "inputs", "parents", "device", "outputs", "out_nbytes", "cost",
-                 "__weakref__")
+    __slots__ = (
+        "op",
+        "inputs",
+        "parents",
+        "device",
+        "outputs",
+        "out_nbytes",
+        "cost",
+        "__weakref__",
+    )
 
     def __init__(self, op: Any, inputs: tuple[Cell, ...], device: str | None):
         self.op = op
@@ -131,8 +139,17 @@ class Cell:
 
     __slots__ = ("storage", "recipe", "index", "shape", "dtype", "device", "is_view", "contiguous")
 
-    def __init__(self, storage: Storage, recipe: Recipe | None, index: int, shape, dtype, device,
-                 is_view: bool = False, contiguous: bool = True):
+    def __init__(
+        self,
+        storage: Storage,
+        recipe: Recipe | None,
+        index: int,
+        shape,
+        dtype,
+        device,
+        is_view: bool = False,
+        contiguous: bool = True,
+    ):
         self.storage = storage
         self.recipe = recipe
         self.index = index

@@ -36,16 +36,19 @@ def _flatten(value: Any, path: str = "out") -> list[tuple[str, np.ndarray]]:
     raise TypeError(f"cannot compare a {type(value).__name__} at {path}")
 
 
-def run_under(fn: Callable[[], Any], runtime: Runtime,
-              grads_of: Sequence[Tensor] = ()) -> list[tuple[str, np.ndarray]]:
+def run_under(
+    fn: Callable[[], Any], runtime: Runtime, grads_of: Sequence[Tensor] = ()
+) -> list[tuple[str, np.ndarray]]:
     """Run ``fn`` inside ``runtime`` and return its outputs (and the ``.grad`` of each
     tensor in ``grads_of``) as named host arrays. Gradients are reset before the run."""
     for t in grads_of:
         t.grad = None
     with runtime:
         values = _flatten(fn())
-        values += [(f"grad[{i}]", t.grad.numpy() if t.grad is not None else np.array(np.nan))
-                   for i, t in enumerate(grads_of)]
+        values += [
+            (f"grad[{i}]", t.grad.numpy() if t.grad is not None else np.array(np.nan))
+            for i, t in enumerate(grads_of)
+        ]
     gc.collect()
     return values
 
@@ -53,8 +56,7 @@ def run_under(fn: Callable[[], Any], runtime: Runtime,
 def _first_difference(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape or a.dtype != b.dtype:
         return f"shape/dtype {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
-    diff = np.argwhere(~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f"
-                       else a != b)
+    diff = np.argwhere(~((a == b) | (np.isnan(a) & np.isnan(b))) if a.dtype.kind == "f" else a != b)
     if diff.size == 0:
         return "bit patterns differ (e.g. -0.0 vs 0.0)"
     idx = tuple(diff[0])
@@ -90,8 +92,10 @@ def assert_remat_equivalent(
         for heuristic in heuristics:
             for policy in deallocs:
                 runtime = Runtime(budget=nbytes, heuristic=heuristic, dealloc=policy, cost=cost)
-                label = f"budget={nbytes} ({nbytes / max(peak, 1):.2f} of peak), " \
-                        f"heuristic={heuristic}, dealloc={policy}"
+                label = (
+                    f"budget={nbytes} ({nbytes / max(peak, 1):.2f} of peak), "
+                    f"heuristic={heuristic}, dealloc={policy}"
+                )
                 try:
                     got = run_under(fn, runtime, grads_of)
                 except BudgetError:
@@ -104,7 +108,8 @@ def assert_remat_equivalent(
                 stats = runtime.stats()
                 if stats["peak_memory"] > nbytes:
                     raise RematMismatch(
-                        f"{label}: counted peak {stats['peak_memory']} passed the budget")
+                        f"{label}: counted peak {stats['peak_memory']} passed the budget"
+                    )
                 reports.append({"label": label, **stats})
     return reports
 

@@ -1,0 +1,101 @@
+"""Property tests: random programs and training loops under random budgets, heuristics and
+deallocation policies are bit-identical to the unbounded run and never pass the budget."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minidtr as md
+from minidtr.testing import assert_remat_equivalent, run_under
+from minidtr.testing.strategies import (
+    budget_fractions,
+    deallocs,
+    heuristics,
+    minimal_budget,
+    random_programs,
+    training_loops,
+    unbounded_peak,
+)
+
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def check_between_minimal_and_peak(fn, heuristic, dealloc, fraction):
+    peak = unbounded_peak(fn)
+    low = minimal_budget(fn, heuristic, dealloc, peak=peak)
+    budget = int(low + fraction * (peak - low))
+    # the minimal feasible budget and a random one above it must both be exact
+    for nbytes in sorted({low, budget}):
+        assert_remat_equivalent(
+            fn,
+            budgets=[nbytes],
+            heuristics=[heuristic],
+            dealloc=dealloc,
+            allow_budget_error=nbytes != low,
+        )
+
+
+@SETTINGS
+@given(random_programs(), heuristics(), deallocs(), budget_fractions())
+def test_random_programs_are_bit_identical_under_any_budget(program, heuristic, dealloc, frac):
+    check_between_minimal_and_peak(program, heuristic, dealloc, frac)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(training_loops(), heuristics(), deallocs(), budget_fractions())
+def test_training_loops_are_bit_identical_under_any_budget(loop, heuristic, dealloc, frac):
+    _, fn = loop
+    check_between_minimal_and_peak(fn, heuristic, dealloc, frac)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(), heuristics(), st.floats(0.0, 0.9))
+def test_infeasible_budget_raises_and_leaves_the_runtime_usable(program, heuristic, frac):
+    peak = unbounded_peak(program)
+    low = minimal_budget(program, heuristic, peak=peak)
+    expected = run_under(program, md.Runtime(cost="flops"))
+    too_small = int(frac * (low - 1))
+    runtime = md.Runtime(budget=too_small, heuristic=heuristic, cost="flops")
+    try:
+        run_under(program, runtime)
+    except md.BudgetError as error:
+        assert error.budget == too_small
+        assert error.needed >= 0 and error.memory + error.needed > too_small
+    else:  # bisection is to 1% of the peak: a budget just under it may still fit
+        assert too_small >= low - max(1, peak // 100)
+    assert not runtime.active
+    again = run_under(program, md.Runtime(cost="flops"))
+    for (name, a), (_, b) in zip(expected, again, strict=True):
+        assert a.tobytes() == b.tobytes(), name
+    from minidtr.runtime import allocator_for
+
+    assert all(s.locks == 0 for s in allocator_for("cpu").candidates)
+
+
+@pytest.mark.parametrize(
+    "heuristic", ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size", "random"]
+)
+def test_every_heuristic_on_a_fixed_mlp(heuristic):
+    from minidtr.testing.programs import mlp_training
+
+    fn = mlp_training(depth=4, width=12, steps=2, seed=3)
+    reports = assert_remat_equivalent(
+        fn, budgets=[0.9, 0.7], heuristics=[heuristic], allow_budget_error=True
+    )
+    assert all(r["peak_memory"] <= r["budget"] for r in reports)
+
+
+def test_budget_ratio_is_relative_to_the_unbounded_peak():
+    from minidtr.testing.programs import lstm_unrolled
+
+    fn = lstm_unrolled(length=6)
+    peak = unbounded_peak(fn)
+    (report,) = assert_remat_equivalent(fn, budgets=[0.8], heuristics=["dtr"])
+    assert report["budget"] == int(0.8 * peak)
+    assert report["evictions"] > 0 and report["remats"] > 0
+    assert np.isfinite(report["slowdown"]) and report["slowdown"] >= 1.0

@@ -1,0 +1,484 @@
+"""Unit tests of the DTR runtime: heuristics on hand-built graphs, e* bookkeeping, locks,
+deallocation policies, copy-on-write, views, siblings, budget errors, events and stats."""
+
+import gc
+import json
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import minidtr as md
+from minidtr.ops.op import Op, apply
+from minidtr.runtime import allocator_for, make_heuristic
+from minidtr.runtime.neighbourhood import brute_force_neighbourhood, evicted_ancestors_cost
+from minidtr.testing import recompute
+
+ALLOC = allocator_for("cpu")
+
+
+def unit_cost(op, in_metas, out_metas):
+    return float(getattr(op, "unit", 1.0))
+
+
+class Step(Op):
+    """y = x + 1 (plus any further inputs); its cost is ``unit`` under ``unit_cost``."""
+
+    name = "step"
+
+    def __init__(self, unit=1.0):
+        self.unit = unit
+
+    def infer(self, *xs):
+        return [(xs[0].shape, xs[0].dtype)]
+
+    def forward(self, xp, *xs):
+        out = xs[0] + 1
+        for x in xs[1:]:
+            out = out + x
+        return out
+
+    def backward(self, inputs, outputs, g):
+        return (g,) * len(self.in_shapes)
+
+
+class TwoOutputs(Op):
+    name = "two_outputs"
+    n_outputs = 2
+
+    def infer(self, x):
+        return [(x.shape, x.dtype), (x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return x + 1, x * 2
+
+
+def step(*xs, unit=1.0):
+    return apply(Step(unit), *xs)
+
+
+def fresh(n=4):
+    return md.tensor(np.zeros(n))
+
+
+# ---- heuristics ------------------------------------------------------------------------------
+
+
+def test_scores_match_their_formulas_on_a_hand_built_chain():
+    with md.Runtime(budget=10**9, cost=unit_cost):
+        a = fresh()
+        b = step(a, unit=2.0)
+        c = step(b, unit=3.0)
+        d = step(c, unit=5.0)
+        e = step(d, unit=7.0)
+        ALLOC.evict(c.storage)
+        ALLOC.evict(d.storage)
+        ALLOC.clock += 10.0
+        sb, se = b.storage, e.storage
+        m = sb.nbytes
+        stale_b = ALLOC.clock - sb.last_access
+        stale_e = ALLOC.clock - se.last_access
+        ALLOC.components.set_mode("estar")
+        # e*(b) = {c, d} (connected through evicted storages), e*(e) = {d, c}
+        assert make_heuristic("dtr").score(sb, ALLOC) == pytest.approx((2 + 3 + 5) / (m * stale_b))
+        assert make_heuristic("dtr").score(se, ALLOC) == pytest.approx((7 + 3 + 5) / (m * stale_e))
+        assert make_heuristic("dtr_local").score(sb, ALLOC) == pytest.approx(2 / (m * stale_b))
+        # msps counts evicted ancestors only: e's are d and c; b has none
+        assert make_heuristic("msps").score(se, ALLOC) == pytest.approx((7 + 5 + 3) / m)
+        assert make_heuristic("msps").score(sb, ALLOC) == pytest.approx(2 / m)
+        assert make_heuristic("lru").score(sb, ALLOC) == pytest.approx(1 / stale_b)
+        assert make_heuristic("size").score(sb, ALLOC) == pytest.approx(1 / m)
+        assert make_heuristic("none+nosize+nostale").score(sb, ALLOC) == 1.0
+        assert make_heuristic("local+size+nostale").score(sb, ALLOC) == pytest.approx(2 / m)
+
+
+def test_eq_keeps_links_that_exact_estar_splits():
+    """b has children c and d; evicting b, c, d makes one class. Rematerializing b splits it
+    into {c} and {d}: exact e* sees that, h_DTR^eq's union-find does not (a documented
+    over-approximation)."""
+    with md.Runtime(budget=10**9, cost=unit_cost):
+        a = fresh()
+        b = step(a, unit=2.0)
+        c = step(b, unit=3.0)
+        d = step(b, unit=5.0)
+        t = step(c, unit=1.0)
+        for mode, expected in (("estar", 3.0), ("eq", 8.0)):
+            ALLOC.components.set_mode(mode)
+            for x in (b, c, d):
+                ALLOC.evict(x.storage)
+            b.numpy()  # rematerializes b alone
+            assert ALLOC.components.neighbourhood_cost(t.storage) == expected
+            assert sum(s.cost for s in brute_force_neighbourhood(t.storage)) == 3.0
+            for x in (b, c, d):
+                x.numpy()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_incremental_estar_matches_a_brute_force_walk(data):
+    n = data.draw(st.integers(3, 14))
+    with md.Runtime(budget=10**9, cost=unit_cost):
+        ALLOC.components.set_mode("estar")
+        values = [fresh()]
+        for k in range(n):
+            parents = data.draw(st.lists(st.sampled_from(values), min_size=1, max_size=3))
+            values.append(step(*parents, unit=float(k + 1)))
+        for _ in range(data.draw(st.integers(1, 3 * n))):
+            t = data.draw(st.sampled_from(values[1:]))
+            if t.is_resident and data.draw(st.booleans()):
+                ALLOC.evict(t.storage)
+            else:
+                t.numpy()
+            for s in (v.storage for v in values[1:] if v.is_resident):
+                want = sum(x.cost for x in brute_force_neighbourhood(s))
+                assert ALLOC.components.neighbourhood_cost(s) == pytest.approx(want)
+
+
+def test_msps_ancestor_walk():
+    with md.Runtime(budget=10**9, cost=unit_cost):
+        a = fresh()
+        b = step(a, unit=2.0)
+        c = step(b, unit=3.0)
+        d = step(c, b, unit=5.0)
+        ALLOC.evict(b.storage)
+        ALLOC.evict(c.storage)
+        assert evicted_ancestors_cost(d.storage) == 5.0
+
+
+def test_unknown_heuristic_and_policy_names_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown heuristic 'dtrr'"):
+        md.Runtime(heuristic="dtrr")
+    with pytest.raises(ValueError, match="unknown dealloc"):
+        md.Runtime(dealloc="lazy")
+    with pytest.raises(ValueError, match="budget"):
+        md.Runtime(budget=-1)
+    with pytest.raises(ValueError, match="unknown cost"):
+        md.Runtime(cost="wall")
+
+
+def test_every_ablation_name_builds():
+    from minidtr.runtime import ablation_names
+
+    names = ablation_names()
+    assert len(names) == 16
+    for name in names:
+        assert make_heuristic(name).name == name
+
+
+# ---- remat, locks, views, siblings -----------------------------------------------------------
+
+
+def test_ten_thousand_deep_remat_chain_needs_no_recursion():
+    depth = 10_000
+    assert depth > sys.getrecursionlimit()
+    with md.Runtime(budget=10**9, cost=unit_cost) as rt:
+        x = md.tensor(np.zeros(2))
+        chain = [x]
+        for _ in range(depth):
+            chain.append(step(chain[-1]))
+        last = chain[-1]
+        for t in chain[1:]:
+            ALLOC.evict(t.storage)
+        assert last.numpy().tolist() == [depth, depth]
+        assert rt.stats()["remats"] == depth
+        assert all(t.storage.locks == 0 for t in chain)
+
+
+def test_locks_pin_inputs_during_nested_remat():
+    """While a remat chain runs, the storages it already locked are not evicted, even when
+    the budget forces evictions at every step."""
+    x = fresh(256)
+    chain = [x]
+    with md.Runtime(cost=unit_cost):
+        for _ in range(6):
+            chain.append(step(chain[-1]))
+    for t in chain[1:]:
+        ALLOC.evict(t.storage)
+    budget = ALLOC.memory + 2 * 256 * 8
+    with md.Runtime(budget=budget, cost=unit_cost, record_events=True) as rt:
+        assert chain[-1].numpy()[0] == 6
+    locked_evictions = [e for e in rt.events if e["event"] == "evict"]
+    assert rt.stats()["peak_memory"] <= budget
+    assert locked_evictions  # evictions happened, none of a locked storage (evict() refuses)
+    with pytest.raises(ValueError, match="locked"):
+        s = chain[1].storage
+        s.locks += 1
+        try:
+            ALLOC.evict(s) if s.buffer is not None else (chain[1].numpy(), ALLOC.evict(s))
+        finally:
+            s.locks -= 1
+
+
+def test_views_share_one_storage_and_are_recomputed_from_it():
+    with md.Runtime(cost=unit_cost):
+        base = step(fresh(12))
+        view = base.reshape(3, 4).T
+        sliced = view[1:]
+        assert view.storage is base.storage is sliced.storage
+        before = ALLOC.memory
+        expected = sliced.numpy()
+        ALLOC.evict(base.storage)
+        assert ALLOC.memory == before - base.nbytes
+        assert not sliced.is_resident
+        np.testing.assert_array_equal(sliced.numpy(), expected)
+        assert base.is_resident
+
+
+def test_multi_output_remat_refills_evicted_siblings():
+    with md.Runtime(cost=unit_cost) as rt:
+        source = step(fresh())
+        a, b = apply(TwoOutputs(), source)
+        ALLOC.evict(a.storage)
+        ALLOC.evict(b.storage)
+        memory = ALLOC.memory
+        a.numpy()
+        assert b.is_resident, "the sibling comes back with the same replay"
+        assert ALLOC.memory == memory + a.nbytes + b.nbytes
+        remats = rt.stats()["remats"]
+        ALLOC.evict(a.storage)
+        a.numpy()  # b is resident: its duplicate is dropped, memory unchanged
+        assert ALLOC.memory == memory + a.nbytes + b.nbytes
+        assert rt.stats()["remats"] == remats + 1
+
+
+def test_copy_on_write_keeps_old_values_recomputable():
+    w = md.tensor(np.ones((3, 3)), requires_grad=True)
+    x = md.tensor(np.arange(9.0).reshape(3, 3))
+    y = md.tanh(x @ w)
+    old = y.numpy()
+    with md.no_grad(), md.as_constants():
+        w.assign(w * 2.0)
+    assert w.storage.constant
+    np.testing.assert_array_equal(recompute(y), old)
+    assert not np.array_equal(md.tanh(x @ w).numpy(), old)
+
+
+def test_assign_checks_shape_and_leafness():
+    w = md.tensor(np.ones(3))
+    with pytest.raises(ValueError, match="assign"):
+        w.assign(md.tensor(np.ones(4)))
+    z = md.tensor(np.ones(3), requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        z.assign(md.tensor(np.ones(3)))
+
+
+# ---- deallocation, pinning -------------------------------------------------------------------
+
+
+def test_eager_dealloc_frees_a_dead_storage_at_once():
+    with md.Runtime(dealloc="eager") as rt:
+        x = fresh(1000)
+        y = step(x)
+        memory = ALLOC.memory
+        del y
+        assert ALLOC.memory == memory - 8000
+        assert rt.stats()["dead_evictions"] == 1
+
+
+def test_eager_keeps_metadata_an_evicted_child_needs():
+    with md.Runtime(dealloc="eager"):
+        x = fresh(10)
+        y = step(x)
+        z = step(y)
+        ALLOC.evict(z.storage)
+        del y  # dead, evicted; its recipe is still needed to recompute z
+        gc.collect()
+        assert z.numpy()[0] == 2
+
+
+def test_ignore_dealloc_leaves_dead_storages_resident_but_evictable():
+    with md.Runtime(dealloc="ignore"):
+        x = fresh(1000)
+        y = step(x)
+        storage = y.storage
+        memory = ALLOC.memory
+        del y
+        assert ALLOC.memory == memory and storage in ALLOC.candidates
+        ALLOC.evict(storage)
+    assert storage.buffer is None
+
+
+def test_banish_frees_for_good_and_makes_children_constants():
+    with md.Runtime(dealloc="banish") as rt:
+        x = fresh(100)
+        y = step(x)
+        z = step(y)
+        memory = ALLOC.memory
+        y_storage = y.storage
+        del y
+        assert y_storage.banished and ALLOC.memory == memory - 800
+        assert z.storage.constant, "z can no longer be recomputed, so it is unevictable"
+        assert rt.stats()["banished"] == 1
+        with pytest.raises(ValueError, match="constant"):
+            ALLOC.evict(z.storage)
+
+
+def test_banish_waits_while_an_evicted_child_needs_the_storage():
+    with md.Runtime(dealloc="banish") as rt:
+        x = fresh(100)
+        y = step(x)
+        z = step(y)
+        ALLOC.evict(z.storage)
+        y_storage = y.storage
+        del y
+        assert not y_storage.banished and y_storage.buffer is None
+        assert z.numpy()[0] == 2
+        assert rt.stats()["banished"] == 0
+
+
+def test_pinned_storages_are_never_evicted():
+    x = fresh(1000)
+    y = step(x).pin()
+    with pytest.raises(ValueError, match="pinned"):
+        ALLOC.evict(y.storage)
+    with pytest.raises(md.BudgetError) as info, md.Runtime(budget=ALLOC.memory + 100):
+        step(y)
+    assert info.value.pinned >= 8000
+    y.unpin()
+    ALLOC.evict(y.storage)
+    assert y.numpy()[0] == 1
+
+
+# ---- budgets, nesting, errors ----------------------------------------------------------------
+
+
+def test_budget_error_names_op_bytes_and_leaves_the_runtime_usable():
+    x = md.tensor(np.ones((100, 100)))
+    expected = md.tanh(x @ x).numpy()
+    rt = md.Runtime(budget=ALLOC.memory + 100)
+    with pytest.raises(md.BudgetError) as info, rt:
+        md.tanh(x @ x)
+    error = info.value
+    assert isinstance(error, MemoryError)
+    assert error.op == "matmul" and error.needed == 80_000 and error.budget == rt.budget
+    assert error.constant >= x.nbytes
+    for text in ("matmul", "80,000", f"{rt.budget:,}", "constant", "locked"):
+        assert text in str(error)
+    assert not rt.active
+    rt.budget = None
+    with rt:
+        np.testing.assert_array_equal(md.tanh(x @ x).numpy(), expected)
+
+
+def test_raising_the_budget_inside_the_runtime_continues_the_work():
+    x = md.tensor(np.ones((50, 50)))
+    with md.Runtime(budget=ALLOC.memory + 10) as rt:
+        with pytest.raises(md.BudgetError):
+            x @ x
+        rt.budget += 50 * 50 * 8
+        assert (x @ x).numpy()[0, 0] == 50
+
+
+def test_nested_runtimes_take_the_tighter_budget_and_merge_stats():
+    outer = md.Runtime(budget=ALLOC.memory + 10**6)
+    inner = md.Runtime(budget=ALLOC.memory + 10**7)
+    with outer:
+        with inner:
+            assert ALLOC.budget == outer.budget
+            step(fresh())
+        assert ALLOC.budget == outer.budget
+        with pytest.raises(RuntimeError, match="already active"), outer:
+            pass
+    assert outer.stats()["ops"] >= inner.stats()["ops"] == 1
+    with inner:  # reuse after exit accumulates
+        step(fresh())
+    assert inner.stats()["ops"] == 2
+
+
+def test_entering_a_runtime_with_a_lower_budget_evicts_to_meet_it():
+    with md.Runtime():
+        keep = [step(fresh(1000)) for _ in range(5)]
+    with md.Runtime(budget=ALLOC.memory - 2 * 8000) as rt:
+        assert ALLOC.memory <= rt.budget
+        assert rt.stats()["evictions"] >= 2
+    assert [k.numpy()[0] for k in keep] == [1.0] * 5
+
+
+def test_sampling_and_min_size_filter_still_give_exact_results():
+    from minidtr.testing import assert_remat_equivalent
+    from minidtr.testing.programs import lstm_unrolled
+
+    fn = lstm_unrolled(length=5)
+    for options in ({"sample": True}, {"min_size": 0.5}):
+        rt = md.Runtime(budget=None, cost="flops", **options)
+        assert rt.sample or rt.min_size
+    assert_remat_equivalent(fn, budgets=[0.8], heuristics=["dtr"])
+
+
+@pytest.mark.parametrize("heuristic", ["dtr", "random"])
+def test_decisions_are_reproducible_with_flops_cost(fresh_allocator, heuristic):
+    from minidtr.testing.programs import lstm_unrolled
+
+    fn = lstm_unrolled(length=5)
+    logs = []
+    for _ in range(2):
+        rt = md.Runtime(
+            budget=30_000, cost="flops", record_events=True, heuristic=heuristic, seed=7
+        )
+        with rt:
+            fn()
+        gc.collect()
+        logs.append(
+            [
+                (e["event"], e["op"], e["nbytes"], e.get("score"))
+                for e in rt.events
+                if e["event"] in ("evict", "remat")
+            ]
+        )
+        assert fresh_allocator.memory == 0
+    assert logs[0] == logs[1] and logs[0]
+
+
+# ---- events and stats ------------------------------------------------------------------------
+
+
+def test_event_log_records_every_decision_and_exports_jsonl(tmp_path):
+    x = md.tensor(np.ones((20, 20)))
+    rt = md.Runtime(budget=ALLOC.memory + 3 * 3200, cost="flops", record_events=True)
+    with rt:
+        a = md.tanh(x)
+        b = md.tanh(a)
+        c = md.tanh(b)
+        d = md.tanh(c)
+        del b
+        a.numpy()
+        d.numpy()
+    kinds = {e["event"] for e in rt.events}
+    assert {"alloc", "evict"} <= kinds
+    evictions = [e for e in rt.events if e["event"] == "evict"]
+    assert any("score" in e and "runner_up" in e for e in evictions)
+    assert any(e["reason"] == "dead" for e in evictions)
+    path = tmp_path / "events.jsonl"
+    rt.export_events(str(path))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == json.loads(json.dumps(rt.events))
+    stats = rt.stats()
+    for key in (
+        "budget",
+        "memory",
+        "peak_memory",
+        "evictions",
+        "remats",
+        "compute_cost",
+        "remat_cost",
+        "search_time",
+        "banished",
+        "slowdown",
+    ):
+        assert key in stats
+    assert stats["peak_memory"] <= rt.budget
+
+
+def test_export_without_recording_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="record_events"):
+        md.Runtime().export_events(str(tmp_path / "x.jsonl"))
+
+
+def test_default_runtime_is_unbounded_and_tracks_everything():
+    rt = md.runtime()
+    assert rt.budget is None and rt.active
+    before = rt.stats()["ops"]
+    step(fresh())
+    assert rt.stats()["ops"] == before + 1
