@@ -1,0 +1,369 @@
+"""``minidtr explain``: what the runtime did, in plain words, from its event log.
+
+The log (``Runtime(record_events=True)``, ``rt.export_events(path)``) holds one
+JSON object per line: ``alloc``, ``evict`` (with ``reason``, and for budget
+evictions the ``score`` and ``runner_up``), ``remat``, ``free`` and
+``banish``, each with the storage ``id``, the ``op`` that made it, ``nbytes``,
+the logical ``clock`` and the runtime's ``memory`` after the event. An
+optional first line ``{"event": "runtime", ...}`` (written by ``minidtr
+train``) carries the budget and the policy.
+
+``summarize`` replays the log to rebuild what was resident at every moment, so
+it can say what filled memory at the peak as well as what was evicted and what
+recomputing it cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+EVENT_KINDS = ("runtime", "alloc", "evict", "remat", "free", "banish")
+
+
+def load_events(path: str) -> list[dict[str, Any]]:
+    """Read a JSON-lines event log, checking each line names a known event."""
+    events = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: not JSON ({e.msg})") from None
+            if not isinstance(event, dict) or event.get("event") not in EVENT_KINDS:
+                raise ValueError(
+                    f"{path}:{number}: not a minidtr event (expected a JSON object "
+                    f"with 'event' in {EVENT_KINDS})"
+                )
+            events.append(event)
+    return events
+
+
+@dataclass
+class Decision:
+    """One budget eviction: the victim, its score and the runner-up's."""
+
+    clock: float
+    id: int
+    op: str
+    nbytes: int
+    score: float
+    runner_up_id: int | None
+    runner_up_score: float | None
+    needed_by: str | None = None  # the op whose allocation this eviction made room for
+
+
+@dataclass
+class Summary:
+    runtime: dict[str, Any]
+    counts: Counter
+    evictions_by_reason: Counter
+    budget_evictions_by_op: Counter
+    evicted_bytes_by_op: Counter
+    remats_by_op: Counter
+    remat_cost_by_op: Counter
+    remats_by_storage: Counter
+    storage_op: dict[int, str]
+    storage_bytes: dict[int, int]
+    compute_cost: float
+    remat_cost: float
+    peak_memory: int
+    peak_clock: float
+    peak_event: dict[str, Any] | None
+    peak_resident_by_op: Counter
+    decisions: list[Decision] = field(default_factory=list)
+    end_clock: float = 0.0
+
+    @property
+    def budget(self) -> int | None:
+        return self.runtime.get("budget")
+
+
+def summarize(events: list[dict[str, Any]]) -> Summary:
+    """Replay the log: counts per event kind and per op, costs, the peak and what was
+    resident there, and every budget eviction decision."""
+    runtime: dict[str, Any] = {}
+    counts: Counter = Counter()
+    by_reason: Counter = Counter()
+    evicted_by_op: Counter = Counter()
+    evicted_bytes: Counter = Counter()
+    remats_by_op: Counter = Counter()
+    remat_cost_by_op: Counter = Counter()
+    remats_by_storage: Counter = Counter()
+    storage_op: dict[int, str] = {}
+    storage_bytes: dict[int, int] = {}
+    resident: dict[int, tuple[str, int]] = {}
+    compute_cost = remat_cost = 0.0
+    peak, peak_clock, peak_event, peak_resident = -1, 0.0, None, Counter()
+    decisions: list[Decision] = []
+    waiting: list[Decision] = []  # budget evictions not yet matched to the allocation they served
+    last_remat = None
+    for event in events:
+        kind = event["event"]
+        if kind == "runtime":
+            runtime = {k: v for k, v in event.items() if k != "event"}
+            continue
+        counts[kind] += 1
+        sid, op, nbytes = event["id"], event["op"], event["nbytes"]
+        storage_op[sid], storage_bytes[sid] = op, nbytes
+        if kind in ("alloc", "remat"):
+            resident[sid] = (op, nbytes)
+            for d in waiting:
+                d.needed_by = op if kind == "alloc" else f"recomputing {op}"
+            waiting = []
+        else:
+            resident.pop(sid, None)
+        if kind == "alloc":
+            compute_cost += event.get("cost", 0.0)
+        elif kind == "remat":
+            remats_by_storage[sid] += 1
+            key = (event["clock"], event.get("cost"))
+            if key != last_remat:  # siblings of a multi-output op share one recomputation
+                remats_by_op[op] += 1
+                remat_cost_by_op[op] += event.get("cost", 0.0)
+                remat_cost += event.get("cost", 0.0)
+            last_remat = key
+        elif kind == "evict":
+            reason = event.get("reason", "budget")
+            by_reason[reason] += 1
+            if reason != "dead":
+                evicted_by_op[op] += 1
+                evicted_bytes[op] += nbytes
+            if "score" in event:
+                runner = event.get("runner_up")
+                d = Decision(
+                    event["clock"],
+                    sid,
+                    op,
+                    nbytes,
+                    event["score"],
+                    runner[0] if runner else None,
+                    runner[1] if runner else None,
+                )
+                decisions.append(d)
+                waiting.append(d)
+        if event["memory"] > peak:
+            peak, peak_clock, peak_event = event["memory"], event["clock"], event
+            peak_resident = Counter()
+            for name, size in resident.values():
+                peak_resident[name] += size
+    end_clock = events[-1]["clock"] if events and "clock" in events[-1] else 0.0
+    return Summary(
+        runtime,
+        counts,
+        by_reason,
+        evicted_by_op,
+        evicted_bytes,
+        remats_by_op,
+        remat_cost_by_op,
+        remats_by_storage,
+        storage_op,
+        storage_bytes,
+        compute_cost,
+        remat_cost,
+        max(peak, 0),
+        peak_clock,
+        peak_event,
+        peak_resident,
+        decisions,
+        end_clock,
+    )
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def explain(summary: Summary, top: int = 5) -> str:
+    """The summary as paragraphs of plain text."""
+    s = summary
+    lines: list[str] = []
+    budget = s.budget
+    policy = ", ".join(f"{k}={v}" for k, v in s.runtime.items() if k != "budget")
+    lines.append("What happened")
+    lines.append("-------------")
+    lines.append(
+        f"{sum(s.counts.values()):,} events: {s.counts['alloc']:,} allocations, "
+        f"{s.counts['evict']:,} evictions, {s.counts['remat']:,} rematerializations, "
+        f"{s.counts['free']:,} frees, {s.counts['banish']:,} banishments."
+    )
+    if budget is not None:
+        lines.append(
+            f"Budget {human_bytes(budget)} ({budget:,} bytes)"
+            + (f"; policy {policy}." if policy else ".")
+        )
+    elif s.runtime:
+        lines.append(f"No budget (unbounded); policy {policy}.")
+    else:
+        lines.append("The log has no runtime header, so the budget is not known.")
+    dead = s.evictions_by_reason.get("dead", 0)
+    pressure = sum(n for r, n in s.evictions_by_reason.items() if r != "dead")
+    lines.append(
+        f"{dead:,} evictions freed tensors the program no longer referenced (eager "
+        f"deallocation, nothing to recompute); {pressure:,} were forced by the budget "
+        "and may have to be recomputed."
+    )
+
+    lines.append("")
+    lines.append("The peak")
+    lines.append("--------")
+    where = ""
+    if s.peak_event is not None:
+        e = s.peak_event
+        where = f", reached at clock {e['clock']:,.0f} when {e['event']} of #{e['id']} ({e['op']})"
+    lines.append(
+        f"Peak resident memory {human_bytes(s.peak_memory)}"
+        + (f" = {_share(s.peak_memory, budget)} of the budget" if budget else "")
+        + where
+        + "."
+    )
+    total = sum(s.peak_resident_by_op.values())
+    if total:
+        parts = [
+            f"{op} {human_bytes(n)} ({_share(n, total)})"
+            for op, n in s.peak_resident_by_op.most_common(top)
+        ]
+        lines.append("Resident at the peak, by the op that made it: " + ", ".join(parts) + ".")
+    if s.peak_memory > total:
+        lines.append(
+            f"The other {human_bytes(s.peak_memory - total)} were allocated before the "
+            "log began (parameters, data, optimizer state made outside the runtime)."
+        )
+
+    lines.append("")
+    lines.append("Evictions forced by the budget")
+    lines.append("------------------------------")
+    if not s.budget_evictions_by_op:
+        lines.append("None: everything fit.")
+    else:
+        for op, n in s.budget_evictions_by_op.most_common(top):
+            lines.append(
+                f"  {op:<22} evicted {n:>6,} times, {human_bytes(s.evicted_bytes_by_op[op])} in all"
+            )
+    lines.extend(_decisions(s, top))
+
+    lines.append("")
+    lines.append("Rematerializations")
+    lines.append("------------------")
+    if not s.remats_by_op:
+        lines.append("None: nothing evicted was needed again.")
+    else:
+        lines.append(
+            f"{sum(s.remats_by_op.values()):,} recomputations cost {s.remat_cost:,.0f} on top of "
+            f"{s.compute_cost:,.0f} of first computations: slowdown "
+            f"{(s.compute_cost + s.remat_cost) / s.compute_cost:.3f}x."
+            if s.compute_cost > 0
+            else f"{sum(s.remats_by_op.values()):,} recomputations cost {s.remat_cost:,.0f}."
+        )
+        lines.append("Costliest, by op:")
+        for op, cost in s.remat_cost_by_op.most_common(top):
+            n = s.remats_by_op[op]
+            lines.append(
+                f"  {op:<22} {n:>6,} recomputations, cost {cost:>12,.0f} "
+                f"({_share(cost, s.remat_cost)} of all recomputation)"
+            )
+        repeated = [(sid, n) for sid, n in s.remats_by_storage.most_common(top) if n > 1]
+        if repeated:
+            parts = [
+                f"#{sid} ({s.storage_op[sid]}, {human_bytes(s.storage_bytes[sid])}) {n} times"
+                for sid, n in repeated
+            ]
+            lines.append(
+                "Recomputed more than once (evicted again before its last use): "
+                + ", ".join(parts)
+                + "."
+            )
+    return "\n".join(lines)
+
+
+def _decisions(s: Summary, top: int) -> list[str]:
+    """How the heuristic chose: score statistics, close calls and a few examples."""
+    decisions = s.decisions
+    if not decisions:
+        return []
+    lines = [""]
+    with_runner = [d for d in decisions if d.runner_up_score is not None]
+    ties = sum(1 for d in with_runner if d.runner_up_score == d.score)
+    close = sum(1 for d in with_runner if d.runner_up_score != d.score and _ratio(d) < 1.1)
+    lines.append(
+        f"The heuristic chose {len(decisions):,} victims, each the lowest score among the "
+        f"candidates; {ties:,} were ties with the runner-up, {close:,} more were within 10% "
+        f"of it, and {len(decisions) - len(with_runner):,} had no runner-up (the only "
+        "candidate)."
+    )
+    needing = Counter(d.needed_by for d in decisions if d.needed_by)
+    if needing:
+        parts = [f"{op} ({n:,})" for op, n in needing.most_common(top)]
+        lines.append("Room was made for: " + ", ".join(parts) + ".")
+    lines.append("First decisions:")
+    for d in decisions[:top]:
+        runner = (
+            "no runner-up"
+            if d.runner_up_id is None
+            else f"runner-up #{d.runner_up_id} ({s.storage_op.get(d.runner_up_id, '?')}) "
+            f"scored {d.runner_up_score:.3g}"
+        )
+        lines.append(
+            f"  clock {d.clock:>10,.0f}: evicted #{d.id} ({d.op}, "
+            f"{human_bytes(d.nbytes)}) with score {d.score:.3g}; {runner}"
+            + (f"; to make room for {d.needed_by}" if d.needed_by else "")
+        )
+    return lines
+
+
+def _ratio(d: Decision) -> float:
+    if d.score <= 0 or d.runner_up_score is None or math.isinf(d.runner_up_score):
+        return math.inf
+    return d.runner_up_score / d.score
+
+
+def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
+    """Columns for a memory plot: clock and memory after every event, and the clocks
+    (with memory) of budget evictions and of rematerializations."""
+    columns: dict[str, list] = defaultdict(list)
+    for event in events:
+        kind = event["event"]
+        if kind == "runtime":
+            continue
+        columns["clock"].append(event["clock"])
+        columns["memory"].append(event["memory"])
+        if kind == "evict" and event.get("reason") != "dead":
+            columns["evict_clock"].append(event["clock"])
+            columns["evict_memory"].append(event["memory"])
+        elif kind == "remat":
+            columns["remat_clock"].append(event["clock"])
+            columns["remat_memory"].append(event["memory"])
+    return columns
+
+
+def write_event_log(path: str, runtime: Any, **extra: Any) -> None:
+    """Write ``runtime``'s events as JSON lines after a ``runtime`` header line that
+    names its budget and policy (and any ``extra`` fields, e.g. the model)."""
+    if runtime.events is None:
+        raise ValueError("this runtime was created without record_events=True")
+    cost = runtime.cost if isinstance(runtime.cost, str) else getattr(runtime.cost, "__name__", "?")
+    header = {
+        "event": "runtime",
+        "budget": runtime.budget,
+        "heuristic": runtime.heuristic.name,
+        "dealloc": runtime.dealloc,
+        "cost": cost,
+        **extra,
+    }
+    with open(path, "w") as f:
+        f.write(json.dumps(header) + "\n")
+        for event in runtime.events:
+            f.write(json.dumps(event) + "\n")
