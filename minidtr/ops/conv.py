@@ -22,10 +22,14 @@ Pair = tuple[int, int]
 
 def as_pair(value, what: str, op_name: str) -> Pair:
     """An int or a pair of ints as a pair (height, width)."""
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+    pair = (value, value) if isinstance(value, int) else value
+    if (
+        not isinstance(pair, tuple | list)
+        or len(pair) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+    ):
         raise ValueError(f"{op_name}: {what} must be an int or a pair of ints, got {value!r}")
-    return pair
+    return tuple(pair)
 
 
 class Window:

@@ -1,0 +1,262 @@
+"""conv2d, pooling and upsampling through the generic harness, against naive loop references."""
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr.ops.conv import Conv2d
+from minidtr.testing import assert_remat_equivalent
+from op_harness import HAS_TORCH, OpCase, define_tests
+
+
+def pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def pad_image(x, padding, value=0.0):
+    ph, pw = pair(padding)
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def conv_reference(x, w, b=None, stride=1, padding=0):
+    """One output pixel at a time, accumulated in float64."""
+    sh, sw = pair(stride)
+    xp = pad_image(x.astype(np.float64), padding)
+    n, _, h, wd = xp.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw]
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", patch, w.astype(np.float64))
+    if b is not None:
+        out += b.astype(np.float64)[None, :, None, None]
+    return out.astype(x.dtype)
+
+
+def pool_reference(reduce, pad_value, x, kernel, stride=None, padding=0):
+    kh, kw = pair(kernel)
+    sh, sw = pair(kernel if stride is None else stride)
+    xp = pad_image(x, padding, pad_value)
+    oh, ow = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    out = np.zeros((*x.shape[:2], oh, ow), dtype=x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = reduce(xp[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw])
+    return out
+
+
+def max_pool_reference(x, kernel, stride=None, padding=0):
+    return pool_reference(lambda p: p.max(axis=(2, 3)), -np.inf, x, kernel, stride, padding)
+
+
+def avg_pool_reference(x, kernel, stride=None, padding=0):
+    kh, kw = pair(kernel)
+    return pool_reference(lambda p: p.sum(axis=(2, 3)) / (kh * kw), 0.0, x, kernel, stride, padding)
+
+
+def distinct(rng, shapes, dtype):
+    """No ties anywhere (max pooling has kinks at ties), values 1/n apart."""
+    out = []
+    for s in shapes:
+        n = int(np.prod(s))
+        out.append((rng.permutation(n).reshape(s) / n - 0.5).astype(dtype))
+    return out
+
+
+CONV_TOL = {np.dtype(np.float32): (1e-4, 1e-5), np.dtype(np.float64): (1e-10, 1e-12)}
+
+
+def torch_f(t):
+    return t.nn.functional
+
+
+CASES = [
+    OpCase(
+        "conv2d",
+        md.conv2d,
+        conv_reference,
+        [((2, 3, 5, 5), (4, 3, 3, 3), (4,)), ((1, 2, 4, 6), (3, 2, 1, 2), (3,))],
+        forward_tol=CONV_TOL,
+        torch_fn=lambda t, x, w, b: torch_f(t).conv2d(x, w, b),
+        bad=[
+            ((2, 3, 5, 5), (4, 2, 3, 3)),
+            ((1, 1, 2, 2), (1, 1, 3, 3)),
+            ((3, 5, 5), (4, 3, 3, 3)),
+            ((1, 2, 5, 5), (3, 2, 3, 3), (4,)),
+            [np.ones((1, 2, 4, 4), np.float32), np.ones((3, 2, 3, 3), np.float64)],
+            [np.ones((1, 2, 4, 4), np.int64), np.ones((3, 2, 3, 3), np.int64)],
+        ],
+    ),
+    OpCase(
+        "conv2d[stride2,pad1]",
+        lambda x, w, b: md.conv2d(x, w, b, stride=2, padding=1),
+        lambda x, w, b: conv_reference(x, w, b, 2, 1),
+        [((2, 3, 7, 6), (4, 3, 3, 3), (4,)), ((1, 1, 4, 4), (2, 1, 2, 2), (2,))],
+        forward_tol=CONV_TOL,
+        torch_fn=lambda t, x, w, b: torch_f(t).conv2d(x, w, b, stride=2, padding=1),
+    ),
+    OpCase(
+        "conv2d[asymmetric,nobias]",
+        lambda x, w: md.conv2d(x, w, stride=(2, 1), padding=(0, 2)),
+        lambda x, w: conv_reference(x, w, None, (2, 1), (0, 2)),
+        [((2, 2, 7, 5), (3, 2, 3, 2))],
+        forward_tol=CONV_TOL,
+        torch_fn=lambda t, x, w: torch_f(t).conv2d(x, w, stride=(2, 1), padding=(0, 2)),
+    ),
+    OpCase(
+        "conv2d[1x1,stride3]",
+        lambda x, w: md.conv2d(x, w, stride=3),
+        lambda x, w: conv_reference(x, w, None, 3),
+        [((2, 4, 8, 7), (5, 4, 1, 1))],
+        forward_tol=CONV_TOL,
+        torch_fn=lambda t, x, w: torch_f(t).conv2d(x, w, stride=3),
+    ),
+    OpCase(
+        "max_pool2d",
+        lambda x: md.max_pool2d(x, 2),
+        lambda x: max_pool_reference(x, 2),
+        [((2, 3, 4, 6),), ((1, 2, 5, 5),)],
+        make=distinct,
+        torch_fn=lambda t, x: torch_f(t).max_pool2d(x, 2),
+        bad=[((3, 4, 4),), ((1, 1, 1, 4),)],
+    ),
+    OpCase(
+        "max_pool2d[overlap,pad]",
+        lambda x: md.max_pool2d(x, 3, stride=2, padding=1),
+        lambda x: max_pool_reference(x, 3, 2, 1),
+        [((2, 2, 7, 6),)],
+        make=distinct,
+        torch_fn=lambda t, x: torch_f(t).max_pool2d(x, 3, stride=2, padding=1),
+    ),
+    OpCase(
+        "max_pool2d[rect]",
+        lambda x: md.max_pool2d(x, (3, 2), stride=(1, 2), padding=(1, 0)),
+        lambda x: max_pool_reference(x, (3, 2), (1, 2), (1, 0)),
+        [((1, 2, 5, 6),)],
+        make=distinct,
+        torch_fn=lambda t, x: torch_f(t).max_pool2d(x, (3, 2), stride=(1, 2), padding=(1, 0)),
+    ),
+    OpCase(
+        "avg_pool2d",
+        lambda x: md.avg_pool2d(x, 2),
+        lambda x: avg_pool_reference(x, 2),
+        [((2, 3, 4, 6),), ((1, 2, 5, 5),)],
+        torch_fn=lambda t, x: torch_f(t).avg_pool2d(x, 2),
+        bad=[((3, 4, 4),)],
+    ),
+    OpCase(
+        "avg_pool2d[overlap,pad]",
+        lambda x: md.avg_pool2d(x, 3, stride=2, padding=1),
+        lambda x: avg_pool_reference(x, 3, 2, 1),
+        [((2, 2, 7, 6),)],
+        torch_fn=lambda t, x: torch_f(t).avg_pool2d(x, 3, stride=2, padding=1),
+    ),
+    OpCase(
+        "avg_pool2d[rect]",
+        lambda x: md.avg_pool2d(x, (2, 3), stride=(2, 1), padding=(1, 1)),
+        lambda x: avg_pool_reference(x, (2, 3), (2, 1), (1, 1)),
+        [((1, 2, 5, 6),)],
+        torch_fn=lambda t, x: torch_f(t).avg_pool2d(x, (2, 3), stride=(2, 1), padding=(1, 1)),
+    ),
+    OpCase(
+        "global_avg_pool2d",
+        md.global_avg_pool2d,
+        lambda x: x.mean(axis=(2, 3)),
+        [((2, 3, 4, 5),), ((1, 1, 1, 1),)],
+        torch_fn=lambda t, x: x.mean(dim=(2, 3)),
+        bad=[((2, 3, 4),)],
+    ),
+    OpCase(
+        "upsample_nearest2d",
+        lambda x: md.upsample_nearest2d(x, 2),
+        lambda x: x.repeat(2, axis=2).repeat(2, axis=3),
+        [((2, 3, 2, 3),)],
+        torch_fn=lambda t, x: torch_f(t).interpolate(x, scale_factor=2, mode="nearest"),
+        bad=[((2, 3, 4),)],
+    ),
+    OpCase(
+        "upsample_nearest2d[2x3]",
+        lambda x: md.upsample_nearest2d(x, (2, 3)),
+        lambda x: x.repeat(2, axis=2).repeat(3, axis=3),
+        [((1, 2, 3, 2),)],
+        torch_fn=lambda t, x: torch_f(t).interpolate(x, scale_factor=(2, 3), mode="nearest"),
+    ),
+]
+
+test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs = define_tests(CASES)
+
+
+@pytest.mark.parametrize("fn", [md.max_pool2d, md.avg_pool2d])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(kernel_size=2, padding=2),
+        dict(kernel_size=0),
+        dict(kernel_size=2, stride=0),
+        dict(kernel_size=(2, 2, 2)),
+        dict(kernel_size=2.0),
+    ],
+)
+def test_pool_arguments_are_checked(fn, kwargs):
+    with pytest.raises(ValueError, match=fn.__name__):
+        fn(md.zeros((1, 1, 6, 6)), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(stride=0), dict(padding=-1), dict(stride=(1, 2, 3))])
+def test_conv_arguments_are_checked(kwargs):
+    with pytest.raises(ValueError, match="conv2d"):
+        md.conv2d(md.zeros((1, 1, 5, 5)), md.zeros((1, 1, 3, 3)), **kwargs)
+
+
+def test_upsample_scale_is_checked():
+    with pytest.raises(ValueError, match="upsample_nearest2d"):
+        md.upsample_nearest2d(md.zeros((1, 1, 2, 2)), 1.5)
+    with pytest.raises(ValueError, match="upsample_nearest2d"):
+        md.upsample_nearest2d(md.zeros((1, 1, 2, 2)), 0)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_max_pool_ties_send_the_gradient_to_the_first_max_like_torch():
+    import torch
+
+    x = np.zeros((1, 1, 4, 5))
+    x[0, 0, 1:3, 1:4] = 1.0  # plateaus: several equal maxima in most windows
+    g = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
+    xt = md.tensor(x, requires_grad=True)
+    md.max_pool2d(xt, 2, stride=2, padding=1).backward(md.tensor(g))
+    tx = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.max_pool2d(tx, 2, stride=2, padding=1).backward(torch.tensor(g))
+    np.testing.assert_array_equal(xt.grad.numpy(), tx.grad.numpy())
+
+
+def test_conv_cost_counts_multiply_adds():
+    op = Conv2d(stride=1, padding=1)
+    x, w = ((2, 3, 8, 8), np.dtype(np.float32)), ((4, 3, 3, 3), np.dtype(np.float32))
+    out = ((2, 4, 8, 8), np.dtype(np.float32))
+    flops, nbytes = op.cost([x, w], [out])
+    assert flops == 2 * (2 * 4 * 8 * 8) * (3 * 3 * 3)
+    assert nbytes == 4 * (2 * 3 * 8 * 8 + 4 * 3 * 3 * 3 + 2 * 4 * 8 * 8)
+
+
+def test_conv_net_is_bit_identical_under_a_tight_budget():
+    rng = np.random.default_rng(0)
+    x = md.tensor(rng.standard_normal((2, 3, 12, 12)).astype(np.float32))
+    w1 = md.tensor(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3, requires_grad=True)
+    b1 = md.tensor(rng.standard_normal(8).astype(np.float32), requires_grad=True)
+    w2 = md.tensor(rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.2, requires_grad=True)
+
+    def step():
+        h = md.relu(md.conv2d(x, w1, b1, padding=1))
+        h = md.max_pool2d(h, 2)
+        h = md.relu(md.conv2d(h, w2, stride=2, padding=1))
+        h = md.avg_pool2d(md.upsample_nearest2d(h, 2), 3, stride=1, padding=1)
+        loss = md.global_avg_pool2d(h * h).sum()
+        loss.backward()
+        return loss
+
+    reports = assert_remat_equivalent(
+        step, budgets=[0.6, 0.8], heuristics=["dtr", "lru"], grads_of=[w1, b1, w2]
+    )
+    assert any(r["evictions"] > 0 for r in reports), reports
