@@ -1,0 +1,199 @@
+"""dropout, randn and rand: seeds in recipes, so values replay bit for bit."""
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr.testing import assert_remat_equivalent, recompute
+from op_harness import OpCase, define_tests
+
+
+def dropout_reference(x, p, seed):
+    """The contract: element i is kept where the i-th float32 uniform drawn from
+    ``default_rng(seed)`` is >= p, and scaled by 1 / (1 - p)."""
+    keep = np.random.default_rng(seed).random(x.shape, dtype=np.float32) >= p
+    return np.where(keep, x / (1 - p), 0).astype(x.dtype)
+
+
+def no_inputs(rng, shapes, dtype):
+    return []
+
+
+CASES = [
+    OpCase(
+        "dropout",
+        lambda x: md.dropout(x, 0.3, seed=7),
+        lambda x: dropout_reference(x, 0.3, 7),
+        [((4, 5),), ((2, 3, 4),), ((),)],
+        bad=[[np.ones((2, 3), np.int64)]],
+    ),
+    OpCase(
+        "dropout[p=0.9]",
+        lambda x: md.dropout(x, 0.9, seed=123),
+        lambda x: dropout_reference(x, 0.9, 123),
+        [((6, 7),)],
+    ),
+    OpCase(
+        "randn",
+        lambda: md.randn((3, 4), seed=5),
+        lambda: np.random.default_rng(5).standard_normal((3, 4), dtype=np.float32),
+        [()],
+        make=no_inputs,
+        dtypes=(np.float32,),
+    ),
+    OpCase(
+        "randn[float64]",
+        lambda: md.randn(6, dtype=md.float64, seed=2),
+        lambda: np.random.default_rng(2).standard_normal(6),
+        [()],
+        make=no_inputs,
+        dtypes=(np.float64,),
+    ),
+    OpCase(
+        "rand",
+        lambda: md.rand((2, 3, 2), seed=9),
+        lambda: np.random.default_rng(9).random((2, 3, 2), dtype=np.float32),
+        [()],
+        make=no_inputs,
+        dtypes=(np.float32,),
+    ),
+]
+
+test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs = define_tests(CASES)
+
+
+def ramp(shape=(8, 9)):
+    return md.tensor(np.arange(1.0, 1.0 + np.prod(shape)).reshape(shape).astype(np.float32))
+
+
+def mask(t):
+    return t.numpy() != 0
+
+
+def test_same_seed_same_mask_and_other_seeds_differ():
+    x = ramp()
+    a, b, c = md.dropout(x, 0.5, seed=1), md.dropout(x, 0.5, seed=1), md.dropout(x, 0.5, seed=2)
+    assert a.numpy().tobytes() == b.numpy().tobytes()
+    assert (mask(a) != mask(c)).any()
+
+
+def test_mask_does_not_depend_on_the_dtype():
+    x = ramp()
+    a = md.dropout(x, 0.4, seed=3)
+    b = md.dropout(x.astype(md.float64), 0.4, seed=3)
+    np.testing.assert_array_equal(mask(a), mask(b))
+
+
+def test_default_seed_is_drawn_from_the_default_generator():
+    x = ramp()
+    md.manual_seed(11)
+    first, second = md.dropout(x), md.dropout(x)
+    md.manual_seed(11)
+    again = md.dropout(x)
+    assert first.numpy().tobytes() == again.numpy().tobytes()
+    assert (mask(first) != mask(second)).any()
+
+
+def test_recomputed_dropout_is_bit_identical():
+    y = md.dropout(ramp(), 0.5)
+    before = y.numpy()
+    assert recompute(y).tobytes() == before.tobytes()
+
+
+def test_backward_uses_the_forward_mask():
+    x = md.tensor(np.random.default_rng(0).random((10, 10)) + 1.0, requires_grad=True)
+    y = md.dropout(x, 0.25)
+    y.sum().backward()
+    kept = mask(y)
+    assert 0 < kept.sum() < kept.size
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(kept, 1 / 0.75, 0.0))
+
+
+def test_identity_when_not_training_or_p_zero():
+    x = ramp()
+    assert md.dropout(x, 0.5, training=False) is x
+    assert md.dropout(x, 0.0) is x
+
+
+@pytest.mark.parametrize("p", [1.0, -0.1, 1.5])
+def test_p_out_of_range_is_rejected(p):
+    with pytest.raises(ValueError, match=r"dropout: p must be in \[0, 1\)"):
+        md.dropout(ramp(), p)
+
+
+def test_dropout_preserves_the_mean_and_drops_a_fraction_p():
+    y = md.dropout(md.ones((200, 500)), 0.3, seed=0).numpy()
+    assert abs(y.mean() - 1.0) < 0.01  # std of the mean is about 0.002
+    assert abs((y == 0).mean() - 0.3) < 0.01
+    assert set(np.unique(y).tolist()) == {0.0, np.float32(1 / 0.7).item()}
+
+
+def test_dropout_chain_is_bit_identical_under_a_tight_budget():
+    rng = np.random.default_rng(0)
+    x = md.tensor(rng.standard_normal((16, 32)).astype(np.float32))
+    w = md.tensor(rng.standard_normal((32, 32)).astype(np.float32) * 0.2, requires_grad=True)
+
+    def step():
+        md.manual_seed(4)
+        h = x
+        for _ in range(10):
+            h = md.dropout(md.tanh(h @ w), 0.3)
+        loss = (h * h).sum()
+        loss.backward()
+        return loss
+
+    reports = assert_remat_equivalent(step, budgets=[0.5, 0.8], grads_of=[w])
+    assert any(r["remats"] > 0 for r in reports), reports
+
+
+# ---- randn / rand -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [md.randn, md.rand])
+def test_int_seed_generator_and_default_seed_reproduce(fn):
+    assert fn((3, 4), seed=5).numpy().tobytes() == fn((3, 4), seed=5).numpy().tobytes()
+    assert (fn((3, 4), seed=5).numpy() != fn((3, 4), seed=6).numpy()).any()
+    gen_a, gen_b = np.random.default_rng(1), np.random.default_rng(1)
+    a1, a2 = fn(4, seed=gen_a), fn(4, seed=gen_a)
+    b1, b2 = fn(4, seed=gen_b), fn(4, seed=gen_b)
+    assert a1.numpy().tobytes() == b1.numpy().tobytes()
+    assert a2.numpy().tobytes() == b2.numpy().tobytes()
+    assert (a1.numpy() != a2.numpy()).all()
+    md.manual_seed(3)
+    first = [fn(5).numpy() for _ in range(2)]
+    md.manual_seed(3)
+    again = [fn(5).numpy() for _ in range(2)]
+    assert [a.tobytes() for a in first] == [a.tobytes() for a in again]
+    assert (first[0] != first[1]).all()
+
+
+@pytest.mark.parametrize("dtype", [md.float16, md.float32, md.float64])
+def test_random_tensors_are_evictable_and_replay_bit_identically(dtype):
+    for fn in (md.randn, md.rand):
+        t = fn((5, 6), dtype=dtype)
+        assert t.dtype == dtype and t.shape == (5, 6)
+        assert t.storage.evictable
+        before = t.numpy()
+        assert recompute(t).tobytes() == before.tobytes()
+
+
+def test_random_tensor_statistics():
+    n = md.randn(20000, dtype=md.float64, seed=0).numpy()
+    u = md.rand(20000, dtype=md.float64, seed=0).numpy()
+    assert abs(n.mean()) < 0.03 and abs(n.std() - 1) < 0.03
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+
+
+def test_randn_can_require_grad():
+    w = md.randn((3, 2), seed=0, requires_grad=True)
+    (w * 2.0).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((3, 2), 2.0, np.float32))
+
+
+def test_random_argument_errors():
+    with pytest.raises(md.DTypeError, match="randn: dtype must be floating point"):
+        md.randn(3, dtype=md.int64)
+    with pytest.raises(ValueError, match="rand: shape must be non-negative ints"):
+        md.rand((2, -1))
+    with pytest.raises(ValueError, match="randn: shape must be non-negative ints"):
+        md.randn((2.5,))
