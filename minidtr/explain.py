@@ -102,7 +102,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     peak, peak_clock, peak_event, peak_resident = -1, 0.0, None, Counter()
     decisions: list[Decision] = []
     waiting: list[Decision] = []  # budget evictions not yet matched to the allocation they served
-    last_remat = None
+    last_op = None
     for event in events:
         kind = event["event"]
         if kind == "runtime":
@@ -118,16 +118,17 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             waiting = []
         else:
             resident.pop(sid, None)
-        if kind == "alloc":
+        # the outputs of one multi-output op come as consecutive events at one clock
+        same_op = (kind, event["clock"]) == last_op
+        last_op = (kind, event["clock"])
+        if kind == "alloc" and not same_op:
             compute_cost += event.get("cost", 0.0)
         elif kind == "remat":
             remats_by_storage[sid] += 1
-            key = (event["clock"], event.get("cost"))
-            if key != last_remat:  # siblings of a multi-output op share one recomputation
+            if not same_op:
                 remats_by_op[op] += 1
                 remat_cost_by_op[op] += event.get("cost", 0.0)
                 remat_cost += event.get("cost", 0.0)
-            last_remat = key
         elif kind == "evict":
             reason = event.get("reason", "budget")
             by_reason[reason] += 1

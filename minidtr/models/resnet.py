@@ -1,0 +1,72 @@
+"""CIFAR-style ResNet (He et al., 2016, section 4.2): depth 6n + 2.
+
+A 3x3 convolution, then three stages of n basic blocks of widths w, 2w, 4w
+(the second and third halve the resolution in their first block, with a 1x1
+strided convolution on the shortcut), global average pooling and a linear
+classifier. Every convolution is followed by batch normalization. ResNet-32
+is n = 5.
+"""
+
+from __future__ import annotations
+
+from .. import nn
+from .. import ops as F
+from ..nn.init import Rng, generator
+from ..tensor import Tensor
+
+
+def conv_bn(c_in: int, c_out: int, kernel: int, stride: int, rng) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False, rng=rng),
+        nn.BatchNorm2d(c_out),
+    )
+
+
+class BasicBlock(nn.Module):
+    """relu(bn(conv(relu(bn(conv(x))))) + shortcut(x))."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, rng):
+        super().__init__()
+        self.first = conv_bn(c_in, c_out, 3, stride, rng)
+        self.second = conv_bn(c_out, c_out, 3, 1, rng)
+        self.shortcut = (
+            conv_bn(c_in, c_out, 1, stride, rng) if stride != 1 or c_in != c_out else nn.Identity()
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.relu(self.first(x))
+        return F.relu(self.second(h) + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    def __init__(
+        self,
+        depth: int = 20,
+        width: int = 16,
+        in_channels: int = 3,
+        classes: int = 10,
+        rng: Rng = None,
+    ):
+        super().__init__()
+        if depth < 8 or (depth - 2) % 6 != 0:
+            raise ValueError(
+                f"ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth}"
+            )
+        rng = generator(rng)
+        n = (depth - 2) // 6
+        self.depth = depth
+        self.stem = conv_bn(in_channels, width, 3, 1, rng)
+        blocks: list[nn.Module] = []
+        c_in = width
+        for stage, c_out in enumerate((width, 2 * width, 4 * width)):
+            for i in range(n):
+                stride = 2 if stage > 0 and i == 0 else 1
+                blocks.append(BasicBlock(c_in, c_out, stride, rng))
+                c_in = c_out
+        self.blocks = nn.Sequential(*blocks)
+        self.classifier = nn.Linear(c_in, classes, rng=rng)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(N, C, H, W) images -> (N, classes) logits."""
+        h = self.blocks(F.relu(self.stem(x)))
+        return self.classifier(F.global_avg_pool2d(h))

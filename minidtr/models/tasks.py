@@ -1,0 +1,226 @@
+"""Each model paired with its dataset, loss and metric, at three sizes.
+
+A ``Task`` holds a built model, its data split, an optimizer factory and the
+two functions that connect them: ``inputs`` turns raw examples into what the
+model takes, and every model's output is reshaped to rows of class scores, so
+that the loss is always ``cross_entropy(rows, targets)`` and the metric the
+fraction of rows whose top score is the target (classification accuracy,
+next-token accuracy or pixel accuracy).
+
+Sizes: ``tiny`` (tests: a step in milliseconds), ``small`` (the default: trains
+in seconds on a laptop CPU), ``medium`` (closer to the paper's models; minutes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import nn, optim
+from .. import ops as F
+from ..data import (
+    Split,
+    counting_sequences,
+    generate_listops,
+    load_digits,
+    shapes_segmentation,
+)
+from ..data.listops import VOCAB_SIZE
+from ..tensor import Tensor, tensor
+from .densenet import DenseNet
+from .lstm import LSTMModel
+from .mlp import MLP
+from .resnet import ResNet
+from .transformer import Transformer
+from .treelstm import TreeLSTM
+from .unet import UNet
+
+SIZES = ("tiny", "small", "medium")
+
+
+@dataclass
+class Task:
+    name: str
+    size: str
+    model: nn.Module
+    data: Split
+    batch_size: int
+    make_optimizer: Callable[[list[Tensor]], optim.Optimizer]
+    inputs: Callable[[Any, np.ndarray, str], Any]  # (examples, indices, device) -> model input
+    metric: str = "accuracy"
+    device: str = "cpu"
+
+    def batch(self, indices: np.ndarray, train: bool = True) -> tuple[Any, Tensor]:
+        """Model input and int64 target rows for the examples at ``indices``."""
+        x = self.data.train_x if train else self.data.test_x
+        y = self.data.train_y if train else self.data.test_y
+        return self.inputs(x, indices, self.device), tensor(
+            y[indices].reshape(-1), device=self.device
+        )
+
+    def scores(self, model_input: Any) -> Tensor:
+        """The model's output as rows of class scores (M, classes)."""
+        out = self.model(model_input)
+        if out.ndim == 4:  # (N, C, H, W) per-pixel scores
+            out = F.transpose(out, (0, 2, 3, 1))
+        return F.reshape(out, (-1, out.shape[-1]))
+
+    def loss(self, model_input: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
+        rows = self.scores(model_input)
+        return F.cross_entropy(rows, targets), rows
+
+    @property
+    def n_train(self) -> int:
+        return len(self.data.train_y)
+
+
+def _images(x: np.ndarray, idx: np.ndarray, device: str) -> Tensor:
+    return tensor(x[idx], device=device)
+
+
+def _flat_images(x: np.ndarray, idx: np.ndarray, device: str) -> Tensor:
+    return tensor(x[idx].reshape(len(idx), -1), device=device)
+
+
+def _tokens(x: np.ndarray, idx: np.ndarray, device: str) -> Tensor:
+    return tensor(x[idx], device=device)
+
+
+def _trees(x: list, idx: np.ndarray, device: str) -> list:
+    return [x[i] for i in idx]
+
+
+def _adam(lr: float) -> Callable[[list[Tensor]], optim.Optimizer]:
+    return lambda params: optim.Adam(params, lr=lr)
+
+
+def _sgd(lr: float, momentum: float = 0.9) -> Callable[[list[Tensor]], optim.Optimizer]:
+    return lambda params: optim.SGD(params, lr=lr, momentum=momentum)
+
+
+def _pick(size: str, table: dict[str, Any]) -> Any:
+    if size not in table:
+        raise ValueError(f"unknown size {size!r}; expected one of {SIZES}")
+    return table[size]
+
+
+def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    hidden, batch = _pick(
+        size, {"tiny": ((32,), 16), "small": ((256, 256), 256), "medium": ((1024, 1024, 1024), 512)}
+    )
+    model = MLP(64, hidden, 10, rng=seed)
+    return Task(
+        "mlp", size, model, load_digits(seed), batch, _adam(3e-3), _flat_images, device=device
+    )
+
+
+def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    depth, width, batch = _pick(
+        size, {"tiny": (8, 4, 8), "small": (20, 8, 64), "medium": (32, 16, 128)}
+    )
+    model = ResNet(depth, width, in_channels=1, classes=10, rng=seed)
+    return Task("resnet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device)
+
+
+def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    blocks, growth, batch = _pick(
+        size, {"tiny": ((2, 2), 4, 8), "small": ((4, 4, 4), 8, 64), "medium": ((6, 8, 8), 12, 128)}
+    )
+    model = DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed)
+    return Task(
+        "densenet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device
+    )
+
+
+def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    width, levels, batch = _pick(
+        size, {"tiny": (4, 1, 4), "small": (8, 2, 16), "medium": (16, 3, 32)}
+    )
+    model = UNet(1, 3, width, levels, rng=seed)
+    data = shapes_segmentation(n=600, size=16, seed=seed)
+    return Task(
+        "unet",
+        size,
+        model,
+        data,
+        batch,
+        _adam(3e-3),
+        _images,
+        metric="pixel accuracy",
+        device=device,
+    )
+
+
+def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    hidden, length, batch = _pick(
+        size, {"tiny": (16, 6, 8), "small": (64, 16, 64), "medium": (256, 32, 128)}
+    )
+    data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
+    model = LSTMModel(16, embed=16, hidden=hidden, rng=seed)
+    return Task(
+        "lstm",
+        size,
+        model,
+        data,
+        batch,
+        _adam(1e-2),
+        _tokens,
+        metric="next-token accuracy",
+        device=device,
+    )
+
+
+def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    dim, layers, length, batch = _pick(
+        size, {"tiny": (16, 1, 6, 8), "small": (32, 2, 16, 64), "medium": (64, 4, 32, 128)}
+    )
+    data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
+    model = Transformer(16, length, dim=dim, heads=4 if dim >= 32 else 2, layers=layers, rng=seed)
+    return Task(
+        "transformer",
+        size,
+        model,
+        data,
+        batch,
+        _adam(3e-3),
+        _tokens,
+        metric="next-token accuracy",
+        device=device,
+    )
+
+
+def make_treelstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    hidden, depth, batch = _pick(
+        size, {"tiny": (16, 2, 4), "small": (64, 3, 32), "medium": (128, 4, 64)}
+    )
+    data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4)
+    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, rng=seed)
+    return Task("treelstm", size, model, data, batch, _adam(3e-3), _trees, device=device)
+
+
+MODELS: dict[str, tuple[Callable[..., Task], str]] = {
+    "mlp": (make_mlp, "multilayer perceptron on the 8x8 digits"),
+    "resnet": (make_resnet, "CIFAR-style ResNet (6n+2, BatchNorm) on the 8x8 digits"),
+    "densenet": (make_densenet, "DenseNet (dense concatenation blocks) on the 8x8 digits"),
+    "unet": (make_unet, "U-Net segmenting rectangles and discs on noise (16x16)"),
+    "lstm": (make_lstm, "LSTM next-token prediction on counting sequences"),
+    "transformer": (make_transformer, "causal Transformer encoder on counting sequences"),
+    "treelstm": (make_treelstm, "child-sum Tree-LSTM evaluating ListOps trees"),
+}
+
+
+def make_task(name: str, size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    """Build model ``name`` at ``size`` with its data (seeded by ``seed``)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
+    return MODELS[name][0](size, seed, device)
+
+
+def chance_level(task: Task) -> float:
+    """Accuracy of always predicting the most frequent training target."""
+    counts = np.bincount(np.asarray(task.data.train_y).reshape(-1))
+    return float(counts.max() / counts.sum()) if counts.size else math.nan

@@ -1,0 +1,81 @@
+"""U-Net (Ronneberger et al., 2015) for per-pixel classification.
+
+The encoder applies a block of two conv3x3-BN-ReLU at each level and halves
+the resolution with 2x2 max pooling, doubling the width; the decoder
+upsamples (nearest neighbour, then a 3x3 convolution that halves the width),
+concatenates the encoder's output of the same level (the skip connection) and
+applies another block. A 1x1 convolution gives the class scores per pixel.
+The skips keep every encoder level's output alive until the decoder reaches
+it, the memory pattern that makes U-Net hard for rematerialization.
+"""
+
+from __future__ import annotations
+
+from .. import nn
+from .. import ops as F
+from ..nn.init import Rng, generator
+from ..tensor import Tensor
+
+
+class ConvBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, rng):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False, rng=rng),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(),
+            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False, rng=rng),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layers(x)
+
+
+class Up(nn.Module):
+    """Upsample 2x, conv3x3 to ``c_out`` channels, concatenate the skip, ConvBlock."""
+
+    def __init__(self, c_in: int, c_out: int, rng):
+        super().__init__()
+        self.reduce = nn.Conv2d(c_in, c_out, 3, padding=1, rng=rng)
+        self.block = ConvBlock(2 * c_out, c_out, rng)
+
+    def forward(self, x: Tensor, skip: Tensor) -> Tensor:
+        up = self.reduce(F.upsample_nearest2d(x, 2))
+        return self.block(F.concat([skip, up], axis=1))
+
+
+class UNet(nn.Module):
+    def __init__(
+        self,
+        in_channels: int = 1,
+        classes: int = 3,
+        width: int = 8,
+        levels: int = 2,
+        rng: Rng = None,
+    ):
+        super().__init__()
+        if levels < 1:
+            raise ValueError(f"UNet needs at least one down/up level, got {levels}")
+        rng = generator(rng)
+        self.levels = levels
+        widths = [width * 2**i for i in range(levels + 1)]
+        self.down = nn.ModuleList(
+            ConvBlock(in_channels if i == 0 else widths[i - 1], widths[i], rng)
+            for i in range(levels + 1)
+        )
+        self.up = nn.ModuleList(Up(widths[i + 1], widths[i], rng) for i in reversed(range(levels)))
+        self.head = nn.Conv2d(width, classes, 1, rng=rng)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(N, C, H, W) -> (N, classes, H, W) scores; H and W divisible by 2 ** levels."""
+        skips = []
+        h = x
+        for i, block in enumerate(self.down):
+            h = block(h if i == 0 else F.max_pool2d(h, 2))
+            skips.append(h)
+        skips.pop()
+        for up in self.up:
+            h = up(h, skips.pop())
+        return self.head(h)

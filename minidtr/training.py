@@ -1,0 +1,187 @@
+"""The training loop behind ``minidtr train``: a task under a budget, measured.
+
+``measure_peak`` runs one training step of a fresh copy of the task with no
+budget and returns the runtime's peak (everything resident counts:
+parameters, optimizer state, the batch and activations), which is how the
+paper defines a budget ratio. ``train`` runs the steps inside a budgeted
+``Runtime`` and evaluates test accuracy before and after, outside it.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .autograd import no_grad
+from .data import minibatch_indices
+from .models.tasks import Task, make_task
+from .ops.random import manual_seed
+from .runtime import Runtime
+
+EVAL_EXAMPLES = 256
+
+
+@dataclass
+class TrainConfig:
+    model: str
+    size: str = "small"
+    steps: int = 50
+    batch: int | None = None  # None = the task's default
+    seed: int = 0
+    device: str = "cpu"
+    budget: int | None = None
+    ratio: float | None = None
+    heuristic: str = "dtr"
+    dealloc: str = "eager"
+    cost: str = "flops"
+    record_events: bool = False
+
+
+@dataclass
+class TrainResult:
+    config: TrainConfig
+    task: Task
+    runtime: Runtime
+    losses: list[float]
+    accuracy_start: float
+    accuracy_end: float
+    seconds: float
+    unbounded_peak: int | None = None
+    budget: int | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps_per_second(self) -> float:
+        return len(self.losses) / self.seconds if self.seconds > 0 else math.inf
+
+
+def build_task(config: TrainConfig) -> Task:
+    manual_seed(config.seed)
+    task = make_task(config.model, config.size, config.seed, config.device)
+    if config.batch is not None:
+        if not 0 < config.batch <= task.n_train:
+            raise ValueError(
+                f"--batch must be between 1 and {task.n_train} for {config.model}, "
+                f"got {config.batch}"
+            )
+        task.batch_size = config.batch
+    return task
+
+
+def train_step(task: Task, optimizer, indices: np.ndarray) -> float:
+    """One step: forward, backward, update. Returns the loss."""
+    optimizer.zero_grad()
+    model_input, targets = task.batch(indices)
+    loss, _ = task.loss(model_input, targets)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def measure_peak(config: TrainConfig) -> int:
+    """Peak bytes of the first training step of a fresh copy of the task, unbounded."""
+    gc.collect()
+    task = build_task(config)
+    optimizer = task.make_optimizer(task.model.parameters())
+    indices = next(minibatch_indices(task.n_train, task.batch_size, config.seed))
+    runtime = Runtime(cost=config.cost, device=config.device)
+    with runtime:
+        train_step(task, optimizer, indices)
+    peak = runtime.stats()["peak_memory"]
+    del task, optimizer
+    gc.collect()
+    return peak
+
+
+def accuracy(task: Task, examples: int = EVAL_EXAMPLES) -> float:
+    """Fraction of correct rows on the first ``examples`` test examples (eval mode)."""
+    n = min(examples, len(task.data.test_y))
+    task.model.eval()
+    correct = total = 0
+    try:
+        with no_grad():
+            for start in range(0, n, task.batch_size):
+                indices = np.arange(start, min(start + task.batch_size, n))
+                model_input, targets = task.batch(indices, train=False)
+                predicted = task.scores(model_input).numpy().argmax(axis=1)
+                correct += int((predicted == targets.numpy()).sum())
+                total += len(predicted)
+    finally:
+        task.model.train()
+    return correct / total
+
+
+def train(
+    config: TrainConfig,
+    progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+    on_loss: Callable[[Any, float], None] | None = None,
+    trace: Any = None,
+) -> TrainResult:
+    """Train ``config.steps`` steps under the budget (bytes, or ratio x measured peak).
+
+    ``progress`` wraps the step range (a progress bar); ``on_loss(bar, loss)`` is
+    called after each step; ``trace`` is a context manager entered around the
+    budgeted steps (a trace recorder).
+    """
+    if config.budget is not None and config.ratio is not None:
+        raise ValueError("give a budget in bytes or a ratio, not both")
+    if config.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {config.steps}")
+    unbounded_peak = None
+    budget = config.budget
+    if config.ratio is not None:
+        if config.ratio <= 0.0:
+            raise ValueError(f"ratio must be > 0, got {config.ratio}")
+        unbounded_peak = measure_peak(config)
+        budget = int(config.ratio * unbounded_peak)
+    task = build_task(config)
+    optimizer = task.make_optimizer(task.model.parameters())
+    accuracy_start = accuracy(task)
+    runtime = Runtime(
+        budget=budget,
+        heuristic=config.heuristic,
+        dealloc=config.dealloc,
+        cost=config.cost,
+        record_events=config.record_events,
+        seed=config.seed,
+        device=config.device,
+    )
+    batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
+    steps: Iterable[int] = range(config.steps)
+    if progress is not None:
+        steps = progress(steps)
+    losses = []
+    started = time.perf_counter()
+    with runtime:
+        if trace is not None:
+            with trace:
+                _run_steps(task, optimizer, batches, steps, losses, on_loss)
+        else:
+            _run_steps(task, optimizer, batches, steps, losses, on_loss)
+    seconds = time.perf_counter() - started
+    accuracy_end = accuracy(task)
+    return TrainResult(
+        config,
+        task,
+        runtime,
+        losses,
+        accuracy_start,
+        accuracy_end,
+        seconds,
+        unbounded_peak,
+        budget,
+        runtime.stats(),
+    )
+
+
+def _run_steps(task, optimizer, batches, steps, losses, on_loss) -> None:
+    for _ in steps:
+        losses.append(train_step(task, optimizer, next(batches)))
+        if on_loss is not None:
+            on_loss(steps, losses[-1])
