@@ -1,1 +1,27 @@
-"""(being built)"""
+"""Traces, the replay simulator and the optimal baselines (see docs/simulator.md).
+
+``load_log``/``write_log`` read and write the DTR prototype's JSON-lines logs;
+``record`` writes a live minidtr run in the same format; ``simulate`` replays a
+trace under a budget with the live runtime's own allocator and heuristics;
+``sweep`` runs many budgets and heuristics in parallel. The baselines (an
+optimal schedule by mixed-integer programming, Chen's sqrt(N) and Griewank's
+revolve for chains) live in ``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
+"""
+
+from .record import Recorder, record
+from .simulator import Baseline, Replayer, SimResult, simulate
+from .trace import Trace, TraceError, load_log, make_trace, write_log
+
+__all__ = [
+    "Baseline",
+    "Recorder",
+    "Replayer",
+    "SimResult",
+    "Trace",
+    "TraceError",
+    "load_log",
+    "make_trace",
+    "record",
+    "simulate",
+    "write_log",
+]

@@ -1,0 +1,147 @@
+"""Record a live minidtr run as a trace in the prototype's format.
+
+A ``Recorder`` is an allocator observer (``allocator.observer``). The
+allocator calls it after each op (``on_compute``), constant
+(``on_constant``), read (``on_read``), new handle (``on_add_ref``) and dropped
+handle (``on_release``), in program order, so the trace it builds replays the
+same decisions. The mapping:
+
+- every live ``Tensor`` handle is one trace name;
+- an op is a ``CALL`` whose arguments are names of its input cells, whose
+  results are its outputs (``ALIAS 0`` for a view, which in minidtr always
+  views its first input) and whose TIME is the cost the runtime charged
+  (exact with ``cost="flops"``, so a replay makes the same decisions);
+  outputs made under ``as_constants()`` are marked ``CONSTANT_RESULTS``;
+- the first handle on a new result or constant takes the name the CALL or
+  CONSTANT defined; any further handle is a ``COPY``;
+- ``Tensor.numpy()`` (a read) is a ``CALL`` named ``read`` with one argument,
+  no results and TIME 0: the replay locks (and if needed rematerializes) the
+  same storage at the same point;
+- a value that existed before recording began is recorded as a ``CONSTANT``
+  when it is first used.
+
+Start recording before the program creates its tensors for a faithful trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from ..runtime.allocator import allocator_for
+from ..runtime.storage import Cell, Recipe, Storage
+from .trace import Annotate, Call, Constant, Copy, Instruction, Release, Result, Trace, make_trace
+
+
+class Recorder:
+    """Builds a trace from allocator events; ``trace()`` returns it."""
+
+    def __init__(self, name: str = "recorded"):
+        self.name = name
+        self.instructions: list[Instruction] = [Annotate("START")]
+        self._names: dict[int, list[str]] = {}  # id(cell) -> names of its live handles
+        self._unclaimed: dict[int, str] = {}  # id(cell or storage) -> name defined, not held
+        self._next = 0
+
+    def _fresh(self) -> str:
+        self._next += 1
+        return f"t{self._next}"
+
+    def _name_of(self, cell: Cell) -> str:
+        names = self._names.get(id(cell))
+        if names:
+            return names[-1]
+        name = self._unclaimed.get(id(cell))
+        if name is not None:
+            return name
+        return self._adopt(cell)
+
+    def _adopt(self, cell: Cell) -> str:
+        """A cell made before recording started: from now on it is a constant input."""
+        name = self._fresh()
+        self.instructions.append(Constant(name, cell.storage.nbytes))
+        self._names.setdefault(id(cell), []).append(name)
+        return name
+
+    # ---- the allocator's observer protocol ------------------------------------------------
+
+    def on_constant(self, storage: Storage) -> None:
+        name = self._fresh()
+        self.instructions.append(Constant(name, storage.nbytes))
+        self._unclaimed[id(storage)] = name
+
+    def on_compute(self, recipe: Recipe, cells: list[Cell]) -> None:
+        args = tuple(self._name_of(c) for c in recipe.inputs)
+        results = []
+        constant = False
+        for cell in cells:
+            name = self._fresh()
+            if cell.is_view:
+                results.append(Result(name, cell.nbytes, 0))
+            else:
+                results.append(Result(name, cell.storage.nbytes, -1))
+                constant = cell.storage.producer is None
+            self._unclaimed[id(cell)] = name
+        self.instructions.append(Call(recipe.op.name, args, tuple(results), recipe.cost, constant))
+
+    def on_read(self, cell: Cell) -> None:
+        self.instructions.append(Call("read", (self._name_of(cell),), (), 0.0))
+
+    def on_add_ref(self, cell: Cell) -> None:
+        key = id(cell)
+        name = self._unclaimed.pop(key, None)
+        if name is None and cell.recipe is None:
+            name = self._unclaimed.pop(id(cell.storage), None)
+        if name is None:
+            names = self._names.get(key)
+            if not names:
+                self._adopt(cell)
+                return
+            name = self._fresh()
+            self.instructions.append(Copy(name, names[-1]))
+        self._names.setdefault(key, []).append(name)
+
+    def on_release(self, cell: Cell) -> None:
+        key = id(cell)
+        names = self._names.get(key)
+        if not names:
+            return  # a handle made before recording started
+        self.instructions.append(Release(names.pop()))
+        if not names:
+            del self._names[key]
+
+    # ---- results ------------------------------------------------------------------------------
+
+    def annotate(self, annotation: str) -> None:
+        """Mark a point of the program (e.g. ``"BACKWARD"``)."""
+        self.instructions.append(Annotate(annotation))
+
+    def trace(self) -> Trace:
+        return make_trace(self.instructions, self.name)
+
+
+@contextlib.contextmanager
+def record(
+    path: str | os.PathLike | None = None, device: str = "cpu", name: str | None = None
+) -> Iterator[Recorder]:
+    """Record everything the device's allocator does inside the ``with`` as a trace;
+    write it to ``path`` (the prototype's JSON-lines format) on exit when given.
+
+    ``with sim.record("step.log") as rec: ...`` then ``sim.load_log("step.log")``
+    or ``rec.trace()``.
+    """
+    from .trace import write_log
+
+    allocator = allocator_for(device)
+    if allocator.observer is not None:
+        raise RuntimeError(f"the {device} allocator is already being observed (recorded)")
+    label = name or (os.path.splitext(os.path.basename(os.fspath(path)))[0] if path else "recorded")
+    recorder = Recorder(label)
+    allocator.observer = recorder
+    try:
+        yield recorder
+    finally:
+        allocator.observer = None
+    if path is not None:
+        write_log(recorder.trace(), path)

@@ -1,0 +1,383 @@
+"""Replay a trace under a budget with the live runtime's own allocator and heuristics.
+
+Nothing here decides what to evict. ``Replayer`` drives a
+``minidtr.runtime.Allocator`` that has no array backend (``device=None``)
+with ops whose kernels return placeholders and whose cost is the trace's
+TIME, so locking, rematerialization, eviction, heuristics, deallocation and
+the statistics are exactly the live runtime's code.
+
+How instructions map onto the allocator:
+
+- a name is one external reference: defining it is ``add_ref``, dropping it
+  ``release`` (which applies the deallocation policy);
+- ``CONSTANT`` is ``add_constant``; ``CALL`` is ``compute`` with every
+  argument locked; a result of ``MEMORY`` bytes is a cell of shape
+  ``(MEMORY,)`` and dtype uint8;
+- the allocator's views share the storage of their *first* input, so the
+  results of a CALL that alias argument ``j`` come from a view call whose
+  first input is argument ``j`` (the other arguments follow, so they are
+  still locked). A CALL that mixes fresh and aliased results becomes a fresh
+  call carrying TIME followed by zero-cost view calls; one whose results
+  alias several arguments gets one view call per argument. (Neither occurs in
+  the shared logs or in minidtr's recordings.)
+- ``MUTATE`` is a fresh call producing one new storage per mutated argument,
+  then the mutated names are rebound (add_ref new, release old);
+- at the end every name still held is an output: its storage is pinned
+  (rematerialized if evicted), which can itself run out of budget.
+
+A view's accesses cost nothing in the allocator (views are recomputed from
+their base on every access), so a view op's TIME counts once, as compute.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..runtime.allocator import Allocator
+from ..runtime.runtime import BudgetError, Runtime
+from ..runtime.storage import Cell
+from .trace import Annotate, Call, Constant, Copy, CopyFrom, Mutate, Release, Trace
+
+BYTE = np.dtype(np.uint8)
+RESIDENT = object()  # the placeholder an op "computes": any object other than None
+
+
+class Placeholder:
+    """A constant's stand-in buffer; ``add_constant`` checks its ``nbytes``."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+
+class TraceOp:
+    """An op of a trace: a name, a TIME, and a kernel that computes placeholders."""
+
+    __slots__ = ("name", "n_outputs", "is_view", "time")
+
+    def __init__(self, name: str, n_outputs: int, is_view: bool, time_ns: float):
+        self.name, self.n_outputs, self.is_view, self.time = name, n_outputs, is_view, time_ns
+
+    def forward(self, xp, *arrays):
+        if self.n_outputs == 1:
+            return RESIDENT
+        return (RESIDENT,) * self.n_outputs
+
+    def __repr__(self) -> str:
+        return f"TraceOp({self.name}, time={self.time})"
+
+
+def trace_cost(op: TraceOp, in_metas, out_metas) -> float:
+    return op.time
+
+
+class Thrashing(Exception):
+    """Recomputation passed the thrash limit."""
+
+
+@dataclass
+class Baseline:
+    """The unbounded replay of a trace."""
+
+    peak_memory: int  # bytes, constants included: what budget ratios are relative to
+    constant_floor: int  # the most bytes of constants alive at once
+    bottleneck: int  # the most bytes one op needs at once (constants + inputs + outputs)
+
+
+@dataclass
+class SimResult:
+    trace: str
+    heuristic: str
+    dealloc: str
+    ratio: float | None
+    budget: int | None
+    status: str  # "ok" | "oom" | "thrash"
+    slowdown: float  # (compute + recompute) / compute; nan on oom
+    compute: float  # the trace's total TIME
+    remat_cost: float
+    remats: int
+    output_remats: int  # remats made to make the outputs resident at the end
+    evictions: int  # all evictions, those of dead storages included
+    dead_evictions: int
+    banished: int
+    peak_memory: int
+    ops: int
+    instructions_done: int
+    search_time: float  # seconds spent choosing victims
+    replay_time: float  # seconds for the whole replay
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ops_per_second(self) -> float:
+        return self.ops / self.replay_time if self.replay_time > 0 else math.inf
+
+    def row(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("extra")
+        out.update(self.extra)
+        return out
+
+
+class Replayer:
+    """Apply trace instructions one at a time to a fresh backend-less allocator."""
+
+    def __init__(
+        self,
+        budget: int | None = None,
+        heuristic: str = "dtr",
+        dealloc: str = "eager",
+        *,
+        sample: bool = False,
+        min_size: float = 0.0,
+        seed: int = 0,
+        record_events: bool = False,
+        thrash_cost: float = math.inf,
+        measure_floors: bool = False,
+    ):
+        self.allocator = Allocator(device=None)
+        self.runtime = Runtime(
+            budget=budget,
+            heuristic=heuristic,
+            dealloc=dealloc,
+            cost=trace_cost,
+            sample=sample,
+            min_size=min_size,
+            seed=seed,
+            record_events=record_events,
+        )
+        self.allocator.push(self.runtime)
+        self.cells: dict[str, Cell] = {}
+        self.thrash_cost = thrash_cost
+        self.measure_floors = measure_floors
+        self.constant_floor = 0
+        self.bottleneck = 0
+        self._dispatch = {
+            Constant: self._constant,
+            Call: self._call,
+            Mutate: self._mutate,
+            Copy: self._copy,
+            CopyFrom: self._copy_from,
+            Release: self._release,
+            Annotate: _ignore,
+        }
+
+    @property
+    def stats(self):
+        return self.runtime.stats_
+
+    def step(self, ins) -> None:
+        self._dispatch[type(ins)](ins)
+        if self.stats.remat_cost > self.thrash_cost:
+            raise Thrashing
+
+    def resident(self, name: str) -> bool:
+        return self.cells[name].storage.buffer is not None
+
+    def finish(self) -> int:
+        """Make every name still held resident (pinned): the step's outputs. Returns the
+        number of remats this took."""
+        before = self.stats.remats
+        for cell in self.cells.values():
+            self.allocator.pin(cell.storage)
+            if self.stats.remat_cost > self.thrash_cost:
+                raise Thrashing
+        return self.stats.remats - before
+
+    def close(self) -> None:
+        if self.runtime.active:
+            self.allocator.pop(self.runtime)
+
+    # ---- instructions --------------------------------------------------------------------
+
+    def _define(self, name: str, cell: Cell) -> None:
+        self.cells[name] = cell
+        self.allocator.add_ref(cell)
+
+    def _constant(self, ins: Constant) -> None:
+        nbytes = ins.nbytes
+        storage = self.allocator.add_constant(lambda: Placeholder(nbytes), nbytes, ins.name)
+        self._define(ins.name, Cell(storage, None, 0, (nbytes,), BYTE, None))
+        if self.measure_floors:
+            self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
+
+    def _note_bottleneck(self, args: tuple[Cell, ...], fresh_bytes: int) -> None:
+        seen: list = []
+        need = self.allocator.constant_bytes + fresh_bytes
+        for cell in args:
+            storage = cell.storage
+            if storage.producer is not None and not any(storage is s for s in seen):
+                seen.append(storage)
+                need += storage.nbytes
+        self.bottleneck = max(self.bottleneck, need)
+
+    def _call(self, ins: Call) -> None:
+        args = tuple(self.cells[a] for a in ins.args)
+        compute = self.allocator.compute
+        fresh = [r for r in ins.results if r.alias < 0]
+        if self.measure_floors:
+            self._note_bottleneck(args, sum(r.nbytes for r in fresh))
+        made: dict[str, Cell] = {}
+        time_left = ins.time
+        if fresh or not ins.results:
+            op = TraceOp(ins.op, len(fresh), False, time_left)
+            metas = [((r.nbytes,), BYTE) for r in fresh]
+            for r, cell in zip(fresh, compute(op, args, metas, None, ins.constant), strict=True):
+                made[r.name] = cell
+            time_left = 0.0
+        if len(made) < len(ins.results):
+            for j in sorted({r.alias for r in ins.results if r.alias >= 0}):
+                group = [r for r in ins.results if r.alias == j]
+                op = TraceOp(ins.op, len(group), True, time_left)
+                inputs = (args[j], *args[:j], *args[j + 1 :])
+                metas = [((r.nbytes,), BYTE) for r in group]
+                for r, cell in zip(group, compute(op, inputs, metas, None), strict=True):
+                    made[r.name] = cell
+                time_left = 0.0
+        for r in ins.results:
+            self._define(r.name, made[r.name])
+        if ins.constant and self.measure_floors:
+            self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
+
+    def _mutate(self, ins: Mutate) -> None:
+        args = tuple(self.cells[a] for a in ins.args)
+        sizes = [args[i].storage.nbytes for i in ins.mutate]
+        if self.measure_floors:
+            self._note_bottleneck(args, sum(sizes))
+        op = TraceOp(ins.op, len(sizes), False, ins.time)
+        new = self.allocator.compute(op, args, [((n,), BYTE) for n in sizes], None)
+        for i, cell in zip(ins.mutate, new, strict=True):
+            name = ins.args[i]
+            old = self.cells[name]
+            self._define(name, cell)
+            self.allocator.release(old)
+
+    def _copy(self, ins: Copy) -> None:
+        self._define(ins.dst, self.cells[ins.src])
+
+    def _copy_from(self, ins: CopyFrom) -> None:
+        old = self.cells[ins.dst]
+        self._define(ins.dst, self.cells[ins.src])
+        self.allocator.release(old)
+
+    def _release(self, ins: Release) -> None:
+        cell = self.cells.pop(ins.name, None)
+        if cell is not None:  # else a name defined before START (see trace.py)
+            self.allocator.release(cell)
+
+
+def _ignore(ins) -> None:
+    pass
+
+
+def measure_baseline(trace: Trace) -> Baseline:
+    """Replay without a budget: the peak (what ratios are relative to) and the two floors
+    below which no policy can run the trace."""
+    replayer = Replayer(None, "dtr", "eager", measure_floors=True)
+    try:
+        for ins in trace.instructions:
+            replayer.step(ins)
+        replayer.finish()
+        return Baseline(
+            replayer.stats.peak_memory,
+            replayer.constant_floor,
+            max(replayer.bottleneck, replayer.constant_floor),
+        )
+    finally:
+        replayer.close()
+
+
+def resolve_budget(trace: Trace, ratio: float | None, budget: int | None) -> int | None:
+    if ratio is not None and budget is not None:
+        raise ValueError("give a budget ratio or a budget in bytes, not both")
+    if ratio is None:
+        return budget
+    if not ratio > 0:
+        raise ValueError(f"the budget ratio must be > 0, got {ratio}")
+    return int(ratio * trace.baseline().peak_memory)
+
+
+def simulate(
+    trace: Trace,
+    ratio: float | None = None,
+    budget: int | None = None,
+    heuristic: str = "dtr",
+    dealloc: str = "eager",
+    thrash: float = 2.0,
+    *,
+    sample: bool = False,
+    min_size: float = 0.0,
+    seed: int = 0,
+    outputs: bool = True,
+    record_events: bool = False,
+) -> SimResult:
+    """Replay ``trace`` under ``budget`` bytes, or ``ratio`` x the unbounded replay's peak
+    (constants included; neither = unbounded).
+
+    Stops with status ``"thrash"`` once recomputation passes ``(thrash - 1)`` x the
+    trace's compute (the slowdown would pass ``thrash``), and with ``"oom"`` when the
+    budget cannot be met. With ``outputs`` the names held at the end are made resident
+    (the prototype's rule); ``outputs=False`` stops after the last instruction, which is
+    what a live run's statistics correspond to. ``record_events`` keeps the runtime's
+    event log in ``result.extra["events"]``.
+    """
+    bytes_budget = resolve_budget(trace, ratio, budget)
+    total = trace.total_compute
+    limit = (thrash - 1.0) * total if thrash is not None and math.isfinite(thrash) else math.inf
+    replayer = Replayer(
+        bytes_budget,
+        heuristic,
+        dealloc,
+        sample=sample,
+        min_size=min_size,
+        seed=seed,
+        record_events=record_events,
+        thrash_cost=limit,
+    )
+    status, error, done, output_remats = "ok", None, 0, 0
+    started = time.perf_counter()
+    try:
+        for ins in trace.instructions:
+            replayer.step(ins)
+            done += 1
+        if outputs:
+            output_remats = replayer.finish()
+    except Thrashing:
+        status = "thrash"
+    except BudgetError as e:
+        status, error = "oom", str(e)
+    finally:
+        elapsed = time.perf_counter() - started
+        replayer.close()
+    stats = replayer.stats
+    slowdown = (total + stats.remat_cost) / total if total > 0 else 1.0
+    extra = {"events": replayer.runtime.events} if record_events else {}
+    return SimResult(
+        trace=trace.name,
+        heuristic=replayer.runtime.heuristic.name,
+        dealloc=dealloc,
+        ratio=ratio,
+        budget=bytes_budget,
+        status=status,
+        slowdown=math.nan if status == "oom" else slowdown,
+        compute=total,
+        remat_cost=stats.remat_cost,
+        remats=stats.remats,
+        output_remats=output_remats,
+        evictions=stats.evictions,
+        dead_evictions=stats.dead_evictions,
+        banished=stats.banished,
+        peak_memory=stats.peak_memory,
+        ops=trace.ops,
+        instructions_done=done,
+        search_time=stats.search_time,
+        replay_time=elapsed,
+        error=error,
+        extra=extra,
+    )
