@@ -11,6 +11,7 @@ differentiable), so backward allocates only the gradients themselves.
 from __future__ import annotations
 
 import math
+import numbers
 
 from .. import backend
 from ..runtime.storage import Cell
@@ -22,14 +23,14 @@ Pair = tuple[int, int]
 
 def as_pair(value, what: str, op_name: str) -> Pair:
     """An int or a pair of ints as a pair (height, width)."""
-    pair = (value, value) if isinstance(value, int) else value
-    if (
-        not isinstance(pair, tuple | list)
-        or len(pair) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
-    ):
+    pair = (value, value) if is_int(value) else value
+    if not isinstance(pair, tuple | list) or len(pair) != 2 or not all(map(is_int, pair)):
         raise ValueError(f"{op_name}: {what} must be an int or a pair of ints, got {value!r}")
-    return tuple(pair)
+    return int(pair[0]), int(pair[1])
+
+
+def is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class Window:
@@ -200,7 +201,9 @@ class Conv2dGradInput(Op):
 
 
 class Conv2dGradWeight(Op):
-    """dL/dw of conv2d from x and g: g contracted with the input's columns over N, OH, OW."""
+    """dL/dw of conv2d from x and g: g times the input's columns, accumulated image by image
+    (one tensordot over the batch would copy both operands into new layouts first, and a
+    batched product would hold N weight-sized partial sums)."""
 
     name = "conv2d_grad_weight"
     differentiable = False
@@ -217,7 +220,10 @@ class Conv2dGradWeight(Op):
         n, o, oh, ow = g.shape
         window = Window(self.name, self.w_shape[2:], self.stride, self.padding)
         cols = window.columns(xp, x, (oh, ow))
-        dw = xp.tensordot(g.reshape(n, o, oh * ow), cols, axes=((0, 2), (0, 2)))
+        g = g.reshape(n, o, oh * ow)
+        dw = g[0] @ cols[0].T
+        for i in range(1, n):
+            dw += g[i] @ cols[i].T
         return dw.reshape(self.w_shape)
 
     def cost(self, in_metas, out_metas):
