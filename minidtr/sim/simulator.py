@@ -267,9 +267,7 @@ class Replayer:
         self.allocator.release(old)
 
     def _release(self, ins: Release) -> None:
-        cell = self.cells.pop(ins.name, None)
-        if cell is not None:  # else a name defined before START (see trace.py)
-            self.allocator.release(cell)
+        self.allocator.release(self.cells.pop(ins.name))
 
 
 def _ignore(ins) -> None:

@@ -24,9 +24,9 @@ value, the way a live ``Tensor`` object is. The instructions:
 
 Replay starts after the first ``START`` (at the top when there is none). Names
 still held at the end are the outputs: they must be resident when the step
-ends. A name may be defined again after it was released. Releasing a name
-defined before ``START`` is ignored (the prototype's logs can do that); any
-other use of an unknown name is an error.
+ends. A name may be defined again after it was released. A RELEASE of a name
+defined only before ``START`` is dropped (the prototype's logs can do that);
+any other use of an unknown name is an error.
 
 One extension, ignored by other readers: a CALL may carry
 ``"CONSTANT_RESULTS": "1"``, meaning its results are constants (minidtr's
@@ -129,7 +129,6 @@ class Trace:
     instructions: list[Instruction]
     name: str = "trace"
     outputs: tuple[str, ...] = ()  # names still held at the end
-    ignored_releases: frozenset[str] = frozenset()  # names defined before START
     ops: int = field(init=False)  # CALLs with results and MUTATEs
     accesses: int = field(init=False)  # CALLs without results
     total_compute: float = field(init=False)  # sum of TIME
@@ -346,11 +345,13 @@ def _defined_before_start(instructions: list[Instruction]) -> set[str]:
 def check_names(
     instructions: Iterable[Instruction],
     source: str = "trace",
-    ignored_releases: frozenset[str] = frozenset(),
-) -> tuple[str, ...]:
-    """Check every name is defined before use and not redefined while held; return the
-    names held at the end (the outputs), in definition order."""
+    before_start: frozenset[str] = frozenset(),
+) -> tuple[tuple[str, ...], list[int]]:
+    """Check every name is defined before use and not redefined while held. Returns the
+    names held at the end (the outputs, in definition order) and the positions of the
+    RELEASEs of names defined only before START (to be dropped)."""
     live: dict[str, None] = {}
+    dropped: list[int] = []
 
     def use(name: str, line: int, what: str) -> None:
         if name not in live:
@@ -361,7 +362,7 @@ def check_names(
             raise TraceError(source, line, f"{name!r} is defined again while still held")
         live[name] = None
 
-    for ins in instructions:
+    for position, ins in enumerate(instructions):
         if isinstance(ins, Constant):
             define(ins.name, ins.line)
         elif isinstance(ins, Call):
@@ -383,9 +384,11 @@ def check_names(
         elif isinstance(ins, Release):
             if ins.name in live:
                 del live[ins.name]
-            elif ins.name not in ignored_releases:
+            elif ins.name in before_start:
+                dropped.append(position)
+            else:
                 raise TraceError(source, ins.line, f"RELEASE of {ins.name!r}, not a live name")
-    return tuple(live)
+    return tuple(live), dropped
 
 
 def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
@@ -420,13 +423,15 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
         ),
         None,
     )
-    ignored: frozenset[str] = frozenset()
+    before: frozenset[str] = frozenset()
     if start is not None:
-        ignored = frozenset(_defined_before_start(instructions[:start]))
+        before = frozenset(_defined_before_start(instructions[:start]))
         instructions = instructions[start:]
-    outputs = check_names(instructions, source, ignored)
+    outputs, dropped = check_names(instructions, source, before)
+    for position in reversed(dropped):
+        del instructions[position]
     label = name or os.path.splitext(os.path.basename(source))[0]
-    return Trace(instructions, label, outputs, ignored)
+    return Trace(instructions, label, outputs)
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -503,4 +508,4 @@ def write_log(trace: Trace, path: str | os.PathLike) -> None:
 
 def make_trace(instructions: list[Instruction], name: str = "trace") -> Trace:
     """A checked ``Trace`` from instructions built in code (generators, the recorder)."""
-    return Trace(list(instructions), name, check_names(instructions, name))
+    return Trace(list(instructions), name, check_names(instructions, name)[0])

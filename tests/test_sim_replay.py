@@ -1,0 +1,315 @@
+"""The simulator: replays share the live runtime's decisions exactly, and hand-built traces
+give the numbers worked out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr import sim
+from minidtr.runtime import allocator as allocator_module
+from minidtr.sim.trace import Annotate, Call, Constant, Copy, CopyFrom, Mutate, Release, Result
+
+STATS = ("evictions", "remats", "remat_cost", "peak_memory", "dead_evictions", "compute_cost")
+
+
+def train_step(steps: int = 2) -> list[float]:
+    """Two SGD steps of a small MLP: matmuls, a view chain, dropout (a seeded random op),
+    cross-entropy, reads (``item``) and copy-on-write parameter updates (constants)."""
+    rng = np.random.default_rng(0)
+    w1 = md.tensor(rng.standard_normal((32, 48)) * 0.2, requires_grad=True)
+    w2 = md.tensor(rng.standard_normal((48, 48)) * 0.2, requires_grad=True)
+    w3 = md.tensor(rng.standard_normal((48, 10)) * 0.2, requires_grad=True)
+    x = md.tensor(rng.standard_normal((128, 32)))
+    y = md.tensor(rng.integers(0, 10, 128))
+    opt = md.optim.SGD([w1, w2, w3], lr=0.1, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        h = md.dropout(md.relu(x @ w1), 0.25, seed=7)
+        h = md.tanh(h @ w2).reshape(128, 2, 24).transpose(1, 0, 2).reshape(256, 24)
+        h = md.sigmoid(h).reshape(128, 48)
+        loss = md.cross_entropy(h @ w3, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+        del h, loss
+    return losses
+
+
+@pytest.fixture
+def fresh_allocator(monkeypatch):
+    """Install a new CPU allocator (nothing left over from other tests counts)."""
+
+    def install():
+        monkeypatch.setitem(allocator_module._ALLOCATORS, "cpu", allocator_module.Allocator("cpu"))
+
+    install()
+    return install
+
+
+def live_or_oom(budget, heuristic, dealloc="eager"):
+    try:
+        return live_run(budget, heuristic, dealloc)
+    except md.BudgetError:
+        return "oom", None
+
+
+def live_run(budget, heuristic, dealloc="eager", record_to=None):
+    runtime = md.Runtime(budget=budget, heuristic=heuristic, dealloc=dealloc, cost="flops")
+    with runtime:
+        if record_to is not None:
+            with sim.record(record_to):
+                losses = train_step()
+        else:
+            losses = train_step()
+    stats = runtime.stats()
+    return {k: stats[k] for k in STATS}, losses
+
+
+def sim_stats(result):
+    return {
+        "evictions": result.evictions,
+        "remats": result.remats,
+        "remat_cost": result.remat_cost,
+        "peak_memory": result.peak_memory,
+        "dead_evictions": result.dead_evictions,
+        "compute_cost": result.compute,
+    }
+
+
+def test_replay_matches_the_live_run_decision_for_decision(tmp_path, fresh_allocator):
+    _, unbounded_losses = live_run(None, "dtr", record_to=tmp_path / "mlp.log")
+    trace = sim.load_log(tmp_path / "mlp.log")
+    assert trace.ops > 40 and trace.accesses >= 2
+    assert any(c.constant for c in trace.instructions if isinstance(c, Call))
+    peak = trace.baseline().peak_memory
+    compared = 0
+    for heuristic in ("dtr", "dtr_eq", "lru", "msps", "size", "random"):
+        for ratio in (0.95, 0.85, 0.75):
+            budget = int(ratio * peak)
+            fresh_allocator()
+            live, losses = live_or_oom(budget, heuristic)
+            result = sim.simulate(
+                trace, budget=budget, heuristic=heuristic, thrash=None, outputs=False
+            )
+            replayed = sim_stats(result) if result.status == "ok" else result.status
+            assert replayed == live, (heuristic, ratio)
+            if losses is not None:
+                assert losses == unbounded_losses
+                compared += live["remats"] > 0
+    assert compared >= 6  # most of these runs really rematerialized
+
+
+def test_dealloc_policies_match_too(tmp_path, fresh_allocator):
+    live_run(None, "dtr", record_to=tmp_path / "mlp.log")
+    trace = sim.load_log(tmp_path / "mlp.log")
+    outcomes = []
+    for dealloc in ("banish", "ignore"):
+        for ratio in (0.95, 0.9, 0.85):
+            budget = int(ratio * trace.baseline().peak_memory)
+            fresh_allocator()
+            live, _ = live_or_oom(budget, "dtr", dealloc)
+            result = sim.simulate(trace, budget=budget, dealloc=dealloc, thrash=None, outputs=False)
+            assert (sim_stats(result) if result.status == "ok" else result.status) == live
+            outcomes.append(result.status)
+    assert outcomes.count("ok") >= 2
+
+
+def test_a_budget_does_not_change_the_recorded_trace(tmp_path, fresh_allocator):
+    live_run(None, "dtr", record_to=tmp_path / "a.log")
+    trace = sim.load_log(tmp_path / "a.log")
+    fresh_allocator()
+    live_run(int(0.8 * trace.baseline().peak_memory), "dtr", record_to=tmp_path / "b.log")
+    assert (tmp_path / "a.log").read_text() == (tmp_path / "b.log").read_text()
+
+
+def test_record_write_load_replay_round_trip(tmp_path, fresh_allocator):
+    with sim.record() as recorder:
+        train_step(1)
+    in_memory = recorder.trace()
+    sim.write_log(in_memory, tmp_path / "step.log")
+    loaded = sim.load_log(tmp_path / "step.log")
+    assert len(loaded) == len(in_memory)
+    for ratio in (1.0, 0.9, 0.8):
+        a = sim.simulate(in_memory, ratio=ratio, thrash=None)
+        b = sim.simulate(loaded, ratio=ratio, thrash=None)
+        assert (a.status, a.remats, a.remat_cost, a.peak_memory, a.evictions) == (
+            b.status,
+            b.remats,
+            b.remat_cost,
+            b.peak_memory,
+            b.evictions,
+        )
+
+
+def test_record_refuses_to_nest(fresh_allocator):
+    with sim.record(), pytest.raises(RuntimeError, match="already being observed"), sim.record():
+        pass
+
+
+def test_values_made_before_recording_become_constants(fresh_allocator):
+    w = md.tensor(np.ones((4, 4)))
+    with sim.record() as recorder:
+        v = md.exp(w)
+        del v
+    trace = recorder.trace()
+    assert isinstance(trace.instructions[1], Constant) and trace.instructions[1].nbytes == 128
+    assert trace.ops == 1 and trace.outputs == (trace.instructions[1].name,)
+
+
+# ---- hand-built traces ------------------------------------------------------------------
+
+
+def chain(n: int, size: int = 10, cost: float = 1.0):
+    """A constant, then n ops each reading the previous result; only the last is kept."""
+    ins = [Constant("x", size)]
+    prev = "x"
+    for i in range(n):
+        ins.append(Call("f", (prev,), (Result(f"a{i}", size),), cost))
+        if prev != "x":
+            ins.append(Release(prev))
+        prev = f"a{i}"
+    return sim.make_trace(ins, "chain")
+
+
+def test_eager_eviction_frees_released_values():
+    trace = chain(10)
+    result = sim.simulate(trace)
+    assert result.status == "ok" and result.slowdown == 1.0
+    assert result.peak_memory == 30  # x, the input of an op and its output
+    assert result.dead_evictions == 9
+    assert trace.baseline().peak_memory == 30
+
+
+def test_outputs_are_rematerialized_at_the_end():
+    ins = [Constant("x", 10)]
+    for i in range(3):
+        ins.append(Call("f", ("x",), (Result(f"a{i}", 10),), 5.0))
+    trace = sim.make_trace(ins)
+    assert trace.baseline().peak_memory == 40
+    # 30 bytes: computing a2 evicts one of a0, a1, and the end needs all three (40): oom
+    result = sim.simulate(trace, budget=30)
+    assert result.status == "oom" and math.isnan(result.slowdown) and "f" in result.error
+    relaxed = sim.simulate(trace, budget=30, outputs=False)
+    assert relaxed.status == "ok" and relaxed.remats == 0 and relaxed.evictions == 1
+
+
+def test_rematerialization_cost_and_slowdown():
+    # x -> a -> b; then an op reads a and b together after c fills memory
+    ins = [
+        Constant("x", 10),
+        Call("f", ("x",), (Result("a", 10),), 4.0),
+        Call("g", ("a",), (Result("b", 10),), 6.0),
+        Call("h", ("x",), (Result("c", 20),), 1.0),
+        Release("c"),
+        Call("k", ("a", "b"), (Result("d", 10),), 2.0),
+    ]
+    trace = sim.make_trace(ins)
+    result = sim.simulate(trace, budget=40, heuristic="lru", outputs=False)
+    # making room for c evicts a (least recently used); k needs a back: one remat of f
+    assert result.status == "ok" and result.remats == 1 and result.remat_cost == 4.0
+    assert result.slowdown == pytest.approx((13 + 4) / 13)
+    assert result.peak_memory == 40 and result.evictions == 2  # a, then c when released
+
+
+def test_views_share_their_base_storage():
+    ins = [
+        Constant("x", 10),
+        Call("f", ("x",), (Result("a", 100),), 1.0),
+        Call("view", ("a",), (Result("v", 100, 0),), 1.0),
+        Call("split", ("x", "a"), (Result("s0", 50, 1), Result("s1", 50, 1)), 1.0),
+        Release("a"),
+        Call("g", ("v", "s1"), (Result("b", 10),), 1.0),
+    ]
+    trace = sim.make_trace(ins)
+    assert trace.baseline().peak_memory == 120  # the views add nothing
+    # releasing a does not free the storage: v, s0 and s1 still hold it
+    result = sim.simulate(trace, outputs=False)
+    assert result.dead_evictions == 0
+
+
+def test_mixed_fresh_and_aliased_results():
+    ins = [
+        Constant("x", 10),
+        Call("f", ("x",), (Result("a", 100),), 1.0),
+        Call("mixed", ("x", "a"), (Result("r", 40), Result("v", 100, 1)), 8.0),
+        Release("a"),
+    ]
+    trace = sim.make_trace(ins)
+    assert trace.total_compute == 9.0
+    assert trace.baseline().peak_memory == 150
+    result = sim.simulate(trace, ratio=1.0)
+    assert result.status == "ok" and result.compute == 9.0 and result.dead_evictions == 0
+
+
+def test_mutate_is_copy_on_write():
+    ins = [
+        Constant("x", 10),
+        Call("f", ("x",), (Result("a", 100),), 1.0),
+        Copy("alias_of_a", "a"),
+        Mutate("relu_", ("a",), (0,), 1.0),
+        Call("g", ("a",), (Result("b", 10),), 1.0),
+    ]
+    trace = sim.make_trace(ins)
+    # the old value stays (alias_of_a still holds it) next to the new one
+    assert trace.baseline().peak_memory == 220
+    dropped = sim.make_trace([*ins[:2], Mutate("relu_", ("a",), (0,), 1.0), *ins[4:]])
+    # with no other name on the old value, it is evicted once a is rebound
+    assert dropped.baseline().peak_memory == 210
+    assert sim.simulate(dropped, ratio=1.0).dead_evictions == 1
+
+
+def test_copy_from_rebinds_a_name():
+    ins = [
+        Constant("x", 10),
+        Call("f", ("x",), (Result("a", 100),), 1.0),
+        Call("g", ("x",), (Result("b", 50),), 1.0),
+        CopyFrom("a", "b"),
+        Annotate("BACKWARD"),
+    ]
+    trace = sim.make_trace(ins)
+    assert trace.outputs == ("x", "a", "b")
+    result = sim.simulate(trace, ratio=1.0)
+    assert result.dead_evictions == 1 and result.peak_memory == 160
+
+
+def test_thrash_stops_the_replay_early():
+    ins = [Constant("x", 1)]
+    for i in range(20):
+        ins.append(Call("f", ("x" if i == 0 else f"a{i - 1}",), (Result(f"a{i}", 1),), 1.0))
+    for i in reversed(range(20)):
+        ins.append(Call("read", (f"a{i}",), (), 0.0))
+        ins.append(Release(f"a{i}"))
+    trace = sim.make_trace(ins)
+    slow = sim.simulate(trace, budget=4, heuristic="lru", thrash=None)
+    assert slow.status == "ok" and slow.slowdown > 3
+    stopped = sim.simulate(trace, budget=4, heuristic="lru", thrash=2.0)
+    assert stopped.status == "thrash" and stopped.instructions_done < len(trace)
+    assert stopped.remat_cost > trace.total_compute
+
+
+def test_budget_arguments():
+    trace = chain(5)
+    with pytest.raises(ValueError, match="not both"):
+        sim.simulate(trace, ratio=0.5, budget=10)
+    with pytest.raises(ValueError, match="> 0"):
+        sim.simulate(trace, ratio=0)
+    assert sim.simulate(trace, ratio=0.5).budget == 15
+    with pytest.raises(ValueError, match="unknown heuristic"):
+        sim.simulate(trace, heuristic="nope")
+
+
+def test_shared_logs_replay(shared_traces):
+    for name in ("unet-6", "resnet32-56"):
+        trace = sim.load_log(shared_traces / f"{name}.log")
+        full = sim.simulate(trace, ratio=1.0)
+        assert full.status == "ok" and full.remats == 0 and full.slowdown == 1.0
+        assert full.peak_memory == trace.baseline().peak_memory
+        for heuristic in ("dtr", "msps"):
+            result = sim.simulate(trace, ratio=0.7, heuristic=heuristic)
+            assert result.status == "ok" and 1.0 < result.slowdown < 1.2
+            assert result.peak_memory <= result.budget
+        tight = sim.simulate(trace, ratio=0.05)
+        assert tight.status == "oom"

@@ -1,0 +1,202 @@
+"""The trace format: reading the prototype's logs, writing them back, and clear errors."""
+
+import json
+import math
+
+import pytest
+
+from minidtr import sim
+from minidtr.sim.trace import Call, Constant, Copy, Mutate, Release, Result
+
+
+def write_rows(path, rows) -> None:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+
+
+def const(name, nbytes):
+    return [
+        {"INSTRUCTION": "CONSTANT", "NAME": name},
+        {"INSTRUCTION": "MEMORY", "NAME": name, "MEMORY": str(nbytes)},
+    ]
+
+
+def call(op, args, results, time="10"):
+    rows = [
+        {
+            "INSTRUCTION": "CALL",
+            "NAME": op,
+            "ARGS": args,
+            "RESULT": [r[0] for r in results],
+            "TIME": time,
+        }
+    ]
+    for name, nbytes, alias in results:
+        rows.append({"INSTRUCTION": "MEMORY", "NAME": name, "MEMORY": str(nbytes)})
+        rows.append({"INSTRUCTION": "ALIAS", "NAME": name, "ALIAS": str(alias)})
+    return rows
+
+
+START = {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}
+
+
+def small_log(path):
+    rows = [
+        *const("early", 4),  # before START: skipped, and its RELEASE is ignored
+        START,
+        *const("w", 100),
+        *call("mm", ["w"], [("a", 200, -1)], "1000"),
+        *call("view", ["a"], [("v", 200, 0)], "5"),
+        {"INSTRUCTION": "COPY", "DST": "v2", "SRC": "v"},
+        *call("split", ["a", "w"], [("s0", 0, 0), ("s1", 0, 0)], "7"),
+        {"INSTRUCTION": "MUTATE", "NAME": "relu_", "ARGS": ["a"], "MUTATE": [0], "TIME": "30"},
+        {"INSTRUCTION": "COPY_FROM", "DST": "v2", "SRC": "a"},
+        {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"},
+        {"INSTRUCTION": "RELEASE", "NAME": "early"},
+        {"INSTRUCTION": "RELEASE", "NAME": "v"},
+        {"INSTRUCTION": "RELEASE", "NAME": "s0"},
+        {"INSTRUCTION": "RELEASE", "NAME": "s1"},
+    ]
+    write_rows(path, rows)
+
+
+def test_load_log_reads_every_instruction(tmp_path):
+    small_log(tmp_path / "small.log")
+    trace = sim.load_log(tmp_path / "small.log")
+    kinds = [type(i).__name__ for i in trace.instructions]
+    assert kinds[0] == "Annotate" and "Constant" in kinds and "Mutate" in kinds
+    assert "early" not in {getattr(i, "name", None) for i in trace.instructions[:2]}
+    calls = [i for i in trace.instructions if isinstance(i, Call)]
+    assert calls[0] == Call("mm", ("w",), (Result("a", 200, -1),), 1000.0, line=calls[0].line)
+    assert calls[2].results == (Result("s0", 0, 0), Result("s1", 0, 0))
+    assert trace.ops == 4  # mm, view, split, relu_
+    assert trace.total_compute == 1000 + 5 + 7 + 30
+    assert trace.constant_bytes == 100
+    assert trace.outputs == ("w", "a", "v2")
+    assert trace.name == "small"
+
+
+def test_write_then_load_round_trips(tmp_path):
+    small_log(tmp_path / "small.log")
+    trace = sim.load_log(tmp_path / "small.log")
+    sim.write_log(trace, tmp_path / "again.log")
+    again = sim.load_log(tmp_path / "again.log")
+    strip = [dict((k, v) for k, v in vars_of(i).items() if k != "line") for i in trace.instructions]
+    assert strip == [
+        dict((k, v) for k, v in vars_of(i).items() if k != "line") for i in again.instructions
+    ]
+    a, b = sim.simulate(trace, ratio=0.8), sim.simulate(again, ratio=0.8)
+    assert (a.slowdown, a.peak_memory, a.evictions) == (b.slowdown, b.peak_memory, b.evictions)
+
+
+def vars_of(ins):
+    return {k: getattr(ins, k) for k in ins.__slots__}
+
+
+def test_fractional_time_survives_writing(tmp_path):
+    trace = sim.make_trace([Constant("c", 8), Call("f", ("c",), (Result("r", 8),), 1234.5625)])
+    sim.write_log(trace, tmp_path / "t.log")
+    assert sim.load_log(tmp_path / "t.log").instructions[-1].time == 1234.5625
+    text = (tmp_path / "t.log").read_text()
+    assert '"TIME":"1234.5625"' in text and text.startswith('{"ANNOTATION":"START"')
+
+
+def test_numbers_may_be_json_numbers(tmp_path):
+    write_rows(
+        tmp_path / "n.log",
+        [
+            {"INSTRUCTION": "CONSTANT", "NAME": "c"},
+            {"INSTRUCTION": "MEMORY", "NAME": "c", "MEMORY": 16},
+            {"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["c"], "RESULT": ["r"], "TIME": 2.5},
+            {"INSTRUCTION": "MEMORY", "NAME": "r", "MEMORY": 16},
+            {"INSTRUCTION": "ALIAS", "NAME": "r", "ALIAS": -1},
+        ],
+    )
+    trace = sim.load_log(tmp_path / "n.log")
+    assert trace.total_compute == 2.5 and trace.outputs == ("c", "r")
+
+
+@pytest.mark.parametrize(
+    "rows, line, fragment",
+    [
+        ([*const("c", 8), "{not json"], 3, "not valid JSON"),
+        (
+            [*const("c", 8), '{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["c"], "RES'],
+            3,
+            "not valid JSON",
+        ),
+        ([*const("c", 8), *call("f", ["c"], [("r", 8, -1)])[:2]], 4, "truncated"),
+        ([{"INSTRUCTION": "CONSTANT", "NAME": "c"}], 1, "truncated"),
+        (
+            [
+                *const("c", 8),
+                *call("f", ["c"], [("r", 8, -1)])[:1],
+                {"INSTRUCTION": "RELEASE", "NAME": "c"},
+            ],
+            4,
+            "expected a MEMORY line",
+        ),
+        ([*const("c", "eight")], 2, "MEMORY must be an integer"),
+        ([*const("c", -3)], 2, "MEMORY must be an integer"),
+        ([*const("c", 8), *call("f", ["c"], [("r", 8, -1)], time="soon")], 3, "TIME"),
+        ([*const("c", 8), *call("f", ["c"], [("r", 8, 3)])], 5, "not an argument index"),
+        ([*const("c", 8), *call("f", ["nope"], [("r", 8, -1)])], 3, "'nope' is not a live"),
+        (
+            [
+                *const("c", 8),
+                {"INSTRUCTION": "RELEASE", "NAME": "c"},
+                {"INSTRUCTION": "RELEASE", "NAME": "c"},
+            ],
+            4,
+            "RELEASE of 'c'",
+        ),
+        ([*const("c", 8), *const("c", 8)], 3, "defined again"),
+        ([*const("c", 8), {"INSTRUCTION": "COPY", "DST": "d"}], 3, "missing the key 'SRC'"),
+        ([*const("c", 8), {"INSTRUCTION": "JUMP"}], 3, "unknown INSTRUCTION"),
+        ([*const("c", 8), {"INSTRUCTION": "ALIAS", "NAME": "c", "ALIAS": "0"}], 3, "must follow"),
+        (
+            [
+                *const("c", 8),
+                {"INSTRUCTION": "MUTATE", "NAME": "f_", "ARGS": ["c"], "MUTATE": [1], "TIME": "1"},
+            ],
+            3,
+            "MUTATE must list",
+        ),
+        (["[1, 2]"], 1, "INSTRUCTION key"),
+    ],
+)
+def test_malformed_logs_name_the_line(tmp_path, rows, line, fragment):
+    path = tmp_path / "bad.log"
+    write_rows(path, rows)
+    with pytest.raises(sim.TraceError) as info:
+        sim.load_log(path)
+    assert info.value.line == line
+    assert fragment in str(info.value)
+    assert f"bad.log:{line}:" in str(info.value)
+
+
+def test_names_can_be_reused_after_release():
+    trace = sim.make_trace(
+        [
+            Constant("c", 8),
+            Call("f", ("c",), (Result("r", 8),), 1.0),
+            Release("r"),
+            Call("f", ("c",), (Result("r", 8),), 1.0),
+            Copy("q", "r"),
+            Mutate("g_", ("q", "c"), (0,), 1.0),
+        ]
+    )
+    assert trace.outputs == ("c", "r", "q")
+    assert trace.ops == 3
+
+
+def test_shared_logs_load(shared_traces):
+    for name, ops in (("unet-6", 247), ("resnet32-56", 286)):
+        trace = sim.load_log(shared_traces / f"{name}.log")
+        assert trace.ops == ops
+        assert trace.total_compute > 0 and trace.constant_bytes > 0
+        assert len(trace.outputs) > 0
+        baseline = trace.baseline()
+        assert baseline.constant_floor <= baseline.bottleneck <= baseline.peak_memory
+        assert not math.isnan(baseline.peak_memory)
