@@ -1,0 +1,447 @@
+"""minidtr.nn: module bookkeeping, default initialization, and every layer against PyTorch
+with the same weights (forward and gradients, float64)."""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr import nn
+from minidtr.testing import recompute
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+F64 = md.float64
+
+
+def needs_op(name: str):
+    return pytest.mark.skipif(not hasattr(md, name), reason=f"md.{name} is not available yet")
+
+
+# ---- bookkeeping ----------------------------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = md.ones((3,), requires_grad=True)
+        self.inner = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2, bias=False))
+        self.register_buffer("count", md.zeros(()))
+        self.note = "not registered"
+        self.cache = md.zeros((2,))  # a tensor without requires_grad is a plain attribute
+
+    def forward(self, x):
+        return self.inner(x * self.scale)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = Block()
+        self.head = nn.Linear(2, 1)
+        self.second = Block()
+        self.tied = self.head  # the same module twice: its parameters count once
+
+    def forward(self, x):
+        return self.head(self.second(self.first(x)[:, :1] * md.ones((1, 3))))
+
+
+def test_parameters_are_registered_in_order():
+    net = Net()
+    names = [n for n, _ in net.named_parameters()]
+    assert names == [
+        "first.scale", "first.inner.0.weight", "first.inner.0.bias", "first.inner.2.weight",
+        "head.weight", "head.bias",
+        "second.scale", "second.inner.0.weight", "second.inner.0.bias", "second.inner.2.weight",
+    ]  # fmt: skip
+    assert [p.shape for p in net.parameters()][:4] == [(3,), (4, 3), (4,), (2, 4)]
+    assert net.num_parameters() == 2 * (3 + 12 + 4 + 8) + 2 + 1
+    assert [n for n, _ in net.named_buffers()] == ["first.count", "second.count"]
+    assert all(not b.requires_grad for b in net.buffers())
+    assert [n for n, _ in net.named_modules()][:4] == ["", "first", "first.inner", "first.inner.0"]
+    assert len(net.modules()) == 1 + 2 * 5 + 1
+    assert [n for n, _ in net.named_children()] == ["first", "head", "second", "tied"]
+
+
+def test_reassignment_and_deletion_update_the_registry():
+    block = Block()
+    block.inner[0].bias = None
+    assert "inner.0.bias" not in dict(block.named_parameters())
+    y = block.scale * 2.0
+    block.derived = y  # a non-leaf is not a parameter
+    assert "derived" not in dict(block.named_parameters())
+    del block.scale
+    assert "scale" not in dict(block.named_parameters())
+    block.scale = md.ones((3,), requires_grad=True)
+    assert block.named_parameters()[0][0] == "scale"
+    block.count = md.ones(())  # a registered buffer stays a buffer when reassigned
+    assert dict(block.named_buffers())["count"].item() == 1.0
+
+
+def test_module_without_super_init_fails_clearly():
+    class Broken(nn.Module):
+        def __init__(self):
+            self.w = md.ones((2,), requires_grad=True)
+
+    with pytest.raises(AttributeError, match="super"):
+        Broken()
+
+
+def test_train_and_eval_propagate():
+    net = Net()
+    assert all(m.training for m in net.modules())
+    assert net.eval() is net
+    assert not any(m.training for m in net.modules())
+    net.first.train()
+    assert net.first.inner[1].training and not net.training and not net.second.training
+    net.train()
+    assert all(m.training for m in net.modules())
+
+
+def test_zero_grad_and_forward_through_nested_modules():
+    net = Net()
+    x = md.tensor(np.random.default_rng(0).standard_normal((5, 3)), dtype=md.float32)
+    net(x).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    net.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_state_dict_round_trip():
+    md.manual_seed(1)
+    a = Net()
+    md.manual_seed(2)
+    b = Net()
+    x = md.tensor(np.random.default_rng(0).standard_normal((4, 3)), dtype=md.float32)
+    assert not np.array_equal(a(x).numpy(), b(x).numpy())
+    state = a.state_dict()
+    assert list(state) == [
+        "first.scale", "first.count", "first.inner.0.weight", "first.inner.0.bias",
+        "first.inner.2.weight", "head.weight", "head.bias", "second.scale", "second.count",
+        "second.inner.0.weight", "second.inner.0.bias", "second.inner.2.weight",
+    ]  # fmt: skip
+    assert all(isinstance(v, np.ndarray) for v in state.values())
+    before = b(x)
+    missing, unexpected = b.load_state_dict(state)
+    assert missing == [] and unexpected == []
+    assert np.array_equal(a(x).numpy(), b(x).numpy())
+    assert all(p.requires_grad and p.storage.constant for p in b.parameters())
+    state["head.bias"][:] = 123.0  # the state dict is a copy, not a view of the model
+    assert b.head.bias.item() != 123.0
+    # copy-on-write: a value computed before the load still recomputes to its old value
+    old = before.numpy()
+    assert np.array_equal(recompute(before), old)
+
+
+def test_load_state_dict_checks_keys_and_shapes_before_changing_anything():
+    net, other = nn.Linear(3, 2), nn.Linear(3, 2)
+    weight = net.weight.numpy()
+    with pytest.raises(KeyError, match=r"missing keys \['bias'\].*unexpected keys \['extra'\]"):
+        net.load_state_dict({"weight": other.weight.numpy(), "extra": np.zeros(1)})
+    missing, unexpected = net.load_state_dict({"weight": other.weight.numpy(), "extra": 0},
+                                              strict=False)  # fmt: skip
+    assert (missing, unexpected) == (["bias"], ["extra"])
+    assert np.array_equal(net.weight.numpy(), other.weight.numpy())
+    net.load_state_dict({"weight": weight, "bias": net.bias.numpy()})
+    with pytest.raises(ValueError, match=r"'bias' has shape \(3,\).*\(2,\)"):
+        net.load_state_dict({"weight": other.weight.numpy(), "bias": np.zeros(3)})
+    assert np.array_equal(net.weight.numpy(), weight)
+
+
+def test_repr_is_readable():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(8, 2), nn.Dropout(0.1))  # fmt: skip
+    assert repr(model) == (
+        "Sequential(\n"
+        "  (0): Conv2d(3, 8, kernel_size=(3, 3), stride=1, padding=1, bias=True)\n"
+        "  (1): BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)\n"
+        "  (2): ReLU()\n"
+        "  (3): Flatten(start_axis=1)\n"
+        "  (4): Linear(in_features=8, out_features=2, bias=True)\n"
+        "  (5): Dropout(p=0.1)\n"
+        ")"
+    )
+    assert "(inner): Sequential(\n    (0): Linear" in repr(Block())
+    assert len(model) == 6 and isinstance(model[1:3], nn.Sequential) and len(model[1:3]) == 2
+
+
+# ---- initialization -----------------------------------------------------------------------
+
+
+def test_manual_seed_makes_models_reproducible():
+    md.manual_seed(7)
+    a = nn.Sequential(nn.Linear(5, 4), nn.LSTMCell(4, 3), nn.Embedding(6, 2))
+    md.manual_seed(7)
+    b = nn.Sequential(nn.Linear(5, 4), nn.LSTMCell(4, 3), nn.Embedding(6, 2))
+    c = nn.Sequential(nn.Linear(5, 4), nn.LSTMCell(4, 3), nn.Embedding(6, 2))
+    for (name, x), y, z in zip(a.state_dict().items(), b.state_dict().values(),
+                               c.state_dict().values(), strict=True):  # fmt: skip
+        assert np.array_equal(x, y), name
+        assert not np.array_equal(x, z), name
+    explicit = [nn.Linear(5, 4, rng=3).weight.numpy() for _ in range(2)]
+    assert np.array_equal(*explicit)
+    assert nn.Linear(5, 4, dtype=F64).weight.dtype == F64
+    assert nn.Linear(5, 4).weight.dtype == md.float32
+
+
+def test_default_initialization_follows_pytorch():
+    linear = nn.Linear(400, 300)
+    bound = 1.0 / math.sqrt(400)
+    w, b = linear.weight.numpy(), linear.bias.numpy()
+    assert np.abs(w).max() <= bound and np.abs(b).max() <= bound
+    assert abs(w.std() - bound / math.sqrt(3.0)) < 0.02 * bound  # uniform(-bound, bound)
+    conv = nn.Conv2d(16, 32, 3)
+    conv_bound = 1.0 / math.sqrt(16 * 9)
+    assert conv.weight.shape == (32, 16, 3, 3)
+    assert np.abs(conv.weight.numpy()).max() <= conv_bound
+    assert abs(conv.weight.numpy().std() - conv_bound / math.sqrt(3.0)) < 0.05 * conv_bound
+    lstm = nn.LSTMCell(10, 50)
+    for p in lstm.parameters():
+        assert np.abs(p.numpy()).max() <= 1.0 / math.sqrt(50)
+    emb = nn.Embedding(1000, 50).weight.numpy()
+    assert abs(emb.mean()) < 0.02 and abs(emb.std() - 1.0) < 0.02
+    bn, ln = nn.BatchNorm2d(4), nn.LayerNorm(4)
+    for m in (bn, ln):
+        assert np.array_equal(m.weight.numpy(), np.ones(4)) and not m.bias.numpy().any()
+    assert np.array_equal(bn.running_var.numpy(), np.ones(4))
+    assert not bn.running_mean.numpy().any()
+
+
+# ---- layers against PyTorch ---------------------------------------------------------------
+
+
+def torch_copy(module: nn.Module, torch_module):
+    """Load ``module``'s weights into a float64 copy of ``torch_module``."""
+    import torch
+
+    torch_module = torch_module.double()
+    state = {k: torch.from_numpy(v.astype(np.float64)) for k, v in module.state_dict().items()}
+    missing, unexpected = torch_module.load_state_dict(state, strict=False)
+    assert [k for k in missing if not k.endswith("num_batches_tracked")] == [] and not unexpected
+    return torch_module
+
+
+def compare_grads(module: nn.Module, torch_module, rtol: float = 1e-10) -> None:
+    theirs = dict(torch_module.named_parameters())
+    for name, p in module.named_parameters():
+        assert p.grad is not None, name
+        np.testing.assert_allclose(p.grad.numpy(), theirs[name].grad.numpy(), rtol=rtol,
+                                   atol=1e-12, err_msg=name)  # fmt: skip
+
+
+def check_against_torch(module, torch_module, inputs, rtol=1e-10, input_grad=True):
+    """Forward and gradients (parameters and float input) against PyTorch, float64."""
+    import torch
+
+    torch_module = torch_copy(module, torch_module)
+    xs = [md.tensor(a, requires_grad=input_grad and a.dtype.kind == "f") for a in inputs]
+    txs = [torch.tensor(a, requires_grad=input_grad and a.dtype.kind == "f") for a in inputs]
+    out, tout = module(*xs), torch_module(*txs)
+    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=rtol, atol=1e-12)
+    weights = np.random.default_rng(5).standard_normal(out.shape)
+    (out * md.tensor(weights)).sum().backward()
+    (tout * torch.tensor(weights)).sum().backward()
+    compare_grads(module, torch_module, rtol)
+    for x, tx in zip(xs, txs, strict=True):
+        if x.requires_grad:
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=rtol, atol=1e-12)
+    return torch_module
+
+
+def normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+@needs_torch
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(5, 4), (2, 3, 4), (4,)])
+def test_linear_matches_torch(bias, shape):
+    import torch
+
+    check_against_torch(nn.Linear(4, 3, bias=bias, dtype=F64), torch.nn.Linear(4, 3, bias=bias),
+                        [normal(*shape)])  # fmt: skip
+
+
+@needs_torch
+@needs_op("conv2d")
+@pytest.mark.parametrize("stride, padding, bias", [(1, 0, True), (2, 1, False), (1, 2, True)])
+def test_conv2d_matches_torch(stride, padding, bias):
+    import torch
+
+    conv = nn.Conv2d(3, 4, 3, stride=stride, padding=padding, bias=bias, dtype=F64)
+    ref = torch.nn.Conv2d(3, 4, 3, stride=stride, padding=padding, bias=bias)
+    check_against_torch(conv, ref, [normal(2, 3, 7, 6)], rtol=1e-9)
+
+
+@needs_torch
+@needs_op("batch_norm")
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm2d_matches_torch_in_training_and_eval(affine):
+    import torch
+
+    bn = nn.BatchNorm2d(3, momentum=0.2, eps=1e-4, affine=affine, dtype=F64)
+    ref = torch_copy(bn, torch.nn.BatchNorm2d(3, momentum=0.2, eps=1e-4, affine=affine))
+    for step in range(3):  # running statistics after a few training steps
+        x = normal(4, 3, 5, 5, seed=step) * (step + 1) + step
+        bn.zero_grad()
+        ref.zero_grad()
+        check_against_torch(bn, ref, [x], rtol=1e-9)
+        ref = torch_copy(bn, ref)
+        np.testing.assert_allclose(bn.running_mean.numpy(), ref.running_mean.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(bn.running_var.numpy(), ref.running_var.numpy(), rtol=1e-12)
+        assert bn.running_mean.storage.constant and bn.running_var.storage.constant
+    bn.eval()
+    ref.eval()
+    running = bn.running_mean.numpy()
+    if affine:
+        bn.zero_grad()
+        ref.zero_grad()
+    check_against_torch(bn, ref, [normal(2, 3, 4, 4, seed=9)], rtol=1e-9)
+    assert np.array_equal(bn.running_mean.numpy(), running)  # eval does not update
+
+
+@needs_op("batch_norm")
+def test_batch_norm_running_stats_are_copy_on_write():
+    bn = nn.BatchNorm2d(2, dtype=F64)
+    y = bn(md.tensor(normal(3, 2, 4, 4)))
+    z = y * 2.0  # a value computed from the first step's output
+    old_mean, old_z = bn.running_mean.numpy(), z.numpy()
+    bn(md.tensor(normal(3, 2, 4, 4, seed=1) + 3.0))
+    assert not np.array_equal(bn.running_mean.numpy(), old_mean)
+    assert np.array_equal(recompute(y), y.numpy()) and np.array_equal(recompute(z), old_z)
+
+
+@needs_torch
+@needs_op("layer_norm")
+@pytest.mark.parametrize("shape, normalized", [((4, 6), 6), ((2, 3, 6), (6,)), ((2, 3, 4), (3, 4))])
+def test_layer_norm_matches_torch(shape, normalized):
+    import torch
+
+    ln = nn.LayerNorm(normalized, eps=1e-6, dtype=F64)
+    ln.load_state_dict({"weight": normal(*ln.weight.shape, seed=3),
+                        "bias": normal(*ln.bias.shape, seed=4)})  # fmt: skip
+    check_against_torch(ln, torch.nn.LayerNorm(normalized, eps=1e-6), [normal(*shape)], rtol=1e-9)
+
+
+@needs_torch
+@needs_op("embedding")
+def test_embedding_matches_torch():
+    import torch
+
+    indices = np.array([[1, 4, 4], [0, 2, 1]])
+    check_against_torch(nn.Embedding(5, 3, dtype=F64), torch.nn.Embedding(5, 3), [indices])
+
+
+@needs_torch
+@pytest.mark.parametrize("bias", [True, False])
+def test_lstm_cell_unrolled_matches_torch(bias):
+    import torch
+
+    cell = nn.LSTMCell(3, 5, bias=bias, dtype=F64)
+    ref = torch_copy(cell, torch.nn.LSTMCell(3, 5, bias=bias))
+    xs = normal(4, 2, 3)
+    x, tx = md.tensor(xs, requires_grad=True), torch.tensor(xs, requires_grad=True)
+    state = tstate = None
+    loss, tloss = 0.0, 0.0
+    for t in range(xs.shape[0]):  # a loss that reads every step's h and c
+        state, tstate = cell(x[t], state), ref(tx[t], tstate)
+        w = normal(2, 2, 5, seed=10 + t)
+        loss = loss + (state[0] * md.tensor(w[0])).sum() + (state[1] * md.tensor(w[1])).sum()
+        tloss = tloss + (tstate[0] * torch.tensor(w[0])).sum()
+        tloss = tloss + (tstate[1] * torch.tensor(w[1])).sum()
+        np.testing.assert_allclose(state[0].numpy(), tstate[0].detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(state[1].numpy(), tstate[1].detach().numpy(), rtol=1e-12)
+    loss.backward()
+    tloss.backward()
+    compare_grads(cell, ref)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@needs_torch
+def test_lstm_cell_with_given_state_and_unbatched_input():
+    import torch
+
+    cell = nn.LSTMCell(3, 4, dtype=F64)
+    ref = torch_copy(cell, torch.nn.LSTMCell(3, 4))
+    h0, c0, x = normal(2, 4, seed=1), normal(2, 4, seed=2), normal(2, 3, seed=3)
+    h, c = cell(md.tensor(x), (md.tensor(h0), md.tensor(c0)))
+    th, tc = ref(torch.tensor(x), (torch.tensor(h0), torch.tensor(c0)))
+    np.testing.assert_allclose(h.numpy(), th.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(c.numpy(), tc.detach().numpy(), rtol=1e-12)
+    h1, c1 = cell(md.tensor(x[0]), (md.tensor(h0[0]), md.tensor(c0[0])))
+    assert h1.shape == c1.shape == (4,)
+    np.testing.assert_allclose(h1.numpy(), h.numpy()[0], rtol=1e-12)
+
+
+@needs_op("dropout")
+def test_dropout_eval_is_identity_and_training_masks_replay():
+    x = md.tensor(np.ones((50, 40)))
+    drop = nn.Dropout(0.25)
+    drop.eval()
+    assert drop(x) is x
+    drop.train()
+    md.manual_seed(3)
+    first, second = drop(x), drop(x)
+    a = first.numpy()
+    assert set(np.unique(a)) <= {0.0, 1.0 / 0.75}
+    assert 0.15 < (a == 0).mean() < 0.35
+    assert not np.array_equal(a, second.numpy())  # a fresh seed per call
+    assert np.array_equal(recompute(first), a)  # the seed lives in the recipe
+    md.manual_seed(3)
+    assert np.array_equal(drop(x).numpy(), a)  # reproducible from the default generator
+    own = [nn.Dropout(0.5, rng=11)(x).numpy() for _ in range(2)]
+    assert np.array_equal(*own)
+    with pytest.raises(ValueError, match="p must be in"):
+        nn.Dropout(1.5)
+
+
+@needs_torch
+@pytest.mark.parametrize("module, ref", [("ReLU", "ReLU"), ("Tanh", "Tanh"),
+                                         ("Sigmoid", "Sigmoid"), ("GELU", "GELU")])  # fmt: skip
+def test_activations_match_torch(module, ref):
+    import torch
+
+    check_against_torch(getattr(nn, module)(), getattr(torch.nn, ref)(), [normal(3, 4)])
+
+
+@needs_torch
+@needs_op("max_pool2d")
+def test_pool_and_flatten_modules_match_torch():
+    import torch
+
+    check_against_torch(nn.Sequential(nn.MaxPool2d(2), nn.Flatten()),
+                        torch.nn.Sequential(torch.nn.MaxPool2d(2), torch.nn.Flatten()),
+                        [normal(2, 3, 4, 6)])  # fmt: skip
+    check_against_torch(
+        nn.AvgPool2d(3, stride=2, padding=1),
+        torch.nn.AvgPool2d(3, stride=2, padding=1),
+        [normal(2, 3, 5, 5)],
+    )
+
+
+# ---- bad inputs -----------------------------------------------------------------------------
+
+
+def test_wrong_input_shapes_raise_clear_errors():
+    with pytest.raises(md.ShapeError, match=r"Linear\(in_features=4.*4 features.*\(2, 5\)"):
+        nn.Linear(4, 3)(md.zeros((2, 5)))
+    with pytest.raises(md.ShapeError, match=r"Conv2d\(3, 8.*4-d input with 3 chan.*\(2, 3, 5\)"):
+        nn.Conv2d(3, 8, 3)(md.zeros((2, 3, 5)))
+    with pytest.raises(md.ShapeError, match=r"Conv2d\(3, 8.*\(2, 4, 5, 5\)"):
+        nn.Conv2d(3, 8, 3)(md.zeros((2, 4, 5, 5)))
+    with pytest.raises(md.ShapeError, match=r"BatchNorm2d\(3.*3 channels.*\(2, 2, 4, 4\)"):
+        nn.BatchNorm2d(3)(md.zeros((2, 2, 4, 4)))
+    with pytest.raises(md.ShapeError, match=r"LayerNorm\(\(4,\).*\(4,\).*\(2, 5\)"):
+        nn.LayerNorm(4)(md.zeros((2, 5)))
+    with pytest.raises(md.ShapeError, match=r"LSTMCell\(3, 4.*\(2, 4\).*\(2, 5\)"):
+        nn.LSTMCell(3, 4)(md.zeros((2, 3)), (md.zeros((2, 5)), md.zeros((2, 4))))
+    with pytest.raises(md.ShapeError, match=r"LSTMCell\(3, 4.*1 or 2-d input"):
+        nn.LSTMCell(3, 4)(md.zeros((2, 2, 3)))
+    with pytest.raises(TypeError, match="Embedding.*integer indices.*float32"):
+        nn.Embedding(5, 2)(md.zeros((3,)))
+    with pytest.raises(TypeError, match="expected a Tensor, got ndarray"):
+        nn.Linear(4, 3)(np.zeros((2, 4)))
+    with pytest.raises(TypeError, match="Sequential: expected a Module"):
+        nn.Sequential(nn.ReLU(), lambda x: x)
