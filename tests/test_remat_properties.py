@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import minidtr as md
-from minidtr.testing import assert_remat_equivalent, run_under
+from minidtr.testing import assert_remat_equivalent, isolated_allocator, run_under
 from minidtr.testing.strategies import (
     budget_fractions,
     deallocs,
@@ -26,7 +26,12 @@ SETTINGS = settings(
 
 
 def check_between_minimal_and_peak(fn, heuristic, dealloc, fraction):
-    peak = unbounded_peak(fn)
+    with isolated_allocator():
+        _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction)
+
+
+def _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction):
+    peak = unbounded_peak(fn, dealloc=dealloc)
     low = minimal_budget(fn, heuristic, dealloc, peak=peak)
     budget = int(low + fraction * (peak - low))
     # the minimal feasible budget and a random one above it must both be exact
@@ -56,6 +61,11 @@ def test_training_loops_are_bit_identical_under_any_budget(loop, heuristic, deal
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(), heuristics(), st.floats(0.0, 0.9))
 def test_infeasible_budget_raises_and_leaves_the_runtime_usable(program, heuristic, frac):
+    with isolated_allocator() as allocator:
+        _infeasible_budget(program, heuristic, frac, allocator)
+
+
+def _infeasible_budget(program, heuristic, frac, allocator):
     peak = unbounded_peak(program)
     low = minimal_budget(program, heuristic, peak=peak)
     expected = run_under(program, md.Runtime(cost="flops"))
@@ -72,9 +82,7 @@ def test_infeasible_budget_raises_and_leaves_the_runtime_usable(program, heurist
     again = run_under(program, md.Runtime(cost="flops"))
     for (name, a), (_, b) in zip(expected, again, strict=True):
         assert a.tobytes() == b.tobytes(), name
-    from minidtr.runtime import allocator_for
-
-    assert all(s.locks == 0 for s in allocator_for("cpu").candidates)
+    assert all(s.locks == 0 for s in allocator.candidates)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ manager, the heuristics, and the ``Runtime`` policy object."""
 
 from .allocator import Allocator, allocator_for
 from .heuristics import HEURISTIC_NAMES, Heuristic, ablation_names, make_heuristic
-from .runtime import BudgetError, Runtime, Stats
+from .runtime import BudgetError, Runtime, Stats, ThrashError
 from .storage import Cell, Recipe, Storage
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Runtime",
     "Stats",
     "Storage",
+    "ThrashError",
     "ablation_names",
     "allocator_for",
     "make_heuristic",

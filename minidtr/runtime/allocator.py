@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import backend
 from .neighbourhood import MODES, EvictedComponents, evicted_neighbours
-from .runtime import BudgetError, Runtime, Stats
+from .runtime import BudgetError, Runtime, Stats, ThrashError
 from .storage import Cell, Recipe, Storage
 
 NOMINAL_FLOPS_PER_NS = 32.0
@@ -36,6 +36,22 @@ def is_c_contiguous(array: Any) -> bool:
 
 def meta_nbytes(shape: tuple[int, ...], dtype) -> int:
     return math.prod(shape) * dtype.itemsize
+
+
+def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
+    """Roughly how much memory rematerializing ``storage`` takes: the bytes of its evicted
+    ancestry (walked through evicted parents, at most ``limit`` storages); then newest first."""
+    total = 0
+    seen: set[int] = set()
+    stack = [storage]
+    while stack and len(seen) < limit:
+        s = stack.pop()
+        if s.id in seen:
+            continue
+        seen.add(s.id)
+        total += s.nbytes
+        stack.extend(p for p in s.parents() if p.buffer is None)
+    return total, storage.id
 
 
 class Allocator:
@@ -278,29 +294,38 @@ class Allocator:
 
     # ---- locking and rematerialization -------------------------------------------------
 
-    def _lock(self, storages: list[Storage]) -> list[Storage]:
-        """Lock every storage, rematerializing evicted ones (and, first, their evicted
-        inputs) depth-first with an explicit stack. Returns what it locked."""
-        frames: list[list] = [[None, storages, 0, []]]  # recipe, needs, next index, locked
+    def _lock(self, storages: Sequence[Storage]) -> list[Storage]:
+        """Lock every storage, rematerializing evicted ones first. Returns what it locked.
+
+        Depth-first with an explicit stack (no recursion limit). Each frame first
+        rematerializes its evicted inputs one by one, locking each as it comes back, and
+        locks the inputs that are already resident only at the end, all at once; an input
+        evicted meanwhile is simply rematerialized in turn. So a remat chain holds locks
+        only on what it has already rebuilt, not on every resident input on the way. When
+        several inputs are evicted, the one whose rebuild needs the most memory goes first
+        (as in Sethi-Ullman register allocation), so that little is held while it runs.
+        """
+        frames: list[list] = [[None, list(storages), []]]  # recipe, pending inputs, locked
         try:
             while True:
-                frame = frames[-1]
-                recipe, needs, pos, locked = frame
-                if pos < len(needs):
-                    storage = needs[pos]
-                    if storage.buffer is None:
-                        producer = storage.producer
-                        if producer is None:
-                            raise RuntimeError(
-                                f"{storage!r} was banished and can no longer be recomputed"
-                            )
-                        frames.append([producer, producer.parents, 0, []])
-                        continue
+                recipe, pending, locked = frames[-1]
+                evicted = [s for s in pending if s.buffer is None]
+                if evicted:
+                    if len(evicted) > 1:
+                        evicted.sort(key=rebuild_need, reverse=True)
+                    evicted = evicted[0]
+                    producer = evicted.producer
+                    if producer is None:
+                        raise RuntimeError(
+                            f"{evicted!r} was banished and can no longer be recomputed"
+                        )
+                    frames.append([producer, list(producer.parents), []])
+                    continue
+                for storage in pending:
                     storage.locks += 1
                     storage.last_access = self.clock
                     locked.append(storage)
-                    frame[2] = pos + 1
-                    continue
+                pending.clear()
                 if recipe is None:
                     return locked
                 frames.pop()
@@ -308,9 +333,17 @@ class Allocator:
                     self._replay(recipe)
                 finally:
                     self._unlock(locked)
+                # the parent's evicted input is resident now: lock it before anything else runs
+                parent_pending, parent_locked = frames[-1][1], frames[-1][2]
+                for storage in [s for s in parent_pending if s.buffer is not None]:
+                    if any(ref() is storage for ref in recipe.outputs):
+                        storage.locks += 1
+                        storage.last_access = self.clock
+                        parent_locked.append(storage)
+                        parent_pending.remove(storage)
         except BaseException:
             for frame in frames:
-                self._unlock(frame[3])
+                self._unlock(frame[2])
             raise
 
     def _unlock(self, storages: list[Storage]) -> None:
@@ -339,6 +372,12 @@ class Allocator:
         stats = self.stats
         stats.remats += 1
         stats.remat_cost += recipe.cost
+        limit = self.runtime.max_slowdown
+        if limit is not None and stats.remats > 100:
+            slowdown = 1.0 + stats.remat_cost / max(stats.compute_cost, 1e-9)
+            if slowdown > limit:
+                self.memory -= total
+                raise ThrashError(recipe.op.name, slowdown, limit, self.budget)
         for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
@@ -347,6 +386,8 @@ class Allocator:
                 storage.last_access = self.clock
                 if storage.evictable:
                     self.candidates[storage] = None
+                if storage.external_refs == 0:
+                    self._dead_remats.append(storage)
                 self._record("remat", storage, cost=recipe.cost)
             else:
                 self.memory -= nbytes

@@ -47,6 +47,19 @@ class BudgetError(MemoryError):
         )
 
 
+class ThrashError(BudgetError):
+    """Recomputation passed the runtime's ``max_slowdown``: the budget is too small to make
+    progress at an acceptable cost (the paper stops such runs at 2x)."""
+
+    def __init__(self, op: str, slowdown: float, limit: float, budget: int | None):
+        self.op, self.slowdown, self.limit, self.budget = op, slowdown, limit, budget
+        MemoryError.__init__(
+            self,
+            f"{op}: recomputation has made this run {slowdown:.1f}x slower than without "
+            f"eviction, past max_slowdown={limit} (budget {budget:,} bytes); raise the budget",
+        )
+
+
 @dataclass
 class Stats:
     ops: int = 0
@@ -94,6 +107,7 @@ class Runtime:
         record_events: bool = False,
         seed: int = 0,
         device: str = "cpu",
+        max_slowdown: float | None = None,
     ):
         """
         budget: bytes, a hard limit on resident bytes; None = unbounded.
@@ -109,6 +123,8 @@ class Runtime:
         min_size: skip candidates smaller than this fraction of the mean candidate size.
         record_events: keep a log of every alloc/evict/remat/free/banish (``events``).
         seed: seeds the random heuristic and candidate sampling.
+        max_slowdown: raise ``ThrashError`` once (compute + remat) / compute passes this
+            (after at least 100 rematerializations) instead of thrashing on.
         """
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 bytes or None, got {budget}")
@@ -126,6 +142,7 @@ class Runtime:
         self.min_size = min_size
         self.seed = seed
         self.device = device
+        self.max_slowdown = max_slowdown
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if record_events else None
         self.allocator = None

@@ -78,8 +78,8 @@ def budget_fractions() -> st.SearchStrategy[float]:
     return st.floats(0.0, 1.0)
 
 
-def unbounded_peak(fn: Callable[[], Any], cost: str = "flops") -> int:
-    runtime = Runtime(cost=cost)
+def unbounded_peak(fn: Callable[[], Any], cost: str = "flops", dealloc: str = "eager") -> int:
+    runtime = Runtime(cost=cost, dealloc=dealloc)
     run_under(fn, runtime)
     return runtime.stats()["peak_memory"]
 
@@ -90,15 +90,24 @@ def minimal_budget(
     dealloc: str = "eager",
     cost: str = "flops",
     peak: int | None = None,
+    max_slowdown: float = 20.0,
 ) -> int:
-    """The smallest budget (bytes, to 1% of the peak) under which ``fn`` runs, by bisection."""
-    hi = unbounded_peak(fn, cost) if peak is None else peak
+    """The smallest budget (bytes, to 1% of the peak) under which ``fn`` runs without
+    thrashing past ``max_slowdown``, by bisection."""
+    hi = unbounded_peak(fn, cost, dealloc) if peak is None else peak
     lo = 0
     tolerance = max(1, hi // 100)
     while hi - lo > tolerance:
         mid = (lo + hi) // 2
         try:
-            run_under(fn, Runtime(budget=mid, heuristic=heuristic, dealloc=dealloc, cost=cost))
+            runtime = Runtime(
+                budget=mid,
+                heuristic=heuristic,
+                dealloc=dealloc,
+                cost=cost,
+                max_slowdown=max_slowdown,
+            )
+            run_under(fn, runtime)
             hi = mid
         except BudgetError:
             lo = mid

@@ -1,0 +1,79 @@
+"""Theorem 3.1 on the live runtime: an N-layer chain trains in a budget of about 2*sqrt(N)
+tensors with O(N) extra operations under h_DTR, while h_LRU and h_DTR^local grow faster.
+
+Every layer is ``tanh`` on a one-element float64 tensor (8 bytes) and every op costs 1
+(``cost=`` callable), so memory and compute are in units of tensors and ops, as in the
+paper. The budget is ``ceil(2*sqrt(N))`` tensors on top of the constants (the input and
+the seed gradient). Extra ops = rematerializations (the forward and backward ops are
+counted once each). Run: ``python benchmarks/sqrt_chain.py [N ...]``.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+import time
+
+import numpy as np
+
+import minidtr as md
+
+HEURISTICS = ("dtr", "dtr_eq", "msps", "dtr_local", "lru", "size", "random")
+SLOT = 8  # bytes of one tensor
+
+
+def unit_cost(op, in_metas, out_metas) -> float:
+    return 1.0
+
+
+def chain_step(n: int) -> float:
+    """One forward and backward pass through an n-layer tanh chain; returns the gradient."""
+    x = md.tensor(np.array([0.5]), requires_grad=True)
+    h = x
+    for _ in range(n):
+        h = md.tanh(h)
+    h.backward(md.tensor(np.array([1.0])))
+    return float(x.grad.numpy()[0])
+
+
+def run(n: int, heuristic: str, slots: int | None = None) -> dict:
+    slots = math.ceil(2 * math.sqrt(n)) if slots is None else slots
+    constants = 2 * SLOT  # the input and the seed gradient
+    runtime = md.Runtime(budget=constants + slots * SLOT, heuristic=heuristic, cost=unit_cost)
+    started = time.perf_counter()
+    try:
+        with runtime:
+            chain_step(n)
+        status = "ok"
+    except md.BudgetError:
+        status = "oom"
+    gc.collect()
+    stats = runtime.stats()
+    return {
+        "n": n,
+        "heuristic": heuristic,
+        "slots": slots,
+        "status": status,
+        "extra_per_n": stats["remats"] / n,
+        "evictions": stats["evictions"],
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def main(argv: list[str]) -> None:
+    sizes = [int(a) for a in argv] or [100, 400, 1600]
+    print(f"{'N':>6} {'budget':>7} " + " ".join(f"{h:>10}" for h in HEURISTICS))
+    for n in sizes:
+        cells = []
+        for heuristic in HEURISTICS:
+            result = run(n, heuristic)
+            cells.append(
+                f"{result['extra_per_n']:10.2f}" if result["status"] == "ok" else f"{'OOM':>10}"
+            )
+        print(f"{n:>6} {math.ceil(2 * math.sqrt(n)):>7} " + " ".join(cells))
+    print("(extra ops / N; budget in tensors on top of the 2 constants)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
