@@ -61,6 +61,12 @@ def to_host(array: Any) -> np.ndarray:
     return array.get()
 
 
+def synchronize(xp) -> None:
+    """Wait for queued device work (so a measured op time is the kernel's, not its launch's)."""
+    if xp is not np and xp is not None:
+        xp.cuda.get_current_stream().synchronize()
+
+
 def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...]):
     """A strided view of ``x`` (no copy); used by im2col in conv and pooling."""
     if xp is np:

@@ -236,6 +236,8 @@ class Allocator:
         xp = backend.xp_for(recipe.device) if recipe.device is not None else None
         started = time.perf_counter_ns()
         results = op.forward(xp, *arrays)
+        if recipe.device == "cuda":
+            backend.synchronize(xp)
         elapsed = time.perf_counter_ns() - started
         if op.n_outputs == 1:
             results = (results,)

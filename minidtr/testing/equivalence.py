@@ -71,6 +71,7 @@ def assert_remat_equivalent(
     grads_of: Sequence[Tensor] = (),
     cost: str = "flops",
     allow_budget_error: bool = False,
+    device: str = "cpu",
 ) -> list[dict]:
     """Assert ``fn`` gives bit-identical results under every budget x heuristic x dealloc.
 
@@ -80,10 +81,11 @@ def assert_remat_equivalent(
     too. Budgets are bytes (int) or ratios of the unbounded peak (float <= 1).
     With ``allow_budget_error``, an infeasible budget may raise ``BudgetError``
     (the runtime is then checked to still give the right answer unbounded).
-    Returns one stats dict per budgeted run.
+    ``device`` selects whose allocator the budgets apply to. Returns one stats dict per
+    budgeted run.
     """
     deallocs = (dealloc,) if isinstance(dealloc, str) else tuple(dealloc)
-    reference_runtime = Runtime(cost=cost)
+    reference_runtime = Runtime(cost=cost, device=device)
     expected = run_under(fn, reference_runtime, grads_of)
     peak = reference_runtime.stats()["peak_memory"]
     reports = []
@@ -91,7 +93,9 @@ def assert_remat_equivalent(
         nbytes = int(budget * peak) if isinstance(budget, float) else int(budget)
         for heuristic in heuristics:
             for policy in deallocs:
-                runtime = Runtime(budget=nbytes, heuristic=heuristic, dealloc=policy, cost=cost)
+                runtime = Runtime(
+                    budget=nbytes, heuristic=heuristic, dealloc=policy, cost=cost, device=device
+                )
                 label = (
                     f"budget={nbytes} ({nbytes / max(peak, 1):.2f} of peak), "
                     f"heuristic={heuristic}, dealloc={policy}"
@@ -101,7 +105,7 @@ def assert_remat_equivalent(
                 except BudgetError:
                     if not allow_budget_error:
                         raise
-                    again = run_under(fn, Runtime(cost=cost), grads_of)
+                    again = run_under(fn, Runtime(cost=cost, device=device), grads_of)
                     _compare(expected, again, label + " (unbounded, after a BudgetError)")
                     continue
                 _compare(expected, got, label)
