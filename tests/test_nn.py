@@ -421,6 +421,31 @@ def test_pool_and_flatten_modules_match_torch():
     )
 
 
+@needs_torch
+@needs_op("cross_entropy")
+def test_loss_modules_match_torch():
+    import torch
+
+    logits, targets = normal(5, 4), np.array([0, 3, 1, 1, 2])
+    ours = nn.CrossEntropyLoss()(md.tensor(logits), md.tensor(targets))
+    theirs = torch.nn.CrossEntropyLoss()(torch.tensor(logits), torch.tensor(targets))
+    np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-12)
+    a, b = normal(3, 4, seed=1), normal(3, 4, seed=2)
+    ours = nn.MSELoss()(md.tensor(a), md.tensor(b))
+    np.testing.assert_allclose(ours.item(), np.mean((a - b) ** 2), rtol=1e-12)
+
+
+def test_module_list_registers_its_modules_and_identity_passes_through():
+    blocks = nn.ModuleList([nn.Linear(2, 2), nn.Identity()])
+    blocks.append(nn.Linear(2, 1, bias=False))
+    assert len(blocks) == 3 and isinstance(blocks[1], nn.Identity)
+    assert [n for n, _ in blocks.named_parameters()] == ["0.weight", "0.bias", "2.weight"]
+    x = md.ones((1, 2))
+    assert blocks[1](x) is x
+    with pytest.raises(NotImplementedError, match="ModuleList does not define forward"):
+        blocks(x)
+
+
 # ---- bad inputs -----------------------------------------------------------------------------
 
 
