@@ -11,6 +11,7 @@ placeholders: the live runtime and the simulator share every policy decision.
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 import time
@@ -430,6 +431,9 @@ class Allocator:
         while self.memory > target:
             victim, score, runner_up = self._choose_victim()
             if victim is None:
+                gc.collect()  # metadata garbage may still hold constants; free it first
+                if self.memory <= target:
+                    return
                 raise BudgetError(
                     op_name,
                     needed,
@@ -440,6 +444,7 @@ class Allocator:
                     self._locked_bytes(),
                 )
             self.evict(victim, score=score, runner_up=runner_up)
+            del victim  # its metadata, and constants only it kept alive, may go now
 
     def _locked_bytes(self) -> int:
         return sum(s.nbytes for s in self.candidates if s.locks)
