@@ -19,6 +19,15 @@ from minidtr.testing import recompute
 ALLOC = allocator_for("cpu")
 
 
+@pytest.fixture(autouse=True)
+def own_allocator(fresh_allocator):
+    """Each test gets a fresh allocator: nothing left by other tests counts or is evicted."""
+    global ALLOC
+    ALLOC = fresh_allocator
+    yield
+    ALLOC = allocator_for("cpu")
+
+
 def unit_cost(op, in_metas, out_metas):
     return float(getattr(op, "unit", 1.0))
 
@@ -347,6 +356,7 @@ def test_pinned_storages_are_never_evicted():
 def test_budget_error_names_op_bytes_and_leaves_the_runtime_usable():
     x = md.tensor(np.ones((100, 100)))
     expected = md.tanh(x @ x).numpy()
+    gc.collect()
     rt = md.Runtime(budget=ALLOC.memory + 100)
     with pytest.raises(md.BudgetError) as info, rt:
         md.tanh(x @ x)
@@ -364,6 +374,7 @@ def test_budget_error_names_op_bytes_and_leaves_the_runtime_usable():
 
 def test_raising_the_budget_inside_the_runtime_continues_the_work():
     x = md.tensor(np.ones((50, 50)))
+    gc.collect()
     with md.Runtime(budget=ALLOC.memory + 10) as rt:
         with pytest.raises(md.BudgetError):
             x @ x
