@@ -75,13 +75,22 @@ def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...]):
 
 
 def scatter_add(xp, target, index, values) -> None:
-    """``target[index] += values`` with repeated indices accumulated (in place)."""
+    """``target[index] += values`` with repeated indices accumulated (in place).
+
+    On the GPU the accumulation runs on the host: CuPy's scatter-add uses atomic adds,
+    whose order (and so the floating-point result) changes from run to run, and a
+    recomputed gradient must be bit-identical to the first one.
+    """
     if xp is np:
         np.add.at(target, index, values)
-    else:
-        import cupyx
+        return
+    def on_host(k):
+        return k.get() if is_device_array(k) else k
 
-        cupyx.scatter_add(target, index, values)
+    host = target.get()
+    host_index = tuple(map(on_host, index)) if isinstance(index, tuple) else on_host(index)
+    np.add.at(host, host_index, values.get())
+    target[...] = xp.asarray(host)
 
 
 def erf(xp, x):
