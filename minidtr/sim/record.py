@@ -17,10 +17,12 @@ same decisions. The mapping:
 - ``Tensor.numpy()`` (a read) is a ``CALL`` named ``read`` with one argument,
   no results and TIME 0: the replay locks (and if needed rematerializes) the
   same storage at the same point;
+- a value that drops its recipe (``allocator.make_constant``, how autograd keeps
+  finished gradients) is an ``ANNOTATE CONSTANT`` of one of its names;
 - a value that existed before recording began is recorded as a ``CONSTANT``
-  when it is first used.
+  when it is first used (an approximation: start recording before the program
+  creates its tensors). Pinning is not recorded.
 
-Start recording before the program creates its tensors for a faithful trace.
 """
 
 from __future__ import annotations
@@ -31,7 +33,18 @@ from collections.abc import Iterator
 
 from ..runtime.allocator import allocator_for
 from ..runtime.storage import Cell, Recipe, Storage
-from .trace import Annotate, Call, Constant, Copy, Instruction, Release, Result, Trace, make_trace
+from .trace import (
+    Annotate,
+    Call,
+    Constant,
+    Copy,
+    Instruction,
+    MakeConstant,
+    Release,
+    Result,
+    Trace,
+    make_trace,
+)
 
 
 class Recorder:
@@ -40,7 +53,9 @@ class Recorder:
     def __init__(self, name: str = "recorded"):
         self.name = name
         self.instructions: list[Instruction] = [Annotate("START")]
-        self._names: dict[int, list[str]] = {}  # id(cell) -> names of its live handles
+        # id(cell) -> the cell and the names of its live handles (a live handle holds the
+        # cell anyway, and the entry goes with the last name, so no lifetime is extended)
+        self._held: dict[int, tuple[Cell, list[str]]] = {}
         self._unclaimed: dict[int, str] = {}  # id(cell or storage) -> name defined, not held
         self._next = 0
 
@@ -48,10 +63,13 @@ class Recorder:
         self._next += 1
         return f"t{self._next}"
 
+    def _hold(self, cell: Cell, name: str) -> None:
+        self._held.setdefault(id(cell), (cell, []))[1].append(name)
+
     def _name_of(self, cell: Cell) -> str:
-        names = self._names.get(id(cell))
-        if names:
-            return names[-1]
+        held = self._held.get(id(cell))
+        if held:
+            return held[1][-1]
         name = self._unclaimed.get(id(cell))
         if name is not None:
             return name
@@ -61,7 +79,7 @@ class Recorder:
         """A cell made before recording started: from now on it is a constant input."""
         name = self._fresh()
         self.instructions.append(Constant(name, cell.storage.nbytes))
-        self._names.setdefault(id(cell), []).append(name)
+        self._hold(cell, name)
         return name
 
     # ---- the allocator's observer protocol ------------------------------------------------
@@ -94,22 +112,29 @@ class Recorder:
         if name is None and cell.recipe is None:
             name = self._unclaimed.pop(id(cell.storage), None)
         if name is None:
-            names = self._names.get(key)
-            if not names:
+            held = self._held.get(key)
+            if not held:
                 self._adopt(cell)
                 return
             name = self._fresh()
-            self.instructions.append(Copy(name, names[-1]))
-        self._names.setdefault(key, []).append(name)
+            self.instructions.append(Copy(name, held[1][-1]))
+        self._hold(cell, name)
 
     def on_release(self, cell: Cell) -> None:
         key = id(cell)
-        names = self._names.get(key)
-        if not names:
+        held = self._held.get(key)
+        if not held:
             return  # a handle made before recording started
+        names = held[1]
         self.instructions.append(Release(names.pop()))
         if not names:
-            del self._names[key]
+            del self._held[key]
+
+    def on_make_constant(self, storage: Storage) -> None:
+        for cell, names in self._held.values():
+            if cell.storage is storage:
+                self.instructions.append(MakeConstant(names[-1]))
+                return
 
     # ---- results ------------------------------------------------------------------------------
 

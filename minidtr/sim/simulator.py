@@ -41,7 +41,17 @@ import numpy as np
 from ..runtime.allocator import Allocator
 from ..runtime.runtime import BudgetError, Runtime
 from ..runtime.storage import Cell
-from .trace import Annotate, Call, Constant, Copy, CopyFrom, Mutate, Release, Trace
+from .trace import (
+    Annotate,
+    Call,
+    Constant,
+    Copy,
+    CopyFrom,
+    MakeConstant,
+    Mutate,
+    Release,
+    Trace,
+)
 
 BYTE = np.dtype(np.uint8)
 RESIDENT = object()  # the placeholder an op "computes": any object other than None
@@ -56,15 +66,37 @@ class Placeholder:
         self.nbytes = nbytes
 
 
+class Thrashing(Exception):
+    """Recomputation passed the thrash limit."""
+
+
+class ThrashGuard:
+    """Stops a replay once recomputation passes ``limit``, even in the middle of one
+    instruction's cascade of rematerializations (checked by every kernel call)."""
+
+    __slots__ = ("stats", "limit")
+
+    def __init__(self, stats, limit: float):
+        self.stats, self.limit = stats, limit
+
+    def check(self) -> None:
+        if self.stats.remat_cost > self.limit:
+            raise Thrashing
+
+
 class TraceOp:
     """An op of a trace: a name, a TIME, and a kernel that computes placeholders."""
 
-    __slots__ = ("name", "n_outputs", "is_view", "time")
+    __slots__ = ("name", "n_outputs", "is_view", "time", "guard")
 
-    def __init__(self, name: str, n_outputs: int, is_view: bool, time_ns: float):
+    def __init__(
+        self, name: str, n_outputs: int, is_view: bool, time_ns: float, guard: ThrashGuard
+    ):
         self.name, self.n_outputs, self.is_view, self.time = name, n_outputs, is_view, time_ns
+        self.guard = guard
 
     def forward(self, xp, *arrays):
+        self.guard.check()
         if self.n_outputs == 1:
             return RESIDENT
         return (RESIDENT,) * self.n_outputs
@@ -75,10 +107,6 @@ class TraceOp:
 
 def trace_cost(op: TraceOp, in_metas, out_metas) -> float:
     return op.time
-
-
-class Thrashing(Exception):
-    """Recomputation passed the thrash limit."""
 
 
 @dataclass
@@ -154,7 +182,7 @@ class Replayer:
         )
         self.allocator.push(self.runtime)
         self.cells: dict[str, Cell] = {}
-        self.thrash_cost = thrash_cost
+        self.guard = ThrashGuard(self.runtime.stats_, thrash_cost)
         self.measure_floors = measure_floors
         self.constant_floor = 0
         self.bottleneck = 0
@@ -166,6 +194,7 @@ class Replayer:
             CopyFrom: self._copy_from,
             Release: self._release,
             Annotate: _ignore,
+            MakeConstant: self._make_constant,
         }
 
     @property
@@ -174,8 +203,7 @@ class Replayer:
 
     def step(self, ins) -> None:
         self._dispatch[type(ins)](ins)
-        if self.stats.remat_cost > self.thrash_cost:
-            raise Thrashing
+        self.guard.check()
 
     def resident(self, name: str) -> bool:
         return self.cells[name].storage.buffer is not None
@@ -186,8 +214,7 @@ class Replayer:
         before = self.stats.remats
         for cell in self.cells.values():
             self.allocator.pin(cell.storage)
-            if self.stats.remat_cost > self.thrash_cost:
-                raise Thrashing
+            self.guard.check()
         return self.stats.remats - before
 
     def close(self) -> None:
@@ -226,7 +253,7 @@ class Replayer:
         made: dict[str, Cell] = {}
         time_left = ins.time
         if fresh or not ins.results:
-            op = TraceOp(ins.op, len(fresh), False, time_left)
+            op = TraceOp(ins.op, len(fresh), False, time_left, self.guard)
             metas = [((r.nbytes,), BYTE) for r in fresh]
             for r, cell in zip(fresh, compute(op, args, metas, None, ins.constant), strict=True):
                 made[r.name] = cell
@@ -234,7 +261,7 @@ class Replayer:
         if len(made) < len(ins.results):
             for j in sorted({r.alias for r in ins.results if r.alias >= 0}):
                 group = [r for r in ins.results if r.alias == j]
-                op = TraceOp(ins.op, len(group), True, time_left)
+                op = TraceOp(ins.op, len(group), True, time_left, self.guard)
                 inputs = (args[j], *args[:j], *args[j + 1 :])
                 metas = [((r.nbytes,), BYTE) for r in group]
                 for r, cell in zip(group, compute(op, inputs, metas, None), strict=True):
@@ -250,7 +277,7 @@ class Replayer:
         sizes = [args[i].storage.nbytes for i in ins.mutate]
         if self.measure_floors:
             self._note_bottleneck(args, sum(sizes))
-        op = TraceOp(ins.op, len(sizes), False, ins.time)
+        op = TraceOp(ins.op, len(sizes), False, ins.time, self.guard)
         new = self.allocator.compute(op, args, [((n,), BYTE) for n in sizes], None)
         for i, cell in zip(ins.mutate, new, strict=True):
             name = ins.args[i]
@@ -265,6 +292,11 @@ class Replayer:
         old = self.cells[ins.dst]
         self._define(ins.dst, self.cells[ins.src])
         self.allocator.release(old)
+
+    def _make_constant(self, ins: MakeConstant) -> None:
+        self.allocator.make_constant(self.cells[ins.name].storage)
+        if self.measure_floors:
+            self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
 
     def _release(self, ins: Release) -> None:
         self.allocator.release(self.cells.pop(ins.name))

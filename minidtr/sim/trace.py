@@ -28,9 +28,12 @@ ends. A name may be defined again after it was released. A RELEASE of a name
 defined only before ``START`` is dropped (the prototype's logs can do that);
 any other use of an unknown name is an error.
 
-One extension, ignored by other readers: a CALL may carry
+Two extensions, which other readers ignore: a CALL may carry
 ``"CONSTANT_RESULTS": "1"``, meaning its results are constants (minidtr's
-``as_constants()``, used by optimizer updates): computed once, never evicted.
+``as_constants()``, used by optimizer updates): computed once, never evicted;
+and ``ANNOTATE {ANNOTATION: "CONSTANT", NAME}`` means the value of NAME
+(rematerialized first if evicted) drops its recipe and becomes a constant
+(minidtr keeps finished gradients that way).
 
 MEMORY, TIME and ALIAS are strings in the prototype's logs; numbers are
 accepted too. TIME is in nanoseconds and may be fractional (minidtr writes the
@@ -119,7 +122,15 @@ class Annotate:
     line: int = 0
 
 
-Instruction = Constant | Call | Mutate | Copy | CopyFrom | Release | Annotate
+@dataclass(frozen=True, slots=True)
+class MakeConstant:
+    """The value of NAME loses its recipe and becomes a constant (minidtr extension)."""
+
+    name: str
+    line: int = 0
+
+
+Instruction = Constant | Call | Mutate | Copy | CopyFrom | Release | Annotate | MakeConstant
 
 
 @dataclass
@@ -322,7 +333,11 @@ def _parse(lines: _Lines) -> list[Instruction]:
         elif kind == "RELEASE":
             out.append(Release(_str(lines, line, row, "NAME"), line))
         elif kind == "ANNOTATE":
-            out.append(Annotate(_str(lines, line, row, "ANNOTATION"), line))
+            annotation = _str(lines, line, row, "ANNOTATION")
+            if annotation == "CONSTANT" and "NAME" in row:
+                out.append(MakeConstant(_str(lines, line, row, "NAME"), line))
+            else:
+                out.append(Annotate(annotation, line))
         elif kind in ("MEMORY", "ALIAS"):
             raise lines.error(line, f"a {kind} line must follow a CONSTANT or CALL result")
         else:
@@ -381,6 +396,8 @@ def check_names(
         elif isinstance(ins, CopyFrom):
             use(ins.src, ins.line, "COPY_FROM source")
             use(ins.dst, ins.line, "COPY_FROM destination")
+        elif isinstance(ins, MakeConstant):
+            use(ins.name, ins.line, "CONSTANT annotation of")
         elif isinstance(ins, Release):
             if ins.name in live:
                 del live[ins.name]
@@ -481,6 +498,8 @@ def instruction_rows(ins: Instruction) -> list[dict[str, Any]]:
         return [{"INSTRUCTION": "RELEASE", "NAME": ins.name}]
     if isinstance(ins, Annotate):
         return [{"INSTRUCTION": "ANNOTATE", "ANNOTATION": ins.annotation}]
+    if isinstance(ins, MakeConstant):
+        return [{"INSTRUCTION": "ANNOTATE", "ANNOTATION": "CONSTANT", "NAME": ins.name}]
     raise TypeError(f"not a trace instruction: {ins!r}")
 
 
