@@ -1,0 +1,173 @@
+"""The static baselines: revolve and Chen's sqrt(N) for chains, the optimal schedule (MILP)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from minidtr import sim
+from minidtr.sim.chain import (
+    chen_schedule,
+    optimal_forward_steps,
+    revolve_forward_steps,
+    revolve_schedule,
+    run_schedule,
+)
+from minidtr.sim.checkmate import check_schedule, greedy_schedule, solve_optimal
+from minidtr.sim.experiments import chain_trace
+from minidtr.sim.graph import Graph, graph_from_trace
+from minidtr.sim.trace import Call, Constant, Copy, MakeConstant, Release, Result
+
+pytest.importorskip("scipy")
+
+# ---- revolve and Chen -----------------------------------------------------------------------
+
+
+def test_revolve_closed_form_matches_dynamic_programming_and_the_schedule():
+    for slots in range(1, 7):
+        for length in range(1, 61):
+            best = revolve_forward_steps(length, slots)
+            assert best == optimal_forward_steps(length, slots), (length, slots)
+            run = run_schedule(length, revolve_schedule(length, slots), slots=slots)
+            assert run.forward_steps == best, (length, slots)
+            assert run.max_slots <= slots
+
+
+def test_revolve_known_values():
+    assert revolve_forward_steps(10, 1) == 45  # l(l-1)/2: restart from x_0 every time
+    assert revolve_forward_steps(10, 10) == 9  # one sweep, everything stored
+    assert revolve_forward_steps(10, 3) == 15  # beta(3,1)=4 < 10 <= beta(3,2)=10: 2*10-5
+    # many slots and a long chain: the schedule is built without recursion
+    run = run_schedule(3000, revolve_schedule(3000, 3000), slots=3000)
+    assert run.forward_steps == 2999
+
+
+def test_chen_sqrt_n_counts():
+    for n, k in ((100, 10), (400, 20), (97, 10), (10, 3)):
+        run = run_schedule(n, chen_schedule(n, k))
+        starts = list(range(0, n, k))
+        expected = starts[-1] + sum(min(a + k, n) - 1 - a for a in starts)
+        assert run.forward_steps == expected
+        # reversing segment m holds checkpoints 0..m and the segment's other states
+        assert run.max_slots == max(m + 1 + min(a + k, n) - 1 - a for m, a in enumerate(starts))
+    assert run_schedule(100, chen_schedule(100)).forward_steps == 180  # default k = 10
+
+
+def test_run_schedule_rejects_bad_schedules():
+    with pytest.raises(ValueError, match="expected step 3"):
+        run_schedule(3, [("advance", 1), ("reverse", 2)])
+    with pytest.raises(ValueError, match="only 1"):
+        run_schedule(3, [("advance", 1), ("store", 1)], slots=1)
+    with pytest.raises(ValueError, match="not reversed"):
+        run_schedule(2, [("advance", 1), ("reverse", 2)])
+
+
+# ---- the graph of a trace -------------------------------------------------------------------
+
+
+def test_graph_from_trace_folds_views_merges_tuples_and_drops_constants():
+    trace = sim.make_trace(
+        [
+            Constant("w", 8),
+            Call("f", ("w",), (Result("a", 10),), 3.0),
+            Call("view", ("a",), (Result("v", 10, 0),), 0.5),
+            Call("pair", ("v", "w"), (Result("p", 4), Result("q", 6)), 2.0),
+            Copy("q2", "q"),
+            Release("a"),
+            Call("read", ("q2",), (), 0.0),
+            Call("g", ("p", "v"), (Result("b", 1),), 1.0),
+            Call("grad", ("b",), (Result("gw", 8),), 1.0),
+            MakeConstant("gw"),
+            Release("v"),
+            Release("p"),
+            Release("q"),
+            Release("q2"),
+        ]
+    )
+    graph = graph_from_trace(trace)
+    assert graph.labels == ["f", "pair", "read", "g", "grad"]
+    assert graph.size == [10, 10, 0, 1, 8]
+    assert graph.deps == [(), (0,), (1,), (0, 1), (3,)]
+    assert graph.folded_cost == 0.5
+    assert graph.compute + graph.folded_cost == trace.total_compute
+    assert graph.outputs == {3}  # b; gw became a constant
+    assert graph.constant_bytes == 16
+
+
+# ---- the optimal schedule --------------------------------------------------------------------
+
+
+def diamond() -> Graph:
+    """a (size 2) feeds b -> c (expensive) and, with c, d (size 0): at a budget of 3 the
+    best schedule drops a while b and c run and recomputes it (cost 1) for d."""
+    graph = Graph()
+    graph.add("a", 1.0, 2, ())
+    graph.add("b", 5.0, 1, (0,))
+    graph.add("c", 5.0, 1, (1,))
+    graph.add("d", 1.0, 0, (0, 2))
+    graph.outputs = {3}
+    return graph
+
+
+def test_optimal_schedule_on_a_hand_built_graph():
+    graph = diamond()
+    roomy = solve_optimal(graph, 4)
+    assert roomy.status == "optimal" and roomy.cost == 12.0 and roomy.peak <= 4
+    tight = solve_optimal(graph, 3)
+    assert tight.status == "optimal" and tight.cost == 13.0 and tight.gap == 0.0
+    R, S = tight.schedule
+    assert R[:, 0].sum() == 2  # a computed twice
+    assert R.sum() == 5
+    assert check_schedule(graph, R, S) == (13.0, 3)
+    assert solve_optimal(graph, 2).status == "infeasible"
+
+
+def test_constants_count_against_the_budget():
+    graph = diamond()
+    graph.constant_bytes = 1
+    assert solve_optimal(graph, 4).cost == 13.0
+    assert solve_optimal(graph, 5).cost == 12.0
+
+
+def test_greedy_schedule_is_feasible_and_no_better_than_the_optimum():
+    graph = graph_from_trace(chain_trace(12))
+    for budget in (4, 5, 7, 12):
+        schedule = greedy_schedule(graph, budget)
+        assert schedule is not None
+        cost, peak = check_schedule(graph, *schedule)
+        assert peak <= budget and cost >= graph.compute
+    best = solve_optimal(graph, 7, time_limit=30)
+    assert best.found and best.cost <= check_schedule(graph, *greedy_schedule(graph, 7))[0]
+    assert best.bound <= best.cost
+
+
+def test_check_schedule_rejects_a_missing_dependency():
+    graph = diamond()
+    R = np.eye(4, dtype=np.int8)
+    S = np.zeros((4, 4), dtype=np.int8)
+    with pytest.raises(AssertionError, match="runs before"):
+        check_schedule(graph, R, S)
+
+
+def test_optimal_is_no_worse_than_dtr_on_a_chain():
+    trace = chain_trace(8)
+    graph = graph_from_trace(trace)
+    for budget in (4, 6):
+        dtr = sim.simulate(trace, budget=budget, thrash=None)
+        opt = solve_optimal(graph, budget, time_limit=30)
+        assert opt.status == "optimal"
+        assert opt.cost <= dtr.compute + dtr.remat_cost
+    assert solve_optimal(graph, 8).cost == graph.compute  # enough memory: no recompute
+
+
+def test_compare_with_optimal_rows():
+    from minidtr.sim.sweep import compare_with_optimal
+
+    rows = compare_with_optimal(chain_trace(8), [1.0, 0.5], ["dtr", "lru"], time_limit=20)
+    assert [r["ratio"] for r in rows] == [1.0, 0.5]
+    full = rows[0]
+    assert full["opt_status"] == "optimal" and full["opt_slowdown"] == 1.0 and full["dtr"] == 1.0
+    half = rows[1]
+    assert half["opt_slowdown"] <= half["dtr"] + 1e-12
+    assert half["opt_lower"] <= half["opt_slowdown"]
+    assert math.isclose(half["dtr/opt"], half["dtr"] / half["opt_slowdown"])
