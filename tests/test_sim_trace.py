@@ -6,7 +6,7 @@ import math
 import pytest
 
 from minidtr import sim
-from minidtr.sim.trace import Call, Constant, Copy, Mutate, Release, Result
+from minidtr.sim.trace import Call, Constant, Copy, MakeConstant, Mutate, Release, Result
 
 
 def write_rows(path, rows) -> None:
@@ -200,3 +200,29 @@ def test_shared_logs_load(shared_traces):
         baseline = trace.baseline()
         assert baseline.constant_floor <= baseline.bottleneck <= baseline.peak_memory
         assert not math.isnan(baseline.peak_memory)
+
+
+def test_constant_annotation_round_trips_and_pins_the_value(tmp_path):
+    trace = sim.make_trace(
+        [
+            Constant("x", 10),
+            Call("f", ("x",), (Result("a", 100),), 1.0),
+            MakeConstant("a"),
+            Call("g", ("x",), (Result("b", 100),), 1.0),
+            Release("b"),
+            Call("h", ("x",), (Result("c", 100),), 1.0),
+        ]
+    )
+    sim.write_log(trace, tmp_path / "k.log")
+    assert (
+        '{"ANNOTATION":"CONSTANT","INSTRUCTION":"ANNOTATE","NAME":"a"}'
+        in (tmp_path / "k.log").read_text()
+    )
+    again = sim.load_log(tmp_path / "k.log")
+    assert again.instructions[3] == MakeConstant("a", line=again.instructions[3].line)
+    assert trace.baseline().constant_floor == 110
+    # a is a constant now: at 209 bytes, computing b cannot evict it
+    assert sim.simulate(trace, budget=209).status == "oom"
+    assert sim.simulate(trace, budget=209, outputs=False).status == "oom"
+    plain = sim.make_trace([i for i in trace.instructions if not isinstance(i, MakeConstant)])
+    assert sim.simulate(plain, budget=209, outputs=False).status == "ok"
