@@ -2,7 +2,7 @@
 recomputed (Dynamic Tensor Rematerialization), so models train under a hard memory budget."""
 
 from . import nn, ops, optim, sim, testing
-from .autograd import no_grad
+from .autograd import grad, no_grad
 from .ops import *  # noqa: F403  (the functional API at top level)
 from .ops import DTypeError, ShapeError, as_constants
 from .ops.random import manual_seed, rand, randn

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -88,28 +88,50 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> N
 
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    for leaf, g in _gradients(root, grad, retain_graph, "backward").values():
+        _accumulate_leaf(leaf, g)
+
+
+def grad(
+    root: Tensor, inputs: Sequence[Tensor], grad: Tensor | None = None, retain_graph: bool = False
+) -> list[Tensor | None]:
+    """d(root)/d(input) for each leaf in ``inputs``, returned rather than accumulated.
+
+    The results are ordinary tensors with recipes (evictable, recomputable); None for an
+    input the root does not depend on. ``.grad`` fields are left alone.
+    """
+    for t in inputs:
+        if t.grad_fn is not None or not t.requires_grad:
+            raise ValueError("grad: inputs must be leaf tensors that require grad")
+    found = _gradients(root, grad, retain_graph, "grad")
+    return [found[id(t)][1] if id(t) in found else None for t in inputs]
+
+
+def _gradients(
+    root: Tensor, grad: Tensor | None, retain_graph: bool, caller: str
+) -> dict[int, tuple[Tensor, Tensor]]:
+    """Run the backward graph from ``root``; returns {id(leaf): (leaf, gradient)}."""
     from . import ops
     from .tensor import Tensor, ones_like
 
     if not root.requires_grad:
-        raise RuntimeError("backward: this tensor does not require grad and has no grad_fn")
+        raise RuntimeError(f"{caller}: this tensor does not require grad and has no grad_fn")
     if grad is None:
         if root.size != 1:
             raise RuntimeError(
-                f"backward: grad can be omitted only for a single-element output, got shape "
+                f"{caller}: grad can be omitted only for a single-element output, got shape "
                 f"{root.shape}; pass grad="
             )
         grad = ones_like(root)
     elif not isinstance(grad, Tensor):
-        raise TypeError(f"backward: grad must be a Tensor, got {type(grad).__name__}")
+        raise TypeError(f"{caller}: grad must be a Tensor, got {type(grad).__name__}")
     if grad.shape != root.shape or grad.dtype != root.dtype:
         raise ValueError(
-            f"backward: grad has shape {grad.shape} {grad.dtype}, the output {root.shape} "
+            f"{caller}: grad has shape {grad.shape} {grad.dtype}, the output {root.shape} "
             f"{root.dtype}"
         )
     if root.grad_fn is None:
-        _accumulate_leaf(root, grad.detach())
-        return
+        return {id(root): (root, grad.detach())}
 
     consumers = _count_consumers(root.grad_fn)
     pending: dict[Node, list] = {root.grad_fn: [None] * root.grad_fn.op.n_outputs}
@@ -121,13 +143,13 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = Fals
             node = heapq.heappop(ready)
             if node.freed:
                 raise RuntimeError(
-                    f"backward: the graph through {node.op.name} was already used and freed; "
+                    f"{caller}: the graph through {node.op.name} was already used and freed; "
                     "pass retain_graph=True to the first backward to run it twice"
                 )
             grads = pending.pop(node)
             op = node.op
-            grad = grads[0] if op.n_outputs == 1 else tuple(grads)
-            result = op.backward(node.saved_inputs, node.saved_outputs, grad)
+            incoming = grads[0] if op.n_outputs == 1 else tuple(grads)
+            result = op.backward(node.saved_inputs, node.saved_outputs, incoming)
             if not isinstance(result, tuple):
                 result = (result,)
             if not retain_graph:
@@ -155,19 +177,29 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = Fals
                 consumers[target] -= 1
                 if consumers[target] == 0:
                     heapq.heappush(ready, target)
-            del result, grads, grad
-        for leaf, g in leaf_grads.values():
-            _accumulate_leaf(leaf, g)
+            del result, grads, incoming
+    return leaf_grads
 
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
-    from . import ops
+    """``leaf.grad += g``, stored as a contiguous constant.
 
-    if leaf.grad is None:
-        leaf.grad = g
-    else:
-        with no_grad():
-            leaf.grad = ops.add(leaf.grad, g)
+    Nothing recomputes a finished gradient more cheaply than keeping it, and its recipe
+    would keep the whole graph alive (and, after an optimizer step, the old parameters,
+    which copy-on-write leaves in place). A gradient that is a view (a transpose, a
+    broadcast) is copied, so optimizers work on arrays in the parameter's own layout.
+    """
+    from . import ops
+    from .ops.op import as_constants
+
+    with no_grad():
+        total = g if leaf.grad is None else ops.add(leaf.grad, g)
+        if total.cell.is_view or not total.cell.contiguous:
+            with as_constants():
+                total = ops.copy(total)
+        else:
+            total.cell.storage.allocator.make_constant(total.cell.storage)
+    leaf.grad = total
 
 
 def _count_consumers(root: Node) -> dict[Node, int]:

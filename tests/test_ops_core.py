@@ -267,3 +267,29 @@ CASES = [
 ]
 
 test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs = define_tests(CASES)
+
+LINEAR_CASES = [
+    OpCase(
+        "linear",
+        md.linear,
+        lambda x, w, b: x @ w.T + b,
+        [((5, 3), (4, 3), (4,)), ((2, 5, 3), (4, 3), (4,))],
+        torch_fn=lambda t, x, w, b: t.nn.functional.linear(x, w, b),
+        bad=[((5, 3), (4, 2), (4,)), ((5, 3), (4, 3), (3,))],
+    ),
+    OpCase(
+        "linear[nobias]",
+        md.linear,
+        lambda x, w: x @ w.T,
+        [((5, 3), (4, 3))],
+        torch_fn=lambda t, x, w: t.nn.functional.linear(x, w),
+    ),
+]
+
+(
+    test_linear_forward,
+    test_linear_gradient,
+    test_linear_torch,
+    test_linear_recompute,
+    test_linear_bad_inputs,
+) = define_tests(LINEAR_CASES)

@@ -158,7 +158,7 @@ def test_training_under_a_budget_is_bit_identical(name):
             losses.append(loss.numpy())
         return losses, model.parameters()
 
-    reports = assert_remat_equivalent(train, budgets=[0.7], heuristics=["dtr", "lru"])
+    reports = assert_remat_equivalent(train, budgets=[0.8], heuristics=["dtr", "lru"])
     assert all(r["remats"] > 0 for r in reports)
 
 

@@ -493,3 +493,13 @@ def test_default_runtime_is_unbounded_and_tracks_everything():
     before = rt.stats()["ops"]
     step(fresh())
     assert rt.stats()["ops"] == before + 1
+
+
+def test_leaving_an_ignore_runtime_frees_what_died_inside_it():
+    with md.Runtime(dealloc="ignore"):
+        x = fresh(1000)
+        y = step(x)
+        storage = y.storage
+        del y
+        assert storage.buffer is not None
+    assert storage.buffer is None, "the outer (eager) policy applies on exit"

@@ -59,8 +59,7 @@ class Linear(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         check_input(self, x, -1, self.in_features, "features")
-        y = F.matmul(x, self.weight.T)
-        return y if self.bias is None else y + self.bias
+        return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (

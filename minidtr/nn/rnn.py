@@ -66,12 +66,9 @@ class LSTMCell(Module):
                     f"{self!r}: the state must be two tensors of shape {shape} "
                     f"for input {x.shape}, got {h.shape} and {c.shape}"
                 )
-        gates = F.matmul(x, self.weight_ih.T)
-        if self.bias_ih is not None:
-            gates = gates + self.bias_ih
-        gates = gates + F.matmul(h, self.weight_hh.T)
-        if self.bias_hh is not None:
-            gates = gates + self.bias_hh
+        gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(
+            h, self.weight_hh, self.bias_hh
+        )
         i, f, g, o = F.split(gates, 4, axis=1)
         c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
         h = F.sigmoid(o) * F.tanh(c)

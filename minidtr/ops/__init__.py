@@ -27,7 +27,7 @@ from .elementwise import (
     where,
 )
 from .embedding import embedding
-from .linalg import matmul
+from .linalg import linear, matmul
 from .loss import cross_entropy, log_softmax, mse_loss, softmax
 from .norm import batch_norm, layer_norm
 from .op import DTypeError, Op, ShapeError, apply, as_constants

@@ -1,4 +1,6 @@
-"""Matrix products: ``matmul`` with NumPy semantics (1-D operands, batched, broadcast batches)."""
+"""Matrix products: ``matmul`` with NumPy semantics (1-D operands, batched, broadcast batches)
+and ``linear`` (PyTorch's ``x @ weight.T + bias``, fused so that every gradient comes out in
+its parameter's own layout)."""
 
 from __future__ import annotations
 
@@ -83,3 +85,72 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             del shape[axis]
         out = reshape(out, tuple(shape))
     return out
+
+
+class Linear(Op):
+    """``x @ weight.T (+ bias)`` over the last axis of ``x``; weight (out, in), bias (out,)."""
+
+    name = "linear"
+    retain_inputs = (0, 1)
+
+    def infer(self, x: Cell, weight: Cell, *bias: Cell):
+        dtype = float_dtype(self, x, weight, *bias)
+        if len(weight.shape) != 2 or not x.shape or x.shape[-1] != weight.shape[1]:
+            raise self.error(
+                "x's last axis must match weight (out_features, in_features)", x, weight, *bias
+            )
+        if bias and bias[0].shape != (weight.shape[0],):
+            raise self.error(f"bias must have shape ({weight.shape[0]},)", x, weight, *bias)
+        return [((*x.shape[:-1], weight.shape[0]), dtype)]
+
+    def forward(self, xp, x, weight, *bias):
+        y = xp.matmul(x, weight.T)
+        if bias:
+            y += bias[0]
+        return y
+
+    def cost(self, in_metas, out_metas):
+        (x_shape, dtype), (w_shape, _), *_ = in_metas
+        flops = 2.0 * math.prod(x_shape) * w_shape[0]
+        nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
+        return flops, float(nbytes)
+
+    def backward(self, inputs, outputs, g):
+        from .reduce import sum as reduce_sum
+
+        x, weight = inputs[0], inputs[1]
+        gx = matmul(g, weight) if self.needs_grad[0] else None
+        gw = apply(LinearWeightGrad(), g, x) if self.needs_grad[1] else None
+        grads = [gx, gw]
+        if len(self.in_shapes) == 3:
+            axes = tuple(range(g.ndim - 1))
+            grads.append(
+                reduce_sum(g, axis=axes)
+                if self.needs_grad[2] and axes
+                else (g if self.needs_grad[2] else None)
+            )
+        return tuple(grads)
+
+
+class LinearWeightGrad(Op):
+    """dL/dweight of ``linear``: ``g.T @ x`` over all leading axes, in weight's layout."""
+
+    name = "linear_weight_grad"
+    differentiable = False
+
+    def infer(self, g: Cell, x: Cell):
+        return [((g.shape[-1], x.shape[-1]), g.dtype)]
+
+    def forward(self, xp, g, x):
+        return xp.matmul(g.reshape(-1, g.shape[-1]).T, x.reshape(-1, x.shape[-1]))
+
+    def cost(self, in_metas, out_metas):
+        (g_shape, dtype), (x_shape, _) = in_metas
+        flops = 2.0 * math.prod(x_shape) * g_shape[-1]
+        nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
+        return flops, float(nbytes)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """PyTorch's ``linear``: ``x @ weight.T + bias`` with weight (out, in)."""
+    return apply(Linear(), x, weight) if bias is None else apply(Linear(), x, weight, bias)

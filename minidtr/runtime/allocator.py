@@ -109,6 +109,11 @@ class Allocator:
         runtime.allocator = None
         if self.runtimes:
             self.runtimes[-1].stats_.add(runtime.stats_, since)
+            if runtime.dealloc == "ignore" and self.runtime.dealloc != "ignore":
+                # what died while deallocation was ignored falls to the policy in force now
+                for storage in [s for s in self.candidates if s.external_refs == 0]:
+                    if storage.buffer is not None and not storage.locks:
+                        self._on_dead(storage)
             self.apply_budget()
 
     def apply_budget(self) -> None:
@@ -590,6 +595,22 @@ class Allocator:
         storage.pinned = True
         self.candidates.pop(storage, None)
         self.pinned_bytes += storage.nbytes
+
+    def make_constant(self, storage: Storage) -> None:
+        """Drop a storage's recipe (rematerializing it first if needed): it becomes a constant,
+        never evicted, and no longer keeps its inputs' metadata alive."""
+        if storage.producer is None:
+            return
+        self._unlock(self._lock([storage]))
+        self._free_dead_remats()
+        storage.producer = None
+        self.candidates.pop(storage, None)
+        if storage.pinned:
+            storage.pinned = False
+            self.pinned_bytes -= storage.nbytes
+        self.constant_bytes += storage.nbytes
+        if self.observer is not None:
+            self.observer.on_make_constant(storage)
 
     def unpin(self, storage: Storage) -> None:
         if not storage.pinned:
