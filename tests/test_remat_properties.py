@@ -19,7 +19,7 @@ from minidtr.testing.strategies import (
 )
 
 SETTINGS = settings(
-    max_examples=25,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -51,14 +51,14 @@ def test_random_programs_are_bit_identical_under_any_budget(program, heuristic, 
     check_between_minimal_and_peak(program, heuristic, dealloc, frac)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(training_loops(), heuristics(), deallocs(), budget_fractions())
 def test_training_loops_are_bit_identical_under_any_budget(loop, heuristic, dealloc, frac):
     _, fn = loop
     check_between_minimal_and_peak(fn, heuristic, dealloc, frac)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(), heuristics(), st.floats(0.0, 0.9))
 def test_infeasible_budget_raises_and_leaves_the_runtime_usable(program, heuristic, frac):
     with isolated_allocator() as allocator:

@@ -11,7 +11,6 @@ placeholders: the live runtime and the simulator share every policy decision.
 
 from __future__ import annotations
 
-import gc
 import math
 import random
 import time
@@ -436,9 +435,6 @@ class Allocator:
         while self.memory > target:
             victim, score, runner_up = self._choose_victim()
             if victim is None:
-                gc.collect()  # metadata garbage may still hold constants; free it first
-                if self.memory <= target:
-                    return
                 raise BudgetError(
                     op_name,
                     needed,

@@ -8,7 +8,6 @@ unbounded run's peak (constants included), as the paper measures.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -49,7 +48,6 @@ def run_under(
             (f"grad[{i}]", t.grad.numpy() if t.grad is not None else np.array(np.nan))
             for i, t in enumerate(grads_of)
         ]
-    gc.collect()
     return values
 
 
