@@ -1,0 +1,181 @@
+"""The Tensor API and reverse mode: creation, dtypes, operators, indexing, no_grad, gradient
+accumulation, explicit output gradients, long chains, retain_graph, md.grad."""
+
+import numpy as np
+import pytest
+
+import minidtr as md
+
+
+def test_creation_dtypes_follow_the_contract():
+    assert md.tensor([1.0, 2.0]).dtype == md.float32
+    assert md.tensor([1, 2]).dtype == md.int64
+    assert md.tensor([True]).dtype == md.bool_
+    assert md.tensor(np.zeros(3)).dtype == md.float64  # arrays keep their dtype
+    assert md.tensor(np.zeros(3), dtype=np.float32).dtype == md.float32
+    assert md.zeros((2, 3)).shape == (2, 3) and md.ones(4).dtype == md.float32
+    assert md.arange(5).numpy().tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(TypeError, match="floating-point"):
+        md.tensor([1, 2], requires_grad=True)
+
+
+def test_numpy_returns_a_copy_that_cannot_corrupt_recipes():
+    x = md.tensor(np.arange(3.0))
+    y = x * 2
+    out = y.numpy()
+    out[:] = -1
+    np.testing.assert_array_equal(y.numpy(), [0.0, 2.0, 4.0])
+    data = np.arange(3.0)
+    z = md.tensor(data)
+    data[:] = 7
+    np.testing.assert_array_equal(z.numpy(), [0.0, 1.0, 2.0])
+
+
+def test_operators_with_scalars_keep_the_tensor_dtype():
+    x = md.tensor(np.ones(3, np.float32))
+    for y in (x + 1, 1 + x, x - 2.5, 2.5 - x, x * 3, 3 * x, x / 2, 2 / x, x**2, -x):
+        assert y.dtype == md.float32
+    np.testing.assert_array_equal((2 - x).numpy(), [1, 1, 1])
+    assert (x > 0.5).dtype == md.bool_ and not (x > 0.5).requires_grad
+    assert md.tensor(np.ones(3)) @ md.tensor(np.ones(3)) is not None
+
+
+def test_mismatched_dtypes_and_shapes_name_the_op():
+    a = md.tensor(np.ones((2, 3), np.float32))
+    b = md.tensor(np.ones((2, 3), np.float64))
+    with pytest.raises(md.DTypeError, match=r"add: dtypes differ.*\(2, 3\).*float32.*float64"):
+        a + b
+    with pytest.raises(md.ShapeError, match=r"matmul: inner dimensions differ \(3 vs 2\)"):
+        a @ md.tensor(np.ones((2, 2), np.float32))
+    with pytest.raises(ValueError, match=r"reshape: cannot reshape \(2, 3\)"):
+        a.reshape(4, 2)
+
+
+def test_gradient_of_a_tensor_used_twice_accumulates():
+    x = md.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = (x * x + x).sum()
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * np.array([1.0, 2.0, 3.0]) + 1)
+
+
+def test_grads_accumulate_across_backward_calls():
+    x = md.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (x * 3).sum().backward()
+    (x * 4).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [7.0, 7.0])
+
+
+def test_broadcasting_reduces_gradients_to_each_input_shape():
+    a = md.tensor(np.ones((2, 3)), requires_grad=True)
+    b = md.tensor(np.ones(3), requires_grad=True)
+    c = md.tensor(np.ones((2, 1)), requires_grad=True)
+    ((a * b + c) * 2).sum().backward()
+    assert a.grad.shape == (2, 3) and b.grad.shape == (3,) and c.grad.shape == (2, 1)
+    np.testing.assert_array_equal(b.grad.numpy(), [4.0, 4.0, 4.0])
+    np.testing.assert_array_equal(c.grad.numpy(), [[6.0], [6.0]])
+
+
+def test_backward_with_an_explicit_output_gradient():
+    x = md.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = x * x
+    y.backward(md.tensor(np.array([10.0, 100.0])))
+    np.testing.assert_array_equal(x.grad.numpy(), [20.0, 400.0])
+    with pytest.raises(RuntimeError, match="single-element"):
+        (x * x).backward()
+    with pytest.raises(ValueError, match="grad has shape"):
+        (x * x).backward(md.tensor(np.ones(3)))
+
+
+def test_a_ten_thousand_op_chain_backpropagates_without_recursion():
+    x = md.tensor(np.array([0.5]), requires_grad=True)
+    h = x
+    for _ in range(10_000):
+        h = h * 1.0001
+    h.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [1.0001**10_000], rtol=1e-9)
+
+
+def test_backward_order_is_deterministic():
+    def grads():
+        md.manual_seed(0)
+        w = md.tensor(np.linspace(-1, 1, 12).reshape(3, 4), requires_grad=True)
+        x = md.tensor(np.linspace(0, 1, 8).reshape(2, 4))
+        h = md.tanh(x @ w.T)
+        loss = (h * h).sum() + md.dropout(h, 0.5).sum() + h.max()
+        loss.backward()
+        return w.grad.numpy()
+
+    assert grads().tobytes() == grads().tobytes()
+
+
+def test_graph_is_freed_after_backward_unless_retained():
+    x = md.tensor(np.array([2.0]), requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [8.0])
+    with pytest.raises(RuntimeError, match="already used and freed"):
+        y.backward()
+
+
+def test_no_grad_and_detach_record_nothing():
+    x = md.tensor(np.ones(2), requires_grad=True)
+    with md.no_grad():
+        y = x * 2
+    assert not y.requires_grad and y.grad_fn is None
+    z = x.detach()
+    assert not z.requires_grad and z.storage is x.storage
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        (z * 2).sum().backward()
+
+
+def test_leaf_gradients_become_contiguous_constants():
+    """A finished .grad has no recipe (it would keep the graph alive) and the parameter's
+    layout (the transposed view a matmul gradient produces is copied)."""
+    w = md.tensor(np.ones((3, 4)), requires_grad=True)
+    x = md.tensor(np.ones((2, 4)))
+    (x @ w.T).sum().backward()
+    assert w.grad.storage.constant and w.grad.cell.contiguous
+    assert not w.grad.cell.is_view
+
+
+def test_md_grad_returns_recomputable_gradients_without_touching_dot_grad():
+    x = md.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    unused = md.tensor(np.array([1.0]), requires_grad=True)
+    y = (md.exp(x) * 3).sum()
+    gx, gu = md.grad(y, [x, unused])
+    assert x.grad is None and gu is None
+    assert gx.storage.evictable
+    np.testing.assert_allclose(gx.numpy(), 3 * np.exp([1.0, 2.0]))
+    from minidtr.testing import recompute
+
+    assert recompute(gx).tobytes() == gx.numpy().tobytes()
+    with pytest.raises(ValueError, match="leaf"):
+        md.grad((x * 2).sum(), [x * 2])
+
+
+def test_indexing_basic_and_integer_arrays():
+    x = md.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
+    assert x[1].shape == (4,) and x[:, 1:3].shape == (3, 2) and x[None, ..., 0].shape == (1, 3)
+    assert x[1].storage is x.storage, "basic indexing is a view"
+    picked = x[[0, 2, 2]]
+    assert picked.storage is not x.storage
+    picked.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy()[:, 0], [1.0, 0.0, 2.0])
+    mask = x.detach() > 5
+    np.testing.assert_array_equal(x[mask].numpy(), np.arange(6.0, 12.0))
+    with pytest.raises(IndexError, match="getitem"):
+        x[3]
+
+
+def test_item_bool_len_and_repr():
+    x = md.tensor([[1.5, 2.0]])
+    assert x[0, 0].item() == 1.5 and len(x) == 1 and x.ndim == 2 and x.size == 2
+    with pytest.raises(ValueError, match="single-element"):
+        x.item()
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(x)
+    assert "tensor(" in repr(x)
+    y = md.tanh(x)
+    y.storage.allocator.evict(y.storage)
+    assert "evicted" in repr(y)
