@@ -91,7 +91,7 @@ def test_graph_from_trace_folds_views_merges_tuples_and_drops_constants():
     assert graph.folded_cost == 0.5
     assert graph.compute + graph.folded_cost == trace.total_compute
     assert graph.outputs == {3}  # b; gw became a constant
-    assert graph.constant_bytes == 16
+    assert graph.constants == [8, 8, 8, 8, 16]  # w; then gw too, once it is a constant
 
 
 # ---- the optimal schedule --------------------------------------------------------------------

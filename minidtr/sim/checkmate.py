@@ -91,8 +91,8 @@ def solve_optimal(
     except ImportError as e:  # pragma: no cover - scipy is an optional extra
         raise ImportError("the optimal schedule needs SciPy (pip install 'minidtr[scipy]')") from e
     n = len(graph)
-    avail = budget - graph.constant_bytes
-    if n == 0 or avail < 0 or any(s > avail for s in graph.size):
+    avail = [budget - graph.constant_at(t) for t in range(n)]
+    if n == 0 or any(graph.size[t] > avail[t] for t in range(n)):
         return _infeasible(budget, 0, 0)
     m = [float(x) for x in graph.size]
     users = graph.users()
@@ -122,7 +122,8 @@ def solve_optimal(
 
     lower = np.zeros(n_var)
     upper = np.ones(n_var)
-    upper[n_r + n_s : base] = avail
+    for t in range(n):
+        upper[u(t, 0) : u(t, t) + 1] = avail[t]
     for t in range(n):
         lower[r(t, t)] = 1.0
     # a node no later node depends on (even indirectly) is useless after its stage: never
@@ -239,7 +240,6 @@ def greedy_schedule(graph: Graph, budget: int) -> tuple[np.ndarray, np.ndarray] 
     memory runs short: then, at the stage's peak, the resident node whose next direct use
     is furthest away (Belady's rule) is no longer kept past its last use in the stage."""
     n = len(graph)
-    avail = budget - graph.constant_bytes
     users = graph.users()
     horizon = _horizon(graph)
     R = np.zeros((n, n), dtype=np.int8)
@@ -254,7 +254,7 @@ def greedy_schedule(graph: Graph, budget: int) -> tuple[np.ndarray, np.ndarray] 
         dropped: set[int] = set()
         while True:
             peak, at, resident = _stage_peak(graph, t, order, kept, dropped, last_use, horizon)
-            if peak <= avail:
+            if peak <= budget - graph.constant_at(t):
                 break
             victims = [
                 i
@@ -346,7 +346,7 @@ def check_schedule(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, i
     constants)."""
     n = len(graph)
     cost = 0.0
-    peak = graph.constant_bytes
+    peak = graph.constant_at(0) if n else 0
     for t in range(n):
         resident = {i for i in range(t) if S[t, i]}
         keep = {i for i in range(t + 1) if t + 1 < n and S[t + 1, i]}
@@ -369,7 +369,7 @@ def check_schedule(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, i
                 resident.add(k)
                 memory += graph.size[k]
             cost += graph.cost[k]
-            peak = max(peak, memory + graph.constant_bytes)
+            peak = max(peak, memory + graph.constant_at(t))
             for i in (*graph.deps[k], k):
                 if i in resident and i not in keep and last_use.get(i, -1) <= k:
                     resident.discard(i)

@@ -1,0 +1,130 @@
+"""DTR against the optimal schedule (the MILP of minidtr.sim.checkmate) on three small models.
+
+Each model's forward and backward pass is recorded from a live minidtr run with
+``cost="flops"``; then, at each budget ratio, the trace is replayed under the
+heuristics and the optimal schedule for the same op order is solved with SciPy's
+HiGHS under a time limit. Slowdowns are (compute + recomputation) / compute; the
+optimum is bracketed by the best schedule found and the proven lower bound.
+
+    python benchmarks/sim_optimal.py [--time-limit 60] [--fractions 0.8,0.6,0.4,0.2,0.0]
+
+Budgets are placed between the single-op bottleneck (below which nothing runs)
+and the unbounded peak: ratio = floor + fraction * (1 - floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+import minidtr as md
+from minidtr import sim
+from minidtr.sim.graph import graph_from_trace
+from minidtr.sim.sweep import compare_with_optimal, format_rows
+
+
+def mlp():
+    rng = np.random.default_rng(0)
+    sizes = [32, 64, 64, 64, 10]
+    ws = [
+        md.tensor(rng.standard_normal((a, b)) * 0.2, requires_grad=True)
+        for a, b in zip(sizes, sizes[1:], strict=False)
+    ]
+    x = md.tensor(rng.standard_normal((128, 32)))
+    y = md.tensor(rng.integers(0, 10, 128))
+    h = x
+    for w in ws[:-1]:
+        h = md.relu(h @ w)
+    loss = md.cross_entropy(h @ ws[-1], y)
+    loss.backward()
+    return [w.grad for w in ws]
+
+
+def convnet():
+    rng = np.random.default_rng(1)
+    w1 = md.tensor(rng.standard_normal((8, 3, 3, 3)) * 0.3, requires_grad=True)
+    w2 = md.tensor(rng.standard_normal((8, 8, 3, 3)) * 0.2, requires_grad=True)
+    w3 = md.tensor(rng.standard_normal((8, 8, 3, 3)) * 0.2, requires_grad=True)
+    fc = md.tensor(rng.standard_normal((8, 10)) * 0.3, requires_grad=True)
+    x = md.tensor(rng.standard_normal((16, 3, 16, 16)))
+    y = md.tensor(rng.integers(0, 10, 16))
+    h = md.relu(md.conv2d(x, w1, padding=1))
+    h = md.max_pool2d(md.relu(md.conv2d(h, w2, padding=1)), 2)
+    h = md.relu(md.conv2d(h, w3, padding=1))
+    h = md.global_avg_pool2d(h).reshape(16, 8)
+    loss = md.cross_entropy(h @ fc, y)
+    loss.backward()
+    return [w.grad for w in (w1, w2, w3, fc)]
+
+
+def recurrence(steps: int = 10):
+    rng = np.random.default_rng(2)
+    wx = md.tensor(rng.standard_normal((16, 32)) * 0.3, requires_grad=True)
+    wh = md.tensor(rng.standard_normal((32, 32)) * 0.2, requires_grad=True)
+    xs = [md.tensor(rng.standard_normal((64, 16))) for _ in range(steps)]
+    h = md.zeros((64, 32), dtype=md.float64)
+    for x in xs:
+        h = md.tanh(x @ wx + h @ wh)
+    loss = (h * h).mean()
+    loss.backward()
+    return [wx.grad, wh.grad]
+
+
+MODELS = {"mlp": mlp, "convnet": convnet, "recurrence": recurrence}
+
+
+def record(name: str, directory: str) -> sim.Trace:
+    path = os.path.join(directory, f"{name}.log")
+    with md.Runtime(cost="flops"), sim.record(path):
+        grads = MODELS[name]()
+        del grads
+    return sim.load_log(path)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--time-limit", type=float, default=60.0)
+    p.add_argument(
+        "--fractions",
+        default="0.8,0.6,0.4,0.2,0.0",
+        help="budgets as fractions of the way from one op's needs to the peak",
+    )
+    p.add_argument("--heuristics", default="dtr,dtr_eq,msps,lru")
+    p.add_argument("--models", default=",".join(MODELS))
+    args = p.parse_args()
+    fractions = [float(r) for r in args.fractions.split(",")]
+    heuristics = args.heuristics.split(",")
+    with tempfile.TemporaryDirectory() as directory:
+        for name in args.models.split(","):
+            trace = record(name, directory)
+            graph = graph_from_trace(trace)
+            base = trace.baseline()
+            print(
+                f"\n{name}: {trace.ops} ops, {len(graph)} graph nodes, peak {base.peak_memory:,} B,"
+                f" constants {base.constant_floor:,} B, one op's needs {base.bottleneck:,} B"
+            )
+            floor = base.bottleneck / base.peak_memory
+            ratios = [round(floor + f * (1 - floor), 4) for f in fractions]
+            started = time.perf_counter()
+            rows = compare_with_optimal(trace, ratios, heuristics, args.time_limit)
+            columns = [
+                "ratio",
+                *heuristics,
+                "opt_slowdown",
+                "opt_lower",
+                "gap",
+                "opt_status",
+                "opt_source",
+                "solve_time",
+                "dtr/opt",
+            ]
+            print(format_rows(rows, columns))
+            print(f"({time.perf_counter() - started:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
