@@ -118,12 +118,14 @@ def plot(
         ax.axvspan(constant, bottleneck, color="0.8", alpha=0.5, lw=0, label="one op's needs")
         rows = [r for r in results if r.trace == name]
         for h in dict.fromkeys(r.heuristic for r in rows):
+            # a failed budget (OOM, thrash) is a gap: the line does not bridge it
             points = sorted(
-                (r.ratio, r.slowdown) for r in rows if r.heuristic == h and r.status == "ok"
+                (r.ratio, r.slowdown if r.status == "ok" else math.nan)
+                for r in rows
+                if r.heuristic == h
             )
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", ms=3, label=h)
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker="o", ms=3, label=h)
         ax.set_xlim(0, 1.02)
         ax.set_ylim(1.0, thrash if math.isfinite(thrash) else None)
         ax.invert_xaxis()
