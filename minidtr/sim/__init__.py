@@ -10,6 +10,7 @@ revolve for chains) live in ``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
 
 from .record import Recorder, record
 from .simulator import Baseline, Replayer, SimResult, simulate
+from .sweep import sweep
 from .trace import Trace, TraceError, load_log, make_trace, write_log
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "make_trace",
     "record",
     "simulate",
+    "sweep",
     "write_log",
 ]

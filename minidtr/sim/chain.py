@@ -115,7 +115,9 @@ def chen_schedule(length: int, segment: int | None = None) -> list[Action]:
     """Chen et al.'s sqrt(N) checkpointing: one sweep storing every ``segment``-th state,
     then each segment, last first, is recomputed from its checkpoint with all its
     states stored and reversed. ``segment`` defaults to ceil(sqrt(length))."""
-    k = segment or max(1, math.isqrt(length - 1) + 1 if length > 1 else 1)
+    if length < 1:
+        raise ValueError(f"need length >= 1, got {length}")
+    k = segment or math.ceil(math.sqrt(length))
     out: list[Action] = []
     position = 0
     for start in range(k, length, k):

@@ -8,8 +8,8 @@ nodes run in index order. Variables:
 - ``R[t,i]`` (binary, i <= t): node i is computed in stage t; ``R[t,t] = 1``;
 - ``S[t,i]`` (binary, i < t): node i is resident when stage t starts;
 - ``U[t,k]`` (continuous): bytes in use once node k has run in stage t;
-- ``F[t,i,k]`` (continuous in [0, 1], i a dependency of k or k itself): node i
-  is freed right after node k runs in stage t.
+- ``F[t,i,k]`` (binary, i a dependency of k or k itself): node i is freed right
+  after node k runs in stage t.
 
 Constraints: a node runs only when its dependencies are resident
 (``R[t,k] <= R[t,i] + S[t,i]``); only what is resident can be kept
@@ -21,14 +21,18 @@ not kept for the next stage, and no later node of the stage uses it
 (``F <= R[t,k]``, ``F <= 1 - S[t+1,i]``, ``F <= 1 - R[t,j]``); outputs are
 resident at the end. The objective is the total cost ``sum c_i R[t,i]``.
 
-``F`` need not be integral: it only lowers the accounted memory, and each of
-its upper bounds is 0 or 1 once R and S are integral, so an optimal solution
-may take the largest value, the true indicator; any smaller value overstates
-memory, which keeps every solution feasible. ``check_schedule`` replays the
-solution independently (freeing eagerly) and recomputes its cost and peak.
+``F`` is only bounded from above, so a solution may free later than it could:
+that overstates memory and keeps every solution feasible (``F`` could even be
+continuous; binary ``F`` helps HiGHS find schedules). ``check_schedule``
+replays a schedule independently (freeing eagerly) and recomputes its cost and
+peak. Two more things help: a node none of whose descendants comes later is
+never recomputed or kept (no optimal schedule needs that), and a greedy
+schedule in the same model (``greedy_schedule``) caps the objective and stands
+when the solver finds nothing better.
 
 Solved with SciPy's HiGHS (``scipy.optimize.milp``) under a time limit; the
-result carries the incumbent, the proven lower bound and the gap.
+result carries the best schedule, the proven lower bound (the solver's, or the
+linear relaxation's when HiGHS stops without a schedule) and the gap.
 """
 
 from __future__ import annotations
@@ -169,7 +173,7 @@ def solve_optimal(
             objective[r(t, i)] = graph.cost[i]
     started = time.perf_counter()
     greedy = greedy_schedule(graph, budget)
-    greedy_cost = check_schedule(graph, *greedy)[0] if greedy is not None else math.inf
+    greedy_cost, greedy_peak = check_schedule(graph, *greedy) if greedy else (math.inf, 0)
     if math.isfinite(greedy_cost):  # a cutoff: only schedules at least as good matter
         a.row([(col, objective[col]) for col in np.flatnonzero(objective)], -math.inf, greedy_cost)
     matrix = sparse.csr_matrix((a.vals, (a.rows, a.cols)), shape=(len(a.lb), n_var))
@@ -185,7 +189,7 @@ def solve_optimal(
     elapsed = time.perf_counter() - started
     found = []  # (cost, peak, schedule, source)
     if greedy is not None:
-        found.append((greedy_cost, check_schedule(graph, *greedy)[1], greedy, "greedy"))
+        found.append((greedy_cost, greedy_peak, greedy, "greedy"))
     if res.x is not None:
         R = np.zeros((n, n), dtype=np.int8)
         S = np.zeros((n, n), dtype=np.int8)

@@ -79,7 +79,13 @@ def sweep_main(argv: Sequence[str]) -> int:
         default=list(DEFAULT_RATIOS),
         help="budget ratios of the unbounded peak (default 1,0.9,...,0.1)",
     )
-    p.add_argument("--heuristics", type=names, default=list(DEFAULT_HEURISTICS))
+    p.add_argument(
+        "--heuristics",
+        type=names,
+        default=list(DEFAULT_HEURISTICS),
+        help="comma-separated names (default: all seven; ablation names such as "
+        "eq+size+nostale work too)",
+    )
     p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
     p.add_argument(
         "--thrash",

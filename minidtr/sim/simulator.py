@@ -22,6 +22,7 @@ How instructions map onto the allocator:
   the shared logs or in minidtr's recordings.)
 - ``MUTATE`` is a fresh call producing one new storage per mutated argument,
   then the mutated names are rebound (add_ref new, release old);
+- ``ANNOTATE CONSTANT`` (minidtr's extension) is ``make_constant``;
 - at the end every name still held is an output: its storage is pinned
   (rematerialized if evicted), which can itself run out of budget.
 
