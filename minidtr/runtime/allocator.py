@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import backend
-from .neighbourhood import MODES, EvictedComponents, evicted_neighbours
+from .neighbourhood import MODES, EquivalenceClasses, EvictedNeighbourhood
 from .runtime import BudgetError, Runtime, Stats, ThrashError
 from .storage import Cell, Recipe, Storage
 
@@ -65,7 +65,9 @@ class Allocator:
         self.pinned_bytes = 0
         self.clock = 0.0
         self.candidates: dict[Storage, None] = {}
-        self.components = EvictedComponents()
+        self.neighbourhood = EvictedNeighbourhood()  # h_DTR's exact e*
+        self.eq_classes = EquivalenceClasses()  # h_DTR^eq's union-find
+        self.tracking: str | None = None  # which of the two is kept up to date
         self.next_id = 0
         self.budget: int | None = None
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
@@ -120,7 +122,7 @@ class Allocator:
         budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
         self.budget = min(budgets) if budgets else None
         if self.budget is None:
-            self.components.set_mode(None)  # nothing is scored: stop maintaining e*
+            self.track(None)  # nothing is scored: stop maintaining e*
         if self.budget is not None and self.memory > self.budget:
             self._evict_until(self.budget, "entering the runtime", 0)
         self._note_peak()
@@ -388,8 +390,8 @@ class Allocator:
         for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
-                self.components.on_leave(storage)
                 storage.buffer = result
+                self._on_state_change(storage)
                 storage.last_access = self.clock
                 if storage.evictable:
                     self.candidates[storage] = None
@@ -398,6 +400,23 @@ class Allocator:
                 self._record("remat", storage, cost=recipe.cost)
             else:
                 self.memory -= nbytes
+
+    def track(self, mode: str | None) -> None:
+        """Maintain the neighbourhood structure a heuristic needs ("estar", "eq") or none.
+        Switching starts a new epoch: cached values are rebuilt lazily from the graph."""
+        if mode != self.tracking:
+            self.tracking = mode
+            if mode == "estar":
+                self.neighbourhood.invalidate_all()
+            elif mode == "eq":
+                self.eq_classes.invalidate_all()
+
+    def _on_state_change(self, storage: Storage) -> None:
+        """An evicted storage became resident, banished or freed."""
+        if self.tracking == "estar":
+            self.neighbourhood.on_change(storage)
+        elif self.tracking == "eq":
+            self.eq_classes.on_leave(storage)
 
     def _free_dead_remats(self) -> None:
         """Storages nobody references, rematerialized only to recompute others, are freed
@@ -464,7 +483,7 @@ class Allocator:
             stride = max(1, math.isqrt(len(pool)))
             candidates = pool[self._sampler.randrange(stride) :: stride]
         mode = getattr(runtime.heuristic, "cost", None)
-        self.components.set_mode(mode if mode in MODES else None)
+        self.track(mode if mode in MODES else None)
         score = runtime.heuristic.score
         best = runner_up = None
         best_score = runner_score = math.inf
@@ -497,9 +516,11 @@ class Allocator:
                 f"cannot evict {storage!r}: it is "
                 + ("locked" if storage.locks else "pinned" if storage.pinned else "a constant")
             )
-        if self.components.mode is not None:
-            self.components.on_evict(storage, evicted_neighbours(storage))
+        if self.tracking == "eq":
+            self.eq_classes.on_evict(storage)
         storage.buffer = None
+        if self.tracking == "estar":
+            self.neighbourhood.on_change(storage)
         self.memory -= storage.nbytes
         del self.candidates[storage]
         stats = self.stats
@@ -574,7 +595,7 @@ class Allocator:
             if storage.pinned:
                 self.pinned_bytes -= storage.nbytes
         else:
-            self.components.on_leave(storage)
+            self._on_state_change(storage)
         storage.producer = None
         storage.banished = True
         storage.pinned = False
@@ -627,7 +648,7 @@ class Allocator:
             if self.runtimes and self.runtime.events is not None:
                 self._record("free", storage)
         else:
-            self.components.on_leave(storage)
+            self._on_state_change(storage)
 
     def _record(self, kind: str, storage: Storage, **extra: Any) -> None:
         runtime = self.runtime

@@ -6,7 +6,8 @@ Every heuristic of the paper is one formula with three switchable terms,
 
 where the cost term C is one of
 
-    estar      c(t) + c(e*(t))       exact evicted neighbourhood (h_DTR)
+    estar      c(t) + c(e*(t))       exact evicted neighbourhood: evicted ancestors and
+                                     evicted descendants (h_DTR)
     eq         c(t) + c(eq(t))       union-find approximation (h_DTR^eq)
     local      c(t)                  (h_DTR^local)
     ancestors  c(t) + c(evicted ancestors)   (h_MSPS, from Capuchin)
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
 MIN_STALENESS = 1e-9
 
 COST_TERMS: dict[str, Callable[[Storage, Allocator], float]] = {
-    "estar": lambda s, a: s.cost + a.components.neighbourhood_cost(s),
-    "eq": lambda s, a: s.cost + a.components.neighbourhood_cost(s),
+    "estar": lambda s, a: s.cost + a.neighbourhood.cost(s),
+    "eq": lambda s, a: s.cost + a.eq_classes.cost(s),
     "local": lambda s, a: s.cost,
     "ancestors": lambda s, a: s.cost + evicted_ancestors_cost(s),
     "none": lambda s, a: 1.0,

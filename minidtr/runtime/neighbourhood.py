@@ -1,25 +1,28 @@
 """Evicted neighbourhoods: the ``c(e*(t))`` term of h_DTR and its union-find approximation.
 
-Evicting a resident storage ``t`` means that rematerializing it later also
-recomputes every evicted storage connected to it through evicted storages
-(parents and children both). Those storages form connected components of the
-evicted subgraph, so ``e*(t)`` is the union of the components adjacent to
-``t`` and ``c(e*(t))`` the sum of their costs.
+For a resident storage ``t``, ``e*(t)`` is what evicting ``t`` would force to be
+recomputed: its *evicted ancestors* (reachable through evicted parents: they
+must be rebuilt to rebuild ``t``) and its *evicted descendants* (reachable
+through evicted children: they need ``t`` to be rebuilt).
 
-``EvictedComponents`` keeps those components as union-find classes whose root
-carries the summed cost. An eviction *merges* the classes of the new storage's
-evicted neighbours (near O(1)). What a rematerialization does depends on the
-mode:
+``EvictedNeighbourhood`` keeps, for each evicted storage, the closure of its
+evicted ancestors ("above") and of its evicted descendants ("below"), as
+{storage id: cost} maps computed lazily and cached. ``e*(t)`` is then the union
+of the closures of ``t``'s evicted parents and children. When a storage is
+evicted, rematerialized or freed, only the caches that can see it are
+invalidated: a walk from it through evicted storages that stops at caches
+already invalid (an invalid cache's descendants, resp. ancestors, are invalid
+too, so the walk never needs to go further). No score walks the graph.
 
-- ``"estar"`` (exact, h_DTR): the component may split, so its root is marked
-  invalid and its pieces are relabelled by a walk the next time one of them is
-  asked for. Only the touched component is walked, never the whole graph.
-- ``"eq"`` (h_DTR^eq): the storage's cost is subtracted from its class and it
-  leaves the class; links are never split (the paper's over-approximation).
+``EquivalenceClasses`` is the paper's h_DTR^eq: evicted storages form union-find
+classes whose root carries the summed cost; an eviction merges the classes of
+the new storage's evicted neighbours (parents and children alike, undirected),
+a rematerialization subtracts the storage's cost from its class and takes it
+out; links are never split (a documented over-approximation).
 
-Only the mode the active heuristic needs is maintained, and only while a
-budget is in force; switching mode starts a new *epoch*, which makes every
-existing label stale so that it is rebuilt lazily, on demand.
+Only the structure the active heuristic needs is maintained, and only while a
+budget is in force; switching it on starts a new *epoch*, which makes every
+cached value stale so that it is rebuilt lazily from the graph.
 """
 
 from __future__ import annotations
@@ -29,16 +32,101 @@ from .storage import Storage
 MODES = ("estar", "eq")
 
 
+def evicted_neighbours(storage: Storage) -> list[Storage]:
+    return [n for n in storage.neighbours() if n.buffer is None and not n.banished]
+
+
+def evicted_parents(storage: Storage) -> list[Storage]:
+    return [p for p in storage.parents() if p.buffer is None and not p.banished]
+
+
+def evicted_children(storage: Storage) -> list[Storage]:
+    return [c for c in storage.live_children() if c.buffer is None and not c.banished]
+
+
+# ---- h_DTR: directional, exact --------------------------------------------------------------
+
+
+class EvictedNeighbourhood:
+    """Exact ``c(e*(t))`` from cached closures (``Storage.above`` / ``Storage.below``)."""
+
+    def __init__(self):
+        self.epoch = 1
+
+    def invalidate_all(self) -> None:
+        self.epoch += 1
+
+    def cost(self, storage: Storage) -> float:
+        """c(e*(t)) for a resident storage: its evicted ancestors and descendants."""
+        return self._union_cost(evicted_parents(storage), "above") + self._union_cost(
+            evicted_children(storage), "below"
+        )
+
+    def _union_cost(self, storages: list[Storage], side: str) -> float:
+        if not storages:
+            return 0.0
+        closures = [self._closure(s, side) for s in storages]
+        if len(closures) == 1:
+            return closures[0][2]
+        merged: dict[int, float] = {}
+        for closure in closures:
+            merged.update(closure[1])
+        return sum(merged.values())
+
+    def _valid(self, closure) -> bool:
+        return closure is not None and closure[0] == self.epoch
+
+    def _closure(self, storage: Storage, side: str):
+        """(epoch, {id: cost}, total) of ``storage`` and its evicted ancestors (``above``)
+        or descendants (``below``); computed bottom-up with an explicit stack."""
+        step = evicted_parents if side == "above" else evicted_children
+        stack = [storage]
+        while stack:
+            node = stack[-1]
+            if self._valid(getattr(node, side)):
+                stack.pop()
+                continue
+            neighbours = step(node)
+            missing = [n for n in neighbours if not self._valid(getattr(n, side))]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            members: dict[int, float] = {}
+            for n in neighbours:
+                members.update(getattr(n, side)[1])
+            members[node.id] = node.cost
+            setattr(node, side, (self.epoch, members, sum(members.values())))
+        return getattr(storage, side)
+
+    def on_change(self, storage: Storage) -> None:
+        """``storage`` was evicted, rematerialized, banished or freed: drop the caches that
+        may include it (those of evicted storages connected to it in either direction)."""
+        storage.above = storage.below = None
+        self._invalidate(evicted_children(storage), "above", evicted_children)
+        self._invalidate(evicted_parents(storage), "below", evicted_parents)
+
+    def _invalidate(self, start: list[Storage], side: str, step) -> None:
+        stack = start
+        while stack:
+            node = stack.pop()
+            if self._valid(getattr(node, side)):
+                setattr(node, side, None)
+                stack.extend(step(node))
+
+
+# ---- h_DTR^eq: undirected union-find -----------------------------------------------------------
+
+
 class Component:
     """A union-find node; the root carries its class's summed cost and size."""
 
-    __slots__ = ("parent", "cost", "size", "valid", "epoch")
+    __slots__ = ("parent", "cost", "size", "epoch")
 
     def __init__(self, cost: float, size: int, epoch: int):
         self.parent: Component | None = None
         self.cost = cost
         self.size = size
-        self.valid = True
         self.epoch = epoch
 
     def root(self) -> Component:
@@ -62,33 +150,25 @@ def union(a: Component, b: Component) -> Component:
     return a
 
 
-def evicted_neighbours(storage: Storage) -> list[Storage]:
-    return [n for n in storage.neighbours() if n.buffer is None and not n.banished]
-
-
-class EvictedComponents:
-    """Classes of evicted storages (``Storage.component``); see the module docstring."""
+class EquivalenceClasses:
+    """h_DTR^eq's classes of evicted storages (``Storage.component``)."""
 
     def __init__(self):
-        self.mode: str | None = None
-        self.epoch = 0
+        self.epoch = 1
 
-    def set_mode(self, mode: str | None) -> None:
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"unknown neighbourhood mode {mode!r}")
-        if mode != self.mode:
-            self.mode = mode
-            self.epoch += 1
+    def invalidate_all(self) -> None:
+        self.epoch += 1
 
     def root_of(self, storage: Storage) -> Component:
         node = storage.component
         if node is not None:
             root = node.root()
-            if root.valid and root.epoch == self.epoch:
+            if root.epoch == self.epoch:
                 return root
-        return self._relabel(storage)
+        return self._rebuild(storage)
 
-    def _relabel(self, start: Storage) -> Component:
+    def _rebuild(self, start: Storage) -> Component:
+        """A class for ``start``'s connected evicted region, built after a mode switch."""
         root = Component(0.0, 0, self.epoch)
         stack = [start]
         start.component = root
@@ -102,33 +182,24 @@ class EvictedComponents:
                     stack.append(n)
         return root
 
-    def on_evict(self, storage: Storage, evicted: list[Storage]) -> None:
-        """``storage`` (still resident) is about to be evicted; ``evicted`` are its
-        evicted neighbours."""
-        if self.mode is None:
-            return
+    def on_evict(self, storage: Storage) -> None:
+        """``storage`` (still resident) is about to be evicted."""
         root = Component(storage.cost, 1, self.epoch)
-        for n in evicted:
+        for n in evicted_neighbours(storage):
             root = union(root, self.root_of(n))
         storage.component = root
 
     def on_leave(self, storage: Storage) -> None:
-        """``storage`` leaves the evicted set: rematerialized, banished or freed."""
-        node = storage.component
-        storage.component = None
-        if self.mode is None or node is None:
-            return
-        root = node.root()
-        if root.epoch != self.epoch or not root.valid:
-            return
-        if self.mode == "estar":
-            root.valid = False
-        else:
-            root.cost -= storage.cost
-            root.size -= 1
+        """``storage`` leaves the evicted set (rematerialized, banished or freed): its cost
+        leaves its class, but the links it made stay."""
+        node, storage.component = storage.component, None
+        if node is not None:
+            root = node.root()
+            if root.epoch == self.epoch:
+                root.cost -= storage.cost
+                root.size -= 1
 
-    def neighbourhood_cost(self, storage: Storage) -> float:
-        """c(e*(t)) for a resident ``storage``: the cost of its adjacent evicted classes."""
+    def cost(self, storage: Storage) -> float:
         total = 0.0
         seen: list[Component] = []
         for n in evicted_neighbours(storage):
@@ -139,31 +210,33 @@ class EvictedComponents:
         return total
 
 
-def brute_force_neighbourhood(storage: Storage) -> list[Storage]:
-    """e*(t) by a full walk: the reference the incremental structure is tested against."""
-    found: list[Storage] = []
-    seen = {id(storage)}
-    stack = evicted_neighbours(storage)
+# ---- references for tests and the other heuristics --------------------------------------------
+
+
+def _walk(start: list[Storage], step) -> list[Storage]:
+    found: dict[int, Storage] = {}
+    stack = list(start)
     while stack:
         s = stack.pop()
-        if id(s) in seen:
-            continue
-        seen.add(id(s))
-        found.append(s)
-        stack.extend(evicted_neighbours(s))
-    return found
+        if s.id not in found:
+            found[s.id] = s
+            stack.extend(step(s))
+    return list(found.values())
+
+
+def evicted_ancestors(storage: Storage) -> list[Storage]:
+    return _walk(evicted_parents(storage), evicted_parents)
+
+
+def evicted_descendants(storage: Storage) -> list[Storage]:
+    return _walk(evicted_children(storage), evicted_children)
+
+
+def brute_force_neighbourhood(storage: Storage) -> list[Storage]:
+    """e*(t) by full walks: the reference the cached structure is tested against."""
+    return evicted_ancestors(storage) + evicted_descendants(storage)
 
 
 def evicted_ancestors_cost(storage: Storage) -> float:
-    """Cost of the evicted ancestors reachable through evicted parents (h_MSPS)."""
-    total = 0.0
-    seen: set[int] = set()
-    stack = [p for p in storage.parents() if p.buffer is None]
-    while stack:
-        s = stack.pop()
-        if id(s) in seen:
-            continue
-        seen.add(id(s))
-        total += s.cost
-        stack.extend(p for p in s.parents() if p.buffer is None)
-    return total
+    """Cost of the evicted ancestors (h_MSPS's term)."""
+    return sum(s.cost for s in evicted_ancestors(storage))

@@ -73,6 +73,8 @@ class Storage:
         "external_refs",
         "children",
         "component",
+        "above",
+        "below",
         "evict_on_unlock",
         "allocator",
         "__weakref__",
@@ -92,7 +94,9 @@ class Storage:
         self.banished = False
         self.external_refs = 0
         self.children: list[weakref.ref[Storage]] = []
-        self.component = None  # class among evicted storages (neighbourhood.py)
+        self.component = None  # h_DTR^eq's union-find class (neighbourhood.py)
+        self.above = None  # cached closures of evicted ancestors / descendants (h_DTR)
+        self.below = None
         self.evict_on_unlock = False
 
     @property
