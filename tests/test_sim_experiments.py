@@ -35,7 +35,7 @@ def test_sqrt_n_chain_dtr_is_linear_and_lru_is_not():
     small, large = rows
     assert small["budget"] == sqrt_budget(25) == 10 and large["budget"] == 20
     assert 0.5 <= large["dtr"] <= 1.2  # DTR.md: 0.80 N at N = 100
-    assert large["lru"] > 10 * large["dtr"]
+    assert large["lru"] > 2 * large["dtr"]  # DTR.md: 3.6 N for h_LRU at N = 100
     assert large["lru"] / small["lru"] > 1.5  # extra ops / N grows with N
     assert 0.7 < large["chen"] < 1.0 and 0.7 < large["revolve"] < 1.0
     # with as many slots as Chen's schedule uses, revolve (optimal) does no worse

@@ -306,35 +306,29 @@ class Allocator:
     def _lock(self, storages: Sequence[Storage]) -> list[Storage]:
         """Lock every storage, rematerializing evicted ones first. Returns what it locked.
 
-        Depth-first with an explicit stack (no recursion limit). Each frame first
-        rematerializes its evicted inputs one by one, locking each as it comes back, and
-        locks the inputs that are already resident only at the end, all at once; an input
-        evicted meanwhile is simply rematerialized in turn. So a remat chain holds locks
-        only on what it has already rebuilt, not on every resident input on the way. When
-        several inputs are evicted, the one whose rebuild needs the most memory goes first
-        (as in Sethi-Ullman register allocation), so that little is held while it runs.
+        Depth-first with an explicit stack (no recursion limit). Each frame (the op asked
+        for, then each recipe being replayed for it) locks its inputs that are resident at
+        once, so rebuilding the others cannot evict them, then rebuilds its evicted inputs
+        one by one, locking each as it comes back. When several are evicted, the one whose
+        rebuild needs the most memory goes first (as in Sethi-Ullman register allocation),
+        so that little is held while it runs.
         """
-        frames: list[list] = [[None, list(storages), []]]  # recipe, pending inputs, locked
+        frames: list[list] = [self._frame(None, storages)]  # recipe, evicted inputs, locked
         try:
             while True:
-                recipe, pending, locked = frames[-1]
-                evicted = [s for s in pending if s.buffer is None]
+                recipe, evicted, locked = frames[-1]
                 if evicted:
-                    if len(evicted) > 1:
-                        evicted.sort(key=rebuild_need, reverse=True)
-                    evicted = evicted[0]
-                    producer = evicted.producer
+                    target = evicted[-1]
+                    if target.buffer is not None:  # rebuilt meanwhile, as a sibling
+                        self._lock_one(evicted.pop(), locked)
+                        continue
+                    producer = target.producer
                     if producer is None:
                         raise RuntimeError(
-                            f"{evicted!r} was banished and can no longer be recomputed"
+                            f"{target!r} was banished and can no longer be recomputed"
                         )
-                    frames.append([producer, list(producer.parents), []])
+                    frames.append(self._frame(producer, producer.parents))
                     continue
-                for storage in pending:
-                    storage.locks += 1
-                    storage.last_access = self.clock
-                    locked.append(storage)
-                pending.clear()
                 if recipe is None:
                     return locked
                 frames.pop()
@@ -342,18 +336,37 @@ class Allocator:
                     self._replay(recipe)
                 finally:
                     self._unlock(locked)
-                # the parent's evicted input is resident now: lock it before anything else runs
-                parent_pending, parent_locked = frames[-1][1], frames[-1][2]
-                for storage in [s for s in parent_pending if s.buffer is not None]:
-                    if any(ref() is storage for ref in recipe.outputs):
-                        storage.locks += 1
-                        storage.last_access = self.clock
-                        parent_locked.append(storage)
-                        parent_pending.remove(storage)
+                # the parent frame's input is resident now: lock it before anything else runs
+                for ref in recipe.outputs:
+                    output = ref()
+                    if output is not None and output.buffer is not None:
+                        parent_evicted, parent_locked = frames[-1][1], frames[-1][2]
+                        if output in parent_evicted:
+                            parent_evicted.remove(output)
+                            self._lock_one(output, parent_locked)
         except BaseException:
             for frame in frames:
                 self._unlock(frame[2])
             raise
+
+    def _frame(self, recipe: Recipe | None, inputs: Sequence[Storage]) -> list:
+        """A remat frame: lock the resident inputs now; return the evicted ones ordered so
+        that ``pop()`` yields the one to rebuild first."""
+        locked: list[Storage] = []
+        evicted: list[Storage] = []
+        for storage in inputs:
+            if storage.buffer is None:
+                evicted.append(storage)
+            else:
+                self._lock_one(storage, locked)
+        if len(evicted) > 1:
+            evicted.sort(key=rebuild_need)
+        return [recipe, evicted, locked]
+
+    def _lock_one(self, storage: Storage, locked: list[Storage]) -> None:
+        storage.locks += 1
+        storage.last_access = self.clock
+        locked.append(storage)
 
     def _unlock(self, storages: list[Storage]) -> None:
         for storage in storages:
