@@ -141,6 +141,22 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
         choices=COST_MODELS,
         help="op cost: flops (deterministic estimate, default) or time (measured)",
     )
+    p.add_argument(
+        "--max-slowdown",
+        type=float,
+        default=None,
+        metavar="X",
+        help="stop once recomputation makes the run X times slower (the paper "
+        "calls a run past 2 thrashing); default: never stop",
+    )
+    p.add_argument(
+        "--max-slowdown",
+        type=float,
+        default=None,
+        metavar="X",
+        help="stop once recomputation makes the run X times slower than without it (the "
+        "paper calls a run past 2 thrashing; default: never stop)",
+    )
     p.add_argument("--size", default="small", choices=sizes, help="model size (default small)")
     p.add_argument("--steps", type=int, default=50, help="training steps (default 50)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: per model)")
@@ -200,6 +216,7 @@ def run_train(args: argparse.Namespace) -> int:
         dealloc=args.dealloc,
         cost=args.cost,
         record_events=bool(args.events or args.plot),
+        max_slowdown=args.max_slowdown,
     )
     try:
         result = train(

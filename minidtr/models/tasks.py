@@ -110,7 +110,12 @@ def _pick(size: str, table: dict[str, Any]) -> Any:
 
 def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     hidden, batch = _pick(
-        size, {"tiny": ((32,), 16), "small": ((256, 256), 256), "medium": ((1024, 1024, 1024), 512)}
+        size,
+        {
+            "tiny": ((32,) * 3, 256),
+            "small": ((128,) * 4, 1024),
+            "medium": ((512,) * 6, 1024),
+        },
     )
     model = MLP(64, hidden, 10, rng=seed)
     return Task(
@@ -195,7 +200,7 @@ def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") ->
 
 def make_treelstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     hidden, depth, batch = _pick(
-        size, {"tiny": (16, 2, 4), "small": (64, 3, 32), "medium": (128, 4, 64)}
+        size, {"tiny": (16, 2, 16), "small": (64, 3, 32), "medium": (128, 4, 64)}
     )
     data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4)
     model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, rng=seed)

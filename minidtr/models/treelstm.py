@@ -10,10 +10,16 @@ any number of children with states (h_k, c_k)::
 
 The graph follows the trees: a batch of differently shaped trees gives a
 different graph every step, which static checkpointing cannot plan for. For
-speed the nodes of all trees at the same height are computed together: level
-0 is every leaf, level L every node whose tallest child is at level L - 1.
-A node's children may sit at any lower level; they are gathered by index and
+speed the nodes of a tree at the same height are computed together: level 0
+is every leaf, level L every node whose tallest child is at level L - 1. A
+node's children may sit at any lower level; they are gathered by index and
 summed into their parent with a 0/1 matrix. The root's h is classified.
+
+``forward`` encodes each tree of a batch separately, as the paper's Tree-LSTM
+does: many small ops whose working set is one tree level, so that memory is
+the sum over the batch and eviction has room to work. ``encode_batch`` levels
+all trees together (fewer, larger ops: faster, but each op then holds a whole
+batch level).
 """
 
 from __future__ import annotations
@@ -96,7 +102,16 @@ class TreeLSTM(nn.Module):
         self.classifier = nn.Linear(hidden, classes, rng=rng)
 
     def forward(self, trees: Sequence[ListOpsTree]) -> Tensor:
-        """A list of trees -> (len(trees), classes) scores."""
+        """A list of trees -> (len(trees), classes) scores; each tree is its own graph."""
+        return self.classifier(F.stack([self.encode(tree) for tree in trees]))
+
+    def encode(self, tree: ListOpsTree) -> Tensor:
+        """The root's hidden state (hidden,), computed level by level up the tree."""
+        return self.encode_batch([tree])[0]
+
+    def encode_batch(self, trees: Sequence[ListOpsTree]) -> Tensor:
+        """The roots' hidden states (len(trees), hidden), with the nodes of equal height
+        across all the trees computed together (fewer, larger ops)."""
         levels, root_level, root_row = schedule(trees)
         dtype = self.classifier.weight.dtype
         device = self.classifier.weight.device
@@ -105,18 +120,9 @@ class TreeLSTM(nn.Module):
             gates = self.input_gates(self.embedding(tensor(level.tokens, device=device)))
             i, o, u, f = F.split(gates, 4, axis=1)
             if level.child_level:
-                h_kids = F.concat(
-                    [
-                        states[g][0][r]
-                        for g, r in zip(level.child_level, level.child_rows, strict=True)
-                    ]
-                )
-                c_kids = F.concat(
-                    [
-                        states[g][1][r]
-                        for g, r in zip(level.child_level, level.child_rows, strict=True)
-                    ]
-                )
+                pairs = list(zip(level.child_level, level.child_rows, strict=True))
+                h_kids = F.concat([states[g][0][r] for g, r in pairs])
+                c_kids = F.concat([states[g][1][r] for g, r in pairs])
                 sums = tensor(
                     segment_matrix(level.child_parent, len(level.tokens), dtype), device=device
                 )
@@ -128,7 +134,9 @@ class TreeLSTM(nn.Module):
                 c = F.sigmoid(i) * F.tanh(u)
             h = F.sigmoid(o) * F.tanh(c)
             states.append((h, c))
+        if len(trees) == 1:
+            return states[int(root_level[0])][0][int(root_row[0]) : int(root_row[0]) + 1]
         order = np.argsort(np.lexsort((root_row, root_level)), kind="stable")
         used = sorted(set(root_level.tolist()))
         roots = F.concat([states[lv][0][root_row[root_level == lv]] for lv in used])
-        return self.classifier(roots[order])
+        return roots[order]
