@@ -146,14 +146,6 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
         type=float,
         default=None,
         metavar="X",
-        help="stop once recomputation makes the run X times slower (the paper "
-        "calls a run past 2 thrashing); default: never stop",
-    )
-    p.add_argument(
-        "--max-slowdown",
-        type=float,
-        default=None,
-        metavar="X",
         help="stop once recomputation makes the run X times slower than without it (the "
         "paper calls a run past 2 thrashing; default: never stop)",
     )

@@ -1,0 +1,231 @@
+"""The ``minidtr`` command and ``minidtr explain``: run in-process on tiny models."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr import cli
+from minidtr.explain import explain, load_events, resident_timeline, summarize, write_event_log
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_train_prints_the_summary_and_writes_the_event_log(capsys, tmp_path):
+    events = tmp_path / "ev.jsonl"
+    code, out, err = run(
+        capsys,
+        "train",
+        "resnet",
+        "--size",
+        "tiny",
+        "--steps",
+        "3",
+        "--ratio",
+        "0.9",
+        "--events",
+        str(events),
+        "--no-progress",
+    )
+    assert code == 0, err
+    for label in (
+        "loss",
+        "test accuracy",
+        "steps/s",
+        "peak memory",
+        "evictions",
+        "remats",
+        "slowdown",
+        "0.90 x unbounded peak",
+    ):
+        assert label in out
+    lines = events.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["event"] == "runtime" and header["model"] == "resnet"
+    assert header["budget"] > 0 and header["heuristic"] == "dtr"
+    kinds = {json.loads(line)["event"] for line in lines[1:]}
+    assert {"alloc", "evict", "remat"} <= kinds
+
+
+def test_train_budget_in_bytes_with_suffix(capsys):
+    code, out, err = run(
+        capsys, "train", "mlp", "--size", "tiny", "--steps", "2", "--budget", "10M", "--no-progress"
+    )
+    assert code == 0, err
+    assert "budget: 10.0 MiB" in out
+
+
+def test_train_with_an_infeasible_budget_fails_cleanly(capsys):
+    code, out, err = run(
+        capsys, "train", "mlp", "--size", "tiny", "--steps", "2", "--budget", "20K", "--no-progress"
+    )
+    assert code == 1
+    assert "budget is too small" in err and "Raise the budget" in err
+
+
+def test_train_rejects_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "mlp", "--ratio", "1.5"])
+    with pytest.raises(SystemExit):
+        cli.main(["train", "mlp", "--ratio", "0.5", "--budget", "1M"])
+    with pytest.raises(SystemExit):
+        cli.main(["train", "vgg"])
+    code, _, err = run(
+        capsys,
+        "train",
+        "mlp",
+        "--size",
+        "tiny",
+        "--heuristic",
+        "nope",
+        "--steps",
+        "1",
+        "--no-progress",
+    )
+    assert code == 1 and "unknown heuristic" in err
+
+
+def test_trace_option_depends_on_the_simulator(capsys, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    code, out, err = run(
+        capsys,
+        "train",
+        "mlp",
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--trace",
+        str(trace),
+        "--no-progress",
+    )
+    if getattr(md.sim, "record", None) is None:
+        assert code == 2 and "not have yet" in err
+    else:
+        assert code == 0, err
+        assert trace.exists() and trace.stat().st_size > 0
+
+
+def test_plot_writes_a_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "timeline.png"
+    code, out, err = run(
+        capsys,
+        "train",
+        "unet",
+        "--size",
+        "tiny",
+        "--steps",
+        "2",
+        "--ratio",
+        "0.7",
+        "--plot",
+        str(png),
+        "--no-progress",
+    )
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_models_lists_every_model(capsys):
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    for name in md.models.MODELS if hasattr(md, "models") else cli_models():
+        assert name in out
+
+
+def cli_models():
+    from minidtr.models import MODELS
+
+    return MODELS
+
+
+def test_python_dash_m_runs_the_cli():
+    done = subprocess.run(
+        [sys.executable, "-m", "minidtr", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "train" in done.stdout and "explain" in done.stdout
+
+
+def test_parse_bytes():
+    assert cli.parse_bytes("1500") == 1500
+    assert cli.parse_bytes("2K") == 2048
+    assert cli.parse_bytes("1.5MiB") == int(1.5 * 1024**2)
+    assert cli.parse_bytes("1g") == 1024**3
+
+
+# ---- explain ----------------------------------------------------------------------------
+
+
+def chain_events(budget):
+    """A 12-layer tanh chain, forward and backward, under ``budget``."""
+    w = md.tensor(np.full((8, 8), 0.1, np.float32), requires_grad=True)
+    runtime = md.Runtime(budget=budget, cost="flops", record_events=True)
+    with runtime:
+        h = md.tensor(np.ones((4, 8), np.float32))
+        for _ in range(12):
+            h = (h @ w).tanh()
+        h.sum().backward()
+    return runtime
+
+
+def test_explain_agrees_with_the_runtime_stats(tmp_path):
+    runtime = chain_events(2600)
+    stats = runtime.stats()
+    assert stats["remats"] > 0
+    path = tmp_path / "ev.jsonl"
+    write_event_log(str(path), runtime)
+    s = summarize(load_events(str(path)))
+    assert s.budget == 2600
+    assert sum(s.remats_by_op.values()) == stats["remats"]
+    assert s.remat_cost == pytest.approx(stats["remat_cost"])
+    assert s.peak_memory == stats["peak_memory"]
+    forced = stats["evictions"] - stats["dead_evictions"]
+    assert sum(s.budget_evictions_by_op.values()) == forced
+    assert s.evictions_by_reason["dead"] == stats["dead_evictions"]
+    assert len(s.decisions) == forced
+    assert all(d.runner_up_score is None or d.score <= d.runner_up_score for d in s.decisions)
+    text = explain(s)
+    assert "Peak resident memory" in text and "Rematerializations" in text
+    assert f"{stats['remats']:,} recomputations" in text
+
+
+def test_explain_without_evictions_says_everything_fit(tmp_path):
+    runtime = chain_events(None)
+    path = tmp_path / "ev.jsonl"
+    runtime.export_events(str(path))
+    text = explain(summarize(load_events(str(path))))
+    assert "None: everything fit." in text
+    assert "budget is not known" in text
+
+
+def test_explain_command_and_bad_logs(capsys, tmp_path):
+    runtime = chain_events(2600)
+    path = tmp_path / "ev.jsonl"
+    write_event_log(str(path), runtime)
+    code, out, _ = run(capsys, "explain", str(path))
+    assert code == 0 and "Evictions forced by the budget" in out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"event": "alloc", "id": 1}\nnot json\n')
+    code, _, err = run(capsys, "explain", str(bad))
+    assert code == 1 and "bad.jsonl:2" in err
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"event": "party"}\n')
+    code, _, err = run(capsys, "explain", str(odd))
+    assert code == 1 and "not a minidtr event" in err
+
+
+def test_resident_timeline_marks_evictions_and_remats():
+    runtime = chain_events(2600)
+    columns = resident_timeline(runtime.events)
+    assert len(columns["clock"]) == len(runtime.events)
+    assert max(columns["memory"]) <= 2600
+    assert len(columns["remat_clock"]) >= runtime.stats()["remats"]
+    assert columns["clock"] == sorted(columns["clock"])
