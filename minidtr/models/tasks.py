@@ -125,7 +125,7 @@ def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     depth, width, batch = _pick(
-        size, {"tiny": (8, 4, 8), "small": (20, 8, 64), "medium": (32, 16, 128)}
+        size, {"tiny": (8, 4, 8), "small": (32, 8, 128), "medium": (56, 16, 256)}
     )
     model = ResNet(depth, width, in_channels=1, classes=10, rng=seed)
     return Task("resnet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device)
