@@ -9,11 +9,12 @@ machine.
 import numpy as np
 
 import minidtr as md
-from minidtr.explain import explain, summarize
+from minidtr.explain import explain, runtime_header, summarize
 
 rng = np.random.default_rng(0)
-weights = [md.tensor(rng.normal(0, 0.3, (32, 32)).astype(np.float32), requires_grad=True)
-           for _ in range(6)]
+weights = [
+    md.tensor(rng.normal(0, 0.3, (32, 32)).astype(np.float32), requires_grad=True) for _ in range(6)
+]
 inputs = rng.normal(size=(128, 32)).astype(np.float32)
 
 
@@ -30,8 +31,10 @@ def step():
 free = md.Runtime(cost="flops")
 with free:
     loss = step()
-print(f"unbounded: loss {loss.item():.6f}, peak {free.stats()['peak_memory']:,} bytes, "
-      f"{free.stats()['ops']} ops")
+print(
+    f"unbounded: loss {loss.item():.6f}, peak {free.stats()['peak_memory']:,} bytes, "
+    f"{free.stats()['ops']} ops"
+)
 expected = [w.grad.numpy() for w in weights]
 for w in weights:
     w.grad = None
@@ -46,37 +49,48 @@ with md.Runtime(cost="flops") as rt:
     allocator = rt.allocator
     for name, t in (("a", a), ("b", b), ("c", c)):
         s = t.storage
-        print(f"{name}: storage #{s.id} made by {s.producer.op.name}, {s.nbytes} bytes, "
-              f"cost {s.cost:.0f}, last access at clock {s.last_access:.0f} "
-              f"(now {allocator.clock:.0f}), h_DTR score {rt.heuristic.score(s, allocator):.3g}")
+        print(
+            f"{name}: storage #{s.id} made by {s.producer.op.name}, {s.nbytes} bytes, "
+            f"cost {s.cost:.0f}, last access at clock {s.last_access:.0f} "
+            f"(now {allocator.clock:.0f}), h_DTR score {rt.heuristic.score(s, allocator):.3g}"
+        )
     allocator.evict(b.storage)
-    print(f"evicted b: resident={b.is_resident}; reading it recomputes tanh(a): "
-          f"{np.array_equal(b.numpy(), np.tanh(a.numpy()))}, resident={b.is_resident}, "
-          f"remats={rt.stats()['remats']}")
+    print(
+        f"evicted b: resident={b.is_resident}; reading it recomputes tanh(a): "
+        f"{np.array_equal(b.numpy(), np.tanh(a.numpy()))}, resident={b.is_resident}, "
+        f"remats={rt.stats()['remats']}"
+    )
     del x, a, b, c
 
-# 3. Under a budget of 60% of the peak, with the event log on.
-budget = int(0.8 * free.stats()["peak_memory"])
+# 3. Under a budget of 90% of the peak, with the event log on.
+budget = int(0.9 * free.stats()["peak_memory"])
 tight = md.Runtime(budget=budget, cost="flops", record_events=True)
 with tight:
     loss = step()
 stats = tight.stats()
 same = all(np.array_equal(w.grad.numpy(), g) for w, g in zip(weights, expected, strict=True))
-print(f"budget {budget:,}: loss {loss.item():.6f}, peak {stats['peak_memory']:,}, "
-      f"evictions {stats['evictions']} ({stats['dead_evictions']} of dead tensors), "
-      f"remats {stats['remats']}, slowdown {stats['slowdown']:.3f}, "
-      f"gradients bit-identical: {same}")
+print(
+    f"budget {budget:,}: loss {loss.item():.6f}, peak {stats['peak_memory']:,}, "
+    f"evictions {stats['evictions']} ({stats['dead_evictions']} of dead tensors), "
+    f"remats {stats['remats']}, slowdown {stats['slowdown']:.3f}, "
+    f"gradients bit-identical: {same}"
+)
 print()
 print("first budget evictions and remats in the log:")
 shown = 0
 for e in tight.events:
     if e["event"] == "evict" and e["reason"] == "budget" or e["event"] == "remat":
-        extra = (f"score {e['score']:.3g}, runner-up #{e['runner_up'][0]} at "
-                 f"{e['runner_up'][1]:.3g}" if e["event"] == "evict" else f"cost {e['cost']:.0f}")
-        print(f"  clock {e['clock']:>6.0f}  {e['event']:<6} #{e['id']:<3} {e['op']:<16} "
-              f"{e['nbytes']:>5} B  memory {e['memory']:>6,}  {extra}")
+        extra = (
+            f"score {e['score']:.3g}, runner-up #{e['runner_up'][0]} at {e['runner_up'][1]:.3g}"
+            if e["event"] == "evict"
+            else f"cost {e['cost']:.0f}"
+        )
+        print(
+            f"  clock {e['clock']:>6.0f}  {e['event']:<6} #{e['id']:<3} {e['op']:<16} "
+            f"{e['nbytes']:>5} B  memory {e['memory']:>6,}  {extra}"
+        )
         shown += 1
         if shown == 8:
             break
 print()
-print(explain(summarize(tight.events), top=3))
+print(explain(summarize([runtime_header(tight), *tight.events]), top=3))

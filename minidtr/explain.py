@@ -237,7 +237,11 @@ def explain(summary: Summary, top: int = 5) -> str:
             f"{op} {human_bytes(n)} ({_share(n, total)})"
             for op, n in s.peak_resident_by_op.most_common(top)
         ]
-        lines.append("Resident at the peak, by the op that made it: " + ", ".join(parts) + ".")
+        rest = len(s.peak_resident_by_op) - len(parts)
+        more = f", and {rest} more op{'s' if rest > 1 else ''}" if rest > 0 else ""
+        lines.append(
+            "Resident at the peak, by the op that made it: " + ", ".join(parts) + more + "."
+        )
     if s.peak_memory > total:
         lines.append(
             f"The other {human_bytes(s.peak_memory - total)} were allocated before the "
@@ -350,13 +354,11 @@ def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
     return columns
 
 
-def write_event_log(path: str, runtime: Any, **extra: Any) -> None:
-    """Write ``runtime``'s events as JSON lines after a ``runtime`` header line that
-    names its budget and policy (and any ``extra`` fields, e.g. the model)."""
-    if runtime.events is None:
-        raise ValueError("this runtime was created without record_events=True")
+def runtime_header(runtime: Any, **extra: Any) -> dict[str, Any]:
+    """The ``runtime`` event that opens a log: ``runtime``'s budget and policy, and any
+    ``extra`` fields (e.g. the model)."""
     cost = runtime.cost if isinstance(runtime.cost, str) else getattr(runtime.cost, "__name__", "?")
-    header = {
+    return {
         "event": "runtime",
         "budget": runtime.budget,
         "heuristic": runtime.heuristic.name,
@@ -364,7 +366,13 @@ def write_event_log(path: str, runtime: Any, **extra: Any) -> None:
         "cost": cost,
         **extra,
     }
+
+
+def write_event_log(path: str, runtime: Any, **extra: Any) -> None:
+    """Write ``runtime``'s events as JSON lines after its ``runtime_header`` line."""
+    if runtime.events is None:
+        raise ValueError("this runtime was created without record_events=True")
     with open(path, "w") as f:
-        f.write(json.dumps(header) + "\n")
+        f.write(json.dumps(runtime_header(runtime, **extra)) + "\n")
         for event in runtime.events:
             f.write(json.dumps(event) + "\n")

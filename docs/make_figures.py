@@ -1,0 +1,99 @@
+"""Regenerate the figures under docs/figures/ (needs matplotlib).
+
+    python docs/make_figures.py                      # the memory timelines
+    python docs/make_figures.py --sweep sweep.csv    # also the per-model budget figure, from
+                                                     # benchmarks/models_budget.py --csv sweep.csv
+
+- ``resnet_timeline.png``: ResNet-32 (small) for 3 steps at half its peak.
+- ``tutorial_timeline.png``: the tutorial's six-layer chain at 90% of its peak.
+- ``models_budget.png``: slowdown against budget ratio for every model, from a sweep CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from minidtr.explain import runtime_header
+from minidtr.plots import memory_timeline, require_matplotlib
+from minidtr.training import TrainConfig, train
+
+FIGURES = Path(__file__).parent / "figures"
+
+
+def resnet_timeline() -> None:
+    result = train(TrainConfig("resnet", size="small", steps=3, ratio=0.5, record_events=True))
+    memory_timeline(
+        result.runtime.events,
+        str(FIGURES / "resnet_timeline.png"),
+        result.budget,
+        title="ResNet-32 (small), 3 training steps at 0.5 x its unbounded peak",
+    )
+
+
+def tutorial_timeline() -> None:
+    namespace: dict = {"__name__": "tutorial"}
+    source = (Path(__file__).parent / "tutorial_example.py").read_text()
+    devnull = open("/dev/null", "w")  # noqa: SIM115  (silence the example's prints)
+    stdout, sys.stdout = sys.stdout, devnull
+    try:
+        exec(compile(source, "tutorial_example.py", "exec"), namespace)
+    finally:
+        sys.stdout = stdout
+        devnull.close()
+    tight = namespace["tight"]
+    header = runtime_header(tight)
+    memory_timeline(
+        tight.events,
+        str(FIGURES / "tutorial_timeline.png"),
+        header["budget"],
+        title="the tutorial's six-layer chain, one step at 0.9 x its peak",
+    )
+
+
+def models_budget(path: str) -> None:
+    plt = require_matplotlib()
+    series: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            slowdown = float(row["slowdown"]) if row["status"] == "ok" else float("nan")
+            series[row["model"]].append((float(row["ratio"]), slowdown, row["status"]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for model, points in series.items():
+        points.sort(reverse=True)
+        ratios = [r for r, _, _ in points]
+        ax.plot(ratios, [s for _, s, _ in points], "o-", label=model)
+        failed = [r for r, _, status in points if status != "ok"]
+        if failed:
+            ax.plot(failed, [0.95] * len(failed), "x", color=ax.lines[-1].get_color())
+    ax.set_xlabel("budget / unbounded peak")
+    ax.set_ylabel("slowdown (compute + remat) / compute")
+    ax.invert_xaxis()
+    ax.axhline(1.0, color="0.6", linewidth=0.8)
+    ax.set_title("minidtr models under a budget (h_DTR; x at the bottom: OOM or thrash)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(FIGURES / "models_budget.png", dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sweep", metavar="CSV", help="a CSV from benchmarks/models_budget.py")
+    args = parser.parse_args()
+    FIGURES.mkdir(exist_ok=True)
+    resnet_timeline()
+    tutorial_timeline()
+    if args.sweep:
+        models_budget(args.sweep)
+    written = sorted(p.name for p in FIGURES.glob("*.png"))
+    print("docs/figures:", ", ".join(written))
+    subprocess.run(["git", "status", "--short", str(FIGURES)], check=False)
+
+
+if __name__ == "__main__":
+    main()
