@@ -229,3 +229,16 @@ def test_resident_timeline_marks_evictions_and_remats():
     assert max(columns["memory"]) <= 2600
     assert len(columns["remat_clock"]) >= runtime.stats()["remats"]
     assert columns["clock"] == sorted(columns["clock"])
+
+
+def test_the_readme_example_runs_within_its_budget():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    stats = namespace["rt"].stats()
+    assert stats["peak_memory"] <= stats["budget"] == 5_000_000
+    assert stats["remats"] > 0 and np.isfinite(namespace["loss"].item())
