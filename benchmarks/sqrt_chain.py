@@ -15,37 +15,30 @@ import math
 import sys
 import time
 
-import numpy as np
-
 import minidtr as md
+from minidtr.testing.programs import tanh_chain, unit_cost
 
 HEURISTICS = ("dtr", "dtr_eq", "msps", "dtr_local", "lru", "size", "random")
 SLOT = 8  # bytes of one tensor
-
-
-def unit_cost(op, in_metas, out_metas) -> float:
-    return 1.0
-
-
-def chain_step(n: int) -> float:
-    """One forward and backward pass through an n-layer tanh chain; returns the gradient."""
-    x = md.tensor(np.array([0.5]), requires_grad=True)
-    h = x
-    for _ in range(n):
-        h = md.tanh(h)
-    h.backward(md.tensor(np.array([1.0])))
-    return float(x.grad.numpy()[0])
+MAX_EXTRA = 200  # stop a run once its extra ops pass 200 N (reported as ">200")
 
 
 def run(n: int, heuristic: str, slots: int | None = None) -> dict:
     slots = math.ceil(2 * math.sqrt(n)) if slots is None else slots
     constants = 2 * SLOT  # the input and the seed gradient
-    runtime = md.Runtime(budget=constants + slots * SLOT, heuristic=heuristic, cost=unit_cost)
+    runtime = md.Runtime(
+        budget=constants + slots * SLOT,
+        heuristic=heuristic,
+        cost=unit_cost,
+        max_slowdown=MAX_EXTRA + 1,
+    )
     started = time.perf_counter()
     try:
         with runtime:
-            chain_step(n)
+            tanh_chain(n)()
         status = "ok"
+    except md.ThrashError:
+        status = "thrash"
     except md.BudgetError:
         status = "oom"
     gc.collect()
@@ -68,9 +61,8 @@ def main(argv: list[str]) -> None:
         cells = []
         for heuristic in HEURISTICS:
             result = run(n, heuristic)
-            cells.append(
-                f"{result['extra_per_n']:10.2f}" if result["status"] == "ok" else f"{'OOM':>10}"
-            )
+            shown = {"ok": f"{result['extra_per_n']:.2f}", "thrash": f">{MAX_EXTRA}"}
+            cells.append(f"{shown.get(result['status'], 'OOM'):>10}")
         print(f"{n:>6} {math.ceil(2 * math.sqrt(n)):>7} " + " ".join(cells))
     print("(extra ops / N; budget in tensors on top of the 2 constants)")
 

@@ -307,16 +307,28 @@ class Allocator:
         """Lock every storage, rematerializing evicted ones first. Returns what it locked.
 
         Depth-first with an explicit stack (no recursion limit). Each frame (the op asked
-        for, then each recipe being replayed for it) locks its inputs that are resident at
-        once, so rebuilding the others cannot evict them, then rebuilds its evicted inputs
-        one by one, locking each as it comes back. When several are evicted, the one whose
-        rebuild needs the most memory goes first (as in Sethi-Ullman register allocation),
-        so that little is held while it runs.
+        for, then each recipe replayed for it) rebuilds its evicted inputs one by one,
+        locking each as it comes back, and locks its inputs that were already resident
+        only at the end, all at once (rebuilding any evicted meanwhile). So a long remat
+        chain holds locks only on what it has rebuilt, not on everything resident along
+        the way, and the heuristic stays free to evict what it values least. When several
+        inputs are evicted, the one whose rebuild needs the most memory goes first (as in
+        Sethi-Ullman register allocation), so that little is held while it runs.
         """
-        frames: list[list] = [self._frame(None, storages)]  # recipe, evicted inputs, locked
+        frames: list[list] = [self._frame(None, storages)]
         try:
             while True:
-                recipe, evicted, locked = frames[-1]
+                recipe, evicted, locked, deferred = frames[-1]
+                if not evicted and deferred:
+                    evicted.extend(s for s in deferred if s.buffer is None)
+                    if evicted:
+                        deferred[:] = [s for s in deferred if s.buffer is not None]
+                        evicted.sort(key=rebuild_need)
+                    else:
+                        for storage in deferred:
+                            self._lock_one(storage, locked)
+                        deferred.clear()
+                    continue
                 if evicted:
                     target = evicted[-1]
                     if target.buffer is not None:  # rebuilt meanwhile, as a sibling
@@ -350,18 +362,16 @@ class Allocator:
             raise
 
     def _frame(self, recipe: Recipe | None, inputs: Sequence[Storage]) -> list:
-        """A remat frame: lock the resident inputs now; return the evicted ones ordered so
-        that ``pop()`` yields the one to rebuild first."""
-        locked: list[Storage] = []
+        """[recipe, evicted inputs (``pop()`` yields the one to rebuild first), locked,
+        resident inputs to lock at the end]."""
         evicted: list[Storage] = []
+        deferred: list[Storage] = []
         for storage in inputs:
-            if storage.buffer is None:
-                evicted.append(storage)
-            else:
-                self._lock_one(storage, locked)
+            storage.last_access = self.clock  # an access counts from when it is requested
+            (evicted if storage.buffer is None else deferred).append(storage)
         if len(evicted) > 1:
             evicted.sort(key=rebuild_need)
-        return [recipe, evicted, locked]
+        return [recipe, evicted, [], deferred]
 
     def _lock_one(self, storage: Storage, locked: list[Storage]) -> None:
         storage.locks += 1

@@ -215,3 +215,23 @@ def conv_training(
         return {"losses": losses, "params": [w1, w2]}
 
     return run
+
+
+def unit_cost(op, in_metas, out_metas) -> float:
+    """Every op costs 1 (for ``Runtime(cost=unit_cost)``): compute counted in ops."""
+    return 1.0
+
+
+def tanh_chain(n: int) -> Callable[[], float]:
+    """Theorem 3.1's setting: forward and backward through ``n`` tanh layers on a
+    one-element float64 tensor (every tensor 8 bytes); returns the input's gradient."""
+
+    def run() -> float:
+        x = tensor(np.array([0.5]), requires_grad=True)
+        h = x
+        for _ in range(n):
+            h = ops.tanh(h)
+        h.backward(tensor(np.array([1.0])))
+        return float(x.grad.numpy()[0])
+
+    return run
