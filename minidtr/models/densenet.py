@@ -15,26 +15,25 @@ from collections.abc import Sequence
 
 from .. import nn
 from .. import ops as F
-from ..nn.init import Rng, generator
+from ..nn.init import Rng
 from ..tensor import Tensor
+from .build import Build
 
 
 class DenseLayer(nn.Module):
-    def __init__(self, c_in: int, growth: int, rng):
+    def __init__(self, b: Build, c_in: int, growth: int):
         super().__init__()
-        self.norm = nn.BatchNorm2d(c_in)
-        self.conv = nn.Conv2d(c_in, growth, 3, padding=1, bias=False, rng=rng)
+        self.norm = b.batch_norm(c_in)
+        self.conv = b.conv(c_in, growth, 3, padding=1, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.conv(F.relu(self.norm(x)))
 
 
 class DenseBlock(nn.Module):
-    def __init__(self, c_in: int, layers: int, growth: int, rng):
+    def __init__(self, b: Build, c_in: int, layers: int, growth: int):
         super().__init__()
-        self.layers = nn.ModuleList(
-            DenseLayer(c_in + i * growth, growth, rng) for i in range(layers)
-        )
+        self.layers = nn.ModuleList(DenseLayer(b, c_in + i * growth, growth) for i in range(layers))
         self.out_channels = c_in + layers * growth
 
     def forward(self, x: Tensor) -> Tensor:
@@ -45,10 +44,10 @@ class DenseBlock(nn.Module):
 
 
 class Transition(nn.Module):
-    def __init__(self, c_in: int, c_out: int, rng):
+    def __init__(self, b: Build, c_in: int, c_out: int):
         super().__init__()
-        self.norm = nn.BatchNorm2d(c_in)
-        self.conv = nn.Conv2d(c_in, c_out, 1, bias=False, rng=rng)
+        self.norm = b.batch_norm(c_in)
+        self.conv = b.conv(c_in, c_out, 1, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool2d(self.conv(F.relu(self.norm(x))), 2)
@@ -62,22 +61,23 @@ class DenseNet(nn.Module):
         in_channels: int = 1,
         classes: int = 10,
         rng: Rng = None,
+        device: str = "cpu",
     ):
         super().__init__()
-        rng = generator(rng)
+        b = Build.of(rng, device)
         channels = 2 * growth
-        self.stem = nn.Conv2d(in_channels, channels, 3, padding=1, bias=False, rng=rng)
+        self.stem = b.conv(in_channels, channels, 3, padding=1, bias=False)
         stages: list[nn.Module] = []
         for i, layers in enumerate(block_layers):
-            block = DenseBlock(channels, layers, growth, rng)
+            block = DenseBlock(b, channels, layers, growth)
             stages.append(block)
             channels = block.out_channels
             if i < len(block_layers) - 1:
-                stages.append(Transition(channels, channels // 2, rng))
+                stages.append(Transition(b, channels, channels // 2))
                 channels //= 2
         self.stages = nn.Sequential(*stages)
-        self.norm = nn.BatchNorm2d(channels)
-        self.classifier = nn.Linear(channels, classes, rng=rng)
+        self.norm = b.batch_norm(channels)
+        self.classifier = b.linear(channels, classes)
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, C, H, W) images -> (N, classes) logits; H and W must be divisible by

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 from .. import nn
 from .. import ops as F
-from ..nn.init import Rng, generator
+from ..nn.init import Rng
 from ..tensor import Tensor
+from .build import Build
 
 
 class LSTMModel(nn.Module):
-    def __init__(self, vocab: int, embed: int = 16, hidden: int = 64, rng: Rng = None):
+    def __init__(
+        self,
+        vocab: int,
+        embed: int = 16,
+        hidden: int = 64,
+        rng: Rng = None,
+        device: str = "cpu",
+    ):
         super().__init__()
-        rng = generator(rng)
-        self.embedding = nn.Embedding(vocab, embed, rng=rng)
-        self.cell = nn.LSTMCell(embed, hidden, rng=rng)
-        self.head = nn.Linear(hidden, vocab, rng=rng)
+        b = Build.of(rng, device)
+        self.embedding = b.embedding(vocab, embed)
+        self.cell = b.lstm_cell(embed, hidden)
+        self.head = b.linear(hidden, vocab)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """(N, T) int tokens -> (N, T, vocab) scores for the next token at each position."""

@@ -11,26 +11,27 @@ from __future__ import annotations
 
 from .. import nn
 from .. import ops as F
-from ..nn.init import Rng, generator
+from ..nn.init import Rng
 from ..tensor import Tensor
+from .build import Build
 
 
-def conv_bn(c_in: int, c_out: int, kernel: int, stride: int, rng) -> nn.Sequential:
+def conv_bn(b: Build, c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False, rng=rng),
-        nn.BatchNorm2d(c_out),
+        b.conv(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False),
+        b.batch_norm(c_out),
     )
 
 
 class BasicBlock(nn.Module):
     """relu(bn(conv(relu(bn(conv(x))))) + shortcut(x))."""
 
-    def __init__(self, c_in: int, c_out: int, stride: int, rng):
+    def __init__(self, b: Build, c_in: int, c_out: int, stride: int):
         super().__init__()
-        self.first = conv_bn(c_in, c_out, 3, stride, rng)
-        self.second = conv_bn(c_out, c_out, 3, 1, rng)
+        self.first = conv_bn(b, c_in, c_out, 3, stride)
+        self.second = conv_bn(b, c_out, c_out, 3, 1)
         self.shortcut = (
-            conv_bn(c_in, c_out, 1, stride, rng) if stride != 1 or c_in != c_out else nn.Identity()
+            conv_bn(b, c_in, c_out, 1, stride) if stride != 1 or c_in != c_out else nn.Identity()
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -46,25 +47,26 @@ class ResNet(nn.Module):
         in_channels: int = 3,
         classes: int = 10,
         rng: Rng = None,
+        device: str = "cpu",
     ):
         super().__init__()
         if depth < 8 or (depth - 2) % 6 != 0:
             raise ValueError(
                 f"ResNet depth must be 6n + 2 with n >= 1 (8, 14, 20, 32, ...), got {depth}"
             )
-        rng = generator(rng)
+        b = Build.of(rng, device)
         n = (depth - 2) // 6
         self.depth = depth
-        self.stem = conv_bn(in_channels, width, 3, 1, rng)
+        self.stem = conv_bn(b, in_channels, width, 3, 1)
         blocks: list[nn.Module] = []
         c_in = width
         for stage, c_out in enumerate((width, 2 * width, 4 * width)):
             for i in range(n):
                 stride = 2 if stage > 0 and i == 0 else 1
-                blocks.append(BasicBlock(c_in, c_out, stride, rng))
+                blocks.append(BasicBlock(b, c_in, c_out, stride))
                 c_in = c_out
         self.blocks = nn.Sequential(*blocks)
-        self.classifier = nn.Linear(c_in, classes, rng=rng)
+        self.classifier = b.linear(c_in, classes)
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, C, H, W) images -> (N, classes) logits."""

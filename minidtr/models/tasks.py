@@ -117,7 +117,7 @@ def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
             "medium": ((512,) * 6, 1024),
         },
     )
-    model = MLP(64, hidden, 10, rng=seed)
+    model = MLP(64, hidden, 10, rng=seed, device=device)
     return Task(
         "mlp", size, model, load_digits(seed), batch, _adam(3e-3), _flat_images, device=device
     )
@@ -127,7 +127,7 @@ def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task
     depth, width, batch = _pick(
         size, {"tiny": (8, 4, 8), "small": (32, 8, 128), "medium": (56, 16, 256)}
     )
-    model = ResNet(depth, width, in_channels=1, classes=10, rng=seed)
+    model = ResNet(depth, width, in_channels=1, classes=10, rng=seed, device=device)
     return Task("resnet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device)
 
 
@@ -135,7 +135,7 @@ def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Ta
     blocks, growth, batch = _pick(
         size, {"tiny": ((2, 2), 4, 8), "small": ((4, 4, 4), 8, 64), "medium": ((6, 8, 8), 12, 128)}
     )
-    model = DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed)
+    model = DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed, device=device)
     return Task(
         "densenet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device
     )
@@ -145,7 +145,7 @@ def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     width, levels, batch = _pick(
         size, {"tiny": (4, 1, 4), "small": (8, 2, 16), "medium": (16, 3, 32)}
     )
-    model = UNet(1, 3, width, levels, rng=seed)
+    model = UNet(1, 3, width, levels, rng=seed, device=device)
     data = shapes_segmentation(n=600, size=16, seed=seed)
     return Task(
         "unet",
@@ -165,7 +165,7 @@ def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
         size, {"tiny": (16, 6, 8), "small": (64, 16, 64), "medium": (256, 32, 128)}
     )
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
-    model = LSTMModel(16, embed=16, hidden=hidden, rng=seed)
+    model = LSTMModel(16, embed=16, hidden=hidden, rng=seed, device=device)
     return Task(
         "lstm",
         size,
@@ -184,7 +184,9 @@ def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") ->
         size, {"tiny": (16, 1, 6, 8), "small": (32, 2, 16, 64), "medium": (64, 4, 32, 128)}
     )
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
-    model = Transformer(16, length, dim=dim, heads=4 if dim >= 32 else 2, layers=layers, rng=seed)
+    model = Transformer(
+        16, length, dim=dim, heads=4 if dim >= 32 else 2, layers=layers, rng=seed, device=device
+    )
     return Task(
         "transformer",
         size,
@@ -203,7 +205,7 @@ def make_treelstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Ta
         size, {"tiny": (16, 2, 16), "small": (64, 3, 32), "medium": (128, 4, 64)}
     )
     data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4)
-    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, rng=seed)
+    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, rng=seed, device=device)
     return Task("treelstm", size, model, data, batch, _adam(3e-3), _trees, device=device)
 
 

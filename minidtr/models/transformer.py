@@ -16,20 +16,21 @@ import numpy as np
 
 from .. import nn
 from .. import ops as F
-from ..nn.init import Rng, generator
+from ..nn.init import Rng
 from ..tensor import Tensor, arange, tensor
+from .build import Build
 
 MASKED = -1e9
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, dim: int, heads: int, rng):
+    def __init__(self, b: Build, dim: int, heads: int):
         super().__init__()
         if dim % heads != 0:
             raise ValueError(f"attention: dim {dim} is not divisible by {heads} heads")
         self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim, rng=rng)
-        self.out = nn.Linear(dim, dim, rng=rng)
+        self.qkv = b.linear(dim, 3 * dim)
+        self.out = b.linear(dim, dim)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         b, t, d = x.shape
@@ -48,14 +49,12 @@ class MultiHeadAttention(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, dim: int, heads: int, rng):
+    def __init__(self, b: Build, dim: int, heads: int):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attention = MultiHeadAttention(dim, heads, rng)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(
-            nn.Linear(dim, 4 * dim, rng=rng), nn.GELU(), nn.Linear(4 * dim, dim, rng=rng)
-        )
+        self.norm1 = b.layer_norm(dim)
+        self.attention = MultiHeadAttention(b, dim, heads)
+        self.norm2 = b.layer_norm(dim)
+        self.mlp = nn.Sequential(b.linear(dim, 4 * dim), nn.GELU(), b.linear(4 * dim, dim))
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = x + self.attention(self.norm1(x), mask)
@@ -72,16 +71,17 @@ class Transformer(nn.Module):
         layers: int = 2,
         causal: bool = True,
         rng: Rng = None,
+        device: str = "cpu",
     ):
         super().__init__()
-        rng = generator(rng)
+        b = Build.of(rng, device)
         self.max_length = max_length
         self.causal = causal
-        self.tokens = nn.Embedding(vocab, dim, rng=rng)
-        self.positions = nn.Embedding(max_length, dim, rng=rng)
-        self.layers = nn.ModuleList(EncoderLayer(dim, heads, rng) for _ in range(layers))
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab, rng=rng)
+        self.tokens = b.embedding(vocab, dim)
+        self.positions = b.embedding(max_length, dim)
+        self.layers = nn.ModuleList(EncoderLayer(b, dim, heads) for _ in range(layers))
+        self.norm = b.layer_norm(dim)
+        self.head = b.linear(dim, vocab)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """(N, T) int tokens -> (N, T, vocab) scores."""

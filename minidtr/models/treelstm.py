@@ -32,8 +32,9 @@ import numpy as np
 from .. import nn
 from .. import ops as F
 from ..data.listops import ListOpsTree
-from ..nn.init import Rng, generator
+from ..nn.init import Rng
 from ..tensor import Tensor, tensor
+from .build import Build
 
 
 @dataclass
@@ -90,16 +91,22 @@ def segment_matrix(parent: np.ndarray, n_parents: int, dtype) -> np.ndarray:
 
 class TreeLSTM(nn.Module):
     def __init__(
-        self, vocab: int, classes: int, embed: int = 16, hidden: int = 32, rng: Rng = None
+        self,
+        vocab: int,
+        classes: int,
+        embed: int = 16,
+        hidden: int = 32,
+        rng: Rng = None,
+        device: str = "cpu",
     ):
         super().__init__()
-        rng = generator(rng)
+        b = Build.of(rng, device)
         self.hidden = hidden
-        self.embedding = nn.Embedding(vocab, embed, rng=rng)
-        self.input_gates = nn.Linear(embed, 4 * hidden, rng=rng)  # i, o, u, f from x
-        self.hidden_iou = nn.Linear(hidden, 3 * hidden, bias=False, rng=rng)
-        self.hidden_f = nn.Linear(hidden, hidden, bias=False, rng=rng)
-        self.classifier = nn.Linear(hidden, classes, rng=rng)
+        self.embedding = b.embedding(vocab, embed)
+        self.input_gates = b.linear(embed, 4 * hidden)  # i, o, u, f from x
+        self.hidden_iou = b.linear(hidden, 3 * hidden, bias=False)
+        self.hidden_f = b.linear(hidden, hidden, bias=False)
+        self.classifier = b.linear(hidden, classes)
 
     def forward(self, trees: Sequence[ListOpsTree]) -> Tensor:
         """A list of trees -> (len(trees), classes) scores; each tree is its own graph."""

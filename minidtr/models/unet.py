@@ -13,19 +13,20 @@ from __future__ import annotations
 
 from .. import nn
 from .. import ops as F
-from ..nn.init import Rng, generator
+from ..nn.init import Rng
 from ..tensor import Tensor
+from .build import Build
 
 
 class ConvBlock(nn.Module):
-    def __init__(self, c_in: int, c_out: int, rng):
+    def __init__(self, b: Build, c_in: int, c_out: int):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False, rng=rng),
-            nn.BatchNorm2d(c_out),
+            b.conv(c_in, c_out, 3, padding=1, bias=False),
+            b.batch_norm(c_out),
             nn.ReLU(),
-            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False, rng=rng),
-            nn.BatchNorm2d(c_out),
+            b.conv(c_out, c_out, 3, padding=1, bias=False),
+            b.batch_norm(c_out),
             nn.ReLU(),
         )
 
@@ -36,10 +37,10 @@ class ConvBlock(nn.Module):
 class Up(nn.Module):
     """Upsample 2x, conv3x3 to ``c_out`` channels, concatenate the skip, ConvBlock."""
 
-    def __init__(self, c_in: int, c_out: int, rng):
+    def __init__(self, b: Build, c_in: int, c_out: int):
         super().__init__()
-        self.reduce = nn.Conv2d(c_in, c_out, 3, padding=1, rng=rng)
-        self.block = ConvBlock(2 * c_out, c_out, rng)
+        self.reduce = b.conv(c_in, c_out, 3, padding=1)
+        self.block = ConvBlock(b, 2 * c_out, c_out)
 
     def forward(self, x: Tensor, skip: Tensor) -> Tensor:
         up = self.reduce(F.upsample_nearest2d(x, 2))
@@ -54,19 +55,20 @@ class UNet(nn.Module):
         width: int = 8,
         levels: int = 2,
         rng: Rng = None,
+        device: str = "cpu",
     ):
         super().__init__()
         if levels < 1:
             raise ValueError(f"UNet needs at least one down/up level, got {levels}")
-        rng = generator(rng)
+        b = Build.of(rng, device)
         self.levels = levels
         widths = [width * 2**i for i in range(levels + 1)]
         self.down = nn.ModuleList(
-            ConvBlock(in_channels if i == 0 else widths[i - 1], widths[i], rng)
+            ConvBlock(b, in_channels if i == 0 else widths[i - 1], widths[i])
             for i in range(levels + 1)
         )
-        self.up = nn.ModuleList(Up(widths[i + 1], widths[i], rng) for i in reversed(range(levels)))
-        self.head = nn.Conv2d(width, classes, 1, rng=rng)
+        self.up = nn.ModuleList(Up(b, widths[i + 1], widths[i]) for i in reversed(range(levels)))
+        self.head = b.conv(width, classes, 1)
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, C, H, W) -> (N, classes, H, W) scores; H and W divisible by 2 ** levels."""
