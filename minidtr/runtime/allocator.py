@@ -7,6 +7,9 @@ the kernel, record the outputs with their recipe, unlock. Reading a value
 (``read``) takes the same path. The kernel is whatever the recipe's op does,
 so the simulator drives this same class with ops that only return
 placeholders: the live runtime and the simulator share every policy decision.
+
+Choosing and evicting victims lives in ``eviction.py``, references and the
+deallocation policies in ``lifetime.py`` (mixins of ``Allocator``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import backend
-from .neighbourhood import MODES, EquivalenceClasses, EvictedNeighbourhood
+from .eviction import Eviction
+from .lifetime import Lifetime
+from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
 from .runtime import BudgetError, Runtime, Stats, ThrashError
 from .storage import Cell, Recipe, Storage
 
@@ -54,7 +59,7 @@ def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
     return total, storage.id
 
 
-class Allocator:
+class Allocator(Eviction, Lifetime):
     """Budgeted memory for one device, with the DTR eviction manager built in."""
 
     def __init__(self, device: str | None = "cpu", default: Runtime | None = None):
@@ -441,24 +446,6 @@ class Allocator:
         elif self.tracking == "eq":
             self.eq_classes.on_leave(storage)
 
-    def _free_dead_remats(self) -> None:
-        """Storages nobody references, rematerialized only to recompute others, are freed
-        again once the access that needed them is done (unless dealloc is ``ignore``), so
-        no garbage outlives the operation and a run does not depend on earlier ones."""
-        if not self._dead_remats:
-            return
-        dead, self._dead_remats = self._dead_remats, []
-        if self.runtime.dealloc == "ignore":
-            return
-        for storage in dead:
-            if (
-                storage.buffer is not None
-                and storage.external_refs == 0
-                and not storage.locks
-                and storage.evictable
-            ):
-                self.evict(storage, reason="dead")
-
     # ---- making room ----------------------------------------------------------------------
 
     def _reserve(self, nbytes: int, op_name: str) -> None:
@@ -472,206 +459,6 @@ class Allocator:
         stats = self.stats
         if self.memory > stats.peak_memory:
             stats.peak_memory = self.memory
-
-    def _evict_until(self, target: int, op_name: str, needed: int) -> None:
-        while self.memory > target:
-            victim, score, runner_up = self._choose_victim()
-            if victim is None:
-                raise BudgetError(
-                    op_name,
-                    needed,
-                    self.budget,
-                    self.memory,
-                    self.pinned_bytes,
-                    self.constant_bytes,
-                    self._locked_bytes(),
-                )
-            self.evict(victim, score=score, runner_up=runner_up)
-            del victim  # its metadata, and constants only it kept alive, may go now
-
-    def _locked_bytes(self) -> int:
-        return sum(s.nbytes for s in self.candidates if s.locks)
-
-    def _choose_victim(self) -> tuple[Storage | None, float, Any]:
-        """The unlocked candidate with the lowest score, its score and the runner-up."""
-        runtime = self.runtime
-        started = time.perf_counter()
-        candidates: Any = self.candidates
-        if runtime.min_size > 0.0 and candidates:
-            mean = sum(s.nbytes for s in candidates) / len(candidates)
-            threshold = runtime.min_size * mean
-            candidates = [s for s in candidates if s.nbytes >= threshold]
-        if runtime.sample and len(candidates) > 4:
-            pool = list(candidates)
-            stride = max(1, math.isqrt(len(pool)))
-            candidates = pool[self._sampler.randrange(stride) :: stride]
-        mode = getattr(runtime.heuristic, "cost", None)
-        self.track(mode if mode in MODES else None)
-        score = runtime.heuristic.score
-        best = runner_up = None
-        best_score = runner_score = math.inf
-        scored = 0
-        for storage in candidates:
-            if storage.locks:
-                continue
-            value = score(storage, self)
-            scored += 1
-            if value < best_score or best is None:
-                runner_up, runner_score = best, best_score
-                best, best_score = storage, value
-            elif value < runner_score or runner_up is None:
-                runner_up, runner_score = storage, value
-        stats = self.stats
-        stats.searches += 1
-        stats.scored += scored
-        stats.search_time += time.perf_counter() - started
-        runner = None if runner_up is None else (runner_up.id, runner_score)
-        return best, best_score, runner
-
-    def evict(
-        self, storage: Storage, score: float | None = None, runner_up=None, reason: str = "budget"
-    ) -> None:
-        """Free a resident storage's buffer, keeping its recipe to recompute it later."""
-        if storage.buffer is None:
-            raise ValueError(f"cannot evict {storage!r}: it is not resident")
-        if not storage.evictable or storage.locks:
-            raise ValueError(
-                f"cannot evict {storage!r}: it is "
-                + ("locked" if storage.locks else "pinned" if storage.pinned else "a constant")
-            )
-        if self.tracking == "eq":
-            self.eq_classes.on_evict(storage)
-        storage.buffer = None
-        if self.tracking == "estar":
-            self.neighbourhood.on_change(storage)
-        self.memory -= storage.nbytes
-        del self.candidates[storage]
-        stats = self.stats
-        stats.evictions += 1
-        if reason == "dead":
-            stats.dead_evictions += 1
-        if self.runtime.events is not None:
-            extra = {"reason": reason}
-            if score is not None:
-                extra["score"] = score
-                extra["runner_up"] = runner_up
-            self._record("evict", storage, **extra)
-
-    def free_device_memory(self, nbytes: int) -> bool:
-        """Called on a real device out-of-memory error: evict one storage if possible."""
-        victim, score, runner_up = self._choose_victim()
-        if victim is None:
-            return False
-        self.evict(victim, score=score, runner_up=runner_up, reason="device-oom")
-        return True
-
-    # ---- references, pinning, deallocation ----------------------------------------------
-
-    def add_ref(self, cell: Cell) -> None:
-        """A new external handle (a Tensor) to ``cell``'s value."""
-        cell.storage.external_refs += 1
-        if self.observer is not None:
-            self.observer.on_add_ref(cell)
-
-    def release(self, cell: Cell) -> None:
-        """An external handle died; the last one triggers the deallocation policy."""
-        if self.observer is not None:
-            self.observer.on_release(cell)
-        storage = cell.storage
-        storage.external_refs -= 1
-        if storage.external_refs == 0:
-            self._on_dead(storage)
-
-    def _on_dead(self, storage: Storage) -> None:
-        """The last external reference died: apply the deallocation policy."""
-        policy = self.runtime.dealloc
-        if policy == "ignore" or storage.banished:
-            return
-        if storage.locks:
-            storage.evict_on_unlock = True
-            return
-        if policy == "banish" and self._banish(storage):
-            return
-        if storage.buffer is not None and storage.evictable:
-            self.evict(storage, reason="dead")
-
-    def _banish(self, storage: Storage) -> bool:
-        """Free a dead storage for good; its children lose their way to be recomputed, so
-        they become constants. Not possible while an evicted child still needs it."""
-        if storage.producer is None:
-            return False
-        children = storage.live_children()
-        if any(c.buffer is None and not c.banished for c in children):
-            return False
-        for child in children:
-            if child.producer is not None:
-                child.producer = None
-                self.candidates.pop(child, None)
-                if child.pinned:
-                    self.pinned_bytes -= child.nbytes
-                    child.pinned = False
-                self.constant_bytes += child.nbytes
-        if storage.buffer is not None:
-            storage.buffer = None
-            self.memory -= storage.nbytes
-            self.candidates.pop(storage, None)
-            if storage.pinned:
-                self.pinned_bytes -= storage.nbytes
-        else:
-            self._on_state_change(storage)
-        storage.producer = None
-        storage.banished = True
-        storage.pinned = False
-        self.stats.banished += 1
-        self._record("banish", storage)
-        return True
-
-    def pin(self, storage: Storage) -> None:
-        """Make a storage unevictable (rematerializing it first if it was evicted)."""
-        if storage.pinned or storage.producer is None:
-            return
-        self._unlock(self._lock([storage]))
-        self._free_dead_remats()
-        storage.pinned = True
-        self.candidates.pop(storage, None)
-        self.pinned_bytes += storage.nbytes
-
-    def make_constant(self, storage: Storage) -> None:
-        """Drop a storage's recipe (rematerializing it first if needed): it becomes a constant,
-        never evicted, and no longer keeps its inputs' metadata alive."""
-        if storage.producer is None:
-            return
-        self._unlock(self._lock([storage]))
-        self._free_dead_remats()
-        storage.producer = None
-        self.candidates.pop(storage, None)
-        if storage.pinned:
-            storage.pinned = False
-            self.pinned_bytes -= storage.nbytes
-        self.constant_bytes += storage.nbytes
-        if self.observer is not None:
-            self.observer.on_make_constant(storage)
-
-    def unpin(self, storage: Storage) -> None:
-        if not storage.pinned:
-            return
-        storage.pinned = False
-        self.pinned_bytes -= storage.nbytes
-        if storage.buffer is not None and storage.producer is not None:
-            self.candidates[storage] = None
-
-    def forget(self, storage: Storage) -> None:
-        """A storage's metadata was garbage collected (``Storage.__del__``)."""
-        if storage.buffer is not None:
-            self.memory -= storage.nbytes
-            if storage.producer is None:
-                self.constant_bytes -= storage.nbytes
-            elif storage.pinned:
-                self.pinned_bytes -= storage.nbytes
-            if self.runtimes and self.runtime.events is not None:
-                self._record("free", storage)
-        else:
-            self._on_state_change(storage)
 
     def _record(self, kind: str, storage: Storage, **extra: Any) -> None:
         runtime = self.runtime
