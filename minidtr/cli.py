@@ -16,7 +16,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .explain import explain, human_bytes, load_events, summarize, write_event_log
+from .explain import (
+    explain,
+    human_bytes,
+    load_events,
+    runtime_header,
+    summarize,
+    write_event_log,
+)
 from .runtime.heuristics import HEURISTIC_NAMES
 from .runtime.runtime import COST_MODELS, DEALLOC_POLICIES
 
@@ -78,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"train {DEMO_MODEL} at {DEMO_PERCENT}%% of its memory",
         description=f"Train the small {DEMO_MODEL} on the digits for "
         f"{DEMO_STEPS} steps under {DEMO_PERCENT}% of the memory "
-        "one unbounded step needs, then explain what happened.",
+        "it needs without a budget, then explain what happened.",
     )
     demo.add_argument("--plot", metavar="FILE", help="also write the memory timeline as a PNG")
 
@@ -120,7 +127,8 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
         "--ratio",
         type=parse_ratio,
         metavar="R",
-        help="budget as a fraction of the peak of one unbounded training step, measured first",
+        help="budget as a fraction of the unbounded peak (of the first two training steps, "
+        "measured first on a fresh copy of the model)",
     )
     p.add_argument(
         "--heuristic",
@@ -327,13 +335,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
     print(
         f"Training the small {DEMO_MODEL} on the 8x8 digits under {DEMO_RATIO:.0%} of the "
-        "memory one unbounded training step needs (measured first).\n"
+        "memory it needs without a budget (the peak of two unbounded steps, measured "
+        "first).\n"
     )
     config = TrainConfig(DEMO_MODEL, steps=DEMO_STEPS, ratio=DEMO_RATIO, record_events=True)
     result = train(config, progress=progress_bar(DEMO_STEPS, True), on_loss=show_loss)
     print(summary_table(result))
     print()
-    summary = summarize(result.runtime.events)
+    summary = summarize([runtime_header(result.runtime), *result.runtime.events])
     text = explain(summary, top=3)
     print(text[text.index("The peak") :])
     finish_outputs(result, None, args.plot)
