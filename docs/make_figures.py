@@ -69,8 +69,7 @@ def models_budget(path: str) -> None:
         ax.plot(ratios, [s for _, s, _ in points], "o-", label=model)
         failed = [r for r, _, status in points if status != "ok"]
         if failed:  # one row of crosses per model below the 1.0 line
-            ax.plot(failed, [0.97 - 0.02 * i] * len(failed), "x",
-                    color=ax.lines[-1].get_color())
+            ax.plot(failed, [0.97 - 0.02 * i] * len(failed), "x", color=ax.lines[-1].get_color())
     ax.set_xlabel("budget / unbounded peak")
     ax.set_ylabel("slowdown (compute + remat) / compute")
     ax.invert_xaxis()

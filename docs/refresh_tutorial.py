@@ -18,6 +18,9 @@ def sections(text: str) -> dict[str, str]:
     lines = text.rstrip("\n").split("\n")
     explain_at = lines.index("What happened")
     events_at = next(i for i, line in enumerate(lines) if line.startswith("first budget"))
+    cascade_at = next(
+        i for i, line in enumerate(lines) if i > explain_at and line.startswith("budget ")
+    )
     return {
         "unbounded": lines[0],
         "inside": "\n".join(
@@ -27,7 +30,8 @@ def sections(text: str) -> dict[str, str]:
         ),
         "budget": next(line for line in lines if line.startswith("budget ")),
         "events": "\n".join(line for line in lines[events_at + 1 : explain_at] if line.strip()),
-        "explain": "\n".join(lines[explain_at:]),
+        "explain": "\n".join(lines[explain_at:cascade_at]).rstrip("\n"),
+        "cascade": "\n".join(lines[cascade_at:]),
     }
 
 

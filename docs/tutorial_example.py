@@ -60,10 +60,10 @@ with md.Runtime(cost="flops") as rt:
         f"{np.array_equal(b.numpy(), np.tanh(a.numpy()))}, resident={b.is_resident}, "
         f"remats={rt.stats()['remats']}"
     )
-    del x, a, b, c
+    del x, a, b, c, t, s  # every handle, so nothing of this section stays resident
 
-# 3. Under a budget of 90% of the peak, with the event log on.
-budget = int(0.9 * free.stats()["peak_memory"])
+# 3. Under a budget of 85% of the peak, with the event log on.
+budget = int(0.85 * free.stats()["peak_memory"])
 tight = md.Runtime(budget=budget, cost="flops", record_events=True)
 with tight:
     loss = step()
@@ -94,3 +94,24 @@ for e in tight.events:
             break
 print()
 print(explain(summarize([runtime_header(tight), *tight.events]), top=3))
+print()
+
+# 4. Lower still: past a point, recomputation cascades.
+for w in weights:
+    w.grad = None
+lower = md.Runtime(budget=int(0.8 * free.stats()["peak_memory"]), cost="flops", record_events=True)
+with lower:
+    step()
+summary = summarize([runtime_header(lower), *lower.events])
+print(
+    f"budget {lower.budget:,}: remats {lower.stats()['remats']}, "
+    f"slowdown {lower.stats()['slowdown']:.3f}"
+)
+most = summary.remats_by_storage.most_common(4)
+print("most recomputed: " + ", ".join(f"#{i} {summary.storage_op[i]} x{n}" for i, n in most))
+first = next(e for e in lower.events if e["event"] == "remat")
+print("around the first remat:")
+start = lower.events.index(first) - 6
+for e in lower.events[start : start + 22]:
+    why = e.get("reason", "")
+    print(f"  {e['event']:<6} #{e['id']:<3} {e['op']:<16} {why}")
