@@ -194,6 +194,14 @@ def run_train(args: argparse.Namespace) -> int:
     if args.steps < 1:
         print("minidtr train: --steps must be at least 1", file=sys.stderr)
         return 2
+    if args.device != "cpu":
+        from . import backend
+
+        try:
+            backend.xp_for(args.device)
+        except RuntimeError as e:
+            print(f"minidtr train: {e}", file=sys.stderr)
+            return 2
     trace = None
     if args.trace:
         trace = trace_recorder(args.trace)

@@ -242,3 +242,23 @@ def test_the_readme_example_runs_within_its_budget():
     stats = namespace["rt"].stats()
     assert stats["peak_memory"] <= stats["budget"] == 5_000_000
     assert stats["remats"] > 0 and np.isfinite(namespace["loss"].item())
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(capsys):
+    from minidtr import backend
+
+    if backend.cuda_available():
+        pytest.skip("a CUDA device is present")
+    code, _, err = run(
+        capsys,
+        "train",
+        "mlp",
+        "--size",
+        "tiny",
+        "--steps",
+        "1",
+        "--device",
+        "cuda",
+        "--no-progress",
+    )
+    assert code == 2 and "CuPy" in err
