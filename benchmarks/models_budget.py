@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import multiprocessing
 import time
 
 from minidtr.models import MODELS, make_task
@@ -30,7 +31,18 @@ from minidtr.training import TrainConfig, measure_peak, train
 SCAN = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 
+def isolated(fn, *args):
+    """``fn(*args)`` in a fresh process: a run that ends in BudgetError or ThrashError can
+    leave storages resident in its process, which would count against the next budget."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
 def attempt(config: TrainConfig) -> dict:
+    return isolated(_attempt, config)
+
+
+def _attempt(config: TrainConfig) -> dict:
     started = time.perf_counter()
     try:
         result = train(config)
@@ -50,6 +62,15 @@ def attempt(config: TrainConfig) -> dict:
     del result
     gc.collect()
     return row
+
+
+def _baseline(name: str, size: str, steps: int) -> tuple[int, int, float]:
+    """Parameters, unbounded peak, accuracy after ``steps`` unbounded steps."""
+    params = make_task(name, size).model.num_parameters()
+    gc.collect()
+    peak = measure_peak(TrainConfig(name, size=size))
+    free = train(TrainConfig(name, size=size, steps=steps))
+    return params, peak, free.accuracy_end
 
 
 def lowest_ratio(name: str, args) -> float | None:
@@ -96,13 +117,7 @@ def main() -> None:
     print(f"{'':<39}" + "".join(f"{'slowdown remats s/step':>26}" for _ in ratios))
     print(header, flush=True)
     for name in args.models.split(","):
-        params = make_task(name, args.size).model.num_parameters()
-        gc.collect()
-        peak = measure_peak(TrainConfig(name, size=args.size))
-        free = train(TrainConfig(name, size=args.size, steps=args.demo_steps))
-        acc = free.accuracy_end
-        del free
-        gc.collect()
+        params, peak, acc = isolated(_baseline, name, args.size, args.demo_steps)
         cells = []
         row = {"model": name, "size": args.size, "params": params, "peak": peak, "accuracy": acc}
         for ratio in ratios:
