@@ -10,6 +10,14 @@ import pytest
 import minidtr as md
 from minidtr import cli
 from minidtr.explain import explain, load_events, resident_timeline, summarize, write_event_log
+from minidtr.testing import isolated_allocator
+
+
+@pytest.fixture(autouse=True)
+def fresh_allocator():
+    """Each test on its own allocator (a failed run can leave storages resident)."""
+    with isolated_allocator():
+        yield
 
 
 def run(capsys, *argv):

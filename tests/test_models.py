@@ -11,6 +11,7 @@ import minidtr as md
 from minidtr.data import ListOpsTree, parse_listops
 from minidtr.models import MODELS, ResNet, make_task
 from minidtr.models.treelstm import TreeLSTM, schedule
+from minidtr.testing import isolated_allocator
 from minidtr.training import TrainConfig, accuracy, build_task, train, train_step
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -30,8 +31,11 @@ IDENTITY_RATIOS = {
 
 
 @pytest.fixture(autouse=True)
-def collect():
-    yield
+def fresh_allocator():
+    """Each test on its own allocator: nothing another test left resident (a failed run
+    can leave storages behind) counts against the budgets measured here."""
+    with isolated_allocator():
+        yield
     gc.collect()
 
 
