@@ -84,6 +84,7 @@ def scatter_add(xp, target, index, values) -> None:
     if xp is np:
         np.add.at(target, index, values)
         return
+
     def on_host(k):
         return k.get() if is_device_array(k) else k
 
