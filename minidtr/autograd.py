@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -88,7 +88,8 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> N
 
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
-    for leaf, g in _gradients(root, grad, retain_graph, "backward").values():
+    found = _gradients(root, grad, retain_graph, "backward", finish=_as_constant)
+    for leaf, g in found.values():
         _accumulate_leaf(leaf, g)
 
 
@@ -108,9 +109,20 @@ def grad(
 
 
 def _gradients(
-    root: Tensor, grad: Tensor | None, retain_graph: bool, caller: str
+    root: Tensor,
+    grad: Tensor | None,
+    retain_graph: bool,
+    caller: str,
+    finish: Callable[[Tensor], Tensor] | None = None,
 ) -> dict[int, tuple[Tensor, Tensor]]:
-    """Run the backward graph from ``root``; returns {id(leaf): (leaf, gradient)}."""
+    """Run the backward graph from ``root``; returns {id(leaf): (leaf, gradient)}.
+
+    ``finish`` is applied to a leaf's gradient as soon as the last node feeding it has
+    run, not at the end: ``backward`` makes it a constant there. Left evictable until the
+    end, a finished weight gradient is a small, cheap-looking victim whose recipe reaches
+    back through the whole (by then evicted and dead) backward chain, and rebuilding it
+    recomputes that chain.
+    """
     from . import ops
     from .tensor import Tensor, ones_like
 
@@ -133,7 +145,7 @@ def _gradients(
     if root.grad_fn is None:
         return {id(root): (root, grad.detach())}
 
-    consumers = _count_consumers(root.grad_fn)
+    consumers, leaf_uses = _count_consumers(root.grad_fn)
     pending: dict[Node, list] = {root.grad_fn: [None] * root.grad_fn.op.n_outputs}
     pending[root.grad_fn][root.cell.index] = grad.detach()
     leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
@@ -156,6 +168,8 @@ def _gradients(
                 node.saved_inputs = node.saved_outputs = ()
                 node.freed = True
             for i, (edge, g) in enumerate(zip(node.edges, result, strict=True)):
+                if isinstance(edge, Tensor):
+                    leaf_uses[id(edge)] -= 1
                 if edge is None or g is None:
                     continue
                 if g.shape != op.in_shapes[i] or g.dtype != op.in_dtypes[i]:
@@ -167,6 +181,8 @@ def _gradients(
                     key = id(edge)
                     if key in leaf_grads:
                         g = ops.add(leaf_grads[key][1], g)
+                    if finish is not None and leaf_uses[key] == 0:
+                        g = finish(g)
                     leaf_grads[key] = (edge, g)
                     continue
                 target, index = edge
@@ -181,8 +197,8 @@ def _gradients(
     return leaf_grads
 
 
-def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
-    """``leaf.grad += g``, stored as a contiguous constant.
+def _as_constant(g: Tensor) -> Tensor:
+    """A finished gradient as a contiguous constant.
 
     Nothing recomputes a finished gradient more cheaply than keeping it, and its recipe
     would keep the whole graph alive (and, after an optimizer step, the old parameters,
@@ -193,27 +209,41 @@ def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
     from .ops.op import as_constants
 
     with no_grad():
-        total = g if leaf.grad is None else ops.add(leaf.grad, g)
-        if total.cell.is_view or not total.cell.contiguous:
+        if g.cell.is_view or not g.cell.contiguous:
             with as_constants():
-                total = ops.copy(total)
-        else:
-            total.cell.storage.allocator.make_constant(total.cell.storage)
-    leaf.grad = total
+                return ops.copy(g)
+        g.cell.storage.allocator.make_constant(g.cell.storage)
+        return g
 
 
-def _count_consumers(root: Node) -> dict[Node, int]:
-    """For every node reachable from ``root``, how many reachable nodes feed it a gradient."""
+def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
+    """``leaf.grad += g`` (``g`` already a constant), stored as a constant."""
+    from . import ops
+
+    if leaf.grad is not None:
+        with no_grad():
+            g = _as_constant(ops.add(leaf.grad, g))
+    leaf.grad = g
+
+
+def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:
+    """For every node reachable from ``root``, how many reachable nodes feed it a gradient;
+    and for every leaf (by id), how many edges of reachable nodes lead to it."""
     counts: dict[Node, int] = {root: 0}
+    leaf_uses: dict[int, int] = {}
     stack = [root]
     while stack:
         node = stack.pop()
         for edge in node.edges:
-            if isinstance(edge, tuple):
+            if edge is None:
+                continue
+            if not isinstance(edge, tuple):
+                leaf_uses[id(edge)] = leaf_uses.get(id(edge), 0) + 1
+            else:
                 target = edge[0]
                 if target in counts:
                     counts[target] += 1
                 else:
                     counts[target] = 1
                     stack.append(target)
-    return counts
+    return counts, leaf_uses

@@ -139,6 +139,46 @@ def test_leaf_gradients_become_contiguous_constants():
     assert not w.grad.cell.is_view
 
 
+class _ConstantOrder:
+    """An allocator observer noting when storages are made and when they become constants."""
+
+    def __init__(self):
+        self.events: list[tuple[str, int]] = []
+
+    def on_compute(self, recipe, cells):
+        self.events += [("compute", c.storage.id) for c in cells]
+
+    def on_make_constant(self, storage):
+        self.events.append(("constant", storage.id))
+
+    def __getattr__(self, name):
+        return lambda *args: None
+
+
+def test_a_leaf_gradient_becomes_a_constant_as_soon_as_it_is_final():
+    """The last layer's weight gradient is final before backward reaches the first layer;
+    it must not stay evictable (rebuilding it would replay the backward chain)."""
+    rng = np.random.default_rng(0)
+    x = md.tensor(rng.random((4, 3)))
+    w1 = md.tensor(rng.random((3, 5)), requires_grad=True)
+    w2 = md.tensor(rng.random((5, 2)), requires_grad=True)
+    loss = ((x @ w1).tanh() @ w2).sum()
+    allocator = x.storage.allocator
+    observer = allocator.observer = _ConstantOrder()
+    try:
+        loss.backward()
+    finally:
+        allocator.observer = None
+    w2_final = observer.events.index(
+        ("constant", w2.grad.storage.id)
+        if ("constant", w2.grad.storage.id) in observer.events
+        else ("compute", w2.grad.storage.id)
+    )
+    w1_made = observer.events.index(("compute", w1.grad.storage.id))
+    assert w2_final < w1_made
+    assert w1.grad.storage.constant and w2.grad.storage.constant
+
+
 def test_md_grad_returns_recomputable_gradients_without_touching_dot_grad():
     x = md.tensor(np.array([1.0, 2.0]), requires_grad=True)
     unused = md.tensor(np.array([1.0]), requires_grad=True)
