@@ -28,7 +28,10 @@ from .runtime.heuristics import HEURISTIC_NAMES
 from .runtime.runtime import COST_MODELS, DEALLOC_POLICIES
 
 DEMO_MODEL = "resnet"
-DEMO_RATIO = 0.3
+# 0.4, not the paper's headline 0.3: on minidtr's small ResNet-32 the live runtime
+# trains at 0.4 with about 1.2x recomputation but falls off a cliff near 0.3 (see
+# docs/models.md), and a first run should show DTR working, not thrashing.
+DEMO_RATIO = 0.4
 DEMO_STEPS = 40
 DEMO_PERCENT = round(100 * DEMO_RATIO)
 
@@ -346,7 +349,9 @@ def run_demo(args: argparse.Namespace) -> int:
         "memory it needs without a budget (the peak of two unbounded steps, measured "
         "first).\n"
     )
-    config = TrainConfig(DEMO_MODEL, steps=DEMO_STEPS, ratio=DEMO_RATIO, record_events=True)
+    config = TrainConfig(
+        DEMO_MODEL, steps=DEMO_STEPS, ratio=DEMO_RATIO, cost="flops", record_events=True
+    )
     result = train(config, progress=progress_bar(DEMO_STEPS, True), on_loss=show_loss)
     print(summary_table(result))
     print()
