@@ -22,7 +22,7 @@ from minidtr.runtime import BudgetError
 from minidtr.training import TrainConfig, measure_peak, train
 
 RATIOS = (1.0, 0.5, 0.3, 0.2)
-SEARCH = (0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05)
+SEARCH = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05)
 
 
 def run(model: str, ratio: float | None, peak: int, args) -> dict:
