@@ -217,13 +217,13 @@ def _as_constant(g: Tensor) -> Tensor:
 
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
-    """``leaf.grad += g`` (``g`` already a constant), stored as a constant."""
+    """``leaf.grad += g``, stored as a constant (``g`` usually is one already)."""
     from . import ops
 
     if leaf.grad is not None:
         with no_grad():
-            g = _as_constant(ops.add(leaf.grad, g))
-    leaf.grad = g
+            g = ops.add(leaf.grad, g)
+    leaf.grad = _as_constant(g)
 
 
 def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:
