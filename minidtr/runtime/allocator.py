@@ -18,7 +18,8 @@ import math
 import random
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .. import backend
@@ -78,6 +79,8 @@ class Allocator(Eviction, Lifetime):
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
         self._sampler = random.Random(0)
         self._dead_remats: list[Storage] = []
+        self._dying: list[Storage] = []  # dead storages waiting for their orphans' rebuild
+        self._busy = False  # inside an op or a rematerialization: deaths are queued
         self.runtimes: list[Runtime] = []
         self._snapshots: list[Stats] = []
         self.push(default or Runtime(device=device or "cpu"))
@@ -177,8 +180,10 @@ class Allocator(Eviction, Lifetime):
         running statistics), so no chain of recipes grows from step to step.
         """
         recipe = Recipe(op, inputs, device)
-        locked = self._lock(recipe.parents)
+        was_busy, self._busy = self._busy, True
+        locked: list[Storage] = []
         try:
+            locked = self._lock(recipe.parents)
             arrays = [self._array(cell) for cell in inputs]
             if op.is_view:
                 results = self._run(recipe, arrays, metas)
@@ -239,8 +244,15 @@ class Allocator(Eviction, Lifetime):
                 self.observer.on_compute(recipe, cells)
             return cells
         finally:
-            self._unlock(locked)
-            self._free_dead_remats()
+            self._done(locked, was_busy)
+
+    def _done(self, locked: list[Storage], was_busy: bool) -> None:
+        """The end of an access: unlock, free what only it needed, evict what died meanwhile."""
+        self._unlock(locked)
+        self._free_dead_remats()
+        self._busy = was_busy
+        if self._dying:
+            self._settle_dying()
 
     def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
         """Execute a new recipe's kernel, measuring or estimating its cost."""
@@ -281,14 +293,26 @@ class Allocator(Eviction, Lifetime):
 
     def read(self, cell: Cell):
         """The array of ``cell``, rematerializing its storage first if it was evicted."""
-        locked = self._lock([cell.storage])
+        was_busy, self._busy = self._busy, True
+        locked: list[Storage] = []
         try:
+            locked = self._lock([cell.storage])
             if self.observer is not None:
                 self.observer.on_read(cell)
             return self._array(cell)
         finally:
-            self._unlock(locked)
-            self._free_dead_remats()
+            self._done(locked, was_busy)
+
+    @contextmanager
+    def holding(self, storage: Storage) -> Iterator[None]:
+        """Keep ``storage`` resident and locked for the body (rematerializing it first)."""
+        was_busy, self._busy = self._busy, True
+        locked: list[Storage] = []
+        try:
+            locked = self._lock([storage])
+            yield
+        finally:
+            self._done(locked, was_busy)
 
     def _array(self, cell: Cell):
         """The array of a cell whose storage is resident: the buffer, or a view of it."""

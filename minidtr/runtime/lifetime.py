@@ -5,10 +5,24 @@ storage's external references are its live Tensor handles; when the last one
 dies, the active runtime's policy applies: ``eager`` evicts it at once (its
 recipe stays while an evicted child may need it), ``banish`` frees it for good
 and turns its children into constants, ``ignore`` leaves it to the heuristic.
+
+Eager eviction has one trap, which ``rebuild_orphans`` closes. When a dead
+storage has an evicted child that is still referenced (an *orphan*: typically
+a gradient waiting for the rest of its sum, or a recurrent state), evicting the
+parent makes the child's rebuild need the parent's rebuild, and so on up the
+chain of dead values. The heuristic evicted the child when its parent was
+resident and cheap to reach; that cost is stale the moment the parent goes.
+Left alone, such orphans become the ends of long chains whose rebuild replays
+much of the network. So the orphans are rebuilt first, while the parent is
+still resident (one op each); the heuristic can evict them again, scored with
+what they cost now. Deaths that happen while the allocator is busy (an op, a
+rematerialization, a garbage-collector pass inside either) wait in a queue
+until it is done.
 """
 
 from __future__ import annotations
 
+from .runtime import BudgetError, ThrashError
 from .storage import Cell, Storage
 
 
@@ -38,8 +52,49 @@ class Lifetime:
             return
         if policy == "banish" and self._banish(storage):
             return
-        if storage.buffer is not None and storage.evictable:
+        if storage.buffer is None or not storage.evictable:
+            return
+        if self.budget is not None and self.runtime.rebuild_orphans and orphans_of(storage):
+            self._dying.append(storage)
+            self._settle_dying()
+        else:
             self.evict(storage, reason="dead")
+
+    def _settle_dying(self) -> None:
+        """Evict the queued dead storages, rebuilding each one's orphans first (unless the
+        allocator is busy: then the op in progress calls this when it is done)."""
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            while self._dying:
+                storage = self._dying.pop()
+                if storage.locks:
+                    storage.evict_on_unlock = True
+                    continue
+                if storage.buffer is None or storage.external_refs or not storage.evictable:
+                    continue
+                self._rebuild_orphans(storage)
+                if storage.buffer is not None and not storage.external_refs:
+                    self.evict(storage, reason="dead")
+        finally:
+            self._busy = False
+
+    def _rebuild_orphans(self, storage: Storage) -> None:
+        """Rematerialize the orphans of a dead, resident storage, holding it resident. An
+        orphan that does not fit in the budget stays evicted: it is not needed yet."""
+        orphans = orphans_of(storage)
+        storage.locks += 1
+        try:
+            self._unlock(self._lock(orphans))
+        except ThrashError:
+            raise
+        except BudgetError:
+            pass
+        finally:
+            storage.locks -= 1
+            self._free_dead_remats()
+        self.stats.orphan_rebuilds += sum(o.buffer is not None for o in orphans)
 
     def _banish(self, storage: Storage) -> bool:
         """Free a dead storage for good; its children lose their way to be recomputed, so
@@ -76,25 +131,23 @@ class Lifetime:
         """Make a storage unevictable (rematerializing it first if it was evicted)."""
         if storage.pinned or storage.producer is None:
             return
-        self._unlock(self._lock([storage]))
-        self._free_dead_remats()
-        storage.pinned = True
-        self.candidates.pop(storage, None)
-        self.pinned_bytes += storage.nbytes
+        with self.holding(storage):
+            storage.pinned = True
+            self.candidates.pop(storage, None)
+            self.pinned_bytes += storage.nbytes
 
     def make_constant(self, storage: Storage) -> None:
         """Drop a storage's recipe (rematerializing it first if needed): it becomes a constant,
         never evicted, and no longer keeps its inputs' metadata alive."""
         if storage.producer is None:
             return
-        self._unlock(self._lock([storage]))
-        self._free_dead_remats()
-        storage.producer = None
-        self.candidates.pop(storage, None)
-        if storage.pinned:
-            storage.pinned = False
-            self.pinned_bytes -= storage.nbytes
-        self.constant_bytes += storage.nbytes
+        with self.holding(storage):
+            storage.producer = None
+            self.candidates.pop(storage, None)
+            if storage.pinned:
+                storage.pinned = False
+                self.pinned_bytes -= storage.nbytes
+            self.constant_bytes += storage.nbytes
         if self.observer is not None:
             self.observer.on_make_constant(storage)
 
@@ -136,3 +189,12 @@ class Lifetime:
                 and storage.evictable
             ):
                 self.evict(storage, reason="dead")
+
+
+def orphans_of(storage: Storage) -> list[Storage]:
+    """Evicted children of ``storage`` that are still referenced (see the module docstring)."""
+    return [
+        c
+        for c in storage.live_children()
+        if c.buffer is None and not c.banished and c.external_refs > 0 and c.producer is not None
+    ]

@@ -67,6 +67,7 @@ class Stats:
     remats: int = 0
     banished: int = 0
     dead_evictions: int = 0
+    orphan_rebuilds: int = 0
     compute_cost: float = 0.0
     remat_cost: float = 0.0
     peak_memory: int = 0
@@ -82,6 +83,7 @@ class Stats:
             "remats",
             "banished",
             "dead_evictions",
+            "orphan_rebuilds",
             "compute_cost",
             "remat_cost",
             "search_time",
@@ -108,6 +110,7 @@ class Runtime:
         seed: int = 0,
         device: str = "cpu",
         max_slowdown: float | None = None,
+        rebuild_orphans: bool = True,
     ):
         """
         budget: bytes, a hard limit on resident bytes; None = unbounded.
@@ -125,6 +128,10 @@ class Runtime:
         seed: seeds the random heuristic and candidate sampling.
         max_slowdown: raise ``ThrashError`` once (compute + remat) / compute passes this
             (after at least 100 rematerializations) instead of thrashing on.
+        rebuild_orphans: under ``eager`` deallocation, before evicting a dead storage,
+            rematerialize its evicted children that are still referenced, so their
+            rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the
+            paper's plain eager eviction.
         """
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 bytes or None, got {budget}")
@@ -143,6 +150,7 @@ class Runtime:
         self.seed = seed
         self.device = device
         self.max_slowdown = max_slowdown
+        self.rebuild_orphans = rebuild_orphans
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if record_events else None
         self.allocator = None
