@@ -41,6 +41,7 @@ class TrainConfig:
     ratio: float | None = None
     heuristic: str = "dtr"
     dealloc: str = "eager"
+    rebuild_orphans: bool = True  # False: the paper's plain eager eviction
     cost: str = "flops"
     record_events: bool = False
     max_slowdown: float | None = None  # stop with ThrashError past this (the paper: 2.0)
@@ -159,6 +160,7 @@ def train(
         budget=budget,
         heuristic=config.heuristic,
         dealloc=config.dealloc,
+        rebuild_orphans=config.rebuild_orphans,
         cost=config.cost,
         record_events=config.record_events,
         seed=config.seed,

@@ -25,14 +25,14 @@ SETTINGS = settings(
 )
 
 
-def check_between_minimal_and_peak(fn, heuristic, dealloc, fraction):
+def check_between_minimal_and_peak(fn, heuristic, dealloc, fraction, rebuild_orphans=True):
     with isolated_allocator():
-        _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction)
+        _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction, rebuild_orphans)
 
 
-def _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction):
+def _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction, rebuild_orphans):
     peak = unbounded_peak(fn, dealloc=dealloc)
-    low = minimal_budget(fn, heuristic, dealloc, peak=peak)
+    low = minimal_budget(fn, heuristic, dealloc, peak=peak, rebuild_orphans=rebuild_orphans)
     budget = int(low + fraction * (peak - low))
     # the minimal feasible budget and a random one above it must both be exact
     for nbytes in sorted({low, budget}):
@@ -42,20 +42,25 @@ def _check_between_minimal_and_peak(fn, heuristic, dealloc, fraction):
             heuristics=[heuristic],
             dealloc=dealloc,
             allow_budget_error=nbytes != low,
+            rebuild_orphans=rebuild_orphans,
         )
 
 
 @SETTINGS
-@given(random_programs(), heuristics(), deallocs(), budget_fractions())
-def test_random_programs_are_bit_identical_under_any_budget(program, heuristic, dealloc, frac):
-    check_between_minimal_and_peak(program, heuristic, dealloc, frac)
+@given(random_programs(), heuristics(), deallocs(), budget_fractions(), st.booleans())
+def test_random_programs_are_bit_identical_under_any_budget(
+    program, heuristic, dealloc, frac, rebuild_orphans
+):
+    check_between_minimal_and_peak(program, heuristic, dealloc, frac, rebuild_orphans)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(training_loops(), heuristics(), deallocs(), budget_fractions())
-def test_training_loops_are_bit_identical_under_any_budget(loop, heuristic, dealloc, frac):
+@given(training_loops(), heuristics(), deallocs(), budget_fractions(), st.booleans())
+def test_training_loops_are_bit_identical_under_any_budget(
+    loop, heuristic, dealloc, frac, rebuild_orphans
+):
     _, fn = loop
-    check_between_minimal_and_peak(fn, heuristic, dealloc, frac)
+    check_between_minimal_and_peak(fn, heuristic, dealloc, frac, rebuild_orphans)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -308,6 +308,43 @@ def test_eager_keeps_metadata_an_evicted_child_needs():
         assert z.numpy()[0] == 2
 
 
+@pytest.mark.parametrize("rebuild", [True, False])
+def test_a_dead_parent_rebuilds_its_orphans_before_it_is_evicted(rebuild):
+    with md.Runtime(budget=10**6, cost=unit_cost, rebuild_orphans=rebuild) as rt:
+        x = fresh(10)
+        a = step(x)
+        b = step(a)
+        p = step(b)
+        t = step(p)
+        ALLOC.evict(t.storage)
+        del a, b  # die with resident children: evicted at once
+        gc.collect()
+        del p  # dies while its evicted child t is still referenced: t is an orphan
+        gc.collect()
+        assert t.storage.resident == rebuild
+        assert not t.storage.producer.parents[0].resident  # p itself was evicted
+        assert t.numpy()[0] == 4
+    # rebuilt from p while p was there (1 op), or later from x through a, b and p (4)
+    assert rt.stats()["remats"] == (1 if rebuild else 4)
+    assert rt.stats()["orphan_remats"] == (1 if rebuild else 0)
+
+
+def test_an_orphan_that_does_not_fit_stays_evicted():
+    with md.Runtime(cost=unit_cost) as rt:
+        x = fresh(10)
+        p = step(x)
+        t = step(p)
+        ALLOC.evict(t.storage)
+        rt.budget = ALLOC.memory  # no room for t while p, locked for its rebuild, stays
+        del p
+        gc.collect()
+        assert not t.storage.resident
+        assert ALLOC.memory == x.storage.nbytes
+        assert rt.stats()["orphan_remats"] == 0
+        rt.budget = None
+        assert t.numpy()[0] == 2
+
+
 def test_ignore_dealloc_leaves_dead_storages_resident_but_evictable():
     with md.Runtime(dealloc="ignore"):
         x = fresh(1000)

@@ -214,6 +214,22 @@ def test_rematerialization_cost_and_slowdown():
     assert result.peak_memory == 40 and result.evictions == 2  # a, then c when released
 
 
+@pytest.mark.parametrize("rebuild", [True, False])
+def test_orphans_are_rebuilt_before_their_dead_parent_goes(rebuild):
+    # x -> a -> b -> p -> t; h(a, b, p) forces t out; then a, b, p die and k reads t
+    ins = [Constant("x", 10)]
+    for src, dst in (("x", "a"), ("a", "b"), ("b", "p"), ("p", "t")):
+        ins.append(Call("f", (src,), (Result(dst, 10),), 1.0))
+    ins += [Call("h", ("a", "b", "p"), (Result("c", 10),), 1.0), Release("c")]
+    ins += [Release("a"), Release("b"), Release("p"), Call("k", ("t",), (Result("d", 10),), 1.0)]
+    trace = sim.make_trace(ins)
+    result = sim.simulate(trace, budget=50, heuristic="lru", rebuild_orphans=rebuild)
+    assert result.status == "ok"
+    # rebuilt from p while p was there, or for k from x through a, b and p
+    assert result.remats == (1 if rebuild else 4)
+    assert result.orphan_remats == (1 if rebuild else 0)
+
+
 def test_views_share_their_base_storage():
     ins = [
         Constant("x", 10),

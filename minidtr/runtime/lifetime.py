@@ -84,6 +84,8 @@ class Lifetime:
         """Rematerialize the orphans of a dead, resident storage, holding it resident. An
         orphan that does not fit in the budget stays evicted: it is not needed yet."""
         orphans = orphans_of(storage)
+        stats = self.stats
+        before = stats.remats
         storage.locks += 1
         try:
             self._unlock(self._lock(orphans))
@@ -94,7 +96,7 @@ class Lifetime:
         finally:
             storage.locks -= 1
             self._free_dead_remats()
-        self.stats.orphan_rebuilds += sum(o.buffer is not None for o in orphans)
+        stats.orphan_remats += stats.remats - before
 
     def _banish(self, storage: Storage) -> bool:
         """Free a dead storage for good; its children lose their way to be recomputed, so

@@ -67,7 +67,7 @@ class Stats:
     remats: int = 0
     banished: int = 0
     dead_evictions: int = 0
-    orphan_rebuilds: int = 0
+    orphan_remats: int = 0
     compute_cost: float = 0.0
     remat_cost: float = 0.0
     peak_memory: int = 0
@@ -83,7 +83,7 @@ class Stats:
             "remats",
             "banished",
             "dead_evictions",
-            "orphan_rebuilds",
+            "orphan_remats",
             "compute_cost",
             "remat_cost",
             "search_time",

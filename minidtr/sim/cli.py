@@ -88,6 +88,12 @@ def sweep_main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
     p.add_argument(
+        "--no-orphan-rebuild",
+        action="store_true",
+        help="plain eager eviction, as the paper's prototype: do not rebuild the evicted, "
+        "still-referenced children of a dead storage before evicting it",
+    )
+    p.add_argument(
         "--thrash",
         type=float,
         default=2.0,
@@ -117,6 +123,7 @@ def sweep_main(argv: Sequence[str]) -> int:
             args.heuristics,
             jobs=args.jobs,
             dealloc=args.dealloc,
+            rebuild_orphans=not args.no_orphan_rebuild,
             thrash=thrash,
             sample=args.sample,
             min_size=args.min_size,

@@ -135,6 +135,7 @@ class SimResult:
     evictions: int  # all evictions, those of dead storages included
     dead_evictions: int
     banished: int
+    orphan_remats: int  # remats made to rebuild orphans of dead storages (lifetime.py)
     peak_memory: int
     ops: int
     instructions_done: int
@@ -169,6 +170,7 @@ class Replayer:
         record_events: bool = False,
         thrash_cost: float = math.inf,
         measure_floors: bool = False,
+        rebuild_orphans: bool = True,
     ):
         self.allocator = Allocator(device=None)
         self.runtime = Runtime(
@@ -180,6 +182,7 @@ class Replayer:
             min_size=min_size,
             seed=seed,
             record_events=record_events,
+            rebuild_orphans=rebuild_orphans,
         )
         self.allocator.push(self.runtime)
         self.cells: dict[str, Cell] = {}
@@ -347,6 +350,7 @@ def simulate(
     seed: int = 0,
     outputs: bool = True,
     record_events: bool = False,
+    rebuild_orphans: bool = True,
 ) -> SimResult:
     """Replay ``trace`` under ``budget`` bytes, or ``ratio`` x the unbounded replay's peak
     (constants included; neither = unbounded).
@@ -356,7 +360,8 @@ def simulate(
     budget cannot be met. With ``outputs`` the names held at the end are made resident
     (the prototype's rule); ``outputs=False`` stops after the last instruction, which is
     what a live run's statistics correspond to. ``record_events`` keeps the runtime's
-    event log in ``result.extra["events"]``.
+    event log in ``result.extra["events"]``. ``rebuild_orphans=False`` is the paper's plain
+    eager eviction (see ``minidtr.runtime.lifetime``).
     """
     bytes_budget = resolve_budget(trace, ratio, budget)
     total = trace.total_compute
@@ -370,6 +375,7 @@ def simulate(
         seed=seed,
         record_events=record_events,
         thrash_cost=limit,
+        rebuild_orphans=rebuild_orphans,
     )
     status, error, done, output_remats = "ok", None, 0, 0
     started = time.perf_counter()
@@ -404,6 +410,7 @@ def simulate(
         evictions=stats.evictions,
         dead_evictions=stats.dead_evictions,
         banished=stats.banished,
+        orphan_remats=stats.orphan_remats,
         peak_memory=stats.peak_memory,
         ops=trace.ops,
         instructions_done=done,

@@ -70,6 +70,7 @@ def assert_remat_equivalent(
     cost: str = "flops",
     allow_budget_error: bool = False,
     device: str = "cpu",
+    rebuild_orphans: bool = True,
 ) -> list[dict]:
     """Assert ``fn`` gives bit-identical results under every budget x heuristic x dealloc.
 
@@ -79,8 +80,8 @@ def assert_remat_equivalent(
     too. Budgets are bytes (int) or ratios of the unbounded peak (float <= 1).
     With ``allow_budget_error``, an infeasible budget may raise ``BudgetError``
     (the runtime is then checked to still give the right answer unbounded).
-    ``device`` selects whose allocator the budgets apply to. Returns one stats dict per
-    budgeted run.
+    ``device`` selects whose allocator the budgets apply to; ``rebuild_orphans`` is passed
+    to each budgeted ``Runtime``. Returns one stats dict per budgeted run.
     """
     deallocs = (dealloc,) if isinstance(dealloc, str) else tuple(dealloc)
     reference_runtime = Runtime(cost=cost, device=device)
@@ -92,11 +93,16 @@ def assert_remat_equivalent(
         for heuristic in heuristics:
             for policy in deallocs:
                 runtime = Runtime(
-                    budget=nbytes, heuristic=heuristic, dealloc=policy, cost=cost, device=device
+                    budget=nbytes,
+                    heuristic=heuristic,
+                    dealloc=policy,
+                    cost=cost,
+                    device=device,
+                    rebuild_orphans=rebuild_orphans,
                 )
                 label = (
                     f"budget={nbytes} ({nbytes / max(peak, 1):.2f} of peak), "
-                    f"heuristic={heuristic}, dealloc={policy}"
+                    f"heuristic={heuristic}, dealloc={policy}, rebuild_orphans={rebuild_orphans}"
                 )
                 try:
                     got = run_under(fn, runtime, grads_of)

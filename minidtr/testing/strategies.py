@@ -91,6 +91,7 @@ def minimal_budget(
     cost: str = "flops",
     peak: int | None = None,
     max_slowdown: float = 20.0,
+    rebuild_orphans: bool = True,
 ) -> int:
     """The smallest budget (bytes, to 1% of the peak) under which ``fn`` runs without
     thrashing past ``max_slowdown``, by bisection."""
@@ -106,6 +107,7 @@ def minimal_budget(
                 dealloc=dealloc,
                 cost=cost,
                 max_slowdown=max_slowdown,
+                rebuild_orphans=rebuild_orphans,
             )
             run_under(fn, runtime)
             hi = mid
