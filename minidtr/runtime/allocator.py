@@ -293,15 +293,10 @@ class Allocator(Eviction, Lifetime):
 
     def read(self, cell: Cell):
         """The array of ``cell``, rematerializing its storage first if it was evicted."""
-        was_busy, self._busy = self._busy, True
-        locked: list[Storage] = []
-        try:
-            locked = self._lock([cell.storage])
+        with self.holding(cell.storage):
             if self.observer is not None:
                 self.observer.on_read(cell)
             return self._array(cell)
-        finally:
-            self._done(locked, was_busy)
 
     @contextmanager
     def holding(self, storage: Storage) -> Iterator[None]:
