@@ -2,35 +2,33 @@
 and DTR against the optimal schedule.
 
 Each (trace, ratio, heuristic) replay is independent, so a sweep farms them out
-to a process pool; the traces (with their unbounded baseline already measured)
-are sent to each worker once.
+(``minidtr.sim.parallel``: a local process pool by default, or a Dask cluster);
+the traces (with their unbounded baseline already measured) travel to each
+worker once.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 import math
-import multiprocessing
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any
 
+from . import parallel
 from .simulator import SimResult, simulate
 from .trace import Trace
 
 DEFAULT_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 DEFAULT_HEURISTICS = ("dtr", "dtr_eq", "dtr_local", "msps", "lru", "size", "random")
 
-_TRACES: list[Trace] = []
 
-
-def _init(traces: list[Trace]) -> None:
-    global _TRACES
-    _TRACES = traces
-
-
-def _run(task: tuple) -> SimResult:
-    index, ratio, heuristic, options = task
-    return simulate(_TRACES[index], ratio=ratio, heuristic=heuristic, **options)
+def _replay(trace: Trace, ratio: float, heuristic: str, options: dict) -> SimResult:
+    return simulate(trace, ratio=ratio, heuristic=heuristic, **options)
 
 
 def sweep(
@@ -38,24 +36,136 @@ def sweep(
     ratios: Sequence[float] = DEFAULT_RATIOS,
     heuristics: Sequence[str] = DEFAULT_HEURISTICS,
     jobs: int | None = None,
+    *,
+    client: Any = None,
+    executor: Executor | None = None,
+    csv_path: str | os.PathLike | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    on_result: Callable[[SimResult], None] | None = None,
     **options,
 ) -> list[SimResult]:
-    """Replay every trace at every ratio with every heuristic; ``jobs`` processes (default:
-    all cores; 1 runs here). ``options`` go to ``simulate`` (dealloc, thrash, ...).
-    Results come back in (trace, heuristic, ratio) order."""
+    """Replay every trace at every ratio with every heuristic; results come back in
+    (trace, heuristic, ratio) order. ``options`` go to ``simulate`` (dealloc, thrash, ...).
+
+    Where the replays run (``minidtr.sim.parallel``): ``jobs`` local processes (default:
+    all cores; 1 runs here), or a Dask ``client``, or any ``executor``. With ``csv_path``
+    each result is appended to that CSV as it arrives, so an interrupted sweep loses
+    nothing finished; ``resume`` then reuses the rows already there (written with the
+    same options) and replays only the missing points. ``progress`` shows a bar (tqdm
+    when installed); ``on_result`` is called with each new result as it arrives.
+    """
     traces = list(traces)
-    for trace in traces:
-        trace.baseline()  # measured once, here, and shipped with the trace
-    tasks = [
-        (i, ratio, h, options) for i in range(len(traces)) for h in heuristics for ratio in ratios
-    ]
-    jobs = min(jobs or os.cpu_count() or 1, len(tasks))
-    if jobs <= 1:
-        _init(traces)
-        return [_run(task) for task in tasks]
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with context.Pool(jobs, initializer=_init, initargs=(traces,)) as pool:
-        return pool.map(_run, tasks, chunksize=1)
+    keys = [(i, h, ratio) for i in range(len(traces)) for h in heuristics for ratio in ratios]
+    stamp = _options_stamp(options)
+    done: dict[tuple, SimResult] = {}
+    if resume and csv_path is not None and os.path.exists(csv_path):
+        names = {trace.name: i for i, trace in enumerate(traces)}
+        for result in read_csv(csv_path, stamp):
+            key = (names.get(result.trace), result.heuristic, result.ratio)
+            if key[0] is not None:
+                done[key] = result
+    pending = [key for key in keys if key not in done]
+    for i in sorted({key[0] for key in pending}):
+        traces[i].baseline()  # measured once, here, and shipped with the trace
+    tasks = [(i, (ratio, h, options)) for i, h, ratio in pending]
+    log = _CsvLog(csv_path, stamp, append=resume) if csv_path is not None else None
+    bar = _progress(len(keys), len(done)) if progress else None
+    try:
+        for n, result in parallel.run(
+            _replay, traces, tasks, jobs=jobs, client=client, executor=executor
+        ):
+            done[pending[n]] = result
+            if log is not None:
+                log.write(result)
+            if bar is not None:
+                bar.update(1)
+            if on_result is not None:
+                on_result(result)
+    finally:
+        if log is not None:
+            log.close()
+        if bar is not None:
+            bar.close()
+    return [done[key] for key in keys]
+
+
+def _options_stamp(options: dict) -> str:
+    """The simulate options as a stable string, stored with every CSV row so that
+    ``resume`` never mixes results of different settings."""
+    return json.dumps(options, sort_keys=True, default=str)
+
+
+class _CsvLog:
+    """Appends one row per result and flushes it, so the file is whole after any stop."""
+
+    def __init__(self, path, stamp: str, append: bool):
+        fresh = not (append and os.path.exists(path) and os.path.getsize(path) > 0)
+        self.file = open(path, "w" if fresh else "a", newline="")  # noqa: SIM115
+        self.writer = csv.DictWriter(self.file, fieldnames=[*CSV_FIELDS, "options"])
+        self.stamp = stamp
+        if fresh:
+            self.writer.writeheader()
+            self.file.flush()
+
+    def write(self, result: SimResult) -> None:
+        row = {name: getattr(result, name) for name in CSV_FIELDS}
+        self.writer.writerow({**row, "options": self.stamp})
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+CSV_FIELDS = tuple(f.name for f in dataclasses.fields(SimResult) if f.name != "extra")
+
+
+def read_csv(path: str | os.PathLike, stamp: str | None = None) -> list[SimResult]:
+    """The results in a sweep's CSV (those written with options ``stamp``, if given)."""
+    types = {f.name: f.type for f in dataclasses.fields(SimResult)}
+    results = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if stamp is not None and row.get("options") != stamp:
+                raise ValueError(
+                    f"{path} holds results of other simulate options "
+                    f"({row.get('options')}, now {stamp}); write to a new file"
+                )
+            values = {}
+            for name in CSV_FIELDS:
+                text, kind = row.get(name), types[name]
+                if text is None or (text == "" and "None" in kind):
+                    values[name] = None
+                elif kind.startswith("int"):
+                    values[name] = int(text)
+                elif kind.startswith("float"):
+                    values[name] = float(text)
+                else:
+                    values[name] = text
+            results.append(SimResult(**values))
+    return results
+
+
+def _progress(total: int, initial: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the plain counter below
+        return _Counter(total, initial)
+    return tqdm(total=total, initial=initial, unit="replay", file=sys.stderr, leave=False)
+
+
+class _Counter:
+    """A one-line progress counter on stderr, for when tqdm is not installed."""
+
+    def __init__(self, total: int, initial: int):
+        self.total, self.count = total, initial
+
+    def update(self, n: int) -> None:
+        self.count += n
+        print(f"\r{self.count}/{self.total} replays", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        print(file=sys.stderr)
 
 
 def cell(result: SimResult) -> str:
@@ -147,40 +257,77 @@ def compare_with_optimal(
     ratios: Sequence[float],
     heuristics: Sequence[str] = ("dtr",),
     time_limit: float = 60.0,
+    jobs: int | None = 1,
+    *,
+    client: Any = None,
+    executor: Executor | None = None,
 ) -> list[dict]:
     """At each budget ratio: each heuristic's slowdown, the optimal schedule's (the best
     found, its proven lower bound and gap, the solver time) and their ratio. Slowdowns
-    are (the trace's compute + recomputation) / the trace's compute for both."""
+    are (the trace's compute + recomputation) / the trace's compute for both. Each
+    ratio is one task for ``minidtr.sim.parallel`` (``jobs``, ``client``, ``executor``
+    as in ``sweep``); rows come back in ratio order."""
+    return optimal_rows([trace], ratios, heuristics, time_limit, jobs, client, executor)
+
+
+def optimal_rows(
+    traces: Sequence[Trace],
+    ratios: Sequence[float],
+    heuristics: Sequence[str] = ("dtr",),
+    time_limit: float = 60.0,
+    jobs: int | None = None,
+    client: Any = None,
+    executor: Executor | None = None,
+    progress: bool = False,
+) -> list[dict]:
+    """``compare_with_optimal`` for several traces at once, every (trace, ratio) a task."""
+    traces = list(traces)
+    for trace in traces:
+        trace.baseline()
+    options = (tuple(heuristics), time_limit)
+    tasks = [(i, (ratio, *options)) for i in range(len(traces)) for ratio in ratios]
+    rows: list[dict | None] = [None] * len(tasks)
+    bar = _progress(len(tasks), 0) if progress else None
+    try:
+        for n, row in parallel.run(
+            _optimal_row, traces, tasks, jobs=jobs, client=client, executor=executor
+        ):
+            rows[n] = row
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return rows
+
+
+def _optimal_row(trace: Trace, ratio: float, heuristics: Sequence[str], time_limit: float) -> dict:
     from .checkmate import solve_optimal
     from .graph import graph_from_trace
 
     graph = graph_from_trace(trace)
     total = trace.total_compute
-    peak = trace.baseline().peak_memory
-    rows = []
-    for ratio in ratios:
-        budget = int(ratio * peak)
-        opt = solve_optimal(graph, budget, time_limit=time_limit)
-        upper = 1 + (opt.cost - graph.compute) / total if opt.found else math.nan
-        lower = 1 + (opt.bound - graph.compute) / total if math.isfinite(opt.bound) else math.nan
-        row = {
-            "trace": trace.name,
-            "nodes": len(graph),
-            "ratio": ratio,
-            "budget": budget,
-            "opt_status": opt.status,
-            "opt_slowdown": upper,
-            "opt_lower": lower,
-            "gap": opt.gap,
-            "solve_time": opt.solve_time,
-            "opt_source": opt.source,
-        }
-        for h in heuristics:
-            result = simulate(trace, budget=budget, heuristic=h, thrash=None)
-            row[h] = result.slowdown if result.status == "ok" else math.nan
-            row[f"{h}/opt"] = row[h] / upper if opt.found else math.nan
-        rows.append(row)
-    return rows
+    budget = int(ratio * trace.baseline().peak_memory)
+    opt = solve_optimal(graph, budget, time_limit=time_limit)
+    upper = 1 + (opt.cost - graph.compute) / total if opt.found else math.nan
+    lower = 1 + (opt.bound - graph.compute) / total if math.isfinite(opt.bound) else math.nan
+    row = {
+        "trace": trace.name,
+        "nodes": len(graph),
+        "ratio": ratio,
+        "budget": budget,
+        "opt_status": opt.status,
+        "opt_slowdown": upper,
+        "opt_lower": lower,
+        "gap": opt.gap,
+        "solve_time": opt.solve_time,
+        "opt_source": opt.source,
+    }
+    for h in heuristics:
+        result = simulate(trace, budget=budget, heuristic=h, thrash=None)
+        row[h] = result.slowdown if result.status == "ok" else math.nan
+        row[f"{h}/opt"] = row[h] / upper if opt.found else math.nan
+    return row
 
 
 def format_rows(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:

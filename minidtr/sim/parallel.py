@@ -1,0 +1,126 @@
+"""Where a sweep's tasks run: here, a local process pool, any ``concurrent.futures``
+executor, or a Dask cluster. One seam, used by ``sweep`` and ``compare_with_optimal``.
+
+A task is ``fn(trace, *args)``. The traces are the large part of every task, so
+each backend ships them as few times as it can:
+
+- ``jobs=1``: in this process, in order.
+- the default, a local pool of ``jobs`` processes (all cores): each worker gets the
+  traces once, when it starts.
+- ``client=`` a ``dask.distributed.Client``: the traces are scattered to every worker
+  once (``broadcast``); a task names its trace by that handle. A worker that dies
+  costs only the tasks it was running: the scheduler runs them again elsewhere, and
+  each task may also be retried (``retries``) if it raises.
+- ``executor=`` any other ``concurrent.futures.Executor``: each task carries its
+  trace (the generic interface has no way to share data between tasks).
+
+``run`` yields ``(task index, result)`` as tasks finish, in whatever order, so
+callers can write results as they come and a progress bar can follow them. On an
+interrupt (Ctrl-C) or an error, the tasks not yet started are cancelled.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from typing import Any
+
+Task = tuple[int, tuple]  # (trace index, further arguments of fn)
+
+_TRACES: list[Any] = []
+
+
+def _init_worker(traces: list[Any]) -> None:
+    """Runs once in each local pool worker. The parent handles Ctrl-C for the whole
+    sweep, so workers ignore it rather than each printing a traceback."""
+    global _TRACES
+    _TRACES = traces
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _call_with_shared(fn: Callable, index: int, args: tuple) -> Any:
+    return fn(_TRACES[index], *args)
+
+
+def run(
+    fn: Callable[..., Any],
+    traces: Sequence[Any],
+    tasks: Sequence[Task],
+    *,
+    jobs: int | None = None,
+    client: Any = None,
+    executor: Executor | None = None,
+    retries: int = 1,
+) -> Iterator[tuple[int, Any]]:
+    """Run ``fn(traces[i], *args)`` for every ``(i, args)`` in ``tasks``; yield
+    ``(position in tasks, result)`` as each finishes. ``fn`` must be importable
+    (a module-level function) for every backend but ``jobs=1``."""
+    if client is not None and executor is not None:
+        raise ValueError("give either client= (Dask) or executor=, not both")
+    if not tasks:
+        return
+    if client is not None:
+        yield from _run_dask(fn, traces, tasks, client, retries)
+    elif executor is not None:
+        futures = {executor.submit(fn, traces[i], *args): n for n, (i, args) in enumerate(tasks)}
+        yield from _drain(futures)
+    else:
+        jobs = min(jobs or os.cpu_count() or 1, len(tasks))
+        if jobs <= 1:
+            for n, (i, args) in enumerate(tasks):
+                yield n, fn(traces[i], *args)
+            return
+        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        pool = ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_init_worker, initargs=(list(traces),)
+        )
+        try:
+            futures = {
+                pool.submit(_call_with_shared, fn, i, args): n for n, (i, args) in enumerate(tasks)
+            }
+            yield from _drain(futures)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _drain(futures: dict) -> Iterator[tuple[int, Any]]:
+    try:
+        for future in as_completed(futures):
+            yield futures.pop(future), future.result()
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def _run_dask(fn, traces, tasks, client, retries) -> Iterator[tuple[int, Any]]:
+    from distributed import as_completed as dask_completed
+
+    handles = client.scatter(list(traces), broadcast=True)
+    futures = {}
+    for n, (i, args) in enumerate(tasks):
+        future = client.submit(fn, handles[i], *args, retries=retries, pure=False)
+        futures[future] = n
+    completed = dask_completed(list(futures))
+    try:
+        for future in completed:
+            n = futures.pop(future)
+            result = future.result()
+            future.release()  # the result is here now: a lost worker must not recompute it
+            yield n, result
+    finally:
+        if futures:
+            client.cancel(list(futures))
+        futures.clear()
+        del handles
+
+
+def connect(address: str) -> Any:
+    """A Dask client for a running scheduler (``dask scheduler`` / ``dask worker``)."""
+    try:
+        from distributed import Client
+    except ImportError as e:
+        raise ImportError("running on a cluster needs Dask: pip install 'minidtr[dask]'") from e
+    return Client(address, timeout="10s")
