@@ -10,6 +10,7 @@ minidtr sim adversary [--budget 8 --n ...]  Theorem 3.2's adversarial family
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from collections.abc import Sequence
@@ -107,30 +108,50 @@ def sweep_main(argv: Sequence[str]) -> int:
         default=0.0,
         help="skip candidates smaller than this fraction of the mean size",
     )
-    p.add_argument("--csv", metavar="FILE", help="write every result as a CSV row")
+    p.add_argument("--csv", metavar="FILE", help="append every result to this CSV as it finishes")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the results already in --csv FILE and replay only the missing points",
+    )
+    _add_cluster_option(p)
     p.add_argument("--plot", metavar="FILE", help="slowdown vs budget ratio (PNG, matplotlib)")
     args = p.parse_args(argv)
+    if args.resume and not args.csv:
+        p.error("--resume needs --csv FILE (the sweep's results so far)")
     traces = _load(args.logs)
     if traces is None:
         return 1
-    from .sweep import plot, sweep, table, write_csv
+    from .sweep import plot, sweep, table
 
     thrash = args.thrash if args.thrash > 0 else math.inf
+    finished: list = []
     try:
-        results = sweep(
-            traces,
-            args.ratios,
-            args.heuristics,
-            jobs=args.jobs,
-            dealloc=args.dealloc,
-            rebuild_orphans=not args.no_orphan_rebuild,
-            thrash=thrash,
-            sample=args.sample,
-            min_size=args.min_size,
-        )
+        with _cluster(args.scheduler) as client:
+            results = sweep(
+                traces,
+                args.ratios,
+                args.heuristics,
+                jobs=args.jobs,
+                client=client,
+                csv_path=args.csv,
+                resume=args.resume,
+                progress=sys.stderr.isatty(),
+                on_result=finished.append,
+                dealloc=args.dealloc,
+                rebuild_orphans=not args.no_orphan_rebuild,
+                thrash=thrash,
+                sample=args.sample,
+                min_size=args.min_size,
+            )
     except ValueError as e:
         print(f"minidtr sim: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = f"; they are in {args.csv}: rerun with --resume to finish" if args.csv else ""
+        done = len(finished)
+        print(f"\nminidtr sim: interrupted after {done} new replays{where}", file=sys.stderr)
+        return 130
     print(table(results))
     replay = sum(r.replay_time for r in results)
     ops = sum(r.instructions_done for r in results)
@@ -139,7 +160,6 @@ def sweep_main(argv: Sequence[str]) -> int:
         f"({ops / replay if replay else math.inf:,.0f} instructions/s)"
     )
     if args.csv:
-        write_csv(results, args.csv)
         print(f"CSV: {args.csv}")
     if args.plot:
         plot(results, traces, args.plot, thrash)
@@ -178,16 +198,29 @@ def optimal_main(argv: Sequence[str]) -> int:
     p.add_argument("--ratios", type=floats, default=[0.9, 0.8, 0.7, 0.6, 0.5])
     p.add_argument("--heuristics", type=names, default=["dtr"])
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per budget")
+    p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    _add_cluster_option(p)
     p.add_argument("--csv", metavar="FILE")
     args = p.parse_args(argv)
     traces = _load(args.logs)
     if traces is None:
         return 1
-    from .sweep import compare_with_optimal, format_rows
+    from .sweep import format_rows, optimal_rows
 
-    rows = []
-    for trace in traces:
-        rows += compare_with_optimal(trace, args.ratios, args.heuristics, args.time_limit)
+    try:
+        with _cluster(args.scheduler) as client:
+            rows = optimal_rows(
+                traces,
+                args.ratios,
+                args.heuristics,
+                args.time_limit,
+                jobs=args.jobs,
+                client=client,
+                progress=sys.stderr.isatty(),
+            )
+    except KeyboardInterrupt:
+        print("\nminidtr sim optimal: interrupted", file=sys.stderr)
+        return 130
     columns = [
         "trace",
         "nodes",
@@ -253,6 +286,33 @@ def adversary_main(argv: Sequence[str]) -> int:
     if args.csv:
         _write_dicts(rows, args.csv)
     return 0
+
+
+def _add_cluster_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the replays on a Dask cluster (e.g. tcp://host:8786; "
+        "pip install 'minidtr[dask]') instead of local processes",
+    )
+
+
+@contextlib.contextmanager
+def _cluster(address: str | None):
+    """A Dask client for ``address`` for the body, or None (local processes)."""
+    if address is None:
+        yield None
+        return
+    from .parallel import connect
+
+    try:
+        client = connect(address)
+    except ImportError as e:
+        raise ValueError(str(e)) from None
+    except OSError as e:
+        raise ValueError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+    with client:
+        yield client
 
 
 def _write_dicts(rows: list[dict], path: str) -> None:

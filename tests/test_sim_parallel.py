@@ -1,0 +1,167 @@
+"""Where sweeps run (``minidtr.sim.parallel``): a local pool, any executor, a Dask cluster;
+results streamed into a CSV that an interrupted sweep resumes from."""
+
+import csv
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from minidtr.sim.cli import main
+from minidtr.sim.experiments import chain_trace
+from minidtr.sim.sweep import compare_with_optimal, read_csv, sweep
+from minidtr.sim.trace import write_log
+
+RATIOS = [1.0, 0.5, 0.3, 0.2, 0.1]
+HEURISTICS = ["dtr", "lru", "msps"]
+
+
+def cells(results):
+    """What a replay decides, without its timings."""
+    return [
+        (r.trace, r.heuristic, r.ratio, r.status, r.remats, r.remat_cost, r.evictions)
+        for r in results
+    ]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return [chain_trace(40), chain_trace(60)]
+
+
+@pytest.fixture(scope="module")
+def reference(traces):
+    return sweep(traces, RATIOS, HEURISTICS, jobs=1)
+
+
+def test_any_executor_gives_the_serial_results(traces, reference):
+    with ThreadPoolExecutor(2) as executor:
+        results = sweep(traces, RATIOS, HEURISTICS, executor=executor)
+    assert cells(results) == cells(reference)
+
+
+def test_an_interrupted_sweep_resumes_from_its_csv(traces, reference, tmp_path):
+    path = tmp_path / "sweep.csv"
+    seen = []
+
+    def interrupt_after_four(result):
+        seen.append(result)
+        if len(seen) == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(traces, RATIOS, HEURISTICS, jobs=1, csv_path=path, on_result=interrupt_after_four)
+    assert len(read_csv(path)) == 4  # each result was on disk as soon as it came
+
+    rerun = []
+    results = sweep(
+        traces, RATIOS, HEURISTICS, jobs=2, csv_path=path, resume=True, on_result=rerun.append
+    )
+    assert len(rerun) == len(reference) - 4  # only the missing points ran
+    assert cells(results) == cells(reference)
+    assert sorted(cells(read_csv(path))) == sorted(cells(reference))  # in finishing order
+
+
+def test_resume_refuses_results_of_other_options(traces, tmp_path):
+    path = tmp_path / "sweep.csv"
+    sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path, thrash=2.0)
+    with pytest.raises(ValueError, match="other simulate options"):
+        sweep(traces[:1], [0.5, 0.3], ["dtr"], jobs=1, csv_path=path, resume=True, thrash=3.0)
+
+
+def test_optimal_rows_through_the_pool():
+    trace = chain_trace(8)
+    serial = compare_with_optimal(trace, [1.0, 0.5], ["dtr"], time_limit=20)
+    pooled = compare_with_optimal(trace, [1.0, 0.5], ["dtr"], time_limit=20, jobs=2)
+    assert [(r["ratio"], r["dtr"], r["opt_slowdown"]) for r in serial] == [
+        (r["ratio"], r["dtr"], r["opt_slowdown"]) for r in pooled
+    ]
+
+
+def test_cli_resume_needs_a_csv(tmp_path, capsys):
+    write_log(chain_trace(10), tmp_path / "c.log")
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "c.log"), "--resume"])
+    assert stop.value.code == 2
+    assert "--resume needs --csv" in capsys.readouterr().err
+
+
+def test_cli_sweep_csv_and_resume(tmp_path, capsys):
+    log = tmp_path / "c.log"
+    write_log(chain_trace(20), log)
+    out = tmp_path / "s.csv"
+    argv = [str(log), "--ratios", "0.5,0.3", "--heuristics", "dtr", "--jobs", "1"]
+    assert main([*argv, "--csv", str(out)]) == 0
+    first = read_csv(out)
+    assert main([*argv, "--ratios", "0.5,0.3,0.2", "--csv", str(out), "--resume"]) == 0
+    assert [r.ratio for r in read_csv(out)] == [0.5, 0.3, 0.2]
+    assert cells(read_csv(out)[:2]) == cells(first)
+    resumed = capsys.readouterr().out.split("CSV:")[1]
+    assert "0.5     0.3     0.2" in resumed  # the table holds the old points and the new one
+
+
+def test_ctrl_c_leaves_a_csv_to_resume(tmp_path):
+    """SIGINT in the middle of a sweep: one line, exit 130, finished rows kept."""
+    log = tmp_path / "c.log"
+    write_log(chain_trace(400), log)
+    out = tmp_path / "s.csv"
+    ratios = ",".join(str(r / 100) for r in range(100, 4, -3))
+    argv = [sys.executable, "-m", "minidtr", "sim", str(log), "--ratios", ratios]
+    argv += ["--heuristics", "dtr,lru,msps,dtr_eq", "--thrash", "0", "--csv", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and len(out.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "rerun with --resume" in err
+    kept = len(read_csv(out))
+    assert kept >= 2
+    with open(out) as f:
+        assert len(list(csv.DictReader(f))) == kept  # no half-written row
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+def test_a_dask_cluster_gives_the_local_results(cluster, traces, reference):
+    results = sweep(traces, RATIOS, HEURISTICS, client=cluster)
+    assert cells(results) == cells(reference)
+
+
+def test_a_worker_killed_mid_sweep_costs_only_its_tasks(cluster, traces, reference):
+    pids = cluster.run(os.getpid)
+    victim = next(iter(pids.values()))
+    killed = []
+
+    def kill_one_worker(result):
+        if not killed:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    results = sweep(traces, RATIOS, HEURISTICS, client=cluster, on_result=kill_one_worker)
+    assert killed
+    assert cells(results) == cells(reference)
+    cluster.wait_for_workers(2, timeout=60)  # the nanny brought it back
