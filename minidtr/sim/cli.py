@@ -1,6 +1,7 @@
 """``minidtr sim``: replay traces, sweep budgets and heuristics, and run the experiments.
 
-minidtr sim LOG... [--ratios 1,0.9,...] [--heuristics dtr,dtr_eq,...] [--csv F] [--plot F]
+minidtr sim LOG... [--ratios 1,0.9,...] [--heuristics dtr,dtr_eq,...] [--csv F [--resume]]
+                   [--plot F] [--jobs N | --scheduler ADDRESS]
 minidtr sim info LOG...                     what a trace holds, its peak and floors
 minidtr sim optimal LOG [--ratios ...]      DTR against the optimal schedule (MILP)
 minidtr sim sqrt-n [--n 100,400,1600]       Theorem 3.1's chain table
