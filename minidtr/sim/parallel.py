@@ -97,24 +97,43 @@ def _drain(futures: dict) -> Iterator[tuple[int, Any]]:
 
 def _run_dask(fn, traces, tasks, client, retries) -> Iterator[tuple[int, Any]]:
     from distributed import as_completed as dask_completed
+    from distributed.client import FutureCancelledError
 
-    handles = client.scatter(list(traces), broadcast=True)
-    futures = {}
-    for n, (i, args) in enumerate(tasks):
-        future = client.submit(fn, handles[i], *args, retries=retries, pure=False)
-        futures[future] = n
+    # hash=False: fresh keys, never shared with (and released by) an earlier sweep
+    handles = client.scatter(list(traces), broadcast=True, hash=False)
+
+    def submit(n: int):
+        i, args = tasks[n]
+        return client.submit(fn, handles[i], *args, retries=retries, pure=False)
+
+    futures = {submit(n): n for n in range(len(tasks))}
+    lost = dict.fromkeys(range(len(tasks)), 0)
     completed = dask_completed(list(futures))
     try:
         for future in completed:
             n = futures.pop(future)
-            result = future.result()
+            try:
+                result = future.result()
+            except FutureCancelledError:
+                # a worker died holding its result, or the only copy of its trace that the
+                # scheduler knew of: send the trace again where needed and run it again
+                if lost[n] >= retries + 2:
+                    raise
+                lost[n] += 1
+                i = tasks[n][0]
+                if handles[i].status != "finished":
+                    handles[i] = client.scatter(traces[i], broadcast=True, hash=False)
+                again = submit(n)
+                futures[again] = n
+                completed.add(again)
+                continue
             future.release()  # the result is here now: a lost worker must not recompute it
             yield n, result
     finally:
         if futures:
             client.cancel(list(futures))
         futures.clear()
-        del handles
+        handles.clear()
 
 
 def connect(address: str) -> Any:
