@@ -1,10 +1,12 @@
 """Convolution and pooling over NCHW images: conv2d, max/avg pooling, global average pooling,
 nearest upsampling.
 
-Windows are read with ``as_strided`` (a view of shape (N, C, OH, OW, KH, KW));
-conv2d turns them into columns (im2col) and multiplies by the flattened
-weight, so the only Python loops are over kernel positions, in the col2im of
-the input gradients. The gradient kernels are ops of their own (not
+Windows are read with ``as_strided``. conv2d turns them into columns (im2col)
+with the batch as the innermost axis and multiplies them by the flattened
+weight in one matrix product for the whole batch; its input gradient is one
+product and a fold of the columns back into the image (one vectorized add per
+kernel position). Pooling reads windows in NCHW (a view of shape
+(N, C, OH, OW, KH, KW)) and reduces over them. The gradient kernels are ops of their own (not
 differentiable), so backward allocates only the gradients themselves.
 """
 
@@ -98,10 +100,43 @@ class Window:
         return padded[:, :, ph : ph + h, pw : pw + w].copy()
 
     def columns(self, xp, x, out_hw: Pair):
-        """im2col: a fresh (N, C*KH*KW, OH*OW) array of the windows of ``x``."""
+        """im2col with the batch last: a fresh (C*KH*KW, OH*OW*N) array of the windows of
+        ``x`` (N, C, H, W), so one matrix product serves the whole batch."""
         n, c = x.shape[:2]
-        view = self.windows(xp, self.pad(xp, x), out_hw).transpose(0, 1, 4, 5, 2, 3)
-        return view.reshape(n, c * self.kernel[0] * self.kernel[1], out_hw[0] * out_hw[1])
+        (kh, kw), (sh, sw) = self.kernel, self.stride
+        padded = self.batch_last(xp, x)
+        s_c, s_h, s_w, s_n = padded.strides
+        view = backend.as_strided(
+            xp, padded, (c, kh, kw, *out_hw, n), (s_c, s_h, s_w, s_h * sh, s_w * sw, s_n)
+        )
+        return view.reshape(c * kh * kw, out_hw[0] * out_hw[1] * n)
+
+    def batch_last(self, xp, x):
+        """``x`` (N, C, H, W) zero-padded and laid out as (C, H + 2ph, W + 2pw, N).
+
+        With the batch innermost, every copy and sum over windows runs along N
+        contiguous elements; in NCHW the innermost run is one image row, a handful of
+        elements for the small images this library trains on."""
+        n, c, h, w = x.shape
+        ph, pw = self.padding
+        out = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=x.dtype)
+        out[:, ph : ph + h, pw : pw + w] = x.transpose(1, 2, 3, 0)
+        return out
+
+    def fold_columns(self, xp, cols, in_shape: tuple[int, ...]):
+        """The adjoint of ``columns``: add each window of ``cols`` (C, KH, KW, OH, OW, N) back
+        into an image (N, C, H, W); overlaps accumulate, padding is dropped. One vectorized
+        add per kernel position, each along contiguous runs of the batch."""
+        n, c, h, w = in_shape
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        oh, ow = cols.shape[3:5]
+        padded = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=cols.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                padded[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw] += cols[
+                    :, i, j
+                ]
+        return xp.ascontiguousarray(padded[:, ph : ph + h, pw : pw + w].transpose(3, 0, 1, 2))
 
 
 def check_image(op: Op, x: Cell, *others: Cell) -> None:
@@ -149,7 +184,9 @@ class Conv2d(Op):
         window = self.window(w.shape)
         oh, ow = window.out_hw(x.shape[2:])
         cols = window.columns(xp, x, (oh, ow))
-        out = xp.matmul(w.reshape(o, -1), cols).reshape(n, o, oh, ow)
+        out = xp.ascontiguousarray(
+            (w.reshape(o, -1) @ cols).reshape(o, oh, ow, n).transpose(3, 0, 1, 2)
+        )
         if bias:
             out += bias[0].reshape(1, o, 1, 1)
         return out
@@ -190,9 +227,10 @@ class Conv2dGradInput(Op):
     def forward(self, xp, g, w):
         n, o, oh, ow = g.shape
         _, c, kh, kw = w.shape
-        cols = xp.matmul(w.reshape(o, -1).T, g.reshape(n, o, oh * ow))
+        g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
+        cols = (w.reshape(o, -1).T @ g).reshape(c, kh, kw, oh, ow, n)
         window = Window(self.name, (kh, kw), self.stride, self.padding)
-        return window.col2im(xp, cols.reshape(n, c, kh, kw, oh, ow), self.x_shape)
+        return window.fold_columns(xp, cols, self.x_shape)
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -201,9 +239,8 @@ class Conv2dGradInput(Op):
 
 
 class Conv2dGradWeight(Op):
-    """dL/dw of conv2d from x and g: g times the input's columns, accumulated image by image
-    (one tensordot over the batch would copy both operands into new layouts first, and a
-    batched product would hold N weight-sized partial sums)."""
+    """dL/dw of conv2d from x and g: g times the input's columns, one matrix product over
+    the whole batch (both in the batch-last layout of ``Window.columns``)."""
 
     name = "conv2d_grad_weight"
     differentiable = False
@@ -220,11 +257,8 @@ class Conv2dGradWeight(Op):
         n, o, oh, ow = g.shape
         window = Window(self.name, self.w_shape[2:], self.stride, self.padding)
         cols = window.columns(xp, x, (oh, ow))
-        g = g.reshape(n, o, oh * ow)
-        dw = g[0] @ cols[0].T
-        for i in range(1, n):
-            dw += g[i] @ cols[i].T
-        return dw.reshape(self.w_shape)
+        g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
+        return (g @ cols.T).reshape(self.w_shape)
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
