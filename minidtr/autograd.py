@@ -82,8 +82,9 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> N
     op.needs_grad = tuple(e is not None for e in edges)
     node = Node(op, edges, saved_inputs, saved_outputs)
     for t in outputs:
-        t.grad_fn = node
-        t.requires_grad = True
+        if t.dtype.kind == "f":  # integer and bool results are not differentiable
+            t.grad_fn = node
+            t.requires_grad = True
 
 
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = False) -> None:

@@ -11,6 +11,8 @@ Tensors, only cells, so user code decides what is alive.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -29,16 +31,31 @@ bool_ = np.dtype(np.bool_)
 DEFAULT_DTYPE = float32
 
 
+def checked_dtype(dtype, where: str) -> np.dtype:
+    """``dtype`` as a NumPy dtype, if tensors can hold it: bool, integers or floats."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"{where}: {dtype!r} is not a dtype ({error})") from None
+    if dtype.kind not in "biuf":
+        raise TypeError(
+            f"{where}: tensors hold bool, integer or floating-point values, not {dtype}"
+        )
+    return dtype
+
+
 class Tensor:
-    __slots__ = ("cell", "grad", "requires_grad", "grad_fn", "__weakref__")
+    __slots__ = ("cell", "grad", "_requires_grad", "grad_fn", "__weakref__")
     __array_priority__ = 1000  # numpy_array * tensor -> Tensor.__rmul__
     __hash__ = object.__hash__
 
     def __init__(self, cell: Cell, requires_grad: bool = False):
         self.cell = cell
         self.grad: Tensor | None = None
-        self.requires_grad = requires_grad
         self.grad_fn = None
+        self._requires_grad = False
+        if requires_grad:
+            self.requires_grad = True
         cell.storage.allocator.add_ref(cell)
 
     def __del__(self):
@@ -86,6 +103,19 @@ class Tensor:
         return self.cell.storage.buffer is not None
 
     @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        if flag and self.cell.dtype.kind != "f":
+            raise TypeError(
+                f"only floating-point tensors can require grad, not {self.cell.dtype} "
+                "(convert with astype(md.float32) first)"
+            )
+        self._requires_grad = bool(flag)
+
+    @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
@@ -93,6 +123,11 @@ class Tensor:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
 
     # ---- values ----------------------------------------------------------------------
 
@@ -299,12 +334,25 @@ class Tensor:
 # ---- creation ------------------------------------------------------------------------------
 
 
+def _python_data(data: Any, dtype) -> np.ndarray:
+    """Python data (nested lists, scalars) as an array, converted once up front so that bad
+    data fails here with a clear message and not later inside the allocator."""
+    try:
+        array = np.asarray(data)
+        dtype = _default_dtype(array) if dtype is None else checked_dtype(dtype, "tensor()")
+        return np.asarray(data, dtype=dtype)
+    except (ValueError, OverflowError) as error:
+        raise TypeError(
+            f"tensor(): cannot make a tensor from this {type(data).__name__}: {error}"
+        ) from None
+
+
 def _default_dtype(array: np.ndarray) -> np.dtype:
     if array.dtype.kind == "f":
         return DEFAULT_DTYPE
     if array.dtype.kind in "iu":
         return int64
-    return array.dtype
+    return checked_dtype(array.dtype, "tensor()")
 
 
 def constant(
@@ -333,9 +381,9 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
         raise TypeError("tensor(): data is already a Tensor; use .detach() to share it")
     xp = backend.xp_for(device)
     source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
-    if dtype is None:
-        dtype = source.dtype if hasattr(source, "dtype") else _default_dtype(np.asarray(source))
-    dtype = np.dtype(dtype)
+    if not hasattr(source, "dtype") or not hasattr(source, "shape"):
+        source = _python_data(source, dtype)
+    dtype = checked_dtype(source.dtype if dtype is None else dtype, "tensor()")
     if requires_grad and dtype.kind != "f":
         raise TypeError(f"tensor(): only floating-point tensors can require grad, not {dtype}")
     shape = tuple(np.shape(source))
@@ -351,9 +399,21 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
 def full(
     shape, value: float, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu"
 ) -> Tensor:
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = _shape_of(shape, "full")
+    dtype = checked_dtype(dtype, "full")
+    if requires_grad and dtype.kind != "f":
+        raise TypeError(f"full(): only floating-point tensors can require grad, not {dtype}")
     xp = backend.xp_for(device)
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
+
+
+def _shape_of(shape, where: str) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in shape):
+        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{where}: shape must be non-negative, got {shape}")
+    return tuple(int(d) for d in shape)
 
 
 def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
@@ -372,14 +432,34 @@ def ones_like(x: Tensor) -> Tensor:
     return full(x.shape, 1, x.dtype, device=x.device)
 
 
-def arange(
-    start: int, stop: int | None = None, step: int = 1, dtype=int64, device: str = "cpu"
-) -> Tensor:
+def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
+    """Evenly spaced values in [start, stop), as PyTorch's ``arange``: int64 when start,
+    stop and step are all ints, otherwise float32 (the default float) unless ``dtype``
+    says otherwise. A step of the wrong sign gives an empty tensor (as NumPy)."""
     if stop is None:
         start, stop = 0, start
+    for name, value in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise TypeError(f"arange: {name} must be a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"arange: {name} must be finite, got {value}")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    integral = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
+    if dtype is None:
+        dtype = int64 if integral else DEFAULT_DTYPE
+    dtype = checked_dtype(dtype, "arange")
+    steps = -(-(stop - start) // step) if integral else math.ceil((stop - start) / step)
+    n = max(0, steps)
     xp = backend.xp_for(device)
-    n = max(0, -(-(stop - start) // step))
-    return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)
+    if integral and dtype.kind in "iu":
+        return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)
+    return constant(
+        lambda: (xp.arange(n, dtype=np.float64) * step + start).astype(dtype),
+        (n,),
+        dtype,
+        device,
+    )
 
 
 from . import ops as F  # noqa: E402  (ops import Tensor; bound after the class exists)

@@ -18,7 +18,7 @@ import numbers
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import Op, apply, float_dtype
+from .op import Op, apply, expect_tensor, float_dtype
 
 Pair = tuple[int, int]
 
@@ -384,7 +384,7 @@ def global_avg_pool2d(x: Tensor) -> Tensor:
     """The mean over H and W: (N, C, H, W) -> (N, C)."""
     from .reduce import mean
 
-    if x.ndim != 4:
+    if expect_tensor("global_avg_pool2d", x).ndim != 4:
         raise ValueError(f"global_avg_pool2d: expects an NCHW input, got shape {x.shape}")
     return mean(x, axis=(2, 3))
 
@@ -395,7 +395,7 @@ def upsample_nearest2d(x: Tensor, scale_factor) -> Tensor:
     from .shape import broadcast_to, reshape
 
     sh, sw = as_pair(scale_factor, "scale_factor", "upsample_nearest2d")
-    if x.ndim != 4:
+    if expect_tensor("upsample_nearest2d", x).ndim != 4:
         raise ValueError(f"upsample_nearest2d: expects an NCHW input, got shape {x.shape}")
     if sh < 1 or sw < 1:
         raise ValueError(f"upsample_nearest2d: scale_factor must be >= 1, got {(sh, sw)}")

@@ -1,40 +1,126 @@
 """Elementwise ops: arithmetic with broadcasting, activations, comparisons, where, astype.
 
 Binary ops broadcast NumPy-style; their gradients are summed back to each
-input's shape (``sum_to``). A Python scalar operand takes the tensor's dtype.
+input's shape (``sum_to``).
+
+Type promotion (docs/ops.md): tensor operands must share one dtype (convert with
+``astype``); a Python (or NumPy) scalar is "weak", as in PyTorch and NumPy 2: it
+takes the tensor's dtype unless it is of a higher kind (bool < int < float), in
+which case the result is int64 (an int with a bool tensor) or float32, the default
+float (a float with an int or bool tensor). Ops whose result is a float (``/``,
+exp, log, ...) first convert int and bool tensors to float32, as PyTorch does.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from ..runtime.storage import Cell
-from ..tensor import Tensor, tensor
-from .op import DTypeError, Op, apply, broadcast_shape, float_dtype, same_dtype
+from ..tensor import DEFAULT_DTYPE, Tensor, int64, tensor
+from .op import (
+    DTypeError,
+    Op,
+    apply,
+    broadcast_shape,
+    expect_tensor,
+    float_dtype,
+    same_dtype,
+)
 
 Scalar = int | float | bool | np.number
 
-
-def lift(value, like: Tensor) -> Tensor:
-    """A tensor for an operand: Tensors pass through; scalars become 0-d constants of
-    ``like``'s dtype and device; arrays become constants of their own dtype."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, Scalar):
-        return tensor(value, dtype=like.dtype, device=like.device)
-    if isinstance(value, np.ndarray | list):
-        return tensor(value, device=like.device)
-    raise TypeError(f"expected a Tensor, scalar or array, got {type(value).__name__}")
+KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
-def pair(a, b) -> tuple[Tensor, Tensor]:
-    if isinstance(a, Tensor):
-        return a, lift(b, a)
-    if isinstance(b, Tensor):
-        return lift(a, b), b
-    raise TypeError(f"expected at least one Tensor, got {type(a).__name__} and {type(b).__name__}")
+def scalar_kind(value) -> str:
+    """'b', 'i' or 'f' for a Python or NumPy real scalar."""
+    if isinstance(value, bool | np.bool_):
+        return "b"
+    if isinstance(value, numbers.Integral):
+        return "i"
+    if isinstance(value, numbers.Real):
+        return "f"
+    raise TypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")
+
+
+def is_scalar(value) -> bool:
+    return isinstance(value, Scalar) and not isinstance(value, np.complexfloating)
+
+
+def scalar_dtype(kinds) -> np.dtype:
+    """The dtype of an op whose operands are all scalars: bool, int64 or float32."""
+    top = max(kinds, key=KIND_RANK.__getitem__)
+    return {"b": np.dtype(np.bool_), "i": int64, "f": DEFAULT_DTYPE}[top]
+
+
+def promoted(dtype: np.dtype, kind: str) -> np.dtype:
+    """A tensor dtype after meeting a scalar of ``kind``: unchanged unless the scalar's kind
+    ranks higher (then int64 for an int, float32 for a float)."""
+    if KIND_RANK[kind] <= KIND_RANK[dtype.kind]:
+        return dtype
+    return int64 if kind == "i" else DEFAULT_DTYPE
+
+
+def scalar_tensor(name: str, value, dtype: np.dtype, device: str) -> Tensor:
+    """A 0-d constant of ``dtype`` holding a scalar, refusing an int that does not fit."""
+    if dtype.kind in "iu" and not isinstance(value, bool | np.bool_):
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise OverflowError(
+                f"{name}: the scalar {value} does not fit the tensor's dtype {dtype} "
+                f"({info.min}..{info.max}); convert the tensor with astype first"
+            )
+    return tensor(value, dtype=dtype, device=device)
+
+
+def operands(name: str, *values, device: str | None = None) -> list[Tensor]:
+    """Tensors for an elementwise op's operands, following the promotion rules above.
+
+    Arrays and lists become tensors of their own dtype (as ``md.tensor`` makes them);
+    scalars become 0-d constants; an int/bool tensor meeting a float scalar (or a bool
+    tensor meeting an int scalar) is converted first. Tensors of differing dtypes are
+    left for the op to reject.
+    """
+    out: list = []
+    for v in values:
+        if isinstance(v, Tensor) or is_scalar(v):
+            out.append(v)
+        elif isinstance(v, np.ndarray | list | tuple):
+            out.append(None)
+        else:
+            raise TypeError(
+                f"{name}: expected a Tensor, a scalar or an array, got {type(v).__name__}"
+            )
+    tensors = [v for v in out if isinstance(v, Tensor)]
+    if not tensors and None not in out:
+        dtype = scalar_dtype([scalar_kind(v) for v in values])
+        return [scalar_tensor(name, v, dtype, device or "cpu") for v in values]
+    device = tensors[0].device if tensors else (device or "cpu")
+    for i, v in enumerate(values):
+        if out[i] is None:
+            out[i] = tensor(v, device=device)
+    tensors = [v for v in out if isinstance(v, Tensor)]
+    dtype = tensors[0].dtype
+    if any(t.dtype != dtype for t in tensors):
+        return [v if isinstance(v, Tensor) else scalar_tensor(name, v, dtype, device) for v in out]
+    for v in out:
+        if not isinstance(v, Tensor):
+            dtype = promoted(dtype, scalar_kind(v))
+    return [
+        (v if v.dtype == dtype else astype(v, dtype))
+        if isinstance(v, Tensor)
+        else scalar_tensor(name, v, dtype, device)
+        for v in out
+    ]
+
+
+def as_float(name: str, x) -> Tensor:
+    """``x`` for an op with a float result: int and bool tensors become float32."""
+    expect_tensor(name, x)
+    return x if x.dtype.kind == "f" else astype(x, DEFAULT_DTYPE)
 
 
 def elements(metas) -> int:
@@ -61,6 +147,8 @@ class Neg(Unary):
     name = "neg"
 
     def infer(self, x: Cell):
+        if x.dtype == np.bool_:
+            raise self.error("negating a bool tensor is not supported", x, kind=DTypeError)
         return [(x.shape, x.dtype)]
 
     def forward(self, xp, x):
@@ -110,8 +198,13 @@ class Relu(Unary):
     name = "relu"
     retain_outputs = (0,)
 
+    def infer(self, x: Cell):
+        if x.dtype.kind not in "iuf":
+            raise self.error(f"needs a numeric input, got {x.dtype}", x, kind=DTypeError)
+        return [(x.shape, x.dtype)]
+
     def forward(self, xp, x):
-        return xp.maximum(x, 0)
+        return xp.maximum(x, xp.zeros((), dtype=x.dtype))
 
     def backward(self, inputs, outputs, g):
         return apply(ActivationGrad("relu"), outputs[0], g)
@@ -205,10 +298,15 @@ class ActivationGrad(Op):
 
 
 class Astype(Op):
+    """A dtype conversion. Only a float result carries a gradient (back to the input's
+    float dtype): integer and bool values are not differentiable."""
+
     name = "astype"
 
     def __init__(self, dtype):
-        self.dtype = np.dtype(dtype)
+        from ..tensor import checked_dtype
+
+        self.dtype = checked_dtype(dtype, "astype")
 
     def infer(self, x: Cell):
         return [(x.shape, self.dtype)]
@@ -250,6 +348,17 @@ class Add(Binary):
 class Sub(Binary):
     name = "sub"
 
+    def infer(self, a: Cell, b: Cell):
+        metas = super().infer(a, b)
+        if metas[0][1] == np.bool_:
+            raise self.error(
+                "subtracting bool tensors is not supported (use not_equal for xor)",
+                a,
+                b,
+                kind=DTypeError,
+            )
+        return metas
+
     def forward(self, xp, a, b):
         return a - b
 
@@ -287,7 +396,8 @@ class Div(Binary):
         ga = sum_to(div(g, b), self.in_shapes[0]) if self.needs_grad[0] else None
         gb = None
         if self.needs_grad[1]:
-            gb = sum_to(neg(div(mul(g, a), mul(b, b))), self.in_shapes[1])
+            # -g * (a / b) / b, not -g * a / b**2: b**2 under- or overflows first
+            gb = sum_to(neg(mul(g, div(div(a, b), b))), self.in_shapes[1])
         return ga, gb
 
 
@@ -298,7 +408,22 @@ class Pow(Binary):
     retain_outputs = (0,)
 
     def infer(self, a: Cell, b: Cell):
-        return [(broadcast_shape(self, a, b), float_dtype(self, a, b))]
+        shape = broadcast_shape(self, a, b)
+        dtype = same_dtype(self, a, b)
+        if dtype.kind not in "iuf":
+            raise self.error(f"needs numeric inputs, got {dtype}", a, b, kind=DTypeError)
+        if dtype.kind == "i":
+            from .. import backend
+
+            exponents = backend.to_host(b.storage.allocator.read(b))
+            if (exponents < 0).any():
+                raise self.error(
+                    "integers to negative integer powers are not allowed; convert to float",
+                    a,
+                    b,
+                    kind=ValueError,
+                )
+        return [(shape, dtype)]
 
     def forward(self, xp, a, b):
         return a**b
@@ -307,31 +432,70 @@ class Pow(Binary):
         a, b = inputs
         ga = gb = None
         if self.needs_grad[0]:
-            ga = sum_to(mul(g, mul(b, pow(a, sub(b, 1.0)))), self.in_shapes[0])
+            ga = sum_to(apply(PowGrad(0), a, b, g), self.in_shapes[0])
         if self.needs_grad[1]:
-            gb = sum_to(mul(g, mul(outputs[0], log(a))), self.in_shapes[1])
+            gb = sum_to(apply(PowGrad(1), a, b, g, outputs[0]), self.in_shapes[1])
         return ga, gb
 
 
+class PowGrad(Op):
+    """dL/da (``wrt=0``) or dL/db (``wrt=1``) of ``a ** b``, with PyTorch's values at a = 0:
+    b * a**(b - 1) is 0 where b == 0 (not 0 * inf), and a**b * log(a) is 0 where a == 0 and
+    b >= 0 (not 0 * -inf)."""
+
+    name = "pow_grad"
+    differentiable = False
+
+    def __init__(self, wrt: int):
+        self.wrt = wrt
+
+    def infer(self, a: Cell, b: Cell, g: Cell, *y: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, a, b, g, *y):
+        zero = xp.zeros((), dtype=g.dtype)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.wrt == 0:
+                d = xp.where(b == 0, zero, b * a ** (b - 1))
+            else:
+                d = xp.where((a == 0) & (b >= 0), zero, y[0] * xp.log(a))
+            return xp.asarray(g * d, dtype=g.dtype)
+
+
 class Maximum(Binary):
-    """Elementwise max; where a == b the gradient goes to ``a`` (as in NumPy's choice)."""
+    """Elementwise max; where a == b each input gets half the gradient (as PyTorch)."""
 
     name = "maximum"
     retain_inputs = (0, 1)
-
-    def infer(self, a: Cell, b: Cell):
-        return [(broadcast_shape(self, a, b), float_dtype(self, a, b))]
 
     def forward(self, xp, a, b):
         return xp.maximum(a, b)
 
     def backward(self, inputs, outputs, g):
         a, b = inputs
-        a_wins = greater_equal(a, b)
-        zero = 0.0
-        ga = sum_to(where(a_wins, g, zero), self.in_shapes[0]) if self.needs_grad[0] else None
-        gb = sum_to(where(a_wins, zero, g), self.in_shapes[1]) if self.needs_grad[1] else None
-        return ga, gb
+        return tuple(
+            sum_to(apply(MaximumGrad(i), a, b, g), shape) if self.needs_grad[i] else None
+            for i, shape in enumerate(self.in_shapes)
+        )
+
+
+class MaximumGrad(Op):
+    """The share of g that goes to input ``wrt`` of maximum: all where it wins, half on ties."""
+
+    name = "maximum_grad"
+    differentiable = False
+
+    def __init__(self, wrt: int):
+        self.wrt = wrt
+
+    def infer(self, a: Cell, b: Cell, g: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, a, b, g):
+        mine, other = (a, b) if self.wrt == 0 else (b, a)
+        zero = xp.zeros((), dtype=g.dtype)
+        shared = xp.where(mine == other, g * g.dtype.type(0.5), zero)
+        return xp.where(mine > other, g, shared)
 
 
 class Compare(Binary):
@@ -374,92 +538,96 @@ class Where(Op):
 
 
 def add(a, b) -> Tensor:
-    return apply(Add(), *pair(a, b))
+    return apply(Add(), *operands("add", a, b))
 
 
 def sub(a, b) -> Tensor:
-    return apply(Sub(), *pair(a, b))
+    return apply(Sub(), *operands("sub", a, b))
 
 
 def mul(a, b) -> Tensor:
-    return apply(Mul(), *pair(a, b))
+    return apply(Mul(), *operands("mul", a, b))
 
 
 def div(a, b) -> Tensor:
-    return apply(Div(), *pair(a, b))
+    """True division: integer and bool operands give float32, as in PyTorch."""
+    a, b = operands("div", a, b)
+    if a.dtype == b.dtype and a.dtype.kind != "f":
+        a, b = astype(a, DEFAULT_DTYPE), astype(b, DEFAULT_DTYPE)
+    return apply(Div(), a, b)
 
 
 def pow(a, b) -> Tensor:
-    return apply(Pow(), *pair(a, b))
+    return apply(Pow(), *operands("pow", a, b))
 
 
 def maximum(a, b) -> Tensor:
-    return apply(Maximum(), *pair(a, b))
+    return apply(Maximum(), *operands("maximum", a, b))
 
 
 def neg(x: Tensor) -> Tensor:
-    return apply(Neg(), x)
+    return apply(Neg(), expect_tensor("neg", x))
 
 
 def exp(x: Tensor) -> Tensor:
-    return apply(Exp(), x)
+    return apply(Exp(), as_float("exp", x))
 
 
 def log(x: Tensor) -> Tensor:
-    return apply(Log(), x)
+    return apply(Log(), as_float("log", x))
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return apply(Sqrt(), x)
+    return apply(Sqrt(), as_float("sqrt", x))
 
 
 def relu(x: Tensor) -> Tensor:
-    return apply(Relu(), x)
+    return apply(Relu(), expect_tensor("relu", x))
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return apply(Sigmoid(), x)
+    return apply(Sigmoid(), as_float("sigmoid", x))
 
 
 def tanh(x: Tensor) -> Tensor:
-    return apply(Tanh(), x)
+    return apply(Tanh(), as_float("tanh", x))
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    return apply(Gelu(approximate), x)
+    return apply(Gelu(approximate), as_float("gelu", x))
 
 
 def astype(x: Tensor, dtype) -> Tensor:
-    return apply(Astype(dtype), x)
+    return apply(Astype(dtype), expect_tensor("astype", x))
 
 
 def less(a, b) -> Tensor:
-    return apply(Compare("less"), *pair(a, b))
+    return apply(Compare("less"), *operands("less", a, b))
 
 
 def less_equal(a, b) -> Tensor:
-    return apply(Compare("less_equal"), *pair(a, b))
+    return apply(Compare("less_equal"), *operands("less_equal", a, b))
 
 
 def greater(a, b) -> Tensor:
-    return apply(Compare("greater"), *pair(a, b))
+    return apply(Compare("greater"), *operands("greater", a, b))
 
 
 def greater_equal(a, b) -> Tensor:
-    return apply(Compare("greater_equal"), *pair(a, b))
+    return apply(Compare("greater_equal"), *operands("greater_equal", a, b))
 
 
 def equal(a, b) -> Tensor:
-    return apply(Compare("equal"), *pair(a, b))
+    return apply(Compare("equal"), *operands("equal", a, b))
 
 
 def not_equal(a, b) -> Tensor:
-    return apply(Compare("not_equal"), *pair(a, b))
+    return apply(Compare("not_equal"), *operands("not_equal", a, b))
 
 
 def where(cond: Tensor, a, b) -> Tensor:
-    """``a`` where ``cond`` else ``b``; a scalar branch takes the other branch's dtype."""
+    """``a`` where ``cond`` else ``b``; scalar branches follow the promotion rules."""
     if not isinstance(cond, Tensor):
         raise TypeError(f"where: the condition must be a bool Tensor, got {type(cond).__name__}")
-    a, b = pair(a, b)
+    a, b = operands("where", a, b, device=cond.device)
     return apply(Where(), cond, a, b)

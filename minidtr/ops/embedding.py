@@ -9,7 +9,7 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, float_dtype
+from .op import DTypeError, Op, apply, expect_tensor, float_dtype
 
 
 class Embedding(Op):
@@ -74,6 +74,7 @@ class EmbeddingGrad(Op):
 
 def embedding(weight: Tensor, indices) -> Tensor:
     """``weight[indices]``: (V, D) rows for integer indices of any shape -> (*indices.shape, D)."""
+    expect_tensor("embedding", weight, "weight")
     if not isinstance(indices, Tensor):
         from ..tensor import tensor
 

@@ -14,7 +14,7 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, float_dtype, normalize_axis
+from .op import DTypeError, Op, apply, expect_tensor, float_dtype, normalize_axis
 
 
 def stable_log_softmax(xp, x, axis: int):
@@ -36,6 +36,8 @@ class Softmax(Op):
         return [(x.shape, dtype)]
 
     def forward(self, xp, x):
+        if x.size == 0:  # an empty axis, or empty elsewhere: nothing to normalize
+            return xp.empty_like(x)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
         e /= e.sum(axis=self.axis, keepdims=True)
         return e
@@ -52,6 +54,8 @@ class LogSoftmax(Softmax):
     name = "log_softmax"
 
     def forward(self, xp, x):
+        if x.size == 0:
+            return xp.empty_like(x)
         return stable_log_softmax(xp, x, self.axis)
 
 
@@ -198,6 +202,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 
 def cross_entropy(logits: Tensor, targets) -> Tensor:
     """Mean cross-entropy of (N, C) logits against integer class indices (N,)."""
+    expect_tensor("cross_entropy", logits, "logits")
     if not isinstance(targets, Tensor):
         from ..tensor import tensor
 

@@ -13,7 +13,7 @@ import math
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, ShapeError, apply, as_constants, float_dtype
+from .op import DTypeError, Op, ShapeError, apply, as_constants, expect_tensor, float_dtype
 
 
 class Normalize(Op):
@@ -159,7 +159,7 @@ def batch_norm(
     ``(1 - momentum) * running + momentum * batch`` (the variance unbiased), as
     PyTorch does. Eval normalizes with the running statistics.
     """
-    if x.ndim < 2:
+    if expect_tensor("batch_norm", x).ndim < 2:
         raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
     channels = x.shape[1]
     for what, p in (
@@ -215,7 +215,7 @@ def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
     """Layer normalization over the last axis; weight and bias (or None) have its length."""
-    if x.ndim < 1:
+    if expect_tensor("layer_norm", x).ndim < 1:
         raise ShapeError("layer_norm: expects at least 1 dimension, got a 0-d tensor")
     for what, p in (("weight", weight), ("bias", bias)):
         _check_param("layer_norm", what, p, x, x.shape[-1])

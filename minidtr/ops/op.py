@@ -107,7 +107,13 @@ def as_constants() -> Iterator[None]:
 
 def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     """Run ``op`` on tensors under the active runtime and hook it into autograd."""
-    cells = tuple(t.cell for t in inputs)
+    try:
+        cells = tuple(t.cell for t in inputs)
+    except AttributeError:
+        bad = next(i for i, t in enumerate(inputs) if not isinstance(t, Tensor))
+        raise TypeError(
+            f"{op.name}: input {bad} must be a Tensor, got {type(inputs[bad]).__name__}"
+        ) from None
     if cells:
         device = cells[0].device
         for c in cells:
@@ -129,6 +135,7 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
         and not _constant_mode
         and autograd.grad_enabled()
         and any(t.requires_grad for t in inputs)
+        and any(c.dtype.kind == "f" for c in out_cells)
     ):
         autograd.attach(op, inputs, outputs)
     return outputs[0] if op.n_outputs == 1 else outputs
@@ -150,8 +157,30 @@ def same_dtype(op: Op, *cells: Cell) -> np.dtype:
 def float_dtype(op: Op, *cells: Cell) -> np.dtype:
     dtype = same_dtype(op, *cells)
     if dtype not in FLOATS:
-        raise op.error(f"needs floating-point inputs, got {dtype}", *cells, kind=DTypeError)
+        raise op.error(
+            f"needs floating-point inputs, got {dtype}; convert with astype(md.float32)",
+            *cells,
+            kind=DTypeError,
+        )
     return dtype
+
+
+def expect_tensor(op_name: str, value, what: str = "x") -> Tensor:
+    """``value`` itself if it is a Tensor; else a TypeError naming the op and the argument."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{op_name}: {what} must be a Tensor, got {type(value).__name__}")
+    return value
+
+
+def axis_in_range(op_name: str, axis, ndim: int, shape: tuple[int, ...]) -> int:
+    """``axis`` as a non-negative int below ``ndim`` (NumPy's range: -ndim <= axis < ndim)."""
+    if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
+        raise TypeError(f"{op_name}: axis must be an int, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(
+            f"{op_name}: axis {axis} is out of range for shape {shape} (valid: {-ndim}..{ndim - 1})"
+        )
+    return int(axis) % ndim
 
 
 def broadcast_shape(op: Op, *cells: Cell) -> tuple[int, ...]:
@@ -165,6 +194,8 @@ def broadcast_shape(op: Op, *cells: Cell) -> tuple[int, ...]:
 
 
 def normalize_axis(op: Op, axis: int, ndim: int, *cells: Cell) -> int:
+    if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
+        raise op.error(f"axis must be an int, got {axis!r}", *cells, kind=TypeError)
     if not -ndim <= axis < ndim:
         raise op.error(f"axis {axis} is out of range for {ndim} dimensions", *cells)
     return axis % ndim
@@ -174,7 +205,14 @@ def normalize_axes(op: Op, axis, ndim: int, *cells: Cell) -> tuple[int, ...]:
     """None -> all axes; an int or a sequence -> sorted, non-negative, unique axes."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    if isinstance(axis, int | np.integer) and not isinstance(axis, bool):
+        axes: tuple = (axis,)
+    elif isinstance(axis, tuple | list) and all(
+        isinstance(a, int | np.integer) and not isinstance(a, bool) for a in axis
+    ):
+        axes = tuple(axis)
+    else:
+        raise op.error(f"axis must be None, an int or a tuple of ints, got {axis!r}", *cells)
     out = sorted({normalize_axis(op, int(a), ndim, *cells) for a in axes})
     if len(out) != len(axes):
         raise op.error(f"axis {axis} repeats an axis", *cells)

@@ -14,7 +14,7 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import FLOATS, DTypeError, Op, apply, float_dtype
+from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype
 
 _default = np.random.default_rng(0)
 
@@ -103,6 +103,7 @@ def dropout(
 ) -> Tensor:
     """Inverted dropout; ``x`` itself when not training or p == 0. The seed (drawn from
     minidtr's default generator when None) is kept in the recipe."""
+    expect_tensor("dropout", x)
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if not training or p == 0.0:

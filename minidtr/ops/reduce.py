@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import Op, apply, float_dtype, normalize_axes
+from .op import Op, apply, expect_tensor, float_dtype, normalize_axes
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
@@ -41,10 +43,18 @@ class Reduce(Op):
 
 
 class Sum(Reduce):
+    """Sum over axes. Bool and integer inputs sum in int64 (uint64 stays), as NumPy and
+    PyTorch do; floats keep their dtype."""
+
     name = "sum"
 
+    def out_dtype(self, x: Cell):
+        if x.dtype.kind == "b" or (x.dtype.kind in "iu" and x.dtype.itemsize < 8):
+            return np.dtype(np.int64)
+        return x.dtype
+
     def forward(self, xp, x):
-        return xp.sum(x, axis=self.axes, keepdims=self.keepdims)
+        return xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self.out_dtype(x))
 
     def backward(self, inputs, outputs, g):
         from .shape import broadcast_to
@@ -53,6 +63,8 @@ class Sum(Reduce):
 
 
 class Mean(Reduce):
+    """Mean over axes, of floating-point inputs only (as PyTorch; convert ints first)."""
+
     name = "mean"
 
     def out_dtype(self, x: Cell):
@@ -109,15 +121,15 @@ class MaxGrad(Op):
 
 
 def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    return apply(Sum(axis, keepdims), x)
+    return apply(Sum(axis, keepdims), expect_tensor("sum", x))
 
 
 def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    return apply(Mean(axis, keepdims), x)
+    return apply(Mean(axis, keepdims), expect_tensor("mean", x))
 
 
 def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
-    return apply(Max(axis, keepdims), x)
+    return apply(Max(axis, keepdims), expect_tensor("max", x))
 
 
 def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -16,7 +16,16 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor, tensor
-from .op import DTypeError, Op, apply, normalize_axis, same_dtype
+from .op import (
+    DTypeError,
+    Op,
+    ShapeError,
+    apply,
+    axis_in_range,
+    expect_tensor,
+    normalize_axis,
+    same_dtype,
+)
 
 ZERO_SIZE = np.dtype([])  # indexing an array of this dtype checks a key without any memory
 
@@ -290,9 +299,28 @@ class IndexGrad(Op):
         return out
 
 
+def check_masks(x: Tensor, key: tuple) -> None:
+    """A boolean mask must match the shape of the axes it indexes (NumPy's rule), checked on
+    a zero-size stand-in before the masks become integer indices."""
+    probe = tuple(
+        k.numpy() if isinstance(k, Tensor) else (np.asarray(k) if isinstance(k, list) else k)
+        for k in key
+    )
+    try:
+        np.empty(x.shape, dtype=ZERO_SIZE)[probe]
+    except IndexError as error:
+        raise IndexError(f"getitem: {error} (tensor shape {x.shape})") from None
+
+
 def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
     """Split a NumPy-style key into a template and integer index tensors."""
     key = key if isinstance(key, tuple) else (key,)
+    if any(
+        (isinstance(k, Tensor) and k.dtype == np.bool_)
+        or (isinstance(k, np.ndarray | list) and np.asarray(k).dtype == np.bool_)
+        for k in key
+    ):
+        check_masks(x, key)
     template: list = []
     indices: list[Tensor] = []
     for k in key:
@@ -305,6 +333,12 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
                 k = k if k.dtype != np.bool_ else k.numpy()
             if not isinstance(k, Tensor):
                 array = np.asarray(k)
+                if isinstance(k, list) and array.size == 0:
+                    array = array.astype(np.int64)  # x[[]]: an empty selection, as NumPy
+                if array.dtype == np.bool_ and array.ndim == 0:
+                    raise IndexError(
+                        "getitem: a scalar bool index is not supported; use None for a new axis"
+                    )
                 if array.dtype == np.bool_:
                     for part in np.nonzero(array):
                         template.append(IndexSlot(len(indices)))
@@ -322,7 +356,11 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
 
 
 def reshape(x: Tensor, shape) -> Tensor:
-    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    expect_tensor("reshape", x)
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if not all(isinstance(d, int | np.integer) and not isinstance(d, bool) for d in shape):
+        raise TypeError(f"reshape: the shape must be ints, got {shape!r}")
+    shape = tuple(int(d) for d in shape)
     if shape.count(-1) > 1:
         raise ValueError(f"reshape: at most one -1 in {shape}")
     if -1 in shape:
@@ -340,40 +378,70 @@ def reshape(x: Tensor, shape) -> Tensor:
 
 
 def flatten(x: Tensor, start_axis: int = 0) -> Tensor:
-    start_axis = start_axis % max(x.ndim, 1)
-    return reshape(x, (*x.shape[:start_axis], -1))
+    """Merge the axes from ``start_axis`` on into one (a 0-d tensor becomes shape (1,))."""
+    expect_tensor("flatten", x)
+    start = axis_in_range("flatten", start_axis, max(x.ndim, 1), x.shape)
+    return reshape(x, (*x.shape[:start], math.prod(x.shape[start:])))
 
 
 def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
+    expect_tensor("transpose", x)
     return apply(Transpose(None if axes is None else tuple(axes)), x)
 
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
-    shape = tuple(shape)
+    expect_tensor("broadcast_to", x)
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
     return x if shape == x.shape else apply(BroadcastTo(shape), x)
 
 
 def getitem(x: Tensor, key) -> Tensor:
+    expect_tensor("getitem", x)
     template, indices = normalize_key(x, key)
     if not indices:
         return apply(GetItem(template), x)
     return apply(Gather(template, len(indices)), x, *indices)
 
 
+def tensor_list(name: str, tensors) -> list[Tensor]:
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence):
+        raise TypeError(f"{name}: expects a list or tuple of Tensors, got {type(tensors).__name__}")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}: item {i} must be a Tensor, got {type(t).__name__}")
+    return list(tensors)
+
+
 def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    return apply(Concat(axis), *tensors)
+    return apply(Concat(axis), *tensor_list("concat", tensors))
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new axis (``-ndim - 1 <= axis <= ndim``)."""
+    tensors = tensor_list("stack", tensors)
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
-    axis = axis % (tensors[0].ndim + 1)
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t.shape != first.shape or t.dtype != first.dtype:
+            listed = ", ".join(f"{u.shape} {u.dtype}" for u in tensors)
+            kind = ShapeError if t.shape != first.shape else DTypeError
+            raise kind(f"stack: every tensor needs the same shape and dtype, got [{listed}]")
+    axis = axis_in_range("stack", axis, first.ndim + 1, first.shape)
     return concat([reshape(t, (*t.shape[:axis], 1, *t.shape[axis:])) for t in tensors], axis)
 
 
 def split(x: Tensor, sections, axis: int = 0) -> tuple[Tensor, ...]:
     """Split into ``sections`` equal parts (an int) or parts of the given sizes (a list)."""
-    length = x.shape[axis % max(x.ndim, 1)] if x.ndim else 0
+    expect_tensor("split", x)
+    if x.ndim == 0:
+        raise ShapeError("split: cannot split a 0-d tensor")
+    axis = axis_in_range("split", axis, x.ndim, x.shape)
+    length = x.shape[axis]
+    if not isinstance(sections, int | np.integer | Sequence) or isinstance(sections, bool):
+        raise TypeError(
+            f"split: sections must be an int or a list of ints, got {type(sections).__name__}"
+        )
     if isinstance(sections, int | np.integer):
         if sections <= 0 or length % sections:
             raise ValueError(
@@ -381,10 +449,14 @@ def split(x: Tensor, sections, axis: int = 0) -> tuple[Tensor, ...]:
             )
         sizes = (length // int(sections),) * int(sections)
     else:
+        if not sections or not all(
+            isinstance(s, int | np.integer) and not isinstance(s, bool) for s in sections
+        ):
+            raise TypeError(f"split: sections must be a non-empty list of ints, got {sections!r}")
         sizes = tuple(int(s) for s in sections)
     out = apply(Split(sizes, axis), x)
     return out if isinstance(out, tuple) else (out,)
 
 
 def copy(x: Tensor) -> Tensor:
-    return apply(Copy(), x)
+    return apply(Copy(), expect_tensor("copy", x))
