@@ -507,6 +507,7 @@ class Compare(Binary):
         self.name = name
 
     def infer(self, a: Cell, b: Cell):
+        same_dtype(self, a, b)
         return [(broadcast_shape(self, a, b), np.dtype(np.bool_))]
 
     def forward(self, xp, a, b):

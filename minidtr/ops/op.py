@@ -212,7 +212,9 @@ def normalize_axes(op: Op, axis, ndim: int, *cells: Cell) -> tuple[int, ...]:
     ):
         axes = tuple(axis)
     else:
-        raise op.error(f"axis must be None, an int or a tuple of ints, got {axis!r}", *cells)
+        raise op.error(
+            f"axis must be None, an int or a tuple of ints, got {axis!r}", *cells, kind=TypeError
+        )
     out = sorted({normalize_axis(op, int(a), ndim, *cells) for a in axes})
     if len(out) != len(axes):
         raise op.error(f"axis {axis} repeats an axis", *cells)

@@ -1,0 +1,388 @@
+"""Values and errors that must match NumPy/PyTorch semantics (issue 10's regression tests).
+
+Type promotion with Python scalars, gradients at 0, valid inputs that used to crash,
+invalid inputs that used to be accepted, and errors that name the op. The same rules
+are checked against PyTorch across every op in test_differential_torch.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minidtr as md
+
+F32, F64, I64, I32, BOOL = (
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+    np.dtype(np.int64),
+    np.dtype(np.int32),
+    np.dtype(np.bool_),
+)
+
+
+def values(t: md.Tensor):
+    return t.numpy().tolist()
+
+
+# ---- type promotion with scalars -------------------------------------------------------------
+
+
+def test_float_scalar_with_int_tensor_gives_float32():
+    out = md.tensor([1, 2, 3]) * 2.5
+    assert out.dtype == F32
+    assert values(out) == [2.5, 5.0, 7.5]
+
+
+def test_comparison_with_float_scalar_compares_as_float():
+    out = md.tensor([1, 2]) == 1.5
+    assert out.dtype == BOOL
+    assert values(out) == [False, False]
+    assert values(md.tensor([1, 2]) < 1.5) == [True, False]
+
+
+def test_int_scalar_with_bool_tensor_gives_int64():
+    out = md.tensor([True, False]) + 2
+    assert out.dtype == I64
+    assert values(out) == [3, 2]
+
+
+def test_where_with_float_scalar_branch_promotes_the_int_branch():
+    cond = md.tensor([True, False])
+    out = md.where(cond, md.tensor([1, 2]), 0.5)
+    assert out.dtype == F32
+    assert values(out) == [1.0, 0.5]
+    both = md.where(cond, 1, 0.5)
+    assert both.dtype == F32 and values(both) == [1.0, 0.5]
+    ints = md.where(cond, 1, 0)
+    assert ints.dtype == I64 and values(ints) == [1, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("scalar", [2, 2.5, True, np.float64(2.5), np.int64(3)])
+def test_scalar_never_widens_a_float_tensor(dtype, scalar):
+    x = md.tensor(np.array([1.0, 2.0], dtype=dtype))
+    for out in (x * scalar, scalar + x, x - scalar, x / scalar, x**scalar, md.maximum(x, scalar)):
+        assert out.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize(
+    "tensor_dtype, scalar, want",
+    [
+        (np.int32, 2, I32),
+        (np.int32, 2.5, F32),
+        (np.int64, np.float64(2.5), F32),
+        (np.bool_, True, BOOL),
+        (np.bool_, 2, I64),
+        (np.bool_, 2.5, F32),
+        (np.uint8, 2, np.dtype(np.uint8)),
+    ],
+)
+def test_scalar_promotion_table(tensor_dtype, scalar, want):
+    x = md.tensor(np.array([1, 0], dtype=tensor_dtype))
+    assert (x + scalar).dtype == want
+    assert (scalar * x).dtype == want
+
+
+def test_int_scalar_that_does_not_fit_is_an_error():
+    fits = "add: the scalar 1099511627776 does not fit the tensor's dtype int32"
+    with pytest.raises(OverflowError, match=fits):
+        md.tensor(np.array([1], dtype=np.int32)) + 2**40
+    with pytest.raises(OverflowError, match="uint8"):
+        md.tensor(np.array([1], dtype=np.uint8)) - 300
+
+
+def test_true_division_and_float_functions_of_ints_give_float32():
+    x = md.tensor([3, 4])
+    assert (x / 2).dtype == F32 and values(x / 2) == [1.5, 2.0]
+    assert (x / md.tensor([2, 8])).dtype == F32
+    for fn in (md.exp, md.log, md.sqrt, md.sigmoid, md.tanh, md.gelu):
+        assert fn(x).dtype == F32
+    np.testing.assert_allclose(md.sqrt(x).numpy(), [np.sqrt(3), 2.0], rtol=1e-6)
+
+
+def test_integer_ops_stay_integer():
+    x = md.tensor([-3, 4])
+    assert (x**2).dtype == I64 and values(x**2) == [9, 16]
+    assert values(md.relu(x)) == [0, 4]
+    assert values(-x) == [3, -4]
+    assert values(md.maximum(x, 0)) == [0, 4]
+    with pytest.raises(ValueError, match="pow: integers to negative integer powers"):
+        x**-1
+
+
+def test_tensor_tensor_dtypes_must_match():
+    with pytest.raises(md.DTypeError, match="add: dtypes differ; convert one input with astype"):
+        md.tensor([1.0]) + md.tensor([1])
+    with pytest.raises(md.DTypeError, match="equal: dtypes differ"):
+        md.equal(md.tensor([1.0], dtype=md.float64), md.tensor([1.0]))
+
+
+def test_bool_subtraction_and_negation_are_errors():
+    with pytest.raises(md.DTypeError, match="sub: subtracting bool"):
+        md.tensor([True]) - md.tensor([False])
+    with pytest.raises(md.DTypeError, match="neg: negating a bool"):
+        -md.tensor([True])
+
+
+# ---- gradients at 0 and at extreme magnitudes ------------------------------------------------
+
+
+def grad_of(fn, *arrays):
+    tensors = [md.tensor(np.asarray(a, dtype=np.float32), requires_grad=True) for a in arrays]
+    md.sum(fn(*tensors)).backward()
+    return [t.grad.numpy() for t in tensors]
+
+
+def test_pow_zero_exponent_gradient_at_zero_is_zero():
+    (g,) = grad_of(lambda x: x**0.0, [0.0, 1.0, -2.0])
+    assert g.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_pow_learnable_exponent_gradient_where_base_is_zero():
+    x = md.tensor([0.0, 2.0, -1.0])
+    p = md.tensor(1.5, requires_grad=True)
+    md.sum(md.relu(x) ** p).backward()
+    assert np.isfinite(p.grad.numpy())
+    np.testing.assert_allclose(p.grad.numpy(), 2.0**1.5 * np.log(2.0), rtol=1e-6)
+
+
+def test_pow_base_gradient_matches_the_formula_away_from_zero():
+    (g,) = grad_of(lambda x: x**3.0, [0.0, 2.0, -1.0])
+    assert g.tolist() == [0.0, 12.0, 3.0]
+
+
+def test_division_denominator_gradient_is_stable_at_extreme_magnitudes():
+    a = md.tensor([0.0, 1e-30], requires_grad=True)
+    b = md.tensor([1e-23, 1e-23], requires_grad=True)
+    md.sum(a / b).backward()
+    gb = b.grad.numpy()
+    assert np.isfinite(gb).all(), gb
+    np.testing.assert_allclose(gb, [0.0, -1e-30 / 1e-23 / 1e-23], rtol=1e-5)
+
+
+def test_maximum_splits_the_gradient_on_ties():
+    ga, gb = grad_of(md.maximum, [1.0, 2.0, 3.0], [1.0, 5.0, 0.0])
+    assert ga.tolist() == [0.5, 0.0, 1.0]
+    assert gb.tolist() == [0.5, 1.0, 0.0]
+
+
+# ---- valid inputs that used to crash ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.uint8, np.int8])
+def test_sum_of_ints_and_bools_is_int64(dtype):
+    x = md.tensor(np.array([[1, 0, 1], [1, 1, 0]], dtype=dtype))
+    assert md.sum(x).dtype == I64 and md.sum(x).item() == 4
+    assert values(md.sum(x, axis=1)) == [2, 2]
+    assert md.sum(x, axis=0, keepdims=True).shape == (1, 3)
+
+
+def test_max_of_ints_keeps_the_dtype_and_mean_of_ints_asks_for_a_float():
+    x = md.tensor(np.array([3, 7, 5], dtype=np.int32))
+    assert md.max(x).dtype == I32 and md.max(x).item() == 7
+    with pytest.raises(md.DTypeError, match="mean: .* got int32; convert with astype"):
+        md.mean(x)
+
+
+def test_conv2d_backward_with_an_empty_batch():
+    x = md.zeros((0, 2, 5, 5), requires_grad=True)
+    w = md.randn((3, 2, 3, 3), seed=0, requires_grad=True)
+    b = md.zeros(3, requires_grad=True)
+    out = md.conv2d(x, w, b, padding=1)
+    assert out.shape == (0, 3, 5, 5)
+    md.sum(out).backward()
+    assert x.grad.shape == (0, 2, 5, 5)
+    assert not w.grad.numpy().any() and not b.grad.numpy().any()
+
+
+@pytest.mark.parametrize("fn", [md.softmax, md.log_softmax])
+@pytest.mark.parametrize("shape, axis", [((2, 0), -1), ((0, 3), -1), ((0, 3), 0)])
+def test_softmax_over_empty_tensors(fn, shape, axis):
+    x = md.zeros(shape, requires_grad=True)
+    out = fn(x, axis)
+    assert out.shape == shape
+    md.sum(out).backward()
+    assert x.grad.shape == shape
+
+
+def test_flatten_with_a_zero_size_dim():
+    x = md.zeros((0, 3, 2))
+    assert md.flatten(x, 1).shape == (0, 6)
+    assert md.flatten(x).shape == (0,)
+    assert md.zeros((2, 0, 3)).flatten(1).shape == (2, 0)
+    assert md.tensor(5.0).flatten().shape == (1,)
+
+
+def test_arange_with_float_arguments():
+    x = md.arange(0, 1, 0.25)
+    assert x.dtype == F32 and values(x) == [0.0, 0.25, 0.5, 0.75]
+    assert md.arange(5).dtype == I64 and values(md.arange(5)) == [0, 1, 2, 3, 4]
+    assert values(md.arange(1.0, 2.0, 0.5, dtype=md.float64)) == [1.0, 1.5]
+    assert md.arange(0, 1, 0.3).shape == (4,)
+    assert md.arange(5, 0, 1).shape == (0,)
+    assert values(md.arange(5, 0, -2)) == [5, 3, 1]
+
+
+def test_empty_list_index_gives_an_empty_result():
+    x = md.randn((3, 2), seed=0)
+    assert x[[]].shape == (0, 2)
+    assert x[:, []].shape == (3, 0)
+
+
+# ---- invalid inputs that used to be accepted --------------------------------------------------
+
+
+def test_boolean_mask_must_match_its_axis():
+    x = md.zeros((3, 2))
+    with pytest.raises(IndexError, match="getitem: boolean index did not match"):
+        x[np.array([True, False])]
+    with pytest.raises(IndexError, match="getitem"):
+        x[:, md.tensor([True, False, True])]
+    assert x[np.array([True, False, True])].shape == (2, 2)
+    assert x[md.tensor([True, False, True]), 1:].shape == (2, 1)
+
+
+@pytest.mark.parametrize("axis", [3, -4, 5])
+def test_stack_axis_out_of_range(axis):
+    with pytest.raises(md.ShapeError, match=f"stack: axis {axis} is out of range"):
+        md.stack([md.zeros((2, 3)), md.zeros((2, 3))], axis=axis)
+
+
+def test_stack_axis_in_range():
+    a, b = md.zeros((2, 3)), md.ones((2, 3))
+    assert md.stack([a, b], axis=2).shape == (2, 3, 2)
+    assert md.stack([a, b], axis=-3).shape == (2, 2, 3)
+
+
+@pytest.mark.parametrize("axis", [2, 7, -3])
+def test_flatten_axis_out_of_range(axis):
+    with pytest.raises(md.ShapeError, match=f"flatten: axis {axis} is out of range"):
+        md.zeros((2, 3)).flatten(axis)
+
+
+def test_split_axis_out_of_range():
+    with pytest.raises(md.ShapeError, match="split: axis 2 is out of range"):
+        md.split(md.zeros((2, 4)), 2, axis=2)
+
+
+@pytest.mark.parametrize("dtype", [md.int64, md.int32, md.bool_])
+def test_requires_grad_is_only_for_floats(dtype):
+    with pytest.raises(TypeError, match="floating-point"):
+        md.tensor([1, 0], dtype=dtype, requires_grad=True)
+    x = md.tensor([1, 0], dtype=dtype)
+    with pytest.raises(TypeError, match=f"can require grad, not {dtype}"):
+        x.requires_grad = True
+    with pytest.raises(TypeError, match="only floating-point"):
+        x.requires_grad_()
+    with pytest.raises(TypeError, match="only floating-point"):
+        md.zeros(3, dtype=dtype, requires_grad=True)
+    assert not x.requires_grad and x.grad is None
+
+
+def test_no_gradient_flows_through_an_integer_result():
+    x = md.tensor([1.5, 2.5], requires_grad=True)
+    n = x.astype(md.int64)
+    assert not n.requires_grad and n.grad_fn is None
+    assert not (x > 1.0).requires_grad
+    back = n.astype(md.float32) * x
+    md.sum(back).backward()
+    assert values(x.grad) == [1.0, 2.0]  # only the direct path: d(n * x)/dx = n
+
+
+@pytest.mark.parametrize("data", [None, ["a"], [b"x"], [1 + 2j], {"a": 1}, [[1], [1, 2]]])
+def test_tensor_rejects_data_of_no_numeric_dtype(data):
+    with pytest.raises(TypeError, match="tensor\\(\\)"):
+        md.tensor(data)
+
+
+@pytest.mark.parametrize("dtype", [object, str, np.complex64])
+def test_dtypes_tensors_cannot_hold(dtype):
+    with pytest.raises(TypeError, match="bool, integer or floating-point"):
+        md.tensor(np.zeros(2, dtype=dtype))
+    with pytest.raises(TypeError, match="astype: tensors hold"):
+        md.zeros(2).astype(dtype)
+    with pytest.raises(TypeError, match="full: tensors hold"):
+        md.full(2, 0, dtype=dtype)
+
+
+# ---- clear errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda v: md.exp(v), "exp"),
+        (lambda v: md.relu(v), "relu"),
+        (lambda v: md.sum(v), "sum"),
+        (lambda v: md.mean(v), "mean"),
+        (lambda v: md.softmax(v), "softmax"),
+        (lambda v: md.matmul(v, md.zeros((2, 2))), "matmul"),
+        (lambda v: md.reshape(v, (2,)), "reshape"),
+        (lambda v: md.flatten(v), "flatten"),
+        (lambda v: md.transpose(v), "transpose"),
+        (lambda v: md.conv2d(md.zeros((1, 1, 3, 3)), v), "conv2d"),
+        (lambda v: md.layer_norm(v, None, None), "layer_norm"),
+        (lambda v: md.batch_norm(v, None, None), "batch_norm"),
+        (lambda v: md.dropout(v), "dropout"),
+        (lambda v: md.linear(v, md.zeros((2, 2))), "linear"),
+        (lambda v: md.concat([md.zeros(2), v]), "concat"),
+        (lambda v: md.stack([md.zeros(2), v]), "stack"),
+        (lambda v: md.split(v, 2), "split"),
+        (lambda v: md.cross_entropy(v, [0]), "cross_entropy"),
+        (lambda v: md.embedding(v, [0]), "embedding"),
+        (lambda v: md.astype(v, md.float64), "astype"),
+        (lambda v: md.getitem(v, 0), "getitem"),
+        (lambda v: md.global_avg_pool2d(v), "global_avg_pool2d"),
+        (lambda v: md.max_pool2d(v, 2), "max_pool2d"),
+    ],
+)
+@pytest.mark.parametrize("value", [[1.0, 2.0], np.ones(2, np.float32), None])
+def test_non_tensor_arguments_get_a_type_error_naming_the_op(call, name, value):
+    with pytest.raises(TypeError, match=f"^{name}: .*(list|ndarray|NoneType)"):
+        call(value)
+
+
+def test_binary_ops_accept_arrays_and_lists_as_tensors():
+    x = md.tensor([1.0, 2.0])
+    assert values(x + [1.0, 1.0]) == [2.0, 3.0]
+    assert values(np.array([1.0, 1.0], np.float32) * x) == [1.0, 2.0]
+    with pytest.raises(TypeError, match="add: expected a Tensor, a scalar or an array, got NoneT"):
+        x + None  # noqa: B018
+    with pytest.raises(TypeError, match="mul: expected a Tensor, a scalar or an array, got str"):
+        md.mul(x, "a")
+
+
+def test_arange_bad_arguments():
+    with pytest.raises(ValueError, match="arange: step must not be zero"):
+        md.arange(0, 5, 0)
+    with pytest.raises(ValueError, match="arange: stop must be finite"):
+        md.arange(0, float("inf"))
+    with pytest.raises(TypeError, match="arange: start must be a number, got str"):
+        md.arange("a", 3)
+
+
+def test_stack_mismatch_is_reported_as_stack():
+    with pytest.raises(md.ShapeError, match=r"^stack: .*\(2,\) float32, \(3,\) float32"):
+        md.stack([md.zeros(2), md.zeros(3)])
+    with pytest.raises(md.DTypeError, match="^stack: "):
+        md.stack([md.zeros(2), md.zeros(2, dtype=md.float64)])
+
+
+def test_bad_axes_and_shapes_name_the_op():
+    with pytest.raises(TypeError, match="sum: axis must be None, an int or a tuple of ints"):
+        md.sum(md.zeros(3), axis=1.5)
+    with pytest.raises(TypeError, match="softmax: axis must be an int"):
+        md.softmax(md.zeros(3), axis=0.5)
+    with pytest.raises(TypeError, match="reshape: the shape must be ints"):
+        md.reshape(md.zeros(4), (2.0, 2))
+    with pytest.raises(TypeError, match="split: sections must be a non-empty list of ints"):
+        md.split(md.zeros(4), [1.5, 2.5])
+    with pytest.raises(TypeError, match="iteration over a 0-d tensor"):
+        list(md.tensor(1.0))
+    assert [t.item() for t in md.tensor([1.0, 2.0])] == [1.0, 2.0]
+
+
+def test_scalar_bool_index_is_refused_clearly():
+    with pytest.raises(IndexError, match="scalar bool index"):
+        md.zeros(3)[True]
