@@ -62,7 +62,7 @@ def test_where_with_float_scalar_branch_promotes_the_int_branch():
 @pytest.mark.parametrize("scalar", [2, 2.5, True, np.float64(2.5), np.int64(3)])
 def test_scalar_never_widens_a_float_tensor(dtype, scalar):
     x = md.tensor(np.array([1.0, 2.0], dtype=dtype))
-    for out in (x * scalar, scalar + x, x - scalar, x / scalar, x**scalar, md.maximum(x, scalar)):
+    for out in (x * scalar, scalar + x, x / scalar, x**scalar, md.maximum(x, scalar)):
         assert out.dtype == np.dtype(dtype)
 
 
@@ -121,6 +121,9 @@ def test_tensor_tensor_dtypes_must_match():
 def test_bool_subtraction_and_negation_are_errors():
     with pytest.raises(md.DTypeError, match="sub: subtracting bool"):
         md.tensor([True]) - md.tensor([False])
+    with pytest.raises(md.DTypeError, match="sub: subtracting bool values .* the scalar True"):
+        md.tensor([1.0]) - True
+    assert (md.tensor([1.0]) - 2).dtype == F32
     with pytest.raises(md.DTypeError, match="neg: negating a bool"):
         -md.tensor([True])
 

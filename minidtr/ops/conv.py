@@ -295,7 +295,9 @@ class Pool2d(Op):
 
 class MaxPool2d(Pool2d):
     """Max over each window; padding counts as -inf. The gradient goes to the first maximum
-    of each window in row-major order (as PyTorch), accumulating where windows overlap."""
+    of each window in row-major order (as PyTorch), accumulating where windows overlap; to
+    the last NaN of a window that has one, and to the window's first element inside the
+    image when all of it is -inf (PyTorch's choices too)."""
 
     name = "max_pool2d"
     retain_inputs = (0,)
@@ -323,7 +325,19 @@ class MaxPool2dGrad(Op):
         n, c, oh, ow = g.shape
         kh, kw = window.kernel
         patches = window.windows(xp, window.pad(xp, x, -math.inf), (oh, ow))
-        first_max = patches.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
+        flat = patches.reshape(n, c, oh, ow, kh * kw)
+        first_max = flat.argmax(axis=-1)
+        if window.padding != (0, 0):
+            inside = window.windows(
+                xp, window.pad(xp, xp.ones((1, 1, *x.shape[2:]), bool)), (oh, ow)
+            )
+            first_inside = inside.reshape(1, 1, oh, ow, kh * kw).argmax(axis=-1)
+            all_neg_inf = flat.max(axis=-1) == -math.inf
+            first_max = xp.where(all_neg_inf, first_inside, first_max)
+        nan = xp.isnan(flat)
+        if nan.any():
+            last_nan = kh * kw - 1 - nan[..., ::-1].argmax(axis=-1)
+            first_max = xp.where(nan.any(axis=-1), last_nan, first_max)
         cols = xp.zeros((n, c, kh, kw, oh, ow), dtype=g.dtype)
         zero = xp.zeros((), dtype=g.dtype)
         for k in range(kh * kw):

@@ -30,7 +30,7 @@ from .op import (
     same_dtype,
 )
 
-Scalar = int | float | bool | np.number
+Scalar = int | float | bool | np.number | np.bool_
 
 KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
 
@@ -278,8 +278,8 @@ class ActivationGrad(Op):
 
     def forward(self, xp, y, g):
         kind = self.kind
-        if kind == "relu":
-            return xp.where(y > 0, g, xp.zeros((), dtype=g.dtype))
+        if kind == "relu":  # 0 at x <= 0; a NaN passes the gradient on, as in PyTorch
+            return xp.where(y <= 0, xp.zeros((), dtype=g.dtype), g)
         if kind == "sigmoid":
             return g * y * (1.0 - y)
         if kind == "tanh":
@@ -480,7 +480,8 @@ class Maximum(Binary):
 
 
 class MaximumGrad(Op):
-    """The share of g that goes to input ``wrt`` of maximum: all where it wins, half on ties."""
+    """The share of g that goes to input ``wrt`` of maximum: none where it loses, half on
+    ties, all otherwise (so both get all of it at a NaN, as in PyTorch)."""
 
     name = "maximum_grad"
     differentiable = False
@@ -494,8 +495,8 @@ class MaximumGrad(Op):
     def forward(self, xp, a, b, g):
         mine, other = (a, b) if self.wrt == 0 else (b, a)
         zero = xp.zeros((), dtype=g.dtype)
-        shared = xp.where(mine == other, g * g.dtype.type(0.5), zero)
-        return xp.where(mine > other, g, shared)
+        share = xp.where(mine == other, g * g.dtype.type(0.5), g)
+        return xp.where(mine < other, zero, share)
 
 
 class Compare(Binary):
@@ -543,7 +544,17 @@ def add(a, b) -> Tensor:
 
 
 def sub(a, b) -> Tensor:
+    """``a - b``; bool operands are refused (as PyTorch: use not_equal for xor)."""
+    for v in (a, b):
+        if (isinstance(v, Tensor) and v.dtype == np.bool_) or isinstance(v, bool | np.bool_):
+            raise DTypeError(
+                f"sub: subtracting bool values is not supported, got {describe_operand(v)}"
+            )
     return apply(Sub(), *operands("sub", a, b))
+
+
+def describe_operand(v) -> str:
+    return f"a {v.dtype} tensor" if isinstance(v, Tensor) else f"the scalar {v!r}"
 
 
 def mul(a, b) -> Tensor:
