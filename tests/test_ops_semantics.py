@@ -389,3 +389,111 @@ def test_bad_axes_and_shapes_name_the_op():
 def test_scalar_bool_index_is_refused_clearly():
     with pytest.raises(IndexError, match="scalar bool index"):
         md.zeros(3)[True]
+
+
+def test_sum_to_and_global_pool_errors_name_the_op():
+    with pytest.raises(
+        md.ShapeError, match=r"sum_to: shape \(2, 3\) does not broadcast from \(4,\)"
+    ):
+        md.sum_to(md.zeros((2, 3)), (4,))
+    with pytest.raises(TypeError, match="sum_to: x must be a Tensor, got int"):
+        md.sum_to(3, ())
+    with pytest.raises(md.DTypeError, match="global_avg_pool2d: needs a floating-point input"):
+        md.global_avg_pool2d(md.zeros((1, 1, 2, 2), dtype=md.int64))
+
+
+# ---- every public op, random (mostly bad) arguments: a clear error naming the op, or a value ----
+
+
+def random_argument_calls(rng: np.random.Generator) -> dict:
+    """For each public op, a call with random arguments: tensors of random shapes and dtypes,
+    scalars, None, lists, arrays, and random axes and static arguments."""
+    dtypes = [np.float32, np.float64, np.int64, np.int32, np.bool_]
+
+    def shape(most: int = 4) -> tuple:
+        return tuple(int(d) for d in rng.choice([0, 1, 2, 3, 4], size=rng.integers(0, most + 1)))
+
+    def arg():
+        r = rng.random()
+        if r < 0.6:
+            dtype = dtypes[rng.integers(len(dtypes))]
+            return md.tensor((rng.standard_normal(shape()) * 3).astype(dtype))
+        return [1.5, -2, None, [1.0, 2.0], np.ones(2)][rng.integers(5)]
+
+    def pick(*options):
+        return options[rng.integers(len(options))]
+
+    axis = pick(None, 0, 1, -1, 3, -5, (0, 1), 1.5, (0, 0))
+    return {
+        "add": lambda: md.add(arg(), arg()),
+        "sub": lambda: md.sub(arg(), arg()),
+        "mul": lambda: md.mul(arg(), arg()),
+        "div": lambda: md.div(arg(), arg()),
+        "pow": lambda: md.pow(arg(), arg()),
+        "maximum": lambda: md.maximum(arg(), arg()),
+        "less": lambda: md.less(arg(), arg()),
+        "equal": lambda: md.equal(arg(), arg()),
+        "where": lambda: md.where(arg(), arg(), arg()),
+        **{
+            name: (lambda f=fn: f(arg()))
+            for name, fn in (
+                ("neg", md.neg),
+                ("exp", md.exp),
+                ("log", md.log),
+                ("sqrt", md.sqrt),
+                ("relu", md.relu),
+                ("sigmoid", md.sigmoid),
+                ("tanh", md.tanh),
+                ("copy", md.copy),
+            )
+        },
+        "gelu": lambda: md.gelu(arg(), pick("none", "tanh", "x")),
+        "astype": lambda: md.astype(arg(), pick(md.float32, md.int64, md.bool_, "x", object)),
+        "sum": lambda: md.sum(arg(), axis, pick(True, False)),
+        "mean": lambda: md.mean(arg(), axis),
+        "max": lambda: md.max(arg(), axis),
+        "sum_to": lambda: md.sum_to(arg(), shape()),
+        "reshape": lambda: md.reshape(arg(), shape() + pick((), (-1,))),
+        "flatten": lambda: md.flatten(arg(), int(rng.integers(-4, 4))),
+        "transpose": lambda: md.transpose(arg(), pick(None, (1, 0), (0,), (2, 0, 1))),
+        "broadcast_to": lambda: md.broadcast_to(arg(), shape()),
+        "getitem": lambda: md.getitem(
+            arg(), pick(0, -1, slice(1, None), (0, 0), [0, 1], np.array([True]), [], 5, 1.5)
+        ),
+        "concat": lambda: md.concat([arg() for _ in range(rng.integers(0, 3))], pick(0, 1, -3)),
+        "stack": lambda: md.stack([arg() for _ in range(rng.integers(0, 3))], pick(0, 2, -3)),
+        "split": lambda: md.split(arg(), pick(2, [1, 1], 0, [1, -1], 3), pick(0, 1, -2, 2)),
+        "matmul": lambda: md.matmul(arg(), arg()),
+        "linear": lambda: md.linear(arg(), arg(), pick(None, arg())),
+        "conv2d": lambda: md.conv2d(arg(), arg(), None, pick(0, 1, 2), pick(-1, 0, 1)),
+        "max_pool2d": lambda: md.max_pool2d(arg(), pick(0, 1, 2)),
+        "avg_pool2d": lambda: md.avg_pool2d(arg(), pick(0, 1, 2)),
+        "global_avg_pool2d": lambda: md.global_avg_pool2d(arg()),
+        "upsample_nearest2d": lambda: md.upsample_nearest2d(arg(), pick(0, 1, 2)),
+        "batch_norm": lambda: md.batch_norm(arg(), arg(), arg()),
+        "layer_norm": lambda: md.layer_norm(arg(), arg(), arg()),
+        "softmax": lambda: md.softmax(arg(), pick(-3, -1, 0, 2)),
+        "log_softmax": lambda: md.log_softmax(arg(), pick(-3, -1, 0, 2)),
+        "cross_entropy": lambda: md.cross_entropy(arg(), arg()),
+        "mse_loss": lambda: md.mse_loss(arg(), arg()),
+        "embedding": lambda: md.embedding(arg(), arg()),
+        "dropout": lambda: md.dropout(arg(), float(rng.uniform(-0.5, 1.2))),
+        "randn": lambda: md.randn(shape(), pick(md.float32, md.int64)),
+        "arange": lambda: md.arange(*[pick(arg(), 2, -1.5, 0) for _ in range(rng.integers(1, 4))]),
+        "tensor": lambda: md.tensor([arg() for _ in range(rng.integers(0, 3))]),
+    }
+
+
+def test_random_arguments_give_a_value_or_an_error_naming_the_op():
+    rng = np.random.default_rng(10)
+    calls = 0
+    for _ in range(25):
+        for name, call in random_argument_calls(rng).items():
+            calls += 1
+            try:
+                with np.errstate(all="ignore"):
+                    call()
+            except (ValueError, TypeError, IndexError, OverflowError) as error:
+                head = str(error).split(":")[0]
+                assert head in (name, name + "()"), f"{name}: the error names {head!r}: {error}"
+    assert calls == 25 * len(random_argument_calls(rng))

@@ -18,7 +18,7 @@ import numbers
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import Op, apply, expect_tensor, float_dtype
+from .op import DTypeError, Op, apply, expect_tensor, float_dtype
 
 Pair = tuple[int, int]
 
@@ -400,6 +400,8 @@ def global_avg_pool2d(x: Tensor) -> Tensor:
 
     if expect_tensor("global_avg_pool2d", x).ndim != 4:
         raise ValueError(f"global_avg_pool2d: expects an NCHW input, got shape {x.shape}")
+    if x.dtype.kind != "f":
+        raise DTypeError(f"global_avg_pool2d: needs a floating-point input, got {x.dtype}")
     return mean(x, axis=(2, 3))
 
 

@@ -134,8 +134,17 @@ def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 
 def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Sum ``x`` down to ``shape``, which ``x``'s shape broadcasts from."""
+    from .op import ShapeError
     from .shape import reshape
 
+    expect_tensor("sum_to", x)
+    shape = tuple(shape)
+    try:
+        fits = len(shape) <= x.ndim and np.broadcast_shapes(shape, x.shape) == x.shape
+    except (ValueError, TypeError):
+        fits = False
+    if not fits:
+        raise ShapeError(f"sum_to: shape {x.shape} does not broadcast from {shape}")
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1
