@@ -84,6 +84,8 @@ def operands(name: str, *values, device: str | None = None) -> list[Tensor]:
     tensor meeting an int scalar) is converted first. Tensors of differing dtypes are
     left for the op to reject.
     """
+    if all(isinstance(v, Tensor) for v in values):
+        return list(values)
     out: list = []
     for v in values:
         if isinstance(v, Tensor) or is_scalar(v):
