@@ -544,6 +544,34 @@ CASES: list[Case] = [
 ]
 
 
+METHODS = [
+    ("sum", lambda x: x.sum(0), lambda x: x.sum(0)),
+    ("mean", lambda x: x.mean(-1, keepdims=True), lambda x: x.mean(-1, keepdim=True)),
+    ("max", lambda x: x.max(), lambda x: x.amax(dim=(0, 1))),
+    ("reshape", lambda x: x.reshape(2, -1), lambda x: x.reshape(2, -1)),
+    ("flatten", lambda x: x.flatten(), lambda x: x.flatten()),
+    ("transpose", lambda x: x.transpose(1, 0), lambda x: x.permute(1, 0)),
+    ("astype", lambda x: x.astype(md.float64), lambda x: x.to(torch.float64)),
+    ("exp", lambda x: x.exp(), lambda x: x.exp()),
+    ("log", lambda x: (x * x + 1.0).log(), lambda x: (x * x + 1.0).log()),
+    ("sqrt", lambda x: (x * x + 1.0).sqrt(), lambda x: (x * x + 1.0).sqrt()),
+    ("relu", lambda x: x.relu(), lambda x: x.relu()),
+    ("sigmoid", lambda x: x.sigmoid(), lambda x: x.sigmoid()),
+    ("tanh", lambda x: x.tanh(), lambda x: x.tanh()),
+    ("softmax", lambda x: x.softmax(0), lambda x: x.softmax(0)),
+    ("log_softmax", lambda x: x.log_softmax(), lambda x: x.log_softmax(-1)),
+    ("neg", lambda x: -x, lambda x: -x),
+    ("pow", lambda x: (x * x + 0.5) ** 0.5 + 2.0**x, lambda x: (x * x + 0.5) ** 0.5 + 2.0**x),
+    ("rsub rtruediv", lambda x: 1.0 - 3.0 / (x * x + 1.0), lambda x: 1.0 - 3.0 / (x * x + 1.0)),
+    ("compare", lambda x: md.where(x < 0.2, x, -x), lambda x: torch.where(x < 0.2, x, -x)),
+    ("getitem", lambda x: x[1:, :2], lambda x: x[1:, :2]),
+]
+CASES += [
+    Case(f"Tensor.{name}", md_fn, torch_fn, [((3, 4),), ((2, 2),)], ("normal",))
+    for name, md_fn, torch_fn in METHODS
+]
+
+
 def torch_key(key):
     key = key if isinstance(key, tuple) else (key,)
     return tuple(
@@ -580,6 +608,13 @@ def test_every_public_op_is_in_the_table():
     ]
     missing = [n for n in public if n not in covered]
     assert not missing, f"ops with no differential case: {missing}"
+    methods = [
+        n
+        for n, f in vars(md.Tensor).items()
+        if inspect.isfunction(f) and not n.startswith("_") and n in vars(md.ops)
+    ]
+    tested = {name.split()[0] for name, _, _ in METHODS}
+    assert set(methods) <= tested, f"Tensor methods with no case: {set(methods) - tested}"
 
 
 def test_dropout_and_random_fills_are_consistent():
