@@ -23,6 +23,9 @@ import minidtr as md
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
+# NumPy warns about the infinities and NaN that the special-value cases feed in on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 # (rtol, atol) for forward values and for gradients, per dtype
 TOL = {
     np.dtype(np.float32): ((1e-5, 1e-6), (1e-4, 1e-5)),
@@ -796,6 +799,11 @@ def run_program(lib, module, leaves, steps, reduce_how):
     return module.sum(total) if lib == "md" else total.sum()
 
 
+# up to a dozen ops in a row: float32 rounding accumulates (a layer_norm over 2 values
+# has a gradient that is all cancellation), so float64 is the tight check here
+PROGRAM_TOL = {np.dtype(np.float32): (1e-3, 1e-3), np.dtype(np.float64): (1e-8, 1e-10)}
+
+
 def compare_program(seed: int, dtype) -> None:
     dtype = np.dtype(dtype)
     leaves, steps, reduce_how = random_program(seed, dtype)
@@ -803,20 +811,18 @@ def compare_program(seed: int, dtype) -> None:
     torch_leaves = [torch.tensor(a, requires_grad=True) for a in leaves]
     got = run_program("md", md, md_leaves, steps, reduce_how)
     want = run_program("torch", torch, torch_leaves, steps, reduce_how)
-    (rtol, atol), (grtol, gatol) = TOL[dtype]
+    rtol, atol = PROGRAM_TOL[dtype]
     shapes = [a.shape for a in leaves]
     where = f"program seed {seed} {dtype}: {steps}, reduce {reduce_how}, shapes {shapes}"
     np.testing.assert_allclose(
-        got.numpy(), want.detach().numpy(), rtol=grtol, atol=gatol, err_msg=where
+        got.numpy(), want.detach().numpy(), rtol=rtol, atol=atol, err_msg=where
     )
     got_grads = md.grad(got, md_leaves)
     want_grads = torch.autograd.grad(want, torch_leaves, allow_unused=True)
     for i, (g, w) in enumerate(zip(got_grads, want_grads, strict=True)):
         w = np.zeros_like(leaves[i]) if w is None else w.numpy()
         g = np.zeros_like(leaves[i]) if g is None else g.numpy()
-        np.testing.assert_allclose(
-            g, w, rtol=grtol * 10, atol=gatol * 10, err_msg=f"{where} leaf {i}"
-        )
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{where} leaf {i}")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
