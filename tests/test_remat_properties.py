@@ -73,18 +73,18 @@ def test_infeasible_budget_raises_and_leaves_the_runtime_usable(program, heurist
 def _infeasible_budget(program, heuristic, frac, allocator):
     peak = unbounded_peak(program)
     low = minimal_budget(program, heuristic, peak=peak)
-    expected = run_under(program, md.Runtime(cost="flops"))
+    expected = run_under(program, md.Runtime(cost="flops"), fresh=False)
     too_small = int(frac * (low - 1))
     runtime = md.Runtime(budget=too_small, heuristic=heuristic, cost="flops")
     try:
-        run_under(program, runtime)
+        run_under(program, runtime, fresh=False)
     except md.BudgetError as error:
         assert error.budget == too_small
         assert error.needed >= 0 and error.memory + error.needed > too_small
     else:  # bisection is to 1% of the peak: a budget just under it may still fit
         assert too_small >= low - max(1, peak // 100)
     assert not runtime.active
-    again = run_under(program, md.Runtime(cost="flops"))
+    again = run_under(program, md.Runtime(cost="flops"), fresh=False)
     for (name, a), (_, b) in zip(expected, again, strict=True):
         assert a.tobytes() == b.tobytes(), name
     assert all(s.locks == 0 for s in allocator.candidates)

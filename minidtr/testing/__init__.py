@@ -1,25 +1,37 @@
 """Helpers for testing rematerialization, public for users who property-test their own models.
 
-- ``recompute(t)``: evict ``t``'s storage and recompute it from its recipe.
-- ``isolated_allocator()``: a fresh allocator for a block, so that storages left
-  over from earlier work do not count against its budgets.
 - ``assert_remat_equivalent(fn, budgets=..., heuristics=..., dealloc=...)``: run
-  ``fn`` unbounded and under each budget; outputs and gradients must be
-  bit-identical and the counted peak within budget.
-- ``minidtr.testing.strategies``: hypothesis strategies (random programs,
-  budgets) used by minidtr's own property tests.
+  ``fn`` unbounded (twice: it must be deterministic) and under each budget, each
+  run on memory of its own; outputs and gradients must be bit-identical and the
+  counted peak within budget. ``on_budget_error`` decides what a budget too small
+  for ``fn`` does; ``run_under`` runs one configuration.
+- ``budget_floor(fn)``: the constants, the largest single op and the smallest
+  feasible budget of a program.
+- ``isolated_allocator()`` / ``isolated_allocators()``: fresh allocators for a
+  block, so that storages left over from earlier work do not count against its
+  budgets.
+- ``recompute(t)``: evict ``t``'s storage and recompute it from its recipe.
+- ``minidtr.testing.strategies``: hypothesis strategies (budgets, heuristics,
+  deallocation policies, random programs, training loops).
+- ``minidtr.testing.plugin``: a pytest plugin giving each test fresh allocators.
+
+See docs/testing.md.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import numpy as np
 
-from ..runtime import allocator as allocator_module
 from ..tensor import Tensor
-from .equivalence import RematMismatch, assert_remat_equivalent, run_under
+from .equivalence import (
+    InfeasibleBudget,
+    NondeterminismError,
+    RematMismatch,
+    assert_remat_equivalent,
+    run_under,
+)
+from .floor import Floor, budget_floor
+from .isolation import isolated_allocator, isolated_allocators
 
 
 def recompute(t: Tensor) -> np.ndarray:
@@ -32,27 +44,15 @@ def recompute(t: Tensor) -> np.ndarray:
     return t.numpy()
 
 
-@contextlib.contextmanager
-def isolated_allocator(device: str = "cpu") -> Iterator[allocator_module.Allocator]:
-    """Run with a fresh allocator for ``device``: nothing left over from earlier work (nor
-    garbage kept alive by a stored traceback) counts against budgets inside. Create every
-    tensor the block uses inside it; tensors made before keep their own allocator."""
-    fresh = allocator_module.Allocator(device)
-    previous = allocator_module._ALLOCATORS.get(device)
-    allocator_module._ALLOCATORS[device] = fresh
-    try:
-        yield fresh
-    finally:
-        if previous is None:
-            del allocator_module._ALLOCATORS[device]
-        else:
-            allocator_module._ALLOCATORS[device] = previous
-
-
 __all__ = [
+    "Floor",
+    "InfeasibleBudget",
+    "NondeterminismError",
     "RematMismatch",
     "assert_remat_equivalent",
+    "budget_floor",
     "isolated_allocator",
+    "isolated_allocators",
     "recompute",
     "run_under",
 ]

@@ -1,0 +1,149 @@
+"""How small a budget can a function run under? The floors of a program, measured.
+
+``budget_floor(fn)`` runs ``fn`` once unbounded on memory of its own while
+recording its trace (``minidtr.sim.record``), then reads off the trace:
+
+- ``constants``: the most bytes of constants (inputs, parameters, optimizer
+  state, finished gradients) alive at once. No budget below it can work.
+- ``largest_op``: the most bytes one op needs at once: the constants alive then,
+  plus its inputs and outputs. No budget below it can work either.
+- ``minimal``: the smallest budget under which the simulator replays the trace
+  with the given heuristic and deallocation policy, found by bisection (to 0.1%
+  of the peak). The simulator drives the same allocator and heuristics as a live
+  run, and with ``cost="flops"`` it makes the same decisions, so this is the
+  live run's floor too; budgets between the two lower bounds and ``minimal`` are
+  where the heuristic, not the program, is what runs out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime import Runtime
+
+# A budget under which the replay recomputes more than this many times the program's
+# own compute counts as infeasible (it is thrashing; the paper stops at 2x).
+THRASH_LIMIT = 50.0
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The floors of one program (bytes). ``minimal`` is for ``heuristic``/``dealloc``;
+    None when no budget up to the peak replays (it thrashes past ``THRASH_LIMIT``)."""
+
+    peak: int
+    constants: int
+    largest_op: int
+    minimal: int | None
+    heuristic: str
+    dealloc: str
+
+    def describe(self) -> str:
+        minimal = (
+            f"the smallest feasible budget is {self.minimal:,} bytes "
+            f"({self.minimal / self.peak:.3f} of peak) with heuristic={self.heuristic}, "
+            f"dealloc={self.dealloc}"
+            if self.minimal is not None
+            else f"no budget below the peak replays within {THRASH_LIMIT:g}x recomputation "
+            f"with heuristic={self.heuristic}, dealloc={self.dealloc}"
+        )
+        return (
+            f"unbounded peak {self.peak:,} bytes; constants alone {self.constants:,} "
+            f"({self.constants / max(self.peak, 1):.3f} of peak); the largest single op needs "
+            f"{self.largest_op:,} ({self.largest_op / max(self.peak, 1):.3f}) with the "
+            f"constants alive then; {minimal}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peak": self.peak,
+            "constants": self.constants,
+            "largest_op": self.largest_op,
+            "minimal": self.minimal,
+            "heuristic": self.heuristic,
+            "dealloc": self.dealloc,
+        }
+
+
+def record_reference(
+    fn: Callable[[], Any], cost: Any = "flops", device: str = "cpu"
+) -> tuple[Any, int]:
+    """Run ``fn`` unbounded on a fresh allocator while recording it; returns its trace and
+    the live run's peak."""
+    from .. import sim
+    from .equivalence import run_under
+    from .isolation import isolated_allocator
+
+    runtime = Runtime(cost=cost, device=device)
+    with isolated_allocator(device), sim.record(device=device, name="fn") as recorder:
+        run_under(fn, runtime, fresh=False)
+    return recorder.trace(), runtime.stats_.peak_memory
+
+
+def minimal_replay_budget(
+    trace: Any,
+    heuristic: str = "dtr",
+    dealloc: str = "eager",
+    rebuild_orphans: bool = True,
+    low: int = 0,
+    high: int | None = None,
+) -> int | None:
+    """The smallest budget (to 0.1% of the peak) under which ``trace`` replays without
+    running out of memory or passing ``THRASH_LIMIT``, by bisection between ``low``
+    (known infeasible or a lower bound) and ``high`` (default: the unbounded peak)."""
+    from ..sim import simulate
+
+    def fits(budget: int) -> bool:
+        result = simulate(
+            trace,
+            budget=budget,
+            heuristic=heuristic,
+            dealloc=dealloc,
+            thrash=THRASH_LIMIT,
+            outputs=False,
+            rebuild_orphans=rebuild_orphans,
+        )
+        return result.status == "ok"
+
+    peak = trace.baseline().peak_memory
+    high = peak if high is None else high
+    if not fits(high):
+        return None
+    low = min(low, high)
+    tolerance = max(1, math.ceil(peak / 1000))
+    while high - low > tolerance:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def budget_floor(
+    fn: Callable[[], Any],
+    heuristic: str = "dtr",
+    dealloc: str = "eager",
+    *,
+    cost: Any = "flops",
+    device: str = "cpu",
+    rebuild_orphans: bool = True,
+    trace: Any = None,
+    peak: int | None = None,
+) -> Floor:
+    """The floors of ``fn`` (see the module docstring). ``trace`` and ``peak`` reuse a
+    recording of ``fn`` (``record_reference``) and its live unbounded peak."""
+    if trace is None:
+        trace, peak = record_reference(fn, cost, device)
+    elif peak is None:
+        peak = trace.baseline().peak_memory
+    baseline = trace.baseline()
+    largest_op = max(baseline.bottleneck, baseline.constant_floor)
+    high = max(peak, baseline.peak_memory, 1)
+    minimal = minimal_replay_budget(
+        trace, heuristic, dealloc, rebuild_orphans, low=largest_op - 1, high=high
+    )
+    return Floor(peak, baseline.constant_floor, largest_op, minimal, heuristic, dealloc)
