@@ -5,6 +5,9 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
+# Each test on fresh allocators (also registered by an installed minidtr's entry point).
+pytest_plugins = ["minidtr.testing.plugin"]
+
 SHARED_TRACES = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 

@@ -1,19 +1,31 @@
 """Hypothesis strategies for rematerialization tests (needs the ``hypothesis`` package).
 
-- ``random_programs()``: random DAG programs (``RandomProgram``) with views,
-  broadcasting, reused values, dropped references, reads and dropout.
-- ``training_loops()``: one of the small training loops of ``programs`` with
-  random sizes (an MLP, an LSTM over a random length, a random tree, a conv net).
-- ``heuristics()`` / ``deallocs()``: the policy names.
-- ``budget_fractions()``: where in [smallest feasible, unbounded peak] to put a budget.
+Configurations (compose them with your own strategies for seeds and architectures):
 
-``minimal_budget(fn, ...)`` finds the smallest feasible budget of a program by
-bisection, so a property test can draw budgets between it and the peak.
+- ``budget_ratios(min_ratio=0.2, max_ratio=0.95)``: budgets as ratios of the
+  unbounded peak (floats, what ``assert_remat_equivalent`` takes as ``budgets``).
+- ``budget_fractions()``: where in [smallest feasible, unbounded peak] to put a
+  budget (with ``minimal_budget``), for tests that must never draw an infeasible one.
+- ``heuristics(names=None)`` / ``deallocs(names=None)``: policy names, all by default.
+- ``remat_configs(ratio=..., heuristic=..., dealloc=...)``: one configuration as
+  keyword arguments: ``assert_remat_equivalent(fn, **config)``.
+
+Programs (what minidtr property-tests itself with):
+
+- ``random_programs(max_ops=12, max_inputs=3, size=4, ops=None)``: random DAG
+  programs (``RandomProgram``) with views, broadcasting, reused values, dropped
+  references, reads and dropout.
+- ``training_loops(kinds=None)``: one of the small training loops of
+  ``programs`` with random sizes and seeds (an MLP, an LSTM over a random length,
+  a random tree, a conv net), as ``(kind, fn)``.
+
+``unbounded_peak(fn)`` and ``minimal_budget(fn, ...)`` (the smallest feasible
+budget by bisection of live runs) are plain helpers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -35,13 +47,28 @@ from .programs import (
 
 
 @st.composite
-def random_programs(draw, max_ops: int = 12, max_inputs: int = 3, size: int = 4) -> RandomProgram:
+def random_programs(
+    draw,
+    max_ops: int = 12,
+    max_inputs: int = 3,
+    size: int = 4,
+    ops: tuple[str, ...] | None = None,
+) -> RandomProgram:
+    """A ``RandomProgram``: 1..``max_inputs`` random ``size`` x ``size`` float64 inputs
+    (leaves with gradients), 1..``max_ops`` ops drawn from ``ops`` (default: every name
+    in ``programs.UNARY`` and ``programs.BINARY``) on earlier values, each maybe read
+    with ``.numpy()`` and dropping up to two earlier handles; then a scalar loss over
+    1..3 of the values still held, and backward."""
+    names = UNARY + BINARY if ops is None else tuple(ops)
+    unknown = [name for name in names if name not in UNARY + BINARY]
+    if unknown or not names:
+        raise ValueError(f"ops must be a non-empty subset of {UNARY + BINARY}, got {names}")
     n_inputs = draw(st.integers(1, max_inputs))
     n_ops = draw(st.integers(1, max_ops))
     instructions: list[Instruction] = []
     alive = list(range(n_inputs))
     for k in range(n_ops):
-        op = draw(st.sampled_from(UNARY + BINARY))
+        op = draw(st.sampled_from(names))
         arity = 2 if op in BINARY else 1
         args = tuple(draw(st.sampled_from(alive)) for _ in range(arity))
         new = n_inputs + k
@@ -54,31 +81,87 @@ def random_programs(draw, max_ops: int = 12, max_inputs: int = 3, size: int = 4)
     return RandomProgram(n_inputs, size, instructions, outputs, seed)
 
 
-def training_loops() -> st.SearchStrategy[tuple[str, Callable[[], Any]]]:
+TRAINING_LOOPS = ("mlp", "lstm", "tree", "conv")
+
+
+def training_loops(
+    kinds: tuple[str, ...] | None = None,
+) -> st.SearchStrategy[tuple[str, Callable[[], Any]]]:
+    """``(kind, fn)`` for one of ``kinds`` (default all of ``TRAINING_LOOPS``), seed 0..1000:
+    ``mlp``: ``mlp_training`` of depth 1..4, two SGD steps; ``lstm``: ``lstm_unrolled``
+    over 1..8 steps; ``tree``: ``random_tree`` of 2..9 leaves; ``conv``:
+    ``conv_training``, two SGD steps."""
+    kinds = TRAINING_LOOPS if kinds is None else tuple(kinds)
+    unknown = [kind for kind in kinds if kind not in TRAINING_LOOPS]
+    if unknown or not kinds:
+        raise ValueError(f"kinds must be a non-empty subset of {TRAINING_LOOPS}, got {kinds}")
     seeds = st.integers(0, 1000)
-    return st.one_of(
-        st.builds(
+    builders = {
+        "mlp": st.builds(
             lambda d, s: ("mlp", mlp_training(depth=d, steps=2, seed=s)), st.integers(1, 4), seeds
         ),
-        st.builds(lambda n, s: ("lstm", lstm_unrolled(length=n, seed=s)), st.integers(1, 8), seeds),
-        st.builds(lambda n, s: ("tree", random_tree(leaves=n, seed=s)), st.integers(2, 9), seeds),
-        st.builds(lambda s: ("conv", conv_training(steps=2, seed=s)), seeds),
-    )
+        "lstm": st.builds(
+            lambda n, s: ("lstm", lstm_unrolled(length=n, seed=s)), st.integers(1, 8), seeds
+        ),
+        "tree": st.builds(
+            lambda n, s: ("tree", random_tree(leaves=n, seed=s)), st.integers(2, 9), seeds
+        ),
+        "conv": st.builds(lambda s: ("conv", conv_training(steps=2, seed=s)), seeds),
+    }
+    return st.one_of(*(builders[kind] for kind in kinds))
 
 
-def heuristics() -> st.SearchStrategy[str]:
-    return st.sampled_from(HEURISTIC_NAMES)
+def _names(names: Iterable[str] | None, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    chosen = known if names is None else tuple(names)
+    unknown = [name for name in chosen if name not in known]
+    if unknown or not chosen:
+        raise ValueError(f"{what} must be a non-empty subset of {known}, got {chosen}")
+    return chosen
 
 
-def deallocs() -> st.SearchStrategy[str]:
-    return st.sampled_from(DEALLOC_POLICIES)
+def heuristics(names: Iterable[str] | None = None) -> st.SearchStrategy[str]:
+    """A heuristic name from ``names`` (default: every one, ``HEURISTIC_NAMES``)."""
+    return st.sampled_from(_names(names, HEURISTIC_NAMES, "heuristics"))
+
+
+def deallocs(names: Iterable[str] | None = None) -> st.SearchStrategy[str]:
+    """A deallocation policy from ``names`` (default: eager, banish, ignore)."""
+    return st.sampled_from(_names(names, DEALLOC_POLICIES, "deallocs"))
+
+
+def budget_ratios(min_ratio: float = 0.2, max_ratio: float = 0.95) -> st.SearchStrategy[float]:
+    """A budget as a ratio of the unbounded peak, in [``min_ratio``, ``max_ratio``]. Low
+    ratios can be below a program's floor: choose ``on_budget_error`` accordingly."""
+    if not 0.0 < min_ratio <= max_ratio:
+        raise ValueError(
+            f"need 0 < min_ratio <= max_ratio, got min_ratio={min_ratio}, max_ratio={max_ratio}"
+        )
+    return st.floats(min_ratio, max_ratio)
 
 
 def budget_fractions() -> st.SearchStrategy[float]:
+    """A position in [0, 1] between a program's smallest feasible budget and its peak."""
     return st.floats(0.0, 1.0)
 
 
+def remat_configs(
+    ratio: st.SearchStrategy[float] | None = None,
+    heuristic: st.SearchStrategy[str] | None = None,
+    dealloc: st.SearchStrategy[str] | None = None,
+) -> st.SearchStrategy[dict[str, list]]:
+    """One configuration as ``assert_remat_equivalent`` keyword arguments (``budgets``,
+    ``heuristics``, ``dealloc``: one-element lists), from a strategy for each. Defaults:
+    ``budget_ratios()``, ``heuristics()`` (all), eager deallocation only."""
+    return st.builds(
+        lambda r, h, d: {"budgets": [r], "heuristics": [h], "dealloc": [d]},
+        budget_ratios() if ratio is None else ratio,
+        heuristics() if heuristic is None else heuristic,
+        st.just("eager") if dealloc is None else dealloc,
+    )
+
+
 def unbounded_peak(fn: Callable[[], Any], cost: str = "flops", dealloc: str = "eager") -> int:
+    """The counted peak of ``fn`` run unbounded on a fresh allocator (constants included)."""
     runtime = Runtime(cost=cost, dealloc=dealloc)
     run_under(fn, runtime)
     return runtime.stats()["peak_memory"]
