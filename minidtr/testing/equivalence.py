@@ -136,11 +136,14 @@ def describe_difference(a: np.ndarray, b: np.ndarray) -> str:
     if len(differ) == 0:
         return f"{where}: the bytes differ"
     index = tuple(int(i) for i in differ[0]) if a.ndim else ()
-    first = f"{a[index]} vs {b[index]}"
+    first = f"{a[index]!s} vs {b[index]!s}"
     if a.dtype.kind == "f" and (a[index] == b[index] or np.isnan(a[index])):
         first += f" (bits {int(bits_a[index]):#x} vs {int(bits_b[index]):#x})"
-    at = f" at index {index}" if a.ndim else ""
-    return f"{where}: {len(differ)} of {a.size} elements differ, the first{at}: {first}"
+    if a.ndim == 0:
+        return f"{where}: {first}"
+    return (
+        f"{where}: {len(differ)} of {a.size} elements differ, the first at index {index}: {first}"
+    )
 
 
 def first_difference(
