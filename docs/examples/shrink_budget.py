@@ -15,7 +15,7 @@ floor = budget_floor(fn, heuristic=HEURISTIC)
 print(floor.describe())
 
 
-@settings(max_examples=50, deadline=None, database=None)
+@settings(max_examples=30, deadline=None, database=None)
 @given(budget=st.integers(floor.minimal, floor.peak))
 def check(budget):
     assert_remat_equivalent(fn, budgets=[budget], heuristics=[HEURISTIC], on_budget_error="skip")

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..runtime import BudgetError, Runtime
 from ..tensor import Tensor
-from .floor import Floor, budget_floor, record_reference
+from .floor import THRASH_LIMIT, Floor, budget_floor, record_reference
 from .isolation import isolated_allocator
 
 ON_BUDGET_ERROR = ("raise", "skip", "record")
@@ -184,6 +184,7 @@ def assert_remat_equivalent(
     on_budget_error: str = "raise",
     device: str = "cpu",
     rebuild_orphans: bool = True,
+    max_slowdown: float | None = THRASH_LIMIT,
     allow_budget_error: bool | None = None,
 ) -> list[dict]:
     """Assert ``fn`` gives bit-identical results under every budget x heuristic x dealloc.
@@ -206,6 +207,10 @@ def assert_remat_equivalent(
     results (the runtime is left usable). ``allow_budget_error=True`` is the older
     spelling of ``on_budget_error="record"``.
 
+    ``max_slowdown`` (20 by default, None for no limit) stops a budgeted run that
+    recomputes so much that it is that many times slower than its compute (a
+    ``ThrashError``, a ``BudgetError``): such a budget counts as infeasible, so a property
+    test does not hang on a budget where the heuristic thrashes.
     ``device`` selects whose allocator the budgets apply to; ``rebuild_orphans`` is passed
     to each budgeted ``Runtime``. Returns one report (a dict: ``label``, ``status``,
     ``ratio`` and the runtime's ``stats()``) per budgeted run.
@@ -254,6 +259,7 @@ def assert_remat_equivalent(
                 rebuild_orphans=rebuild_orphans,
                 trace=trace[0],
                 peak=peak,
+                max_slowdown=max_slowdown,
             )
         return floors[heuristic, policy]
 
@@ -275,6 +281,7 @@ def assert_remat_equivalent(
                     cost=cost,
                     device=device,
                     rebuild_orphans=rebuild_orphans,
+                    max_slowdown=max_slowdown,
                 )
                 with isolated_allocator(device):
                     try:

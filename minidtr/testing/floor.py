@@ -8,31 +8,41 @@ recording its trace (``minidtr.sim.record``), then reads off the trace:
 - ``largest_op``: the most bytes one op needs at once: the constants alive then,
   plus its inputs and outputs. No budget below it can work either.
 - ``minimal``: the smallest budget under which the simulator replays the trace
-  with the given heuristic and deallocation policy, found by bisection (to 0.1%
-  of the peak). The simulator drives the same allocator and heuristics as a live
-  run, and with ``cost="flops"`` it makes the same decisions, so this is the
-  live run's floor too; budgets between the two lower bounds and ``minimal`` are
-  where the heuristic, not the program, is what runs out.
+  with the given heuristic and deallocation policy without getting slower than
+  ``max_slowdown`` (20x by default), found by bisection (to 0.5% of the peak).
+  The simulator drives the same allocator and heuristics as a live run, and with
+  ``cost="flops"`` it makes the same decisions, so this is the live run's floor
+  too (up to the bisection's tolerance, and the thrash limit, which the live run
+  checks as it goes and the replay against the whole trace's compute). Between
+  ``largest_op`` and ``minimal`` it is the heuristic, not the program, that runs out.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..runtime import Runtime
 
-# A budget under which the replay recomputes more than this many times the program's
-# own compute counts as infeasible (it is thrashing; the paper stops at 2x).
-THRASH_LIMIT = 50.0
+# A budget under which a run gets slower than this (compute and recompute over compute)
+# counts as infeasible: it is thrashing (the paper stops at 2x). The default of
+# ``assert_remat_equivalent``'s ``max_slowdown`` too.
+THRASH_LIMIT = 20.0
+
+# Floors already found, by (the trace's fingerprint, heuristic, dealloc, rebuild_orphans,
+# max_slowdown): hypothesis replays a failing example many times while it shrinks it.
+_FLOORS: OrderedDict[tuple, Floor] = OrderedDict()
+_FLOORS_KEPT = 256
 
 
 @dataclass(frozen=True)
 class Floor:
     """The floors of one program (bytes). ``minimal`` is for ``heuristic``/``dealloc``;
-    None when no budget up to the peak replays (it thrashes past ``THRASH_LIMIT``)."""
+    None when no budget up to the peak replays (it thrashes past ``max_slowdown``)."""
 
     peak: int
     constants: int
@@ -40,6 +50,7 @@ class Floor:
     minimal: int | None
     heuristic: str
     dealloc: str
+    max_slowdown: float | None = THRASH_LIMIT
 
     def describe(self) -> str:
         minimal = (
@@ -47,7 +58,7 @@ class Floor:
             f"({self.minimal / self.peak:.3f} of peak) with heuristic={self.heuristic}, "
             f"dealloc={self.dealloc}"
             if self.minimal is not None
-            else f"no budget below the peak replays within {THRASH_LIMIT:g}x recomputation "
+            else f"no budget below the peak runs within a {self.max_slowdown:g}x slowdown "
             f"with heuristic={self.heuristic}, dealloc={self.dealloc}"
         )
         return (
@@ -65,6 +76,7 @@ class Floor:
             "minimal": self.minimal,
             "heuristic": self.heuristic,
             "dealloc": self.dealloc,
+            "max_slowdown": self.max_slowdown,
         }
 
 
@@ -83,6 +95,14 @@ def record_reference(
     return recorder.trace(), runtime.stats_.peak_memory
 
 
+def fingerprint(trace: Any) -> str:
+    """Equal for equal traces: the same program gives the same one with ``cost="flops"``."""
+    digest = hashlib.sha1()
+    for instruction in trace.instructions:
+        digest.update(repr(instruction).encode())
+    return digest.hexdigest()
+
+
 def minimal_replay_budget(
     trace: Any,
     heuristic: str = "dtr",
@@ -90,10 +110,11 @@ def minimal_replay_budget(
     rebuild_orphans: bool = True,
     low: int = 0,
     high: int | None = None,
+    max_slowdown: float | None = THRASH_LIMIT,
 ) -> int | None:
-    """The smallest budget (to 0.1% of the peak) under which ``trace`` replays without
-    running out of memory or passing ``THRASH_LIMIT``, by bisection between ``low``
-    (known infeasible or a lower bound) and ``high`` (default: the unbounded peak)."""
+    """The smallest budget (to 0.5% of the peak) under which ``trace`` replays without
+    running out of memory or getting slower than ``max_slowdown`` (None: no limit), by
+    bisection between ``low`` (known infeasible) and ``high`` (default: the peak)."""
     from ..sim import simulate
 
     def fits(budget: int) -> bool:
@@ -102,7 +123,7 @@ def minimal_replay_budget(
             budget=budget,
             heuristic=heuristic,
             dealloc=dealloc,
-            thrash=THRASH_LIMIT,
+            thrash=max_slowdown,
             outputs=False,
             rebuild_orphans=rebuild_orphans,
         )
@@ -113,7 +134,7 @@ def minimal_replay_budget(
     if not fits(high):
         return None
     low = min(low, high)
-    tolerance = max(1, math.ceil(peak / 1000))
+    tolerance = max(1, math.ceil(peak / 200))
     while high - low > tolerance:
         middle = (low + high) // 2
         if fits(middle):
@@ -133,6 +154,7 @@ def budget_floor(
     rebuild_orphans: bool = True,
     trace: Any = None,
     peak: int | None = None,
+    max_slowdown: float | None = THRASH_LIMIT,
 ) -> Floor:
     """The floors of ``fn`` (see the module docstring). ``trace`` and ``peak`` reuse a
     recording of ``fn`` (``record_reference``) and its live unbounded peak."""
@@ -140,10 +162,20 @@ def budget_floor(
         trace, peak = record_reference(fn, cost, device)
     elif peak is None:
         peak = trace.baseline().peak_memory
+    key = (fingerprint(trace), peak, heuristic, dealloc, rebuild_orphans, max_slowdown)
+    if key in _FLOORS:
+        _FLOORS.move_to_end(key)
+        return _FLOORS[key]
     baseline = trace.baseline()
     largest_op = max(baseline.bottleneck, baseline.constant_floor)
     high = max(peak, baseline.peak_memory, 1)
     minimal = minimal_replay_budget(
-        trace, heuristic, dealloc, rebuild_orphans, low=largest_op - 1, high=high
+        trace, heuristic, dealloc, rebuild_orphans, largest_op - 1, high, max_slowdown
     )
-    return Floor(peak, baseline.constant_floor, largest_op, minimal, heuristic, dealloc)
+    floor = Floor(
+        peak, baseline.constant_floor, largest_op, minimal, heuristic, dealloc, max_slowdown
+    )
+    _FLOORS[key] = floor
+    if len(_FLOORS) > _FLOORS_KEPT:
+        _FLOORS.popitem(last=False)
+    return floor

@@ -46,14 +46,12 @@ from .programs import (
 )
 
 
-@st.composite
 def random_programs(
-    draw,
     max_ops: int = 12,
     max_inputs: int = 3,
     size: int = 4,
     ops: tuple[str, ...] | None = None,
-) -> RandomProgram:
+) -> st.SearchStrategy[RandomProgram]:
     """A ``RandomProgram``: 1..``max_inputs`` random ``size`` x ``size`` float64 inputs
     (leaves with gradients), 1..``max_ops`` ops drawn from ``ops`` (default: every name
     in ``programs.UNARY`` and ``programs.BINARY``) on earlier values, each maybe read
@@ -63,6 +61,17 @@ def random_programs(
     unknown = [name for name in names if name not in UNARY + BINARY]
     if unknown or not names:
         raise ValueError(f"ops must be a non-empty subset of {UNARY + BINARY}, got {names}")
+    if max_ops < 1 or max_inputs < 1 or size < 1:
+        raise ValueError(
+            f"max_ops, max_inputs and size must be >= 1, got {max_ops}, {max_inputs}, {size}"
+        )
+    return _random_programs(max_ops, max_inputs, size, names)
+
+
+@st.composite
+def _random_programs(
+    draw, max_ops: int, max_inputs: int, size: int, names: tuple[str, ...]
+) -> RandomProgram:
     n_inputs = draw(st.integers(1, max_inputs))
     n_ops = draw(st.integers(1, max_ops))
     instructions: list[Instruction] = []
