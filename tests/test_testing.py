@@ -345,19 +345,21 @@ def run_in_both_orders(pytester, *args):
         pytester.makepyfile(test_order=TRAIN + "".join(tests))
         with isolated_allocators():  # each session starts from fresh memory, as a process
             result = pytester.runpytest("-p", "no:cacheprovider", *args)
-        outcomes.append(result.parseoutcomes())
+        outcomes.append(result)
     return outcomes
 
 
 def test_plugin_makes_a_suite_independent_of_test_order(pytester):
-    outcomes = run_in_both_orders(pytester, "-p", "minidtr.testing.plugin")
-    assert outcomes == [{"passed": 2}, {"passed": 2}]
+    for result in run_in_both_orders(pytester, "-p", "minidtr.testing.plugin"):
+        result.assert_outcomes(passed=2)
 
 
 def test_without_the_plugin_the_kept_error_breaks_the_next_test(pytester):
     # the control: the same file fails when the BudgetError test runs first
     first, second = run_in_both_orders(pytester, "-p", "no:minidtr.testing.plugin")
-    assert first == {"passed": 1, "failed": 1} and second == {"passed": 2}
+    first.assert_outcomes(passed=1, failed=1)
+    first.stdout.fnmatch_lines(["*test_training_fits_its_budget - *BudgetError*"])
+    second.assert_outcomes(passed=2)
 
 
 def test_plugin_fixture_and_opt_out(pytester):
@@ -374,10 +376,10 @@ def test_own_allocator(minidtr_allocator):
 """
     )
     result = pytester.runpytest("-p", "minidtr.testing.plugin", "-p", "no:cacheprovider")
-    assert result.parseoutcomes() == {"passed": 1}
+    result.assert_outcomes(passed=1)
     pytester.makeini("[pytest]\nminidtr_isolate = false\n")
     result = pytester.runpytest("-p", "minidtr.testing.plugin", "-p", "no:cacheprovider")
-    assert result.parseoutcomes() == {"passed": 1}
+    result.assert_outcomes(passed=1)
 
 
 # ---- docs/testing.md -----------------------------------------------------------------------
