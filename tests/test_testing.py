@@ -358,7 +358,7 @@ def test_without_the_plugin_the_kept_error_breaks_the_next_test(pytester):
     # the control: the same file fails when the BudgetError test runs first
     first, second = run_in_both_orders(pytester, "-p", "no:minidtr.testing.plugin")
     first.assert_outcomes(passed=1, failed=1)
-    first.stdout.fnmatch_lines(["*test_training_fits_its_budget - *BudgetError*"])
+    first.stdout.fnmatch_lines(["E *BudgetError: *", "FAILED *test_training_fits_its_budget*"])
     second.assert_outcomes(passed=2)
 
 
