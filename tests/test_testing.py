@@ -192,6 +192,29 @@ def test_differences_are_described_bit_for_bit():
 # ---- infeasible budgets and the floor ------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_hypothesis_reports_an_infeasible_budget_not_a_flaky_test(pytester):
+    # the issue's report: with budgets drawn down to infeasible ones and "raise", hypothesis
+    # must shrink to a clean failing example (each replay on fresh memory), not say Flaky
+    pytester.makepyfile(
+        test_user="""
+from hypothesis import given, settings, strategies as st
+from minidtr.testing import assert_remat_equivalent
+from minidtr.testing.programs import mlp_training
+
+@settings(max_examples=20, deadline=None, database=None)
+@given(st.integers(0, 3), st.floats(0.05, 0.95))
+def test_mlp(seed, ratio):
+    assert_remat_equivalent(mlp_training(depth=3, seed=seed), budgets=[ratio])
+"""
+    )
+    with isolated_allocators():
+        result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E *InfeasibleBudget: budget=* Floor: unbounded peak *"])
+    result.stdout.no_fnmatch_line("*Flaky*")
+
+
 def test_raise_names_the_configuration_and_the_floor():
     fn = small_mlp()
     with pytest.raises(InfeasibleBudget) as info:
