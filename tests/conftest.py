@@ -20,11 +20,10 @@ def shared_traces() -> pathlib.Path:
 
 
 @pytest.fixture
-def fresh_allocator(monkeypatch):
+def fresh_allocator():
     """A new CPU allocator for the test, so that storages left by other tests (and evictions
     of them) cannot influence its decisions."""
-    from minidtr.runtime import allocator as allocator_module
+    from minidtr.testing import isolated_allocator
 
-    allocator = allocator_module.Allocator("cpu")
-    monkeypatch.setitem(allocator_module._ALLOCATORS, "cpu", allocator)
-    return allocator
+    with isolated_allocator() as allocator:
+        yield allocator

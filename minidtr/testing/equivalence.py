@@ -180,7 +180,7 @@ def assert_remat_equivalent(
     heuristics: Iterable[str] = ("dtr",),
     dealloc: Iterable[str] | str = ("eager",),
     grads_of: Sequence[Tensor] = (),
-    cost: str = "flops",
+    cost: str | Callable[..., float] = "flops",
     on_budget_error: str = "raise",
     device: str = "cpu",
     rebuild_orphans: bool = True,
@@ -318,7 +318,8 @@ def assert_remat_equivalent(
                     infeasible.append(label)
                     continue
                 floor = floor_of(heuristic, policy)
-                message = f"{label}: infeasible: {error} Floor: {floor.describe()}."
+                reason = str(error).rstrip(".")
+                message = f"{label}: infeasible: {reason}. Floor: {floor.describe()}."
                 if on_budget_error == "raise":
                     raise InfeasibleBudget(
                         f"{message} Give budgets at or above the floor, or pass "
