@@ -16,7 +16,7 @@ print(floor.describe())
 
 
 @settings(max_examples=30, deadline=None, database=None)
-@given(budget=st.integers(floor.minimal, floor.peak))
+@given(budget=st.integers(floor.minimal or floor.largest_op, floor.peak))
 def check(budget):
     assert_remat_equivalent(fn, budgets=[budget], heuristics=[HEURISTIC], on_budget_error="skip")
 
