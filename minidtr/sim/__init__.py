@@ -8,6 +8,7 @@ optimal schedule by mixed-integer programming, Chen's sqrt(N) and Griewank's
 revolve for chains) live in ``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
 """
 
+from .floors import Floor, floor
 from .record import Recorder, record
 from .simulator import Baseline, Replayer, SimResult, simulate
 from .sweep import sweep
@@ -15,12 +16,14 @@ from .trace import Trace, TraceError, load_log, make_trace, write_log
 
 __all__ = [
     "Baseline",
+    "Floor",
     "Recorder",
     "Replayer",
     "SimResult",
     "Trace",
     "TraceError",
     "load_log",
+    "floor",
     "make_trace",
     "record",
     "simulate",

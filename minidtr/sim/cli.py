@@ -175,16 +175,24 @@ def info_main(argv: Sequence[str]) -> int:
     traces = _load(args.logs)
     if traces is None:
         return 1
+    from .floors import floor
+
     for trace in traces:
-        b = trace.baseline()
+        f = floor(trace)
         print(
             f"{trace.name}: {len(trace)} instructions, {trace.ops} ops, {trace.accesses} "
             f"accesses, compute {trace.total_compute:,.0f} ns, {len(trace.outputs)} outputs"
         )
+        print(f"  unbounded peak {f.peak:,} B")
         print(
-            f"  unbounded peak {b.peak_memory:,} B; constants {b.constant_floor:,} B "
-            f"({b.constant_floor / b.peak_memory:.3f}); one op's needs {b.bottleneck:,} B "
-            f"({b.bottleneck / b.peak_memory:.3f})"
+            f"  physical floor {f.bytes:,} B = {f.ratio:.3f} of peak"
+            + (f" (at {f.op})" if f.op else " (the constants alone)")
+            + ": no policy runs this trace in less"
+        )
+        print(f"    constants at most alive:        {f.constants:,} B ({f.constants_ratio:.3f})")
+        print(
+            f"    largest single-op working set: {f.working_set:,} B "
+            f"({f.working_set_ratio:.3f}, {f.working_set_op or '-'})"
         )
     return 0
 

@@ -117,6 +117,9 @@ class Baseline:
     peak_memory: int  # bytes, constants included: what budget ratios are relative to
     constant_floor: int  # the most bytes of constants alive at once
     bottleneck: int  # the most bytes one op needs at once (constants + inputs + outputs)
+    bottleneck_op: str = ""  # the op that needs ``bottleneck`` bytes
+    working_set: int = 0  # the most non-constant bytes one op needs (inputs + outputs)
+    working_set_op: str = ""
 
 
 @dataclass
@@ -190,6 +193,9 @@ class Replayer:
         self.measure_floors = measure_floors
         self.constant_floor = 0
         self.bottleneck = 0
+        self.bottleneck_op = ""
+        self.working_set = 0
+        self.working_set_op = ""
         self._dispatch = {
             Constant: self._constant,
             Call: self._call,
@@ -238,22 +244,26 @@ class Replayer:
         if self.measure_floors:
             self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
 
-    def _note_bottleneck(self, args: tuple[Cell, ...], fresh_bytes: int) -> None:
+    def _note_bottleneck(self, op: str, args: tuple[Cell, ...], fresh_bytes: int) -> None:
         seen: list = []
-        need = self.allocator.constant_bytes + fresh_bytes
+        working = fresh_bytes
         for cell in args:
             storage = cell.storage
             if storage.producer is not None and not any(storage is s for s in seen):
                 seen.append(storage)
-                need += storage.nbytes
-        self.bottleneck = max(self.bottleneck, need)
+                working += storage.nbytes
+        need = self.allocator.constant_bytes + working
+        if need > self.bottleneck:
+            self.bottleneck, self.bottleneck_op = need, op
+        if working > self.working_set:
+            self.working_set, self.working_set_op = working, op
 
     def _call(self, ins: Call) -> None:
         args = tuple(self.cells[a] for a in ins.args)
         compute = self.allocator.compute
         fresh = [r for r in ins.results if r.alias < 0]
         if self.measure_floors:
-            self._note_bottleneck(args, sum(r.nbytes for r in fresh))
+            self._note_bottleneck(ins.op, args, sum(r.nbytes for r in fresh))
         made: dict[str, Cell] = {}
         time_left = ins.time
         if fresh or not ins.results:
@@ -280,7 +290,7 @@ class Replayer:
         args = tuple(self.cells[a] for a in ins.args)
         sizes = [args[i].storage.nbytes for i in ins.mutate]
         if self.measure_floors:
-            self._note_bottleneck(args, sum(sizes))
+            self._note_bottleneck(ins.op, args, sum(sizes))
         op = TraceOp(ins.op, len(sizes), False, ins.time, self.guard)
         new = self.allocator.compute(op, args, [((n,), BYTE) for n in sizes], None)
         for i, cell in zip(ins.mutate, new, strict=True):
@@ -322,6 +332,9 @@ def measure_baseline(trace: Trace) -> Baseline:
             replayer.stats.peak_memory,
             replayer.constant_floor,
             max(replayer.bottleneck, replayer.constant_floor),
+            replayer.bottleneck_op,
+            replayer.working_set,
+            replayer.working_set_op,
         )
     finally:
         replayer.close()
@@ -389,6 +402,12 @@ def simulate(
         status = "thrash"
     except BudgetError as e:
         status, error = "oom", str(e)
+        if bytes_budget is not None:
+            from .floors import below_floor_message
+
+            why = below_floor_message(trace, bytes_budget)
+            if why is not None:
+                error = f"{why} ({error})"
     finally:
         elapsed = time.perf_counter() - started
         replayer.close()
