@@ -90,6 +90,7 @@ NAMED: dict[str, tuple[str, bool, bool]] = {
 }
 
 HEURISTIC_NAMES = (*NAMED, "random")
+TRACE_ONLY = ("belady", "learned")  # minidtr.sim.clairvoyant: need a trace
 
 
 def ablation_names() -> list[str]:
@@ -106,6 +107,12 @@ def make_heuristic(name: str, seed: int = 0) -> Heuristic | RandomHeuristic:
     """A heuristic by name: one of ``HEURISTIC_NAMES`` or an ablation-grid name."""
     if name == "random":
         return RandomHeuristic(seed)
+    if name.split("+")[0] in TRACE_ONLY:
+        raise ValueError(
+            f"heuristic {name!r} reads when each storage is used next from a recorded trace, "
+            "so it runs only in the simulator (minidtr sim LOG --heuristics "
+            f"{name}, or sim.simulate(trace, heuristic={name!r})), not in a live Runtime"
+        )
     if name in NAMED:
         cost, size, staleness = NAMED[name]
         return Heuristic(name, cost, size, staleness)

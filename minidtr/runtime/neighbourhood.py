@@ -73,6 +73,11 @@ class EvictedNeighbourhood:
             merged.update(closure[1])
         return sum(merged.values())
 
+    def closure_ids(self, storage: Storage, side: str):
+        """The ids in the cached closure of an evicted storage: itself and its evicted
+        ancestors (``"above"``) or descendants (``"below"``)."""
+        return self._closure(storage, side)[1].keys()
+
     def _valid(self, closure) -> bool:
         return closure is not None and closure[0] == self.epoch
 

@@ -100,7 +100,7 @@ class Runtime:
     def __init__(
         self,
         budget: int | None = None,
-        heuristic: str = "dtr",
+        heuristic: str | Any = "dtr",
         dealloc: str = "eager",
         cost: str | Callable[..., float] = "time",
         *,
@@ -115,7 +115,8 @@ class Runtime:
         """
         budget: bytes, a hard limit on resident bytes; None = unbounded.
         heuristic: a name from ``minidtr.runtime.heuristics`` (dtr, dtr_eq, dtr_local,
-            msps, lru, size, random, or an ablation-grid name).
+            msps, lru, size, random, or an ablation-grid name), or an object with a
+            ``name`` and ``score(storage, allocator)`` (lower = evicted first).
         dealloc: what happens when the last reference to a storage dies:
             ``eager`` evicts it (metadata kept while evicted children may need it),
             ``banish`` frees it for good and makes its children unevictable,
@@ -142,7 +143,10 @@ class Runtime:
         if not 0.0 <= min_size < 1.0:
             raise ValueError(f"min_size is a fraction of the mean size in [0, 1), got {min_size}")
         self._budget = budget
-        self.heuristic = make_heuristic(heuristic, seed)
+        if hasattr(heuristic, "score"):
+            self.heuristic = heuristic
+        else:
+            self.heuristic = make_heuristic(heuristic, seed)
         self.dealloc = dealloc
         self.cost = cost
         self.sample = sample

@@ -3,6 +3,8 @@
 minidtr sim LOG... [--ratios 1,0.9,...] [--heuristics dtr,dtr_eq,...] [--csv F [--resume]]
                    [--plot F] [--jobs N | --scheduler ADDRESS]
 minidtr sim info LOG...                     what a trace holds, its peak and floors
+minidtr sim frontier LOG... [--max-slowdown X] [--heuristic H]
+                                            the lowest ratio that replays within X
 minidtr sim optimal LOG [--ratios ...]      DTR against the optimal schedule (MILP)
 minidtr sim sqrt-n [--n 100,400,1600]       Theorem 3.1's chain table
 minidtr sim adversary [--budget 8 --n ...]  Theorem 3.2's adversarial family
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
-SUBCOMMANDS = ("info", "optimal", "sqrt-n", "adversary")
+SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
 
 
 def floats(text: str) -> list[float]:
@@ -59,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         command = {
             "info": info_main,
+            "frontier": frontier_main,
             "optimal": optimal_main,
             "sqrt-n": sqrt_n_main,
             "adversary": adversary_main,
@@ -194,6 +197,49 @@ def info_main(argv: Sequence[str]) -> int:
             f"    largest single-op working set: {f.working_set:,} B "
             f"({f.working_set_ratio:.3f}, {f.working_set_op or '-'})"
         )
+    return 0
+
+
+def frontier_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="minidtr sim frontier",
+        description="Search the lowest budget ratio at which each trace replays within a "
+        "slowdown: scan down from 1 in steps, then bisect (replays only, no kernels).",
+    )
+    p.add_argument("logs", nargs="+", metavar="LOG")
+    p.add_argument(
+        "--max-slowdown", type=float, default=2.0, help="the slowdown allowed (default 2)"
+    )
+    p.add_argument("--heuristic", default="dtr", help="eviction heuristic (default dtr)")
+    p.add_argument("--step", type=float, default=0.1, help="scan step (default 0.1)")
+    p.add_argument(
+        "--tolerance", type=float, default=0.01, help="bisect down to this (default 0.01)"
+    )
+    p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
+    p.add_argument(
+        "--no-orphan-rebuild", action="store_true", help="plain eager eviction (see minidtr sim)"
+    )
+    args = p.parse_args(argv)
+    traces = _load(args.logs)
+    if traces is None:
+        return 1
+    from .frontier import frontier
+
+    for i, trace in enumerate(traces):
+        try:
+            result = frontier(
+                trace,
+                args.max_slowdown,
+                args.heuristic,
+                step=args.step,
+                tolerance=args.tolerance,
+                dealloc=args.dealloc,
+                rebuild_orphans=not args.no_orphan_rebuild,
+            )
+        except ValueError as e:
+            print(f"minidtr sim frontier: {e}", file=sys.stderr)
+            return 2
+        print(("\n" if i else "") + result.table())
     return 0
 
 

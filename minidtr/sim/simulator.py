@@ -42,6 +42,7 @@ import numpy as np
 from ..runtime.allocator import Allocator
 from ..runtime.runtime import BudgetError, Runtime
 from ..runtime.storage import Cell
+from .clairvoyant import make_trace_heuristic
 from .trace import (
     Annotate,
     Call,
@@ -174,11 +175,14 @@ class Replayer:
         thrash_cost: float = math.inf,
         measure_floors: bool = False,
         rebuild_orphans: bool = True,
+        trace: Trace | None = None,
     ):
         self.allocator = Allocator(device=None)
+        self.informed = make_trace_heuristic(heuristic, trace)
+        self.position = 0
         self.runtime = Runtime(
             budget=budget,
-            heuristic=heuristic,
+            heuristic=self.informed or heuristic,
             dealloc=dealloc,
             cost=trace_cost,
             sample=sample,
@@ -212,7 +216,14 @@ class Replayer:
         return self.runtime.stats_
 
     def step(self, ins) -> None:
-        self._dispatch[type(ins)](ins)
+        informed = self.informed
+        if informed is None:
+            self._dispatch[type(ins)](ins)
+        else:
+            informed.before(self.position, self.stats.compute_cost)
+            self._dispatch[type(ins)](ins)
+            informed.after(self.position, ins, self.cells)
+        self.position += 1
         self.guard.check()
 
     def resident(self, name: str) -> bool:
@@ -222,6 +233,8 @@ class Replayer:
         """Make every name still held resident (pinned): the step's outputs. Returns the
         number of remats this took."""
         before = self.stats.remats
+        if self.informed is not None:
+            self.informed.before(self.position, self.stats.compute_cost)
         for cell in self.cells.values():
             self.allocator.pin(cell.storage)
             self.guard.check()
@@ -389,6 +402,7 @@ def simulate(
         record_events=record_events,
         thrash_cost=limit,
         rebuild_orphans=rebuild_orphans,
+        trace=trace,
     )
     status, error, done, output_remats = "ok", None, 0, 0
     started = time.perf_counter()

@@ -1,0 +1,306 @@
+"""Heuristics that know (``belady``) or learn (``learned``) when each storage is used next.
+
+h_DTR guesses the future from the past: staleness, the time since a storage's last
+access, stands in for the time until its next one. Two simulator heuristics replace
+that guess.
+
+``belady`` is clairvoyant. A pre-pass over the trace (``next_uses``) lists, for each
+storage, the instructions that use it (arguments of CALL and MUTATE, CONSTANT
+annotations, and the end of the trace for outputs). While replaying, the score of
+a candidate replaces staleness by the distance to its next use:
+
+    score(t) = C(t) / (M(t) * D(t))        D(t) = trace compute until t's next use
+
+with C and M as in ``minidtr.runtime.heuristics``. A storage never used again has
+D = inf (score 0: evicted first). Plain farthest-next-use (Belady's rule for caches)
+is ``belady+none+nosize+ops``. No online policy knows the next uses, so belady bounds
+what better guessing can buy; it is not optimal (the MILP of ``checkmate`` is), since
+it does not plan which rematerializations to share. Variants are named
+``belady+<cost>+<size|nosize>+<time|ops>`` (``ops`` counts instructions instead of
+compute).
+
+``learned`` is online: it sees only what a live runtime sees (each op as it runs, the
+storages it creates and the ones it reads) and learns the next uses from earlier
+storages with the same *signature*: a hash of the producing op's name, the output's
+index and size, and the signatures of the op's input storages (constants: their size).
+A training step repeats the previous one, so the k-th layer's activation in step 2
+has the signature of the k-th layer's activation in step 1. For each signature the
+heuristic keeps the access times of its last instance, relative to its creation (in
+compute, which recomputation does not advance), and predicts a new instance's next
+use from them. Storages whose signature has no history (everything in the first step)
+fall back to staleness, i.e. to h_DTR. Variants: ``learned+<cost>+<size|nosize>``.
+
+Both need the trace: ``minidtr.runtime`` refuses their names (a live run has no
+future to read), and ``simulate`` builds them with ``make_trace_heuristic``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from ..runtime.heuristics import COST_TERMS, MIN_STALENESS
+from ..runtime.neighbourhood import evicted_children, evicted_descendants
+from ..runtime.storage import Storage
+from .trace import Call, Constant, Copy, CopyFrom, MakeConstant, Mutate, Release, Trace
+
+TRACE_HEURISTICS = ("belady", "learned")
+BELADY_DEFAULT = ("estar", True, "time")
+LEARNED_DEFAULT = ("estar", True)
+
+
+@dataclass
+class NextUses:
+    """Which storage each name refers to, and when each storage is used.
+
+    Storages are numbered by a *key* in order of creation. ``uses[key]`` lists the
+    instruction positions that use it, ascending (``len(trace)`` for an output);
+    ``created[p]`` lists the (name, key) pairs instruction ``p`` defines with a new
+    storage; ``clock[p]`` is the trace's compute (sum of TIME) before instruction ``p``.
+    """
+
+    uses: list[list[int]]
+    created: dict[int, list[tuple[str, int]]]
+    clock: list[float]
+
+    def next_use(self, key: int, position: int) -> int | None:
+        """The first use of storage ``key`` at or after ``position``, or None."""
+        uses = self.uses[key]
+        i = bisect_left(uses, position)
+        return uses[i] if i < len(uses) else None
+
+
+def next_uses(trace: Trace) -> NextUses:
+    """The pre-pass: follow names to storages as the replay does (a view or a COPY shares
+    its source's storage; a MUTATE makes new ones) and list each storage's uses."""
+    uses: list[list[int]] = []
+    created: dict[int, list[tuple[str, int]]] = {}
+    clock: list[float] = []
+    key_of: dict[str, int] = {}
+    now = 0.0
+
+    def new(position: int, name: str) -> None:
+        key_of[name] = len(uses)
+        created.setdefault(position, []).append((name, len(uses)))
+        uses.append([])
+
+    def use(position: int, names) -> None:
+        for key in {key_of[n] for n in names}:
+            uses[key].append(position)
+
+    for p, ins in enumerate(trace.instructions):
+        clock.append(now)
+        if isinstance(ins, Constant):
+            new(p, ins.name)
+        elif isinstance(ins, Call):
+            use(p, ins.args)
+            for r in ins.results:
+                if r.alias < 0:
+                    new(p, r.name)
+                else:
+                    key_of[r.name] = key_of[ins.args[r.alias]]
+            now += ins.time
+        elif isinstance(ins, Mutate):
+            use(p, ins.args)
+            for i in ins.mutate:
+                new(p, ins.args[i])
+            now += ins.time
+        elif isinstance(ins, Copy | CopyFrom):
+            key_of[ins.dst] = key_of[ins.src]
+        elif isinstance(ins, MakeConstant):
+            use(p, (ins.name,))
+        elif isinstance(ins, Release):
+            del key_of[ins.name]
+    end = len(trace.instructions)
+    clock.append(now)
+    use(end, list(key_of))
+    return NextUses(uses, created, clock)
+
+
+def parse_variant(name: str) -> tuple[str, tuple]:
+    """``belady[+cost+size+dist]`` or ``learned[+cost+size]`` -> (family, parameters)."""
+    parts = name.split("+")
+    family = parts[0]
+    if family == "belady":
+        if len(parts) == 1:
+            return family, BELADY_DEFAULT
+        if (
+            len(parts) == 4
+            and parts[1] in COST_TERMS
+            and parts[2] in ("size", "nosize")
+            and parts[3] in ("time", "ops")
+        ):
+            return family, (parts[1], parts[2] == "size", parts[3])
+    elif family == "learned":
+        if len(parts) == 1:
+            return family, LEARNED_DEFAULT
+        if len(parts) == 3 and parts[1] in COST_TERMS and parts[2] in ("size", "nosize"):
+            return family, (parts[1], parts[2] == "size")
+    raise ValueError(
+        f"unknown heuristic {name!r}; trace heuristics are 'belady', "
+        "'belady+<cost>+<size|nosize>+<time|ops>', 'learned' and 'learned+<cost>+<size|nosize>' "
+        f"with cost in {list(COST_TERMS)}"
+    )
+
+
+class TraceHeuristic:
+    """A heuristic the replayer keeps informed: ``before(position, clock)`` ahead of each
+    instruction (``clock``: compute so far, recomputation excluded) and
+    ``after(position, ins, cells)`` once it ran (``cells``: name -> Cell)."""
+
+    name: str
+    cost: str
+
+    def before(self, position: int, clock: float) -> None:
+        pass
+
+    def after(self, position: int, ins, cells: dict) -> None:
+        pass
+
+
+class Belady(TraceHeuristic):
+    """score = C / (M * distance to the next use); see the module docstring."""
+
+    def __init__(self, name: str, trace: Trace, cost: str, size: bool, distance: str):
+        self.name, self.cost, self.size, self.distance = name, cost, size, distance
+        self.cost_term = COST_TERMS[cost]
+        self.uses = next_uses(trace)
+        self.key: dict[int, int] = {}  # allocator storage id -> trace storage key
+        self.position = 0
+
+    def before(self, position: int, clock: float) -> None:
+        self.position = position
+
+    def after(self, position: int, ins, cells: dict) -> None:
+        for name, key in self.uses.created.get(position, ()):
+            cell = cells.get(name)
+            if cell is not None:
+                self.key.setdefault(cell.storage.id, key)
+
+    def next_use(self, storage_id: int) -> int | None:
+        key = self.key.get(storage_id)
+        return None if key is None else self.uses.next_use(key, self.position)
+
+    def until_needed(self, storage: Storage, allocator) -> float:
+        """Distance to the first time ``storage`` is needed: its own next use, or that of
+        an evicted descendant (whose rebuild would need it)."""
+        nxt = self.next_use(storage.id)
+        for member in evicted_descendant_ids(storage, allocator):
+            use = self.next_use(member)
+            if use is not None and (nxt is None or use < nxt):
+                nxt = use
+        if nxt is None:
+            return math.inf
+        if self.distance == "ops":
+            return nxt - self.position + 1.0
+        return self.uses.clock[nxt] - self.uses.clock[self.position]
+
+    def score(self, storage: Storage, allocator) -> float:
+        distance = self.until_needed(storage, allocator)
+        if distance == math.inf:
+            return 0.0
+        value = self.cost_term(storage, allocator)
+        if self.size:
+            value /= max(storage.nbytes, 1)
+        return value / max(distance, MIN_STALENESS)
+
+
+class Learned(TraceHeuristic):
+    """Next uses predicted from the last storage with the same signature; see the module
+    docstring. Sees only what a live runtime sees: the ops as they run and their inputs."""
+
+    def __init__(self, name: str, cost: str, size: bool):
+        self.name, self.cost, self.size = name, cost, size
+        self.cost_term = COST_TERMS[cost]
+        self.signature: dict[int, int] = {}  # storage id -> signature
+        self.born: dict[int, float] = {}  # storage id -> compute clock at creation
+        self.seen: dict[int, list[float]] = {}  # storage id -> its accesses (age)
+        self.profile: dict[int, list[float]] = {}  # signature -> last instance's accesses
+        self.current: dict[int, int] = {}  # signature -> storage id of its newest instance
+        self.clock = 0.0
+        self.predicted = self.fallbacks = 0
+
+    def before(self, position: int, clock: float) -> None:
+        self.clock = clock
+
+    def after(self, position: int, ins, cells: dict) -> None:
+        if isinstance(ins, Constant):
+            self._created(cells[ins.name].storage, ("constant", ins.nbytes))
+        elif isinstance(ins, Call | Mutate):
+            args = [cells[a].storage for a in ins.args if a in cells]
+            now = self.clock
+            for storage in {s.id: s for s in args}.values():
+                self._accessed(storage, now)
+            names = (
+                [r.name for r in ins.results]
+                if isinstance(ins, Call)
+                else [ins.args[i] for i in ins.mutate]
+            )
+            parents = tuple(self._signature_as_input(s) for s in args)
+            for index, name in enumerate(names):
+                storage = cells[name].storage
+                if storage.id not in self.signature:
+                    self._created(storage, (ins.op, index, storage.nbytes, parents))
+        elif isinstance(ins, MakeConstant):
+            storage = cells[ins.name].storage
+            self._accessed(storage, self.clock)
+
+    def _signature_as_input(self, storage: Storage) -> int:
+        """A constant (a parameter, a batch) stands for its size only: its history (this
+        step's parameters come from last step's update) must not make every signature
+        of a step new."""
+        if storage.producer is None:
+            return hash(("constant", storage.nbytes))
+        return self.signature.get(storage.id, 0)
+
+    def _created(self, storage: Storage, recipe: tuple) -> None:
+        signature = hash(recipe)
+        previous = self.current.get(signature)
+        if previous is not None and previous in self.seen:
+            self.profile[signature] = self.seen[previous]
+        self.current[signature] = storage.id
+        self.signature[storage.id] = signature
+        self.born[storage.id] = self.clock
+        self.seen[storage.id] = []
+
+    def _accessed(self, storage: Storage, now: float) -> None:
+        seen = self.seen.get(storage.id)
+        if seen is not None:
+            seen.append(now - self.born[storage.id])
+
+    def score(self, storage: Storage, allocator) -> float:
+        value = self.cost_term(storage, allocator)
+        if self.size:
+            value /= max(storage.nbytes, 1)
+        profile = self.profile.get(self.signature.get(storage.id, 0))
+        if profile is None:
+            self.fallbacks += 1
+            return value / max(allocator.clock - storage.last_access, MIN_STALENESS)
+        self.predicted += 1
+        age = allocator.stats.compute_cost - self.born[storage.id]
+        i = bisect_left(profile, age)
+        if i == len(profile):
+            return 0.0
+        return value / max(profile[i] - age, MIN_STALENESS)
+
+
+def evicted_descendant_ids(storage: Storage, allocator) -> list[int]:
+    """Ids of the evicted descendants of a resident storage (from h_DTR's cached closures
+    when they are maintained, else by a walk)."""
+    if allocator.tracking == "estar":
+        closures = allocator.neighbourhood
+        return [i for c in evicted_children(storage) for i in closures.closure_ids(c, "below")]
+    return [s.id for s in evicted_descendants(storage)]
+
+
+def make_trace_heuristic(name: str, trace: Trace | None) -> TraceHeuristic | None:
+    """The trace heuristic called ``name``, or None when ``name`` is a runtime heuristic."""
+    if name.split("+")[0] not in TRACE_HEURISTICS:
+        return None
+    family, params = parse_variant(name)
+    if family == "belady":
+        if trace is None:
+            raise ValueError(f"{name!r} reads the trace's future: replay a whole trace")
+        return Belady(name, trace, *params)
+    return Learned(name, *params)
