@@ -15,9 +15,12 @@ resident and cheap to reach; that cost is stale the moment the parent goes.
 Left alone, such orphans become the ends of long chains whose rebuild replays
 much of the network. So the orphans are rebuilt first, while the parent is
 still resident (one op each); the heuristic can evict them again, scored with
-what they cost now. Deaths that happen while the allocator is busy (an op, a
-rematerialization, a garbage-collector pass inside either) wait in a queue
-until it is done.
+what they cost now. An orphan is rebuilt at most once between two reads of it:
+a heuristic without staleness (h_MSPS) may evict a rebuilt orphan again at
+once, and a storage with many parents (DenseNet's concatenations) would then
+be rebuilt at each parent's death, again and again. Deaths that happen while
+the allocator is busy (an op, a rematerialization, a garbage-collector pass
+inside either) wait in a queue until it is done.
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class Lifetime:
         finally:
             storage.locks -= 1
             self._free_dead_remats()
+        for orphan in orphans:
+            if orphan.buffer is not None:
+                orphan.orphan_rebuilt_at = orphan.last_access
         stats.orphan_remats += stats.remats - before
 
     def _banish(self, storage: Storage) -> bool:
@@ -194,9 +200,15 @@ class Lifetime:
 
 
 def orphans_of(storage: Storage) -> list[Storage]:
-    """Evicted children of ``storage`` that are still referenced (see the module docstring)."""
+    """Evicted children of ``storage`` that are still referenced (see the module docstring),
+    except those evicted again since they were last rebuilt as orphans without anything
+    reading them: rebuilding those once more would only repeat the same eviction."""
     return [
         c
         for c in storage.live_children()
-        if c.buffer is None and not c.banished and c.external_refs > 0 and c.producer is not None
+        if c.buffer is None
+        and not c.banished
+        and c.external_refs > 0
+        and c.producer is not None
+        and c.orphan_rebuilt_at != c.last_access
     ]

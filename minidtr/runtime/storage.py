@@ -76,6 +76,7 @@ class Storage:
         "above",
         "below",
         "evict_on_unlock",
+        "orphan_rebuilt_at",
         "allocator",
         "__weakref__",
     )
@@ -98,6 +99,7 @@ class Storage:
         self.above = None  # cached closures of evicted ancestors / descendants (h_DTR)
         self.below = None
         self.evict_on_unlock = False
+        self.orphan_rebuilt_at: float | None = None  # last_access when last rebuilt as an orphan
 
     @property
     def resident(self) -> bool:

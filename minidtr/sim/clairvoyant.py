@@ -145,14 +145,14 @@ def parse_variant(name: str) -> tuple[str, tuple]:
 
 
 class TraceHeuristic:
-    """A heuristic the replayer keeps informed: ``before(position, clock)`` ahead of each
-    instruction (``clock``: compute so far, recomputation excluded) and
+    """A heuristic the replayer keeps informed: ``before(position, clock, ins, cells)``
+    ahead of each instruction (``clock``: compute so far, recomputation excluded) and
     ``after(position, ins, cells)`` once it ran (``cells``: name -> Cell)."""
 
     name: str
     cost: str
 
-    def before(self, position: int, clock: float) -> None:
+    def before(self, position: int, clock: float, ins=None, cells=None) -> None:
         pass
 
     def after(self, position: int, ins, cells: dict) -> None:
@@ -169,7 +169,7 @@ class Belady(TraceHeuristic):
         self.key: dict[int, int] = {}  # allocator storage id -> trace storage key
         self.position = 0
 
-    def before(self, position: int, clock: float) -> None:
+    def before(self, position: int, clock: float, ins=None, cells=None) -> None:
         self.position = position
 
     def after(self, position: int, ins, cells: dict) -> None:
@@ -197,9 +197,13 @@ class Belady(TraceHeuristic):
         return self.uses.clock[nxt] - self.uses.clock[self.position]
 
     def score(self, storage: Storage, allocator) -> float:
-        distance = self.until_needed(storage, allocator)
-        if distance == math.inf:
-            return 0.0
+        if storage.external_refs == 0:
+            # dead, resident only to rebuild others: no use of its own to look ahead to
+            distance = allocator.clock - storage.last_access
+        else:
+            distance = self.until_needed(storage, allocator)
+            if distance == math.inf:
+                return 0.0
         value = self.cost_term(storage, allocator)
         if self.size:
             value /= max(storage.nbytes, 1)
@@ -208,30 +212,38 @@ class Belady(TraceHeuristic):
 
 class Learned(TraceHeuristic):
     """Next uses predicted from the last storage with the same signature; see the module
-    docstring. Sees only what a live runtime sees: the ops as they run and their inputs."""
+    docstring. Sees only what a live runtime sees: the ops as they run, their inputs and
+    outputs, and the handles that die."""
+
+    past_last_use = "stale"  # past every predicted use: "stale" (as h_DTR) or "evict"
 
     def __init__(self, name: str, cost: str, size: bool):
         self.name, self.cost, self.size = name, cost, size
         self.cost_term = COST_TERMS[cost]
         self.signature: dict[int, int] = {}  # storage id -> signature
         self.born: dict[int, float] = {}  # storage id -> compute clock at creation
-        self.seen: dict[int, list[float]] = {}  # storage id -> its accesses (age)
-        self.profile: dict[int, list[float]] = {}  # signature -> last instance's accesses
-        self.current: dict[int, int] = {}  # signature -> storage id of its newest instance
+        self.seen: dict[int, list[float]] = {}  # storage id -> its accesses so far (ages)
+        self.profile: dict[int, list[float]] = {}  # signature -> a finished instance's accesses
         self.clock = 0.0
+        self.dropping: list[Storage] = []
         self.predicted = self.fallbacks = 0
 
-    def before(self, position: int, clock: float) -> None:
+    def before(self, position: int, clock: float, ins=None, cells=None) -> None:
         self.clock = clock
+        if isinstance(ins, Release):
+            self.dropping = [cells[ins.name].storage]
+        elif isinstance(ins, CopyFrom):
+            self.dropping = [cells[ins.dst].storage]
+        elif isinstance(ins, Mutate):
+            self.dropping = [cells[ins.args[i]].storage for i in ins.mutate]
 
     def after(self, position: int, ins, cells: dict) -> None:
         if isinstance(ins, Constant):
             self._created(cells[ins.name].storage, ("constant", ins.nbytes))
         elif isinstance(ins, Call | Mutate):
             args = [cells[a].storage for a in ins.args if a in cells]
-            now = self.clock
             for storage in {s.id: s for s in args}.values():
-                self._accessed(storage, now)
+                self._accessed(storage)
             names = (
                 [r.name for r in ins.results]
                 if isinstance(ins, Call)
@@ -243,8 +255,11 @@ class Learned(TraceHeuristic):
                 if storage.id not in self.signature:
                     self._created(storage, (ins.op, index, storage.nbytes, parents))
         elif isinstance(ins, MakeConstant):
-            storage = cells[ins.name].storage
-            self._accessed(storage, self.clock)
+            self._accessed(cells[ins.name].storage)
+        for storage in self.dropping:
+            if storage.external_refs == 0:
+                self._died(storage)
+        self.dropping = []
 
     def _signature_as_input(self, storage: Storage) -> int:
         """A constant (a parameter, a batch) stands for its size only: its history (this
@@ -255,34 +270,39 @@ class Learned(TraceHeuristic):
         return self.signature.get(storage.id, 0)
 
     def _created(self, storage: Storage, recipe: tuple) -> None:
-        signature = hash(recipe)
-        previous = self.current.get(signature)
-        if previous is not None and previous in self.seen:
-            self.profile[signature] = self.seen[previous]
-        self.current[signature] = storage.id
-        self.signature[storage.id] = signature
+        self.signature[storage.id] = hash(recipe)
         self.born[storage.id] = self.clock
         self.seen[storage.id] = []
 
-    def _accessed(self, storage: Storage, now: float) -> None:
+    def _accessed(self, storage: Storage) -> None:
         seen = self.seen.get(storage.id)
         if seen is not None:
-            seen.append(now - self.born[storage.id])
+            seen.append(self.clock - self.born[storage.id])
+
+    def _died(self, storage: Storage) -> None:
+        """The last handle died: its accesses are complete, the profile of its signature."""
+        seen = self.seen.pop(storage.id, None)
+        self.born.pop(storage.id, None)
+        signature = self.signature.pop(storage.id, None)
+        if seen is not None and signature is not None:
+            self.profile[signature] = seen
 
     def score(self, storage: Storage, allocator) -> float:
         value = self.cost_term(storage, allocator)
         if self.size:
             value /= max(storage.nbytes, 1)
         profile = self.profile.get(self.signature.get(storage.id, 0))
-        if profile is None:
-            self.fallbacks += 1
-            return value / max(allocator.clock - storage.last_access, MIN_STALENESS)
-        self.predicted += 1
-        age = allocator.stats.compute_cost - self.born[storage.id]
-        i = bisect_left(profile, age)
-        if i == len(profile):
-            return 0.0
-        return value / max(profile[i] - age, MIN_STALENESS)
+        if profile is not None and storage.external_refs:
+            age = allocator.stats.compute_cost - self.born[storage.id]
+            i = bisect_left(profile, age)
+            if i < len(profile):
+                self.predicted += 1
+                return value / max(profile[i] - age, MIN_STALENESS)
+            if self.past_last_use == "evict":
+                self.predicted += 1
+                return 0.0
+        self.fallbacks += 1
+        return value / max(allocator.clock - storage.last_access, MIN_STALENESS)
 
 
 def evicted_descendant_ids(storage: Storage, allocator) -> list[int]:

@@ -220,7 +220,7 @@ class Replayer:
         if informed is None:
             self._dispatch[type(ins)](ins)
         else:
-            informed.before(self.position, self.stats.compute_cost)
+            informed.before(self.position, self.stats.compute_cost, ins, self.cells)
             self._dispatch[type(ins)](ins)
             informed.after(self.position, ins, self.cells)
         self.position += 1
