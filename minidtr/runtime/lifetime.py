@@ -187,7 +187,7 @@ class Lifetime:
         if not self._dead_remats:
             return
         dead, self._dead_remats = self._dead_remats, []
-        if self.runtime.dealloc == "ignore":
+        if self.runtime.dealloc == "ignore" or self.runtime.keep_dead_remats:
             return
         for storage in dead:
             if (

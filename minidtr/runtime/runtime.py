@@ -111,6 +111,7 @@ class Runtime:
         device: str = "cpu",
         max_slowdown: float | None = None,
         rebuild_orphans: bool = True,
+        keep_dead_remats: bool = False,
     ):
         """
         budget: bytes, a hard limit on resident bytes; None = unbounded.
@@ -133,6 +134,9 @@ class Runtime:
             rematerialize its evicted children that are still referenced, so their
             rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the
             paper's plain eager eviction.
+        keep_dead_remats: storages that nobody references, rematerialized only to rebuild
+            others, stay resident as ordinary candidates after the access that needed them
+            (the paper's simulator) instead of being freed when it ends (the default).
         """
         if budget is not None and budget < 0:
             raise ValueError(f"budget must be >= 0 bytes or None, got {budget}")
@@ -155,6 +159,7 @@ class Runtime:
         self.device = device
         self.max_slowdown = max_slowdown
         self.rebuild_orphans = rebuild_orphans
+        self.keep_dead_remats = keep_dead_remats
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if record_events else None
         self.allocator = None

@@ -287,20 +287,25 @@ class Learned(TraceHeuristic):
         if seen is not None and signature is not None:
             self.profile[signature] = seen
 
+    def predicted_distance(self, storage: Storage, now: float) -> float | None:
+        """Compute until the predicted next use of a live storage at compute clock ``now``;
+        inf when past every use its signature's last instance had; None without a profile."""
+        profile = self.profile.get(self.signature.get(storage.id, 0))
+        if profile is None:
+            return None
+        age = now - self.born[storage.id]
+        i = bisect_left(profile, age)
+        return profile[i] - age if i < len(profile) else math.inf
+
     def score(self, storage: Storage, allocator) -> float:
         value = self.cost_term(storage, allocator)
         if self.size:
             value /= max(storage.nbytes, 1)
-        profile = self.profile.get(self.signature.get(storage.id, 0))
-        if profile is not None and storage.external_refs:
-            age = allocator.stats.compute_cost - self.born[storage.id]
-            i = bisect_left(profile, age)
-            if i < len(profile):
+        if storage.external_refs:
+            distance = self.predicted_distance(storage, allocator.stats.compute_cost)
+            if distance is not None and (distance < math.inf or self.past_last_use == "evict"):
                 self.predicted += 1
-                return value / max(profile[i] - age, MIN_STALENESS)
-            if self.past_last_use == "evict":
-                self.predicted += 1
-                return 0.0
+                return value / max(distance, MIN_STALENESS)
         self.fallbacks += 1
         return value / max(allocator.clock - storage.last_access, MIN_STALENESS)
 

@@ -99,6 +99,13 @@ def sweep_main(argv: Sequence[str]) -> int:
         "still-referenced children of a dead storage before evicting it",
     )
     p.add_argument(
+        "--keep-dead-remats",
+        action="store_true",
+        help="keep rematerialized storages nobody references resident as ordinary "
+        "candidates (the paper's simulator; with --no-orphan-rebuild it replays as the "
+        "prototype did)",
+    )
+    p.add_argument(
         "--thrash",
         type=float,
         default=2.0,
@@ -144,6 +151,7 @@ def sweep_main(argv: Sequence[str]) -> int:
                 on_result=finished.append,
                 dealloc=args.dealloc,
                 rebuild_orphans=not args.no_orphan_rebuild,
+                keep_dead_remats=args.keep_dead_remats,
                 thrash=thrash,
                 sample=args.sample,
                 min_size=args.min_size,

@@ -176,6 +176,7 @@ class Replayer:
         measure_floors: bool = False,
         rebuild_orphans: bool = True,
         trace: Trace | None = None,
+        keep_dead_remats: bool = False,
     ):
         self.allocator = Allocator(device=None)
         self.informed = make_trace_heuristic(heuristic, trace)
@@ -190,6 +191,7 @@ class Replayer:
             seed=seed,
             record_events=record_events,
             rebuild_orphans=rebuild_orphans,
+            keep_dead_remats=keep_dead_remats,
         )
         self.allocator.push(self.runtime)
         self.cells: dict[str, Cell] = {}
@@ -377,6 +379,7 @@ def simulate(
     outputs: bool = True,
     record_events: bool = False,
     rebuild_orphans: bool = True,
+    keep_dead_remats: bool = False,
 ) -> SimResult:
     """Replay ``trace`` under ``budget`` bytes, or ``ratio`` x the unbounded replay's peak
     (constants included; neither = unbounded).
@@ -387,7 +390,8 @@ def simulate(
     (the prototype's rule); ``outputs=False`` stops after the last instruction, which is
     what a live run's statistics correspond to. ``record_events`` keeps the runtime's
     event log in ``result.extra["events"]``. ``rebuild_orphans=False`` is the paper's plain
-    eager eviction (see ``minidtr.runtime.lifetime``).
+    eager eviction (see ``minidtr.runtime.lifetime``); with ``keep_dead_remats`` too, a
+    replay keeps dead rematerialized storages as candidates, as the paper's simulator does.
     """
     bytes_budget = resolve_budget(trace, ratio, budget)
     total = trace.total_compute
@@ -403,6 +407,7 @@ def simulate(
         thrash_cost=limit,
         rebuild_orphans=rebuild_orphans,
         trace=trace,
+        keep_dead_remats=keep_dead_remats,
     )
     status, error, done, output_remats = "ok", None, 0, 0
     started = time.perf_counter()

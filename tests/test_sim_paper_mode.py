@@ -1,0 +1,65 @@
+"""The two places minidtr's eviction departs from the paper's simulator, and their switches:
+orphan rebuild (at most once between reads) and freeing dead rematerialized storages."""
+
+from minidtr import sim
+from minidtr.sim.simulator import Replayer
+from minidtr.sim.trace import Call, Constant, Release, Result
+
+
+def run(instructions, budget, heuristic, **options):
+    trace = sim.make_trace(instructions)
+    replayer = Replayer(budget, heuristic, **options)
+    for ins in trace.instructions:
+        replayer.step(ins)
+    return replayer
+
+
+def test_an_orphan_is_rebuilt_at_most_once_between_reads():
+    # o = cat(p1, p2) is the largest storage, so h_size evicts it whenever room is needed.
+    # p1's death rebuilds it (an orphan); it is evicted again unread; p2's death must not
+    # rebuild it once more (that would also rebuild the dead p1).
+    instructions = [
+        Constant("x", 1),
+        Call("f1", ("x",), (Result("p1", 10),), 1.0),
+        Call("f2", ("x",), (Result("p2", 10),), 1.0),
+        Call("cat", ("p1", "p2"), (Result("o", 50),), 1.0),
+        Call("big", ("x",), (Result("q", 30),), 1.0),  # 101 > 100: o goes
+        Release("p1"),  # o is rebuilt from p1 and p2 (q goes), then p1 is evicted
+        Call("big2", ("x",), (Result("r", 50),), 1.0),  # o goes again, unread
+        Release("p2"),
+    ]
+    replayer = run(instructions, 100, "size")
+    assert replayer.stats.orphan_remats == 1
+    assert not replayer.resident("o")
+    # once o is read, a later parent's death may rebuild it again
+    replayer.step(Call("read", ("o",), (), 0.0))
+    assert replayer.resident("o")
+    replayer.close()
+
+
+def chain_with_a_dead_parent():
+    return [
+        Constant("x", 10),
+        Call("f", ("x",), (Result("a", 100),), 1.0),
+        Call("g", ("a",), (Result("b", 100),), 1.0),
+        Release("a"),  # a is dead: evicted at once (eager)
+        Call("h", ("x",), (Result("c", 100),), 1.0),
+        Call("h2", ("x",), (Result("d", 100),), 1.0),  # 310 > 300: b, the stalest, is evicted
+        Call("read", ("b",), (), 0.0),  # rebuilds the dead a, then b
+    ]
+
+
+def test_dead_rematerialized_storages_are_freed_unless_kept():
+    for keep in (False, True):
+        replayer = run(chain_with_a_dead_parent(), 300, "dtr", keep_dead_remats=keep)
+        b = replayer.cells["b"].storage
+        (a,) = b.parents()
+        assert a.external_refs == 0 and replayer.resident("b")
+        assert (a.buffer is not None) == keep
+        assert replayer.allocator.memory <= 300
+        replayer.close()
+    trace = sim.make_trace(chain_with_a_dead_parent())
+    result = sim.simulate(trace, budget=300, outputs=False)
+    kept = sim.simulate(trace, budget=300, outputs=False, keep_dead_remats=True)
+    assert result.status == kept.status == "ok"
+    assert result.dead_evictions == kept.dead_evictions + 1
