@@ -58,8 +58,8 @@ def log_paths(items: list[str]) -> list[str]:
     return paths
 
 
-def cell(result, floor_ratio: float) -> str:
-    if result.ratio is not None and result.ratio < floor_ratio:
+def cell(result) -> str:
+    if result is None:
         return "floor"
     if result.status == "ok":
         return f"{result.slowdown:.3f}"
@@ -73,6 +73,8 @@ def optimum_cells(trace, ratios, max_nodes: int, time_limit: float) -> dict[floa
     graph = graph_from_trace(trace)
     if len(graph) > max_nodes:
         return {r: f"({len(graph)} nodes)" for r in ratios}
+    floor_ratio = sim.floor(trace).ratio
+    ratios = [r for r in ratios if r >= floor_ratio]
     peak = trace.baseline().peak_memory
     out = {}
     for ratio in ratios:
@@ -110,7 +112,12 @@ def main() -> None:
         traces = [sim.load_log(path) for path in paths]
 
     started = time.perf_counter()
-    results = sweep(traces, ratios, heuristics, jobs=args.jobs)
+    results = []
+    for trace in traces:  # nothing runs below the floor: those cells are not replayed
+        floor = sim.floor(trace)
+        above = [r for r in ratios if r >= floor.ratio]
+        if above:
+            results += sweep([trace], above, heuristics, jobs=args.jobs)
     by_key = {(r.trace, r.heuristic, r.ratio): r for r in results}
     rows = []
     for trace in traces:
@@ -119,7 +126,7 @@ def main() -> None:
         for ratio in ratios:
             row = {"trace": trace.name, "floor": f"{floor.ratio:.3f}", "ratio": ratio}
             for h in heuristics:
-                row[h] = cell(by_key[(trace.name, h, ratio)], floor.ratio)
+                row[h] = cell(by_key.get((trace.name, h, ratio)))
             row["optimum"] = "floor" if ratio < floor.ratio else optimum[ratio]
             rows.append(row)
     print(format_rows(rows))

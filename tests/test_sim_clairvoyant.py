@@ -78,10 +78,11 @@ def test_belady_knows_the_distance_to_each_next_use():
 
 
 def test_variant_names():
-    assert parse_variant("belady") == ("belady", ("estar", True, "time"))
-    assert parse_variant("belady+none+nosize+ops") == ("belady", ("none", False, "ops"))
-    assert parse_variant("learned+local+size") == ("learned", ("local", True))
-    for bad in ("belady+x+size+time", "belady+none+size", "learned+none+size+ops"):
+    assert parse_variant("belady") == ("belady", ("estar", True, "ops"))
+    assert parse_variant("belady+none+nosize+time") == ("belady", ("none", False, "time"))
+    assert parse_variant("learned") == ("learned", ("estar", True, "ops"))
+    assert parse_variant("learned+local+size+time") == ("learned", ("local", True, "time"))
+    for bad in ("belady+x+size+time", "belady+none+size", "learned+none+size"):
         with pytest.raises(ValueError, match="unknown heuristic"):
             parse_variant(bad)
 
@@ -146,11 +147,12 @@ def repeated_steps(steps: int):
     return sim.make_trace(ins, f"steps-{steps}")
 
 
-def test_learned_predicts_the_second_step_from_the_first():
+@pytest.mark.parametrize("distance", ["time", "ops"])
+def test_learned_predicts_the_second_step_from_the_first(distance):
     trace = repeated_steps(2)
     ins = trace.instructions
     oracle = next_uses(trace)
-    replayer = Replayer(None, "learned", trace=trace)
+    replayer = Replayer(None, f"learned+estar+size+{distance}", trace=trace)
     learned = replayer.informed
     assert isinstance(learned, Learned)
     for step in (0, 1):
@@ -158,14 +160,17 @@ def test_learned_predicts_the_second_step_from_the_first():
         at_grad = next(
             p for p, i in enumerate(ins) if getattr(i, "op", "") == "g_grad" and p > at_g
         )
-        while replayer.position <= at_g:
+        while replayer.position <= at_g + 1:
             replayer.step(ins[replayer.position])
+        # the heuristic's clock is now that of instruction at_g + 1 (the next op, h)
         a = replayer.cells[f"a{step}"].storage
-        predicted = learned.predicted_distance(a, replayer.stats.compute_cost)
+        predicted = learned.predicted_distance(a, learned.clock)
         if step == 0:
             assert predicted is None  # nothing to learn from yet
-        else:  # exactly the trace's distance to a1's next use (g_grad)
+        elif distance == "time":  # exactly the trace's distance to a1's next use (g_grad)
             assert predicted == oracle.clock[at_grad] - oracle.clock[at_g + 1] == 11.0
+        else:
+            assert predicted == at_grad - (at_g + 1) == 4
     replayer.close()
 
 

@@ -9,29 +9,36 @@ storage, the instructions that use it (arguments of CALL and MUTATE, CONSTANT
 annotations, and the end of the trace for outputs). While replaying, the score of
 a candidate replaces staleness by the distance to its next use:
 
-    score(t) = C(t) / (M(t) * D(t))        D(t) = trace compute until t's next use
+    score(t) = C(t) / (M(t) * D(t))
 
-with C and M as in ``minidtr.runtime.heuristics``. A storage never used again has
-D = inf (score 0: evicted first). Plain farthest-next-use (Belady's rule for caches)
-is ``belady+none+nosize+ops``. No online policy knows the next uses, so belady bounds
-what better guessing can buy; it is not optimal (the MILP of ``checkmate`` is), since
-it does not plan which rematerializations to share. Variants are named
-``belady+<cost>+<size|nosize>+<time|ops>`` (``ops`` counts instructions instead of
-compute).
+with C and M as in ``minidtr.runtime.heuristics`` and D(t) the distance until t, or
+one of its evicted descendants (whose rebuild needs t), is next used: in instructions
+of the trace (``ops``, the default) or in its compute (``time``). A storage
+never used again has D = inf (score 0: evicted first). A dead storage (no references:
+resident only because a rebuild needed it) has no use of its own and is scored by
+staleness, as in h_DTR; scoring it 0 made belady thrash where h_DTR runs. Plain
+farthest-next-use (Belady's rule for caches) is ``belady+none+nosize+ops``. No online
+policy knows the next uses, so belady shows what better guessing can buy; it is not
+optimal (the MILP of ``checkmate`` is): it plans one eviction at a time, and on some
+traces and budgets h_DTR does better. Variants are named
+``belady+<cost>+<size|nosize>+<ops|time>``; ``belady`` is ``belady+estar+size+ops``.
 
 ``learned`` is online: it sees only what a live runtime sees (each op as it runs, the
-storages it creates and the ones it reads) and learns the next uses from earlier
-storages with the same *signature*: a hash of the producing op's name, the output's
-index and size, and the signatures of the op's input storages (constants: their size).
-A training step repeats the previous one, so the k-th layer's activation in step 2
-has the signature of the k-th layer's activation in step 1. For each signature the
-heuristic keeps the access times of its last instance, relative to its creation (in
-compute, which recomputation does not advance), and predicts a new instance's next
-use from them. Storages whose signature has no history (everything in the first step)
-fall back to staleness, i.e. to h_DTR. Variants: ``learned+<cost>+<size|nosize>``.
+storages it creates and reads, the references that die) and learns the next uses
+from earlier storages with the same *signature*: a hash of the producing op's name,
+the output's index and size, and the signatures of the op's input storages (a
+constant stands for its size). A training step repeats the previous one, so the k-th
+layer's activation in step 2 has the signature of the k-th layer's activation in
+step 1. When a storage's last reference dies, its access times relative to its
+creation (counted in instructions, or in compute with ``time``; recomputation
+advances neither) become its signature's profile, from which a later storage's next
+use is predicted. Storages with no
+profile (everything in the first step), past every predicted use, or dead, are scored
+by staleness, i.e. as h_DTR. Variants: ``learned+<cost>+<size|nosize>+<ops|time>``.
 
-Both need the trace: ``minidtr.runtime`` refuses their names (a live run has no
-future to read), and ``simulate`` builds them with ``make_trace_heuristic``.
+Both are built by ``simulate`` (``make_trace_heuristic``); ``minidtr.runtime`` refuses
+their names: a live run has no trace to read ahead in, and ``learned`` is
+experimental (see docs/heuristics.md).
 """
 
 from __future__ import annotations
@@ -46,8 +53,8 @@ from ..runtime.storage import Storage
 from .trace import Call, Constant, Copy, CopyFrom, MakeConstant, Mutate, Release, Trace
 
 TRACE_HEURISTICS = ("belady", "learned")
-BELADY_DEFAULT = ("estar", True, "time")
-LEARNED_DEFAULT = ("estar", True)
+BELADY_DEFAULT = ("estar", True, "ops")
+LEARNED_DEFAULT = ("estar", True, "ops")
 
 
 @dataclass
@@ -135,12 +142,17 @@ def parse_variant(name: str) -> tuple[str, tuple]:
     elif family == "learned":
         if len(parts) == 1:
             return family, LEARNED_DEFAULT
-        if len(parts) == 3 and parts[1] in COST_TERMS and parts[2] in ("size", "nosize"):
-            return family, (parts[1], parts[2] == "size")
+        if (
+            len(parts) == 4
+            and parts[1] in COST_TERMS
+            and parts[2] in ("size", "nosize")
+            and parts[3] in ("time", "ops")
+        ):
+            return family, (parts[1], parts[2] == "size", parts[3])
     raise ValueError(
         f"unknown heuristic {name!r}; trace heuristics are 'belady', "
-        "'belady+<cost>+<size|nosize>+<time|ops>', 'learned' and 'learned+<cost>+<size|nosize>' "
-        f"with cost in {list(COST_TERMS)}"
+        "'belady+<cost>+<size|nosize>+<time|ops>', 'learned' and "
+        f"'learned+<cost>+<size|nosize>+<time|ops>' with cost in {list(COST_TERMS)}"
     )
 
 
@@ -217,8 +229,8 @@ class Learned(TraceHeuristic):
 
     past_last_use = "stale"  # past every predicted use: "stale" (as h_DTR) or "evict"
 
-    def __init__(self, name: str, cost: str, size: bool):
-        self.name, self.cost, self.size = name, cost, size
+    def __init__(self, name: str, cost: str, size: bool, distance: str):
+        self.name, self.cost, self.size, self.distance = name, cost, size, distance
         self.cost_term = COST_TERMS[cost]
         self.signature: dict[int, int] = {}  # storage id -> signature
         self.born: dict[int, float] = {}  # storage id -> compute clock at creation
@@ -229,7 +241,7 @@ class Learned(TraceHeuristic):
         self.predicted = self.fallbacks = 0
 
     def before(self, position: int, clock: float, ins=None, cells=None) -> None:
-        self.clock = clock
+        self.clock = clock if self.distance == "time" else float(position)
         if isinstance(ins, Release):
             self.dropping = [cells[ins.name].storage]
         elif isinstance(ins, CopyFrom):
@@ -288,8 +300,9 @@ class Learned(TraceHeuristic):
             self.profile[signature] = seen
 
     def predicted_distance(self, storage: Storage, now: float) -> float | None:
-        """Compute until the predicted next use of a live storage at compute clock ``now``;
-        inf when past every use its signature's last instance had; None without a profile."""
+        """Compute (or instructions) until the predicted next use of a live storage at
+        clock ``now``; inf when past every use its signature's last instance had; None
+        without a profile."""
         profile = self.profile.get(self.signature.get(storage.id, 0))
         if profile is None:
             return None
@@ -302,7 +315,7 @@ class Learned(TraceHeuristic):
         if self.size:
             value /= max(storage.nbytes, 1)
         if storage.external_refs:
-            distance = self.predicted_distance(storage, allocator.stats.compute_cost)
+            distance = self.predicted_distance(storage, self.clock)
             if distance is not None and (distance < math.inf or self.past_last_use == "evict"):
                 self.predicted += 1
                 return value / max(distance, MIN_STALENESS)
