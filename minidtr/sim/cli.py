@@ -89,7 +89,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         type=names,
         default=list(DEFAULT_HEURISTICS),
         help="comma-separated names (default: all seven; ablation names such as "
-        "eq+size+nostale work too)",
+        "eq+size+nostale work too, and the simulator's belady and learned)",
     )
     p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
     p.add_argument(
