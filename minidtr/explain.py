@@ -2,9 +2,12 @@
 
 The log (``Runtime(record_events=True)``, ``rt.export_events(path)``) holds one
 JSON object per line: ``alloc``, ``evict`` (with ``reason``, and for budget
-evictions the ``score`` and ``runner_up``), ``remat``, ``free`` and
-``banish``, each with the storage ``id``, the ``op`` that made it, ``nbytes``,
-the logical ``clock`` and the runtime's ``memory`` after the event. An
+evictions the ``score``, the ``runner_up`` and the lowest-scoring
+``candidates`` with their score terms), ``remat`` (with its ``cascade``: the
+access that triggered it and the ``parent`` storage it was rebuilt for),
+``free`` and ``banish``, each with the storage ``id``, the ``op`` that made it,
+``nbytes``, the logical ``clock`` and the runtime's ``memory`` after the event;
+and ``step`` marks (``Runtime.mark_step``, written by ``minidtr train``). An
 optional first line ``{"event": "runtime", ...}`` (written by ``minidtr
 train``) carries the budget and the policy.
 
@@ -21,7 +24,29 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_KINDS = ("runtime", "alloc", "evict", "remat", "free", "banish")
+EVENT_KINDS = ("runtime", "alloc", "evict", "remat", "free", "banish", "step")
+ORPHAN_TRIGGER = "orphans of "  # how the remats of an orphan rebuild name their trigger
+
+
+def clock_unit(cost: str | None) -> str:
+    """What the logical clock counts under a cost model (the header's ``cost``)."""
+    if cost == "flops":
+        return (
+            "estimated ns (cost=flops: each op counts flops/32 + bytes moved/8, "
+            "the same on every machine)"
+        )
+    if cost == "time":
+        return "measured ns (cost=time: each op's kernel time)"
+    if cost:
+        return f"the units of the cost function {cost}"
+    return "op costs (the log has no header, so the cost model is not known)"
+
+
+ORPHAN_NOTE = (
+    "an orphan is an evicted tensor still in use whose parent has just died; it is "
+    "rebuilt from that parent before the parent is freed, so that its later rebuild "
+    "does not have to replay the dead chain above it"
+)
 
 
 def load_events(path: str) -> list[dict[str, Any]]:
@@ -78,6 +103,9 @@ class Summary:
     peak_resident_by_op: Counter
     decisions: list[Decision] = field(default_factory=list)
     end_clock: float = 0.0
+    start_clock: float = 0.0
+    step_clocks: list[float] = field(default_factory=list)
+    orphan_remats: int = 0
 
     @property
     def budget(self) -> int | None:
@@ -103,10 +131,18 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     decisions: list[Decision] = []
     waiting: list[Decision] = []  # budget evictions not yet matched to the allocation they served
     last_op = None
+    step_clocks: list[float] = []
+    orphan_remats = 0
+    start_clock = None
     for event in events:
         kind = event["event"]
         if kind == "runtime":
             runtime = {k: v for k, v in event.items() if k != "event"}
+            continue
+        if start_clock is None:
+            start_clock = event["clock"]
+        if kind == "step":
+            step_clocks.append(event["clock"])
             continue
         counts[kind] += 1
         sid, op, nbytes = event["id"], event["op"], event["nbytes"]
@@ -126,6 +162,8 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         elif kind == "remat":
             remats_by_storage[sid] += 1
             if not same_op:
+                if str(event.get("trigger", "")).startswith(ORPHAN_TRIGGER):
+                    orphan_remats += 1
                 remats_by_op[op] += 1
                 remat_cost_by_op[op] += event.get("cost", 0.0)
                 remat_cost += event.get("cost", 0.0)
@@ -173,6 +211,9 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         peak_resident,
         decisions,
         end_clock,
+        start_clock or 0.0,
+        step_clocks,
+        orphan_remats,
     )
 
 
@@ -217,6 +258,12 @@ def explain(summary: Summary, top: int = 5) -> str:
         f"deallocation, nothing to recompute); {pressure:,} were forced by the budget "
         "and may have to be recomputed."
     )
+    span = s.end_clock - s.start_clock
+    steps = f" over {len(s.step_clocks):,} marked steps" if s.step_clocks else ""
+    lines.append(
+        f"The clock (and every cost below) counts {clock_unit(s.runtime.get('cost'))}; "
+        f"clocks below start at the log's first event, and the log spans {span:,.0f}{steps}."
+    )
 
     lines.append("")
     lines.append("The peak")
@@ -224,7 +271,8 @@ def explain(summary: Summary, top: int = 5) -> str:
     where = ""
     if s.peak_event is not None:
         e = s.peak_event
-        where = f", reached at clock {e['clock']:,.0f} when {e['event']} of #{e['id']} ({e['op']})"
+        at = e["clock"] - s.start_clock
+        where = f", reached at clock {at:,.0f} when {e['event']} of #{e['id']} ({e['op']})"
     lines.append(
         f"Peak resident memory {human_bytes(s.peak_memory)}"
         + (f" = {_share(s.peak_memory, budget)} of the budget" if budget else "")
@@ -273,6 +321,10 @@ def explain(summary: Summary, top: int = 5) -> str:
             if s.compute_cost > 0
             else f"{sum(s.remats_by_op.values()):,} recomputations cost {s.remat_cost:,.0f}."
         )
+        if s.orphan_remats:
+            lines.append(
+                f"{s.orphan_remats:,} of the recomputations rebuilt orphans ({ORPHAN_NOTE})."
+            )
         lines.append("Costliest, by op:")
         for op, cost in s.remat_cost_by_op.most_common(top):
             n = s.remats_by_op[op]
@@ -322,7 +374,7 @@ def _decisions(s: Summary, top: int) -> list[str]:
             f"scored {d.runner_up_score:.3g}"
         )
         lines.append(
-            f"  clock {d.clock:>10,.0f}: evicted #{d.id} ({d.op}, "
+            f"  clock {d.clock - s.start_clock:>10,.0f}: evicted #{d.id} ({d.op}, "
             f"{human_bytes(d.nbytes)}) with score {d.score:.3g}; {runner}"
             + (f"; to make room for {d.needed_by}" if d.needed_by else "")
         )
@@ -362,6 +414,7 @@ def runtime_header(runtime: Any, **extra: Any) -> dict[str, Any]:
         "event": "runtime",
         "budget": runtime.budget,
         "heuristic": runtime.heuristic.name,
+        "score": getattr(runtime.heuristic, "formula", "?"),
         "dealloc": runtime.dealloc,
         "cost": cost,
         **extra,

@@ -176,9 +176,9 @@ def train(
     with runtime:
         if trace is not None:
             with trace:
-                _run_steps(task, optimizer, batches, steps, losses, on_loss)
+                _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
         else:
-            _run_steps(task, optimizer, batches, steps, losses, on_loss)
+            _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
     seconds = time.perf_counter() - started
     accuracy_end = accuracy(task)
     return TrainResult(
@@ -195,8 +195,9 @@ def train(
     )
 
 
-def _run_steps(task, optimizer, batches, steps, losses, on_loss) -> None:
-    for _ in steps:
+def _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime) -> None:
+    for i in steps:
+        runtime.mark_step(i)
         losses.append(train_step(task, optimizer, next(batches)))
         if on_loss is not None:
             on_loss(steps, losses[-1])

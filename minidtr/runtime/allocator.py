@@ -60,6 +60,15 @@ def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
     return total, storage.id
 
 
+def cascade_link(frames: list[list], cascade: int, trigger: str) -> dict[str, Any]:
+    """Where a replay sits in its access's cascade, for the remat event: the cascade's
+    number, the access that started it and ``parent``, an output of the replay whose input
+    this one rebuilds (the target of the frame below, ``_lock``), or None when the access
+    itself needs it."""
+    parent = frames[-2][1][-1].id if len(frames) > 1 else None
+    return {"cascade": cascade, "trigger": trigger, "parent": parent}
+
+
 class Allocator(Eviction, Lifetime):
     """Budgeted memory for one device, with the DTR eviction manager built in."""
 
@@ -81,6 +90,7 @@ class Allocator(Eviction, Lifetime):
         self._dead_remats: list[Storage] = []
         self._dying: list[Storage] = []  # dead storages waiting for their orphans' rebuild
         self._busy = False  # inside an op or a rematerialization: deaths are queued
+        self.cascades = 0  # accesses that rematerialized something (numbers remat events)
         self.runtimes: list[Runtime] = []
         self._snapshots: list[Stats] = []
         self.push(default or Runtime(device=device or "cpu"))
@@ -183,7 +193,7 @@ class Allocator(Eviction, Lifetime):
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
         try:
-            locked = self._lock(recipe.parents)
+            locked = self._lock(recipe.parents, trigger=op.name)
             arrays = [self._array(cell) for cell in inputs]
             if op.is_view:
                 results = self._run(recipe, arrays, metas)
@@ -327,7 +337,7 @@ class Allocator(Eviction, Lifetime):
 
     # ---- locking and rematerialization -------------------------------------------------
 
-    def _lock(self, storages: Sequence[Storage]) -> list[Storage]:
+    def _lock(self, storages: Sequence[Storage], trigger: str = "read") -> list[Storage]:
         """Lock every storage, rematerializing evicted ones first. Returns what it locked.
 
         Depth-first with an explicit stack (no recursion limit). Each frame (the op asked
@@ -338,8 +348,11 @@ class Allocator(Eviction, Lifetime):
         the way, and the heuristic stays free to evict what it values least. When several
         inputs are evicted, the one whose rebuild needs the most memory goes first (as in
         Sethi-Ullman register allocation), so that little is held while it runs.
+
+        ``trigger`` names the access (the op, ``read``) in the remat events' cascade links.
         """
         frames: list[list] = [self._frame(None, storages)]
+        cascade = None
         try:
             while True:
                 recipe, evicted, locked, deferred = frames[-1]
@@ -368,8 +381,14 @@ class Allocator(Eviction, Lifetime):
                 if recipe is None:
                     return locked
                 frames.pop()
+                link = None
+                if self.runtime.events is not None:
+                    if cascade is None:
+                        self.cascades += 1
+                        cascade = self.cascades
+                    link = cascade_link(frames, cascade, trigger)
                 try:
-                    self._replay(recipe)
+                    self._replay(recipe, link)
                 finally:
                     self._unlock(locked)
                 # the parent frame's input is resident now: lock it before anything else runs
@@ -410,9 +429,10 @@ class Allocator(Eviction, Lifetime):
                 if storage.external_refs == 0:
                     self._on_dead(storage)
 
-    def _replay(self, recipe: Recipe) -> None:
+    def _replay(self, recipe: Recipe, link: dict[str, Any] | None = None) -> None:
         """Recompute a recipe whose inputs are resident and locked; refill every evicted
-        output (siblings included) and drop the duplicates of resident ones."""
+        output (siblings included) and drop the duplicates of resident ones. ``link``
+        goes into the remat events (``cascade_link``)."""
         arrays = [self._array(cell) for cell in recipe.inputs]
         total = sum(recipe.out_nbytes)
         self._reserve(total, recipe.op.name)
@@ -444,7 +464,7 @@ class Allocator(Eviction, Lifetime):
                     self.candidates[storage] = None
                 if storage.external_refs == 0:
                     self._dead_remats.append(storage)
-                self._record("remat", storage, cost=recipe.cost)
+                self._record("remat", storage, cost=recipe.cost, **(link or {}))
             else:
                 self.memory -= nbytes
 

@@ -8,6 +8,7 @@ skipping small ones) and returns the best and the runner-up for the event log.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from typing import Any
@@ -16,11 +17,13 @@ from .neighbourhood import MODES
 from .runtime import BudgetError
 from .storage import Storage
 
+SHORTLIST = 5  # candidates recorded with each budget eviction (victim, runner-up, ...)
+
 
 class Eviction:
     def _evict_until(self, target: int, op_name: str, needed: int) -> None:
         while self.memory > target:
-            victim, score, runner_up = self._choose_victim()
+            victim, score, runner_up, shortlist = self._choose_victim()
             if victim is None:
                 raise BudgetError(
                     op_name,
@@ -31,14 +34,15 @@ class Eviction:
                     self.constant_bytes,
                     self._locked_bytes(),
                 )
-            self.evict(victim, score=score, runner_up=runner_up)
+            self.evict(victim, score=score, runner_up=runner_up, candidates=shortlist)
             del victim  # its metadata, and constants only it kept alive, may go now
 
     def _locked_bytes(self) -> int:
         return sum(s.nbytes for s in self.candidates if s.locks)
 
-    def _choose_victim(self) -> tuple[Storage | None, float, Any]:
-        """The unlocked candidate with the lowest score, its score and the runner-up."""
+    def _choose_victim(self) -> tuple[Storage | None, float, Any, list | None]:
+        """The unlocked candidate with the lowest score, its score, the runner-up and, when
+        events are recorded, the lowest-scoring few with their score terms."""
         runtime = self.runtime
         started = time.perf_counter()
         candidates: Any = self.candidates
@@ -56,11 +60,14 @@ class Eviction:
         best = runner_up = None
         best_score = runner_score = math.inf
         scored = 0
+        seen: list | None = [] if runtime.events is not None else None
         for storage in candidates:
             if storage.locks:
                 continue
             value = score(storage, self)
             scored += 1
+            if seen is not None:
+                seen.append((value, storage))
             if value < best_score or best is None:
                 runner_up, runner_score = best, best_score
                 best, best_score = storage, value
@@ -71,10 +78,28 @@ class Eviction:
         stats.scored += scored
         stats.search_time += time.perf_counter() - started
         runner = None if runner_up is None else (runner_up.id, runner_score)
-        return best, best_score, runner
+        shortlist = None if seen is None else self._shortlist(seen)
+        return best, best_score, runner, shortlist
+
+    def _shortlist(self, seen: list) -> list[dict[str, Any]]:
+        """The ``SHORTLIST`` lowest-scoring candidates of a search, lowest first, with the
+        terms of their scores (recorded with a budget eviction)."""
+        terms = getattr(self.runtime.heuristic, "terms", None)
+        out = []
+        for value, storage in heapq.nsmallest(SHORTLIST, seen, key=lambda pair: pair[0]):
+            entry = {"id": storage.id, "op": storage.name, "score": value}
+            if terms is not None:
+                entry.update(terms(storage, self))
+            out.append(entry)
+        return out
 
     def evict(
-        self, storage: Storage, score: float | None = None, runner_up=None, reason: str = "budget"
+        self,
+        storage: Storage,
+        score: float | None = None,
+        runner_up=None,
+        reason: str = "budget",
+        candidates: list | None = None,
     ) -> None:
         """Free a resident storage's buffer, keeping its recipe to recompute it later."""
         if storage.buffer is None:
@@ -100,12 +125,16 @@ class Eviction:
             if score is not None:
                 extra["score"] = score
                 extra["runner_up"] = runner_up
+            if candidates:
+                extra["candidates"] = candidates
             self._record("evict", storage, **extra)
 
     def free_device_memory(self, nbytes: int) -> bool:
         """Called on a real device out-of-memory error: evict one storage if possible."""
-        victim, score, runner_up = self._choose_victim()
+        victim, score, runner_up, shortlist = self._choose_victim()
         if victim is None:
             return False
-        self.evict(victim, score=score, runner_up=runner_up, reason="device-oom")
+        self.evict(
+            victim, score=score, runner_up=runner_up, reason="device-oom", candidates=shortlist
+        )
         return True

@@ -45,6 +45,13 @@ COST_TERMS: dict[str, Callable[[Storage, Allocator], float]] = {
     "none": lambda s, a: 1.0,
 }
 
+# The neighbourhood part of each cost term, for the event log (``Heuristic.terms``).
+NEIGHBOURHOOD_COST: dict[str, tuple[str, Callable[[Storage, Allocator], float]]] = {
+    "estar": ("c(e*)", lambda s, a: a.neighbourhood.cost(s)),
+    "eq": ("c(eq)", lambda s, a: a.eq_classes.cost(s)),
+    "ancestors": ("c(evicted ancestors)", lambda s, a: evicted_ancestors_cost(s)),
+}
+
 
 @dataclass(frozen=True)
 class Heuristic:
@@ -67,6 +74,27 @@ class Heuristic:
             value /= max(allocator.clock - storage.last_access, MIN_STALENESS)
         return value
 
+    @property
+    def formula(self) -> str:
+        """The score in the paper's notation, e.g. ``(c + c(e*)) / (m * s)``."""
+        top = {"local": "c", "none": "1"}.get(self.cost)
+        if top is None:
+            top = f"(c + {NEIGHBOURHOOD_COST[self.cost][0]})"
+        bottom = [name for name, used in (("m", self.size), ("s", self.staleness)) if used]
+        if not bottom:
+            return top
+        return f"{top} / " + (bottom[0] if len(bottom) == 1 else f"({' * '.join(bottom)})")
+
+    def terms(self, storage: Storage, allocator: Allocator) -> dict[str, float]:
+        """The parts of ``storage``'s score, for the event log: its cost c, its
+        neighbourhood's cost (when the cost term has one), its size m and staleness s."""
+        out = {"cost": storage.cost}
+        if self.cost in NEIGHBOURHOOD_COST:
+            out["neighbourhood"] = NEIGHBOURHOOD_COST[self.cost][1](storage, allocator)
+        out["nbytes"] = storage.nbytes
+        out["staleness"] = allocator.clock - storage.last_access
+        return out
+
 
 class RandomHeuristic:
     """h_rand: a uniform random score from a generator seeded per runtime."""
@@ -76,8 +104,13 @@ class RandomHeuristic:
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
 
+    formula = "uniform random"
+
     def score(self, storage: Storage, allocator: Allocator) -> float:
         return self.rng.random()
+
+    def terms(self, storage: Storage, allocator: Allocator) -> dict[str, float]:
+        return {"nbytes": storage.nbytes, "staleness": allocator.clock - storage.last_access}
 
 
 NAMED: dict[str, tuple[str, bool, bool]] = {

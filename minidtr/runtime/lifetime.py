@@ -91,7 +91,7 @@ class Lifetime:
         before = stats.remats
         storage.locks += 1
         try:
-            self._unlock(self._lock(orphans))
+            self._unlock(self._lock(orphans, trigger=f"orphans of #{storage.id}"))
         except ThrashError:
             raise
         except BudgetError:

@@ -126,7 +126,9 @@ class Runtime:
             each op's flop and byte counts) or ``f(op, in_metas, out_metas) -> float``.
         sample: score only about sqrt(n) candidates per eviction (random stride).
         min_size: skip candidates smaller than this fraction of the mean candidate size.
-        record_events: keep a log of every alloc/evict/remat/free/banish (``events``).
+        record_events: keep a log of every alloc/evict/remat/free/banish (``events``);
+            budget evictions carry the lowest-scoring candidates with their score terms,
+            remats their cascade (``minidtr explain``), ``mark_step`` adds step marks.
         seed: seeds the random heuristic and candidate sampling.
         max_slowdown: raise ``ThrashError`` once (compute + remat) / compute passes this
             (after at least 100 rematerializations) instead of thrashing on.
@@ -162,6 +164,7 @@ class Runtime:
         self.keep_dead_remats = keep_dead_remats
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if record_events else None
+        self._steps_marked = 0
         self.allocator = None
         self._entered_at: Stats | None = None
 
@@ -212,6 +215,20 @@ class Runtime:
 
     def record(self, kind: str, **fields: Any) -> None:
         self.events.append({"event": kind, **fields})
+
+    def mark_step(self, step: int | None = None) -> None:
+        """Record the start of a training step in the event log (nothing when events are
+        not recorded), so that ``minidtr explain`` and the plots can mark step boundaries.
+        ``step`` defaults to the number of steps marked so far."""
+        if self.events is None:
+            return
+        if step is None:
+            step = self._steps_marked
+        self._steps_marked = step + 1
+        from .allocator import allocator_for
+
+        allocator = self.allocator or allocator_for(self.device)
+        self.record("step", step=step, clock=allocator.clock, memory=allocator.memory)
 
     def export_events(self, path: str) -> None:
         """Write the event log as JSON lines (one event per line)."""
