@@ -2,7 +2,7 @@
 
     minidtr train MODEL [--budget BYTES | --ratio R] [--heuristic H] [--steps N] ...
     minidtr demo
-    minidtr explain EVENTS.jsonl
+    minidtr explain EVENTS.jsonl [--html OUT.html]
     minidtr plot EVENTS.jsonl OUT.png
     minidtr models
     minidtr sim ...          (the trace simulator, minidtr.sim.cli)
@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("events", metavar="EVENTS.jsonl")
     ex.add_argument("--top", type=int, default=5, help="how many ops to list (default 5)")
+    ex.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="also write a self-contained page to explore the log in a browser: the memory "
+        "timeline, each eviction's candidates and scores, each remat's cascade",
+    )
 
     plot = sub.add_parser("plot", help="memory timeline PNG from an event log")
     plot.add_argument("events", metavar="EVENTS.jsonl")
@@ -378,6 +384,11 @@ def run_demo(args: argparse.Namespace) -> int:
 def run_explain(args: argparse.Namespace) -> int:
     events = load_events(args.events)
     print(explain(summarize(events), top=args.top))
+    if args.html:
+        from .explorer import write_html
+
+        size = write_html(events, args.html, title=args.events)
+        print(f"\nexplorer page: {args.html} ({human_bytes(size)}; open it in a browser)")
     return 0
 
 

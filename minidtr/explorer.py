@@ -1,0 +1,137 @@
+"""``minidtr explain EVENTS --html OUT``: one self-contained HTML page to explore an event log.
+
+The page (no network: its script and style are inline) draws resident memory
+against the budget on a canvas, one min-max bar per pixel column, with step
+boundaries, and marks budget evictions and rematerializations in two lanes
+under it. Clicking an eviction shows the candidates the heuristic scored, with
+each term of the score (cost, the neighbourhood's cost, size, staleness) and
+the runner-up; clicking a remat shows its cascade as a tree: the access that
+triggered it, what was rebuilt, and for which input.
+
+Python does the joins once (which allocation each eviction made room for, which
+replay each remat belongs to and which replay it fed), so the page only indexes
+flat columns: a 20,000-event log draws in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .explain import clock_unit, explain, summarize
+from .explorer_page import PAGE
+
+KINDS = ("alloc", "evict", "remat", "free", "banish")
+BUDGET_EVICTION, DEAD_EVICTION = "evict", "dead"
+
+
+def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
+    """The page's data: flat columns per event plus details for evictions and remats."""
+    summary = summarize(events)
+    header = summary.runtime
+    start = summary.start_clock
+    ops: dict[str, int] = {}
+    columns: dict[str, list] = {k: [] for k in ("kind", "t", "mem", "id", "op", "nbytes")}
+    evictions: dict[int, dict[str, Any]] = {}
+    remats: dict[int, dict[str, Any]] = {}
+    steps: list[list[float]] = []
+    waiting: list[int] = []
+    for event in events:
+        kind = event["event"]
+        if kind == "runtime":
+            continue
+        if kind == "step":
+            steps.append([event["step"], event["clock"] - start])
+            continue
+        index = len(columns["kind"])
+        code = kind
+        if kind == "evict" and event.get("reason") == "dead":
+            code = DEAD_EVICTION
+        columns["kind"].append(code)
+        columns["t"].append(event["clock"] - start)
+        columns["mem"].append(event["memory"])
+        columns["id"].append(event["id"])
+        columns["op"].append(ops.setdefault(event["op"], len(ops)))
+        columns["nbytes"].append(event["nbytes"])
+        if kind in ("alloc", "remat"):
+            for i in waiting:
+                evictions[i]["for"] = (
+                    event["op"] if kind == "alloc" else f"recomputing #{event['id']} {event['op']}"
+                )
+            waiting = []
+        if kind == "evict" and code != DEAD_EVICTION:
+            detail = {"reason": event.get("reason", "budget")}
+            for key in ("score", "runner_up", "candidates"):
+                if key in event:
+                    detail[key] = event[key]
+            evictions[index] = detail
+            waiting.append(index)
+        elif kind == "remat":
+            remats[index] = {
+                key: event[key] for key in ("cost", "cascade", "trigger", "parent") if key in event
+            }
+    return {
+        "title": title,
+        "header": header,
+        "unit": clock_unit(header.get("cost")),
+        "summary": explain(summary, top=5),
+        "ops": list(ops),
+        "columns": columns,
+        "steps": steps,
+        "evictions": evictions,
+        "remats": remats,
+        "cascades": cascades(columns, remats),
+    }
+
+
+def cascades(columns: dict[str, list], remats: dict[int, dict[str, Any]]) -> dict[int, Any]:
+    """Each cascade as a forest of replays. A replay (node) is a run of remat events of
+    one cascade at one clock with one parent (a multi-output op refills its siblings
+    together); its parent node is the next replay of the cascade that rebuilt the
+    storage it was rebuilt for (a replay runs after the inputs it needs)."""
+    out: dict[int, dict[str, Any]] = {}
+    last_key = None
+    for index, remat in remats.items():
+        number = remat.get("cascade")
+        if number is None:
+            continue
+        cascade = out.setdefault(
+            number, {"trigger": remat.get("trigger", "?"), "nodes": [], "first": index}
+        )
+        cascade["last"] = index
+        key = (number, columns["t"][index], remat.get("parent"))
+        if key == last_key and cascade["nodes"]:
+            cascade["nodes"][-1]["events"].append(index)
+        else:
+            cascade["nodes"].append(
+                {"events": [index], "parent": remat.get("parent"), "cost": remat.get("cost", 0)}
+            )
+        last_key = key
+    for cascade in out.values():
+        nodes = cascade["nodes"]
+        latest: dict[int, int] = {}  # storage id -> the nearest later node that rebuilt it
+        for n in range(len(nodes) - 1, -1, -1):
+            node = nodes[n]
+            node["up"] = latest.get(node["parent"]) if node["parent"] is not None else None
+            for index in node["events"]:
+                latest[columns["id"][index]] = n
+        cascade["evictions"] = sum(
+            1
+            for i in range(cascade["first"], cascade["last"] + 1)
+            if columns["kind"][i] == BUDGET_EVICTION
+        )
+    return out
+
+
+def write_html(events: list[dict[str, Any]], path: str, title: str = "") -> int:
+    """Write the explorer page for ``events``; returns its size in bytes."""
+    data = json.dumps(page_data(events, title), separators=(",", ":"))
+    html = PAGE.replace("<!--TITLE-->", _escape(title or "minidtr event log"))
+    html = html.replace("/*DATA*/", data.replace("</", "<\\/"))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(html)
+    return len(html.encode())
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
