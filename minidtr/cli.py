@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from .explain import (
+    ORPHAN_NOTE,
+    clock_unit,
     explain,
     human_bytes,
     load_events,
@@ -291,6 +293,7 @@ def finish_outputs(
             plot_path,
             result.budget,
             title=f"{result.config.model} ({result.config.size}), {result.config.steps} steps",
+            cost=result.config.cost,
         )
         print(f"memory timeline: {plot_path}")
     if trace_path:
@@ -344,15 +347,19 @@ def summary_table(result) -> str:
     )
     remats = f"{'remats':<{width}}{s['remats']:,}"
     if s.get("orphan_remats"):
-        remats += f"  ({s['orphan_remats']:,} for orphans of dead tensors)"
+        remats += f"  ({s['orphan_remats']:,} of them rebuilt orphans, see below)"
     rows.append(remats)
     rows.append(
         f"{'slowdown':<{width}}{s['slowdown']:.3f}x  ((compute {s['compute_cost']:.3g} + "
-        f"remat {s['remat_cost']:.3g}) / compute, cost model: {c.cost})"
+        f"remat {s['remat_cost']:.3g}) / compute, in clock units, see below)"
     )
     rows.append(
         f"{'eviction search':<{width}}{s['search_time']:.2f} s over {s['searches']:,} searches"
     )
+    rows.append("")
+    rows.append(f"The clock counts {clock_unit(c.cost)}.")
+    if s.get("orphan_remats"):
+        rows.append(f"Orphans: {ORPHAN_NOTE}.")
     return "\n".join(rows)
 
 

@@ -388,12 +388,16 @@ def _ratio(d: Decision) -> float:
 
 
 def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
-    """Columns for a memory plot: clock and memory after every event, and the clocks
-    (with memory) of budget evictions and of rematerializations."""
+    """Columns for a memory plot: clock and memory after every event, the clocks (with
+    memory) of budget evictions and of rematerializations, and of step marks."""
     columns: dict[str, list] = defaultdict(list)
     for event in events:
         kind = event["event"]
         if kind == "runtime":
+            continue
+        if kind == "step":
+            columns["step_clock"].append(event["clock"])
+            columns["step"].append(event["step"])
             continue
         columns["clock"].append(event["clock"])
         columns["memory"].append(event["memory"])

@@ -43,6 +43,7 @@ code { font-size: 13px; }
 
 SCRIPT = r"""
 "use strict";
+const started = performance.now();
 const D = JSON.parse(document.getElementById("data").textContent);
 const C = D.columns, N = C.t.length;
 const T = Float64Array.from(C.t), M = Float64Array.from(C.mem);
@@ -451,10 +452,10 @@ document.getElementById("meta").innerHTML = num(N) + " events: " + num(evictIdx.
 document.getElementById("summary").textContent = D.summary;
 draw();
 window.explorer = {
-  select, evictions: evictIdx, remats: rematIdx, events: N,
+  select, draw, zoom, evictions: evictIdx, remats: rematIdx, events: N,
   get selected() { return selected; },
   xOf: i => xOf(T[i]), laneY: kind => (kind === "remat" ? G.rematY : G.evictY) + G.lane / 2,
-  ready: true,
+  ready: true, readyMs: performance.now(), scriptMs: performance.now() - started,
 };
 """
 

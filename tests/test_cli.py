@@ -52,6 +52,7 @@ def test_train_prints_the_summary_and_writes_the_event_log(capsys, tmp_path):
         "remats",
         "slowdown",
         "0.90 x unbounded peak",
+        "The clock counts estimated ns",
     ):
         assert label in out
     lines = events.read_text().splitlines()

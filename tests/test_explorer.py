@@ -110,6 +110,19 @@ def test_steps_are_marked_and_counted(log):
     assert "over 3 marked steps" in text and "estimated ns (cost=flops" in text
 
 
+def test_the_plot_starts_at_zero_and_marks_the_steps(log, tmp_path):
+    pytest.importorskip("matplotlib")
+    from minidtr.explain import resident_timeline
+    from minidtr.plots import memory_timeline
+
+    runtime, path = log
+    columns = resident_timeline(load_events(path))
+    assert columns["step"] == [0, 1, 2] and len(columns["step_clock"]) == 3
+    out = tmp_path / "timeline.png"
+    memory_timeline(load_events(path), str(out), runtime.budget)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_mark_step_records_nothing_without_events(fresh_allocator):
     runtime = md.Runtime()
     with runtime:
