@@ -16,13 +16,14 @@ h2 { font-size: 16px; margin: 4px 0 6px; }
   background: rgba(255,255,255,.85); padding: 1px 4px; pointer-events: none; }
 #controls { margin: 6px 0; display: flex; gap: 6px; flex-wrap: wrap; align-items: center; }
 button { font: inherit; font-size: 13px; padding: 2px 8px; }
-#main { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 16px;
-  margin-top: 8px; }
+#main { display: grid; grid-template-columns: minmax(0, 4fr) minmax(0, 3fr); gap: 16px;
+  margin-top: 8px; align-items: start; }
 #details, #nearby { border: 1px solid #ddd; border-radius: 4px; padding: 8px 10px;
   overflow-x: auto; }
 #nearby table { font-size: 12px; }
+#nearby td, #nearby th { padding: 1px 4px; }
 table { border-collapse: collapse; font-size: 13px; }
-td, th { padding: 2px 8px; text-align: right; white-space: nowrap; }
+td, th { padding: 2px 6px; text-align: right; white-space: nowrap; }
 th { border-bottom: 1px solid #ccc; }
 td.l, th.l { text-align: left; }
 tr.victim td { background: #fde2e1; font-weight: 600; }
@@ -88,7 +89,7 @@ function num(x) { return Math.round(x).toLocaleString("en-US"); }
 function sci(x) {
   if (x === null || x === undefined) return "-";
   if (!isFinite(x)) return String(x);
-  return Math.abs(x) >= 1e4 || (Math.abs(x) < 1e-2 && x !== 0) ? x.toPrecision(3) : String(+x.toPrecision(4));
+  return Math.abs(x) >= 1e4 || (Math.abs(x) < 1e-2 && x !== 0) ? x.toExponential(2) : String(+x.toPrecision(4));
 }
 function short(x) {
   const a = Math.abs(x);
@@ -126,7 +127,7 @@ function niceTicks(lo, hi, n) {
 }
 function byteTicks(hi) {
   let unit = 1;
-  while (hi / unit >= 1024 * 4) unit *= 1024;
+  while (hi / unit >= 1024 && unit < 1024 ** 3) unit *= 1024;
   return niceTicks(0, hi / unit, 4).map(v => v * unit);
 }
 
@@ -359,7 +360,7 @@ function nearby(i) {
   let h = "<h2>Events around it</h2><table><tr><th>clock</th><th class=l>event</th><th class=l>storage</th><th>memory</th></tr>";
   for (let j = a; j < b; j++) {
     h += "<tr data-event=" + j + (j === i ? " class=sel" : "") + "><td>" + num(T[j]) + "</td><td class='l k-"
-      + KIND_CLASS[K[j]] + "'>" + KIND_NAME[K[j]] + "</td><td class=l>" + describe(j) + "</td><td>" + bytes(M[j]) + "</td></tr>";
+      + KIND_CLASS[K[j]] + "'>" + KIND_NAME[K[j]] + "</td><td class=l>#" + C.id[j] + " " + esc(D.ops[C.op[j]]) + "</td><td>" + bytes(M[j]) + "</td></tr>";
   }
   return h + "</table>";
 }
