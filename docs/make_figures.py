@@ -32,6 +32,7 @@ def resnet_timeline() -> None:
         str(FIGURES / "resnet_timeline.png"),
         result.budget,
         title="ResNet-32 (small), 3 training steps at 0.5 x its unbounded peak",
+        cost=result.config.cost,
     )
 
 
@@ -52,6 +53,7 @@ def tutorial_timeline() -> None:
         str(FIGURES / "tutorial_timeline.png"),
         header["budget"],
         title="the tutorial's six-layer chain, one step at 0.85 x its peak",
+        cost=header["cost"],
     )
 
 

@@ -262,7 +262,8 @@ def explain(summary: Summary, top: int = 5) -> str:
     steps = f" over {len(s.step_clocks):,} marked steps" if s.step_clocks else ""
     lines.append(
         f"The clock (and every cost below) counts {clock_unit(s.runtime.get('cost'))}; "
-        f"clocks below start at the log's first event, and the log spans {span:,.0f}{steps}."
+        f"the log runs from clock {s.start_clock:,.0f} to {s.end_clock:,.0f} "
+        f"(a span of {span:,.0f}){steps}."
     )
 
     lines.append("")
@@ -271,8 +272,7 @@ def explain(summary: Summary, top: int = 5) -> str:
     where = ""
     if s.peak_event is not None:
         e = s.peak_event
-        at = e["clock"] - s.start_clock
-        where = f", reached at clock {at:,.0f} when {e['event']} of #{e['id']} ({e['op']})"
+        where = f", reached at clock {e['clock']:,.0f} when {e['event']} of #{e['id']} ({e['op']})"
     lines.append(
         f"Peak resident memory {human_bytes(s.peak_memory)}"
         + (f" = {_share(s.peak_memory, budget)} of the budget" if budget else "")
@@ -374,7 +374,7 @@ def _decisions(s: Summary, top: int) -> list[str]:
             f"scored {d.runner_up_score:.3g}"
         )
         lines.append(
-            f"  clock {d.clock - s.start_clock:>10,.0f}: evicted #{d.id} ({d.op}, "
+            f"  clock {d.clock:>10,.0f}: evicted #{d.id} ({d.op}, "
             f"{human_bytes(d.nbytes)}) with score {d.score:.3g}; {runner}"
             + (f"; to make room for {d.needed_by}" if d.needed_by else "")
         )
