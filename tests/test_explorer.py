@@ -262,3 +262,58 @@ def test_clicking_a_remat_shows_its_cascade(chromium, page_path):
         assert errors == []
     finally:
         page.close()
+
+
+def synthetic_log(n: int) -> list[dict]:
+    """``n`` events: allocations, budget evictions with candidates, two-level cascades."""
+    events: list[dict] = [{"event": "runtime", "budget": 1 << 20, "cost": "flops"}]
+    clock, memory, sid = 0.0, 0, 0
+    while len(events) < n:
+        if len(events) % 1000 == 1:
+            events.append({"event": "step", "step": len(events) // 1000, "clock": clock})
+        sid += 1
+        clock += 10.0
+        memory = (memory + 4096) % (1 << 20)
+        base = {"id": sid, "op": "tanh", "nbytes": 4096, "clock": clock, "memory": memory}
+        kind = sid % 4
+        if kind == 0:
+            events.append({"event": "alloc", **base, "cost": 10.0})
+        elif kind == 1:
+            terms = {"cost": 10.0, "neighbourhood": 5.0, "nbytes": 4096, "staleness": 7.0}
+            candidates = [
+                {"id": sid + k, "op": "tanh", "score": 0.1 * (k + 1), **terms} for k in range(5)
+            ]
+            events.append(
+                {
+                    "event": "evict",
+                    **base,
+                    "reason": "budget",
+                    "score": 0.1,
+                    "runner_up": [sid + 1, 0.2],
+                    "candidates": candidates,
+                }
+            )
+        elif kind == 2:
+            link = {"cascade": sid, "trigger": "matmul"}
+            events.append({"event": "remat", **base, "cost": 10.0, **link, "parent": sid + 1})
+        else:
+            link = {"cascade": sid - 1, "trigger": "matmul"}
+            events.append({"event": "remat", **base, "cost": 10.0, **link, "parent": None})
+    return events[:n]
+
+
+@needs_browser
+def test_a_20000_event_log_loads_and_stays_usable(chromium, tmp_path):
+    """Timing is measured in benchmarks/explorer_load.py; this checks it works at that size."""
+    path = tmp_path / "big.html"
+    write_html(synthetic_log(20_000), str(path))
+    page, errors = browser.open_explorer(chromium, str(path))
+    try:
+        assert page.evaluate("explorer.events") > 19_000
+        page.evaluate("explorer.zoom(0.01, 1000)")
+        remats = page.evaluate("explorer.remats")
+        page.evaluate(f"explorer.select({remats[-1]})")
+        assert page.locator("#details .cascade ul ul li").count() >= 1
+        assert errors == []
+    finally:
+        page.close()
