@@ -44,7 +44,7 @@ def memory_timeline(
         raise ValueError("the event log is empty: nothing to plot")
     if cost is None:
         cost = next((e.get("cost") for e in events if e["event"] == "runtime"), None)
-    start = min(columns["clock"][0], *columns["step_clock"][:1])
+    start = min([columns["clock"][0], *columns["step_clock"][:1]])
     scale = 1024.0
 
     def since_start(clocks: list[float]) -> list[float]:

@@ -121,6 +121,9 @@ def test_the_plot_starts_at_zero_and_marks_the_steps(log, tmp_path):
     out = tmp_path / "timeline.png"
     memory_timeline(load_events(path), str(out), runtime.budget)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    no_steps = [e for e in runtime.events if e["event"] != "step"]
+    memory_timeline(no_steps, str(out), runtime.budget, cost="flops")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_mark_step_records_nothing_without_events(fresh_allocator):
