@@ -3,7 +3,8 @@
 Part of ``Allocator`` (a mixin, so that each concern reads on its own): the
 candidate set is every resident, evictable storage, kept up to date by the
 allocator; a search scores the unlocked ones (or a sqrt(n) sample, optionally
-skipping small ones) and returns the best and the runner-up for the event log.
+skipping small ones) and returns the best and the runner-up for the event log
+(and, only when events are recorded, the few lowest with their score terms).
 """
 
 from __future__ import annotations
