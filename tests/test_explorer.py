@@ -14,7 +14,7 @@ from minidtr.explorer import page_data, write_html
 from minidtr.testing import browser
 
 
-def chain_runtime(ratio: float = 0.8, steps: int = 3) -> md.Runtime:
+def chain_runtime(ratio: float = 0.8, steps: int = 3, record: bool = True) -> md.Runtime:
     """Six tanh layers trained for ``steps`` steps at ``ratio`` x their unbounded peak."""
     rng = np.random.default_rng(0)
     weights = [
@@ -35,7 +35,7 @@ def chain_runtime(ratio: float = 0.8, steps: int = 3) -> md.Runtime:
     with free:
         step()
     runtime = md.Runtime(
-        budget=int(ratio * free.stats()["peak_memory"]), cost="flops", record_events=True
+        budget=int(ratio * free.stats()["peak_memory"]), cost="flops", record_events=record
     )
     with runtime:
         for _ in range(steps):
@@ -68,6 +68,18 @@ def test_budget_evictions_record_the_candidates_with_their_score_terms(log):
         for c in candidates:  # the terms give back the score: (c + c(e*)) / (m * s)
             rebuilt = (c["cost"] + c["neighbourhood"]) / (c["nbytes"] * max(c["staleness"], 1e-9))
             assert math.isclose(rebuilt, c["score"], rel_tol=1e-12)
+
+
+def test_recording_changes_no_decision(monkeypatch):
+    from minidtr.runtime import allocator as allocator_module
+
+    stats = []
+    for record in (False, True):
+        monkeypatch.setitem(allocator_module._ALLOCATORS, "cpu", allocator_module.Allocator("cpu"))
+        stats.append(chain_runtime(record=record).stats())
+    for key in ("evictions", "dead_evictions", "remats", "orphan_remats", "peak_memory"):
+        assert stats[0][key] == stats[1][key], key
+    assert stats[0]["remat_cost"] == stats[1]["remat_cost"]
 
 
 def test_terms_follow_the_heuristic(fresh_allocator):
