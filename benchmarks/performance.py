@@ -1,0 +1,238 @@
+"""Where minidtr's time goes, next to PyTorch (CPU) and NumPy, in one table.
+
+    python benchmarks/performance.py [--quick]
+
+1. Per-op forward on 1-element float32 tensors (chains of ``--chain`` ops): add and tanh,
+   with autograd off and on; minidtr unbudgeted, minidtr under a generous budget (nothing
+   evicted), PyTorch, NumPy. Backward per node through the same chains.
+2. Training steps: the small ResNet-32 of ``minidtr train resnet`` (with the share of the
+   step spent in op kernels; the rest is bookkeeping), and the wide MLP of
+   benchmarks/overhead_mlp.py against hand-written NumPy and PyTorch.
+3. One eviction decision (``Allocator._choose_victim``) with 10^2 .. 10^4 candidates, per
+   heuristic.
+
+Every figure is a median over interleaved rounds (min and max in brackets where it
+helps), so that load on the machine affects the contenders alike. Targets are in
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import minidtr as md
+from minidtr.runtime.allocator import Allocator, allocator_for
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def rounds_of(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each case, interleaved round by round (``fn.setup`` untimed)."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            setup = getattr(fn, "setup", None)
+            if setup is not None:
+                setup()
+            gc.collect()
+            started = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
+# ---- 1. per-op cost ------------------------------------------------------------------------
+
+
+def chain(start, step: Callable, n: int) -> Callable[[], object]:
+    def run():
+        y = start
+        for _ in range(n):
+            y = step(y)
+        return y
+
+    return run
+
+
+def backward_of(build: Callable[[], object], backward: Callable[[object], None]):
+    state = {}
+
+    def run():
+        backward(state.pop("y"))
+
+    run.setup = lambda: state.__setitem__("y", build())
+    return run
+
+
+def per_op(n: int, rounds: int) -> None:
+    one = np.ones(1, np.float32)
+    steps = {
+        "add": (lambda y: y + one_md, lambda y: y + one_t, lambda y: y + one),
+        "tanh": (md.tanh, None, np.tanh),
+    }
+    one_md = md.tensor(one)
+    cases: dict[str, Callable[[], object]] = {}
+    if HAS_TORCH:
+        import torch
+
+        torch.set_num_threads(1)
+        one_t = torch.ones(1)
+        steps["tanh"] = (md.tanh, torch.tanh, np.tanh)
+    budget = md.Runtime(budget=1 << 40, cost="flops")  # generous: nothing is evicted
+    for op, (step_md, step_t, step_np) in steps.items():
+        for grad in (False, True):
+            label = "grad" if grad else "no grad"
+            start = md.tensor(one, requires_grad=grad)
+            cases[f"{op} {label}|minidtr"] = chain(start, step_md, n)
+            under = chain(start, step_md, n)
+            cases[f"{op} {label}|minidtr, budget"] = lambda under=under: _inside(budget, under)
+            if HAS_TORCH:
+                t_start = torch.ones(1, requires_grad=grad)
+                cases[f"{op} {label}|torch"] = chain(t_start, step_t, n)
+            if not grad:
+                cases[f"{op} {label}|numpy"] = chain(one, step_np, n)
+        start = md.tensor(one, requires_grad=True)
+        cases[f"{op} backward|minidtr"] = backward_of(
+            chain(start, step_md, n), lambda y: y.backward()
+        )
+        if HAS_TORCH:
+            t_start = torch.ones(1, requires_grad=True)
+            cases[f"{op} backward|torch"] = backward_of(
+                chain(t_start, step_t, n), lambda y: y.backward()
+            )
+    times = rounds_of(cases, rounds)
+    rows: dict[str, dict[str, float]] = {}
+    for key, values in times.items():
+        row, who = key.split("|")
+        rows.setdefault(row, {})[who] = statistics.median(values) / n * 1e6
+    whos = ["minidtr", "minidtr, budget", "torch", "numpy"]
+    print(f"\n1. Per op on 1-element float32 tensors (chains of {n}, {rounds} rounds), us/op")
+    print(f"{'':16}" + "".join(f"{w:>17}" for w in whos) + f"{'minidtr/torch':>15}")
+    for row, by in rows.items():
+        cells = "".join(f"{by[w]:17.2f}" if w in by else f"{'-':>17}" for w in whos)
+        ratio = f"{by['minidtr'] / by['torch']:14.1f}x" if "torch" in by else f"{'-':>15}"
+        print(f"{row:16}{cells}{ratio}")
+
+
+def _inside(runtime: md.Runtime, fn: Callable[[], object]) -> object:
+    with runtime:
+        return fn()
+
+
+# ---- 2. training steps ------------------------------------------------------------------------
+
+
+def resnet_step(rounds: int) -> None:
+    from minidtr.models.tasks import make_task
+    from minidtr.training import train_step
+
+    task = make_task("resnet", "small", 0)
+    optimizer = task.make_optimizer(task.model.parameters())
+    rng = np.random.default_rng(0)
+    allocator = allocator_for("cpu")
+    kernel_time = [0.0]
+    original = Allocator._run
+
+    def timed_run(self, recipe, arrays, metas):
+        started = time.perf_counter()
+        try:
+            return original(self, recipe, arrays, metas)
+        finally:
+            kernel_time[0] += time.perf_counter() - started
+
+    steps, kernels = [], []
+    for i in range(rounds + 1):
+        idx = rng.choice(task.n_train, task.batch_size, replace=False)
+        kernel_time[0] = 0.0
+        Allocator._run = timed_run
+        try:
+            started = time.perf_counter()
+            train_step(task, optimizer, idx)
+            elapsed = time.perf_counter() - started
+        finally:
+            Allocator._run = original
+        if i:  # the first step creates the optimizer state
+            steps.append(elapsed)
+            kernels.append(kernel_time[0])
+    del allocator
+    step, kernel = statistics.median(steps), statistics.median(kernels)
+    print(f"\n2a. ResNet-32 small (batch {task.batch_size}) training step, {rounds} rounds")
+    print(
+        f"step {step * 1e3:.0f} ms (min {min(steps) * 1e3:.0f}, max {max(steps) * 1e3:.0f}); "
+        f"in op kernels {kernel * 1e3:.0f} ms; bookkeeping {100 * (1 - kernel / step):.0f}% "
+        "of the step"
+    )
+
+
+def wide_mlp(rounds: int) -> None:
+    from overhead_mlp import wide_mlp as run
+
+    print("\n2b.", end="")
+    run([1024, 2048, 2048, 2048, 1024], 256, rounds)
+
+
+# ---- 3. eviction decisions ------------------------------------------------------------------
+
+
+def eviction_decision(counts: list[int], heuristics: list[str], repeats: int) -> None:
+    """Time one victim search among ``n`` evictable storages (the outputs of ``n`` ops on a
+    constant, all resident and referenced), on an allocator of its own."""
+    from minidtr.runtime import allocator as allocator_module
+
+    print(f"\n3. One eviction decision (median of {repeats}), us")
+    print(f"{'candidates':>10}" + "".join(f"{h:>11}" for h in heuristics))
+    saved = allocator_module._ALLOCATORS.get("cpu")
+    try:
+        for n in counts:
+            allocator = allocator_module._ALLOCATORS["cpu"] = Allocator("cpu")
+            base = md.tensor(np.ones(4, np.float32))
+            keep = [base * float(i) for i in range(n)]
+            cells = []
+            for h in heuristics:
+                with md.Runtime(budget=1 << 40, heuristic=h, cost="flops"):
+                    allocator.clock += 1.0
+                    allocator._choose_victim()  # builds whatever the heuristic caches
+                    times = []
+                    for _ in range(repeats):
+                        started = time.perf_counter()
+                        allocator._choose_victim()
+                        times.append(time.perf_counter() - started)
+                cells.append(statistics.median(times) * 1e6)
+            print(f"{n:>10}" + "".join(f"{c:11.0f}" for c in cells))
+            del keep, base
+    finally:
+        if saved is not None:
+            allocator_module._ALLOCATORS["cpu"] = saved
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer rounds, smaller chains")
+    args = p.parse_args()
+    n, rounds = (2000, 3) if args.quick else (10000, 7)
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, NumPy {np.__version__}"
+        + (f", torch {__import__('torch').__version__}" if HAS_TORCH else ", no torch")
+    )
+    per_op(n, rounds)
+    resnet_step(3 if args.quick else 5)
+    wide_mlp(3 if args.quick else 10)
+    eviction_decision(
+        [100, 1000, 10000],
+        ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size"],
+        5 if args.quick else 15,
+    )
+
+
+if __name__ == "__main__":
+    main()
