@@ -4,7 +4,7 @@ step against the same MLP in raw NumPy (hand-written backward) and in PyTorch (C
     python benchmarks/overhead_mlp.py            # the figures the project targets
     python benchmarks/overhead_mlp.py --profile  # plus where minidtr's time goes (cProfile)
 
-Targets (DESIGN.md): under 20 us of bookkeeping per op on tiny tensors, and under 10%
+Targets (docs/design.md, "Costs"): under 20 us of bookkeeping per op on tiny tensors, and under 10%
 over raw NumPy on a wide MLP. The runtime is unbounded (no evictions), so this measures
 bookkeeping alone. Frameworks are timed in interleaved rounds so that load on the machine
 affects them alike; figures are medians (and the best round) over the rounds.

@@ -2,9 +2,10 @@
 
 Records a large trace from a live minidtr run (a 100-block residual MLP, 8 SGD steps:
 about 10,000 ops and 52,000 log lines, the size of the paper's largest logs), then
-replays it, and the shared prototype logs when present, at a few budget ratios.
+replays it, and the traces that ship with minidtr (or the logs in --logs DIR, such as the
+DTR prototype's, see docs/dtr.md), at a few budget ratios.
 
-    python benchmarks/sim_replay_speed.py [--ratios 0.9,0.5,0.3] [--profile HEURISTIC]
+    python benchmarks/sim_replay_speed.py [--ratios 0.9,0.5,0.3] [--logs DIR] [--profile H]
 """
 
 from __future__ import annotations
@@ -90,14 +91,21 @@ def main() -> None:
     p.add_argument("--ratios", default="0.9,0.5,0.3")
     p.add_argument("--heuristics", default=",".join(DEFAULT_HEURISTICS))
     p.add_argument("--profile", metavar="HEURISTIC", help="cProfile one replay at ratio 0.5")
+    p.add_argument("--logs", metavar="DIR", help="replay these logs (default: the bundled ones)")
     args = p.parse_args()
     ratios = [float(r) for r in args.ratios.split(",")]
     heuristics = args.heuristics.split(",")
     with tempfile.TemporaryDirectory() as directory:
         trace = large_trace(directory)
     measure(trace, ratios, heuristics)
-    shared = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces"
-    for path in sorted(shared.glob("*.log")):
+    if args.logs:
+        folder = pathlib.Path(args.logs)
+        paths = sorted([*folder.glob("*.log"), *folder.glob("*.log.gz")])
+        if not paths:
+            raise SystemExit(f"sim_replay_speed: no *.log or *.log.gz files in {args.logs}")
+    else:
+        paths = sim.bundled_traces()
+    for path in paths:
         measure(sim.load_log(path), ratios, heuristics)
     if args.profile:
         profile = cProfile.Profile()

@@ -57,7 +57,7 @@ class Recipe:
 
 
 class Storage:
-    """One buffer and its eviction metadata (see DTR.md's vocabulary)."""
+    """One buffer and its eviction metadata (docs/storage.md; docs/dtr.md for the paper's terms)."""
 
     __slots__ = (
         "id",

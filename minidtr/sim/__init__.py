@@ -3,11 +3,13 @@
 ``load_log``/``write_log`` read and write the DTR prototype's JSON-lines logs;
 ``record`` writes a live minidtr run in the same format; ``simulate`` replays a
 trace under a budget with the live runtime's own allocator and heuristics;
-``sweep`` runs many budgets and heuristics in parallel. The baselines (an
+``sweep`` runs many budgets and heuristics in parallel; ``bundled_traces()``
+lists the traces that ship with the package (one training step of each model). The baselines (an
 optimal schedule by mixed-integer programming, Chen's sqrt(N) and Griewank's
 revolve for chains) live in ``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
 """
 
+from .bundled import bundled_traces
 from .floors import Floor, floor
 from .record import Recorder, record
 from .simulator import Baseline, Replayer, SimResult, simulate
@@ -22,6 +24,7 @@ __all__ = [
     "SimResult",
     "Trace",
     "TraceError",
+    "bundled_traces",
     "load_log",
     "floor",
     "make_trace",

@@ -2,7 +2,8 @@
 
 minidtr sim LOG... [--ratios 1,0.9,...] [--heuristics dtr,dtr_eq,...] [--csv F [--resume]]
                    [--plot F] [--jobs N | --scheduler ADDRESS]
-minidtr sim info LOG...                     what a trace holds, its peak and floors
+minidtr sim --bundled ...                   the same on the traces that ship with minidtr
+minidtr sim info LOG... | --bundled         what a trace holds, its peak and floors
 minidtr sim frontier LOG... [--max-slowdown X] [--heuristic H]
                                             the lowest ratio that replays within X
 minidtr sim optimal LOG [--ratios ...]      DTR against the optimal schedule (MILP)
@@ -43,6 +44,28 @@ def names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _add_logs(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "logs", nargs="*", metavar="LOG", help="trace files (the DTR log format; .gz is read too)"
+    )
+    p.add_argument(
+        "--bundled",
+        action="store_true",
+        help="also replay the traces that ship with minidtr (one training step of each model)",
+    )
+
+
+def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    paths = list(args.logs)
+    if args.bundled:
+        from .bundled import bundled_traces
+
+        paths += [str(path) for path in bundled_traces()]
+    if not paths:
+        p.error("give trace files (LOG ...) or --bundled for the traces that ship with minidtr")
+    return paths
+
+
 def _load(paths: Sequence[str]):
     from .trace import TraceError, load_log
 
@@ -77,7 +100,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         + ", ".join(SUBCOMMANDS)
         + "; see minidtr sim COMMAND --help).",
     )
-    p.add_argument("logs", nargs="+", metavar="LOG", help="trace files (the DTR log format)")
+    _add_logs(p)
     p.add_argument(
         "--ratios",
         type=floats,
@@ -130,7 +153,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     if args.resume and not args.csv:
         p.error("--resume needs --csv FILE (the sweep's results so far)")
-    traces = _load(args.logs)
+    traces = _load(_log_paths(p, args))
     if traces is None:
         return 1
     from .sweep import plot, sweep, table
@@ -181,9 +204,9 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 def info_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="minidtr sim info", description="Summarize traces.")
-    p.add_argument("logs", nargs="+", metavar="LOG")
+    _add_logs(p)
     args = p.parse_args(argv)
-    traces = _load(args.logs)
+    traces = _load(_log_paths(p, args))
     if traces is None:
         return 1
     from .floors import floor
@@ -307,7 +330,7 @@ def sqrt_n_main(argv: Sequence[str]) -> int:
         prog="minidtr sim sqrt-n",
         description="Theorem 3.1: an N-layer chain, forward and backward, unit cost and size, "
         "at a budget of ceil(2 sqrt N): extra ops / N per heuristic, next to Chen's sqrt(N) "
-        "and revolve (exact counts) and DTR.md's h_DTR figures.",
+        "and revolve (exact counts) and the paper's h_DTR figures.",
     )
     p.add_argument("--n", type=ints, default=[100, 400, 1600])
     p.add_argument(

@@ -54,7 +54,7 @@ def sqrt_budget(n: int) -> int:
     return math.ceil(2 * math.sqrt(n))
 
 
-REFERENCE_DTR = {100: 0.80, 400: 0.90, 1600: 1.01}  # DTR.md: h_DTR's extra ops / N
+REFERENCE_DTR = {100: 0.80, 400: 0.90, 1600: 1.01}  # the paper: h_DTR's extra ops / N (docs/dtr.md)
 
 
 def sqrt_n_rows(ns: list[int], heuristics: list[str], cap: float = 200.0) -> list[dict]:

@@ -156,12 +156,12 @@ def record(
     ``with sim.record("step.log") as rec: ...`` then ``sim.load_log("step.log")``
     or ``rec.trace()``.
     """
-    from .trace import write_log
+    from .trace import log_label, write_log
 
     allocator = allocator_for(device)
     if allocator.observer is not None:
         raise RuntimeError(f"the {device} allocator is already being observed (recorded)")
-    label = name or (os.path.splitext(os.path.basename(os.fspath(path)))[0] if path else "recorded")
+    label = name or (log_label(path) if path else "recorded")
     recorder = Recorder(label)
     allocator.observer = recorder
     try:

@@ -19,7 +19,7 @@ How instructions map onto the allocator:
   still locked). A CALL that mixes fresh and aliased results becomes a fresh
   call carrying TIME followed by zero-cost view calls; one whose results
   alias several arguments gets one view call per argument. (Neither occurs in
-  the shared logs or in minidtr's recordings.)
+  the prototype's logs or in minidtr's recordings.)
 - ``MUTATE`` is a fresh call producing one new storage per mutated argument,
   then the mutated names are rebound (add_ref new, release old);
 - ``ANNOTATE CONSTANT`` (minidtr's extension) is ``make_constant``;

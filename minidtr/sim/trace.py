@@ -1,7 +1,7 @@
 """Traces: the DTR prototype's JSON-lines log format, read, checked and written.
 
 A log holds one JSON object per line, its kind in the key ``INSTRUCTION``
-(see DTR.md). Names are *handles*: each name is one external reference to a
+(docs/simulator.md). Names are *handles*: each name is one external reference to a
 value, the way a live ``Tensor`` object is. The instructions:
 
 - ``CONSTANT {NAME}`` then ``MEMORY {NAME, MEMORY}``: an input or parameter
@@ -37,11 +37,13 @@ and ``ANNOTATE {ANNOTATION: "CONSTANT", NAME}`` means the value of NAME
 
 MEMORY, TIME and ALIAS are strings in the prototype's logs; numbers are
 accepted too. TIME is in nanoseconds and may be fractional (minidtr writes the
-exact cost it used, so a replay reproduces its decisions).
+exact cost it used, so a replay reproduces its decisions). A path ending in
+``.gz`` is read and written gzip-compressed.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -408,6 +410,22 @@ def check_names(
     return tuple(live), dropped
 
 
+def open_log(path: str | os.PathLike):
+    """Open a log for reading as text; gunzip it when the name ends in ``.gz``."""
+    source = os.fspath(path)
+    if source.endswith(".gz"):
+        return gzip.open(source, "rt", encoding="utf-8")
+    return open(source, encoding="utf-8")
+
+
+def log_label(path: str | os.PathLike) -> str:
+    """A trace's default name: the file name without ``.gz`` and ``.log`` (or other suffix)."""
+    base = os.path.basename(os.fspath(path))
+    if base.endswith(".gz"):
+        base = base[:-3]
+    return os.path.splitext(base)[0]
+
+
 def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
     """Read a log in the prototype's format (see the module docstring) into a ``Trace``.
 
@@ -418,9 +436,13 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
     source = os.fspath(path)
     rows: list[tuple[int, dict]] = []
     lines = _Lines(source, rows, 0)
-    with open(source, encoding="utf-8") as f:
+    with open_log(source) as f:
         number = 0
-        for number, text in enumerate(f, start=1):
+        try:
+            numbered = list(enumerate(f, start=1))
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise TraceError(source, None, f"cannot be read as a text log ({e})") from None
+        for number, text in numbered:
             if not text.strip():
                 continue
             try:
@@ -447,8 +469,7 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
     outputs, dropped = check_names(instructions, source, before)
     for position in reversed(dropped):
         del instructions[position]
-    label = name or os.path.splitext(os.path.basename(source))[0]
-    return Trace(instructions, label, outputs)
+    return Trace(instructions, name or log_label(source), outputs)
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -504,25 +525,29 @@ def instruction_rows(ins: Instruction) -> list[dict[str, Any]]:
 
 
 def write_log(trace: Trace, path: str | os.PathLike) -> None:
-    """Write a trace in the prototype's format, beginning with ``ANNOTATE START``."""
-    with open(path, "w", encoding="utf-8") as f:
-        instructions = trace.instructions
-        if not (
-            instructions
-            and isinstance(instructions[0], Annotate)
-            and instructions[0].annotation == "START"
-        ):
-            f.write(
-                json.dumps(
-                    {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"},
-                    sort_keys=True,
-                    separators=(",", ":"),
-                )
-                + "\n"
-            )
-        for ins in instructions:
-            for row in instruction_rows(ins):
-                f.write(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
+    """Write a trace in the prototype's format, beginning with ``ANNOTATE START``
+    (gzip-compressed when ``path`` ends in ``.gz``, with no timestamp in the header, so
+    that the same trace always gives the same bytes)."""
+
+    def line(row: dict[str, Any]) -> str:
+        return json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
+
+    instructions = trace.instructions
+    lines = []
+    if not (
+        instructions
+        and isinstance(instructions[0], Annotate)
+        and instructions[0].annotation == "START"
+    ):
+        lines.append(line({"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}))
+    lines += [line(row) for ins in instructions for row in instruction_rows(ins)]
+    text = "".join(lines)
+    if os.fspath(path).endswith(".gz"):
+        with open(path, "wb") as f:
+            f.write(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
 
 
 def make_trace(instructions: list[Instruction], name: str = "trace") -> Trace:

@@ -1,0 +1,106 @@
+"""The traces that ship with minidtr (minidtr/sim/traces/, linked as traces/ in a clone): they
+load, replay at a few budgets, and show what the docs say they show."""
+
+from __future__ import annotations
+
+import gzip
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from minidtr import sim
+from minidtr.sim.cli import main as sim_main
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODELS = ("densenet", "lstm", "mlp", "resnet", "transformer", "treelstm", "unet")
+
+
+@pytest.fixture(scope="module")
+def traces() -> dict[str, sim.Trace]:
+    return {path.name.removesuffix(".log.gz"): sim.load_log(path) for path in sim.bundled_traces()}
+
+
+def test_one_trace_per_model_small_and_compressed():
+    paths = sim.bundled_traces()
+    assert [p.name for p in paths] == [f"{m}.log.gz" for m in MODELS]
+    assert sum(p.stat().st_size for p in paths) < 400_000
+    for path in paths:
+        with open(path, "rb") as f:
+            assert f.read(2) == b"\x1f\x8b"  # gzip
+    assert sim.bundled_traces(["unet", "resnet"]) == [paths[6], paths[3]]
+    with pytest.raises(ValueError, match="no bundled trace 'vgg'"):
+        sim.bundled_traces(["vgg"])
+
+
+def test_the_clone_links_traces_to_the_package_data():
+    linked = sorted(p.name for p in (ROOT / "traces").glob("*.log.gz"))
+    assert linked == [f"{m}.log.gz" for m in MODELS]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_replays_at_a_few_ratios(traces, model):
+    trace = traces[model]
+    assert trace.name == model and trace.ops > 100
+    baseline = trace.baseline()
+    full = sim.simulate(trace, ratio=1.0)
+    assert full.status == "ok" and full.remats == 0 and full.slowdown == 1.0
+    assert full.peak_memory == baseline.peak_memory
+    roomy = sim.simulate(trace, ratio=0.9)
+    assert roomy.status == "ok" and 1.0 <= roomy.slowdown < 2.0
+    assert roomy.peak_memory <= roomy.budget
+    if model != "treelstm":  # its thousands of tiny ops take long to exhaust a budget
+        floor = max(baseline.constant_floor, baseline.bottleneck) / baseline.peak_memory
+        below = sim.simulate(trace, ratio=0.95 * floor)  # no policy can finish below a floor
+        assert below.status in ("oom", "thrash")
+
+
+def test_resnet_trace_separates_dtr_from_lru(traces):
+    """docs/simulator.md's Figure 2 on the ResNet-32 trace: at half the peak h_DTR runs at a
+    modest slowdown, h_LRU thrashes."""
+    dtr = sim.simulate(traces["resnet"], ratio=0.5, heuristic="dtr")
+    lru = sim.simulate(traces["resnet"], ratio=0.5, heuristic="lru")
+    assert dtr.status == "ok" and 1.0 < dtr.slowdown < 1.3
+    assert lru.status == "thrash"
+
+
+def test_gzip_round_trip_is_byte_stable(traces, tmp_path):
+    trace = traces["mlp"]
+    a, b, plain = tmp_path / "a.log.gz", tmp_path / "b.log.gz", tmp_path / "a.log"
+    sim.write_log(trace, a)
+    sim.write_log(trace, b)
+    sim.write_log(trace, plain)
+    assert a.read_bytes() == b.read_bytes()
+    assert gzip.decompress(a.read_bytes()) == plain.read_bytes()
+    again = sim.load_log(a)
+    assert again.name == "a" and again.instructions == trace.instructions
+
+
+def test_a_bad_gzip_log_is_a_trace_error(tmp_path):
+    bad = tmp_path / "bad.log.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(sim.TraceError, match="bad.log.gz"):
+        sim.load_log(bad)
+
+
+def test_cli_bundled(capsys):
+    assert sim_main(["info", "--bundled"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{m}:" in out for m in MODELS)
+    resnet = str(ROOT / "traces" / "resnet.log.gz")
+    assert sim_main([resnet, "--ratios", "0.9,0.5", "--heuristics", "dtr", "--jobs", "1"]) == 0
+    assert "resnet" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        sim_main([])
+    assert exit_info.value.code == 2
+    assert "--bundled" in capsys.readouterr().err
+
+
+def test_reference_logs_benchmark_fails_clearly_without_logs(tmp_path):
+    script = ROOT / "benchmarks" / "sim_reference_logs.py"
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert "no *.log or *.log.gz files" in run.stderr and "Traceback" not in run.stderr
