@@ -1,0 +1,100 @@
+"""What the scripts in models/ share: their command line and their closing report.
+
+Each script reads top to bottom: the data, the model (from ``minidtr.models``,
+the same class ``minidtr train`` builds), one training step, two steps with no
+budget to learn the peak, then the training run under ``md.Runtime(budget=...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import minidtr as md
+from minidtr.runtime import make_heuristic
+
+
+def parse_args(
+    doc: str, argv: Sequence[str] | None, *, ratio: float, batch: int, steps: int = 20
+) -> argparse.Namespace:
+    """The options every script takes; ``ratio``, ``batch`` and ``steps`` are its defaults."""
+    summary, _, details = doc.strip().partition("\n\n")
+    p = argparse.ArgumentParser(
+        description=summary,
+        epilog=details,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--ratio",
+        type=float,
+        default=ratio,
+        help=f"budget as a fraction of the unbounded peak (default {ratio})",
+    )
+    budget.add_argument("--budget", type=int, help="budget in bytes (instead of --ratio)")
+    p.add_argument("--steps", type=int, default=steps, help=f"steps under the budget ({steps})")
+    p.add_argument("--batch", type=int, default=batch, help=f"batch size (default {batch})")
+    p.add_argument("--heuristic", default="dtr", help="eviction heuristic (default dtr)")
+    p.add_argument(
+        "--max-slowdown",
+        type=float,
+        default=4.0,
+        help="stop once recomputation makes the run this many times slower (default 4; the "
+        "paper calls a run past 2x thrashing): a budget near the floor can grind for long",
+    )
+    p.add_argument("--seed", type=int, default=0, help="data, initialization and batch order")
+    args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, got {args.steps}")
+    if args.batch < 1:
+        p.error(f"--batch must be at least 1, got {args.batch}")
+    if args.max_slowdown <= 1.0:
+        p.error(f"--max-slowdown must be above 1, got {args.max_slowdown}")
+    if args.budget is None and args.ratio <= 0.0:
+        p.error(f"--ratio must be above 0, got {args.ratio}")
+    try:
+        make_heuristic(args.heuristic)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def budget_from(args: argparse.Namespace, peak: int) -> int:
+    """The budget in bytes: ``--budget``, or ``--ratio`` times the measured peak."""
+    return args.budget if args.budget is not None else int(args.ratio * peak)
+
+
+def report(title: str, losses: list[float], runtime: md.Runtime, peak: int) -> dict[str, Any]:
+    """Print what the run did; return the runtime's statistics (with the losses)."""
+    stats = runtime.stats()
+    tail = losses[-5:]
+    print(f"{title}: {len(losses)} steps under a budget of {stats['budget']:,} bytes")
+    print(f"  loss                {losses[0]:.4f} -> {sum(tail) / len(tail):.4f}")
+    print(f"  unbounded peak      {peak:,} bytes")
+    print(
+        f"  peak under budget   {stats['peak_memory']:,} bytes "
+        f"({stats['peak_memory'] / peak:.0%} of the unbounded peak)"
+    )
+    print(
+        f"  evictions           {stats['evictions']:,} "
+        f"({stats['evictions'] - stats['dead_evictions']:,} forced by the budget)"
+    )
+    print(f"  rematerializations  {stats['remats']:,}")
+    print(f"  slowdown            {stats['slowdown']:.3f}x  ((compute + recompute) / compute)")
+    return {**stats, "losses": losses, "unbounded_peak": peak}
+
+
+def run(main: Callable[[], Any]) -> int:
+    """Run a script's ``main``; a budget too small to train in is a message, not a traceback."""
+    try:
+        result = main()
+    except md.BudgetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if not all(math.isfinite(loss) for loss in result["losses"]):
+        print("error: the loss is not finite", file=sys.stderr)
+        return 1
+    return 0
