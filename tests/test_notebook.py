@@ -1,0 +1,32 @@
+"""docs/tutorial.ipynb runs top to bottom in a fresh kernel (its asserts are its claims)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "docs" / "tutorial.ipynb"
+
+
+def test_tutorial_notebook_executes():
+    nbformat = pytest.importorskip("nbformat", reason="needs the test extra: pip install '.[test]'")
+    nbclient = pytest.importorskip("nbclient", reason="needs the test extra: pip install '.[test]'")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",  # ipykernel's own kernel, installed with the test extra
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, on failure
+    printed = "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
+    assert "BudgetError" in printed and "thrash" in printed
+    images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if "data" in o]
+    assert any("image/png" in o["data"] for o in images)
