@@ -13,8 +13,12 @@ See docs/cli.md for every option.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 from .explain import (
     ORPHAN_NOTE,
@@ -26,8 +30,23 @@ from .explain import (
     summarize,
     write_event_log,
 )
-from .runtime.heuristics import HEURISTIC_NAMES
-from .runtime.runtime import COST_MODELS, DEALLOC_POLICIES
+from .runtime.heuristics import HEURISTIC_NAMES, make_heuristic
+from .runtime.runtime import (
+    COST_MODELS,
+    DEALLOC_POLICIES,
+    DEFAULT_MAX_SLOWDOWN,
+    DEFAULT_MAX_WALL_SLOWDOWN,
+    MAX_BUDGET,
+    WALL_GUARD_AFTER,
+)
+
+# Exit statuses (docs/cli.md): 0 done; 1 the work failed (the budget is too small, the run
+# thrashed, an input file is malformed); 2 a usage error (a bad option value, an input
+# file that cannot be opened, an output path that cannot be written), reported before any
+# work starts; 130 interrupted (Ctrl-C).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 DEMO_MODEL = "resnet"
 # The paper's headline budget. On minidtr's small ResNet-32 it costs about 1.6x
@@ -37,8 +56,24 @@ DEMO_STEPS = 40
 DEMO_PERCENT = round(100 * DEMO_RATIO)
 
 
+class UsageParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2): the
+    command and the problem, without the usage block (``--help`` shows that)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def usage_error(prog: str, message: str):
+    """Report a usage error found after parsing, as the parser reports its own (one line,
+    exit status 2)."""
+    print(f"{prog}: {message} (see {prog} --help)", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
 def parse_bytes(text: str) -> int:
-    """``123456``, ``512K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes."""
+    """``123456``, ``512K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes: finite, >= 0
+    and at most 2**63 - 1 (what an int64 holds)."""
     units = {"K": 1024, "M": 1024**2, "G": 1024**3}
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = units.get(text[-1:], 1)
@@ -49,22 +84,113 @@ def parse_bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"not a byte count: {text!r} (use e.g. 3000000, 512K, 1.5M)"
         ) from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}")
     if value < 0:
         raise argparse.ArgumentTypeError(f"a budget cannot be negative: {text!r}")
+    if value > MAX_BUDGET:
+        raise argparse.ArgumentTypeError(
+            f"a budget must be at most {MAX_BUDGET:,} bytes (2**63 - 1), got {text!r}"
+        )
     return int(value)
 
 
 def parse_ratio(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--ratio must be a number in (0, 1], got {text!r}"
+        ) from None
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"--ratio must be in (0, 1], got {text}")
     return value
 
 
+def whole_number(minimum: int):
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+def parse_slowdown(text: str) -> float | None:
+    """A thrash limit: a number > 1, or ``none`` (no limit)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a slowdown > 1 (e.g. 2 for twice as slow) or 'none', got {text!r}"
+        ) from None
+    if math.isnan(value) or value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"must be > 1 (a slowdown: 2 means twice as slow), or 'none' to disable, got {text}"
+        )
+    return value
+
+
+def parse_heuristic(text: str) -> str:
+    try:
+        make_heuristic(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def check_output(path: str) -> str | None:
+    """Why ``path`` cannot be written (None when it can): checked before any work, so a
+    long run does not end by failing to save what it made."""
+    if not path:
+        return "an empty path"
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"cannot write {path}: the folder {folder} does not exist"
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            return f"cannot write {path}: permission denied"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write {path}: the folder {folder} is not writable"
+    return None
+
+
+def check_outputs(prog: str, paths: dict[str, str | None]) -> None:
+    """Usage error (exit 2) naming the option (or argument) of the first output path that
+    cannot be written."""
+    for option, path in paths.items():
+        if path is None:
+            continue
+        problem = check_output(path)
+        if problem is not None:
+            usage_error(prog, f"{option}: {problem}")
+
+
+def check_input(prog: str, path: str) -> None:
+    """Usage error (exit 2) when an input file cannot be opened for reading."""
+    if os.path.isdir(path):
+        usage_error(prog, f"{path} is a directory, not a file")
+    if not os.path.exists(path):
+        usage_error(prog, f"{path}: no such file")
+    if not os.access(path, os.R_OK):
+        usage_error(prog, f"cannot read {path}: permission denied")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .models.tasks import MODELS, SIZES
 
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="minidtr",
         description="Train models under a memory budget with Dynamic Tensor Rematerialization, "
         "and see what the runtime evicted and recomputed.",
@@ -100,7 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
         "or Runtime.export_events.",
     )
     ex.add_argument("events", metavar="EVENTS.jsonl")
-    ex.add_argument("--top", type=int, default=5, help="how many ops to list (default 5)")
+    ex.add_argument(
+        "--top", type=whole_number(1), default=5, help="how many ops to list (default 5)"
+    )
     ex.add_argument(
         "--html",
         metavar="OUT.html",
@@ -143,6 +271,7 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
     p.add_argument(
         "--heuristic",
         default="dtr",
+        type=parse_heuristic,
         metavar="H",
         help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)} or an ablation name "
         "like eq+size+nostale (default dtr)",
@@ -167,16 +296,31 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
     )
     p.add_argument(
         "--max-slowdown",
-        type=float,
-        default=None,
+        type=parse_slowdown,
+        default=DEFAULT_MAX_SLOWDOWN,
         metavar="X",
-        help="stop once recomputation makes the run X times slower than without it (the "
-        "paper calls a run past 2 thrashing; default: never stop)",
+        help="the thrash guard: stop with an error rather than recompute past X times the "
+        "run's compute in the cost model (the paper calls a run past 2 thrashing; default "
+        f"{DEFAULT_MAX_SLOWDOWN:g}; 'none' disables it)",
+    )
+    p.add_argument(
+        "--max-wall-slowdown",
+        type=parse_slowdown,
+        default=DEFAULT_MAX_WALL_SLOWDOWN,
+        metavar="X",
+        help="the thrash guard in wall time: stop with an error once eviction work "
+        "(searching for victims, evicting, recomputing) makes the run X times slower than "
+        f"the rest, judged after {WALL_GUARD_AFTER:g} s (default "
+        f"{DEFAULT_MAX_WALL_SLOWDOWN:g}; 'none' disables it)",
     )
     p.add_argument("--size", default="small", choices=sizes, help="model size (default small)")
-    p.add_argument("--steps", type=int, default=50, help="training steps (default 50)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: per model)")
-    p.add_argument("--seed", type=int, default=0, help="seed for data, init and order")
+    p.add_argument("--steps", type=whole_number(1), default=50, help="training steps (default 50)")
+    p.add_argument(
+        "--batch", type=whole_number(1), default=None, help="batch size (default: per model)"
+    )
+    p.add_argument(
+        "--seed", type=whole_number(0), default=0, help="seed for data, init and order (>= 0)"
+    )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--events", metavar="FILE", help="write the event log (JSON lines)")
     p.add_argument("--trace", metavar="FILE", help="record a simulator trace (DTR log format)")
@@ -184,49 +328,99 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def progress_bar(total: int, enabled: bool):
-    """A tqdm bar over the steps when tqdm is installed and stderr is a terminal; None
-    otherwise (the summary is printed either way)."""
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return lambda steps: tqdm(
-        steps, total=total, unit="step", leave=False, disable=None, dynamic_ncols=True
-    )
+class Progress:
+    """The progress line on a terminal: a tqdm bar over the steps whose postfix shows the
+    loss and, once anything was recomputed or searched for, the slowdown (cost model, and
+    wall time when eviction work shows there), the remats and the search time. While a
+    step runs it is refreshed every second, so a run that grinds shows it as it goes.
+    Nothing is shown without tqdm or off a terminal (the summary is printed either way)."""
+
+    REFRESH_SECONDS = 1.0
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+        self.bar = None
+        self.loss: float | None = None
+
+    def steps(self, steps):
+        if not self.enabled:
+            return steps
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return steps
+        self.bar = tqdm(
+            steps, total=self.total, unit="step", leave=False, disable=None, dynamic_ncols=True
+        )
+        return self.bar
+
+    def on_loss(self, bar, loss: float) -> None:
+        self.loss = loss
+
+    @contextmanager
+    def watch(self, runtime):
+        """Refresh the postfix from ``runtime``'s statistics every second (a daemon
+        thread: it only reads counters)."""
+        if self.bar is None or getattr(self.bar, "disable", True):
+            yield
+            return
+        stop = threading.Event()
+
+        def refresh() -> None:
+            while not stop.wait(self.REFRESH_SECONDS):
+                self.show(runtime)
+
+        thread = threading.Thread(target=refresh, name="minidtr-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def show(self, runtime) -> None:
+        self.bar.set_postfix_str(progress_text(runtime, self.loss), refresh=True)
 
 
-def show_loss(bar, loss: float) -> None:
-    if hasattr(bar, "set_postfix_str"):
-        bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+def progress_text(runtime, loss: float | None) -> str:
+    """``loss 0.4131 | slowdown 1.52x (wall 2.1x), 490 remats, search 3.1 s``."""
+    parts = [] if loss is None else [f"loss {loss:.4f}"]
+    s = runtime.stats_
+    if s.remats or s.searches:
+        wall = runtime.wall_slowdown()
+        wall_text = f" (wall {wall:.1f}x)" if wall >= 1.5 else ""
+        parts.append(
+            f"slowdown {s.slowdown:.2f}x{wall_text}, {s.remats:,} remats, "
+            f"search {s.search_time:.1f} s"
+        )
+    return " | ".join(parts)
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .runtime import BudgetError
-    from .training import TrainConfig, train
+    from .runtime import BudgetError, ThrashError
+    from .training import ConfigError, TrainConfig, train
 
-    if args.steps < 1:
-        print("minidtr train: --steps must be at least 1", file=sys.stderr)
-        return 2
+    prog = "minidtr train"
     if args.device != "cpu":
         from . import backend
 
         try:
             backend.xp_for(args.device)
         except RuntimeError as e:
-            print(f"minidtr train: {e}", file=sys.stderr)
-            return 2
+            usage_error(prog, str(e))
+    check_outputs(prog, {"--events": args.events, "--trace": args.trace, "--plot": args.plot})
     trace = None
     if args.trace:
         trace = trace_recorder(args.trace)
         if trace is None:
-            return 2
+            return EXIT_USAGE
     if args.plot:
         from .plots import require_matplotlib
 
-        require_matplotlib()
+        try:
+            require_matplotlib()
+        except ImportError as e:
+            usage_error(prog, f"--plot: {e}")
     config = TrainConfig(
         args.model,
         size=args.size,
@@ -242,19 +436,29 @@ def run_train(args: argparse.Namespace) -> int:
         cost=args.cost,
         record_events=bool(args.events or args.plot),
         max_slowdown=args.max_slowdown,
+        max_wall_slowdown=args.max_wall_slowdown,
     )
+    progress = Progress(args.steps, not args.no_progress)
     try:
         result = train(
             config,
-            progress=progress_bar(args.steps, not args.no_progress),
-            on_loss=show_loss,
+            progress=progress.steps,
+            on_loss=progress.on_loss,
             trace=trace,
+            watch=progress.watch,
         )
-    except BudgetError as e:
+    except ConfigError as e:
+        usage_error(prog, str(e))
+    except ThrashError as e:
         print(
-            f"minidtr train: the budget is too small to train {args.model}:\n  {e}", file=sys.stderr
+            f"{prog}: stopped {args.model}, it was thrashing: {e} In this command: "
+            "--budget/--ratio, --max-slowdown, --max-wall-slowdown.",
+            file=sys.stderr,
         )
-        return 1
+        return EXIT_FAILED
+    except BudgetError as e:
+        print(f"{prog}: the budget is too small to train {args.model}: {e}", file=sys.stderr)
+        return EXIT_FAILED
     print(summary_table(result))
     finish_outputs(result, args.events, args.plot, args.trace)
     return 0
@@ -363,23 +567,37 @@ def summary_table(result) -> str:
     return "\n".join(rows)
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def demo_report(steps: int = DEMO_STEPS, progress: Progress | None = None):
+    """Train the demo and return (the result, its text: the summary table and the peak,
+    eviction and recomputation sections of ``explain``)."""
     from .training import TrainConfig, train
 
+    config = TrainConfig(
+        DEMO_MODEL, steps=steps, ratio=DEMO_RATIO, cost="flops", record_events=True
+    )
+    progress = progress or Progress(steps, False)
+    result = train(config, progress=progress.steps, on_loss=progress.on_loss, watch=progress.watch)
+    summary = summarize([runtime_header(result.runtime), *result.runtime.events])
+    text = explain(summary, top=3)
+    return result, summary_table(result) + "\n\n" + text[text.index("The peak") :]
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    check_outputs("minidtr demo", {"--plot": args.plot})
+    if args.plot:
+        from .plots import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as e:
+            usage_error("minidtr demo", f"--plot: {e}")
     print(
         f"Training the small {DEMO_MODEL} on the 8x8 digits under {DEMO_RATIO:.0%} of the "
         "memory it needs without a budget (the peak of two unbounded steps, measured "
         "first).\n"
     )
-    config = TrainConfig(
-        DEMO_MODEL, steps=DEMO_STEPS, ratio=DEMO_RATIO, cost="flops", record_events=True
-    )
-    result = train(config, progress=progress_bar(DEMO_STEPS, True), on_loss=show_loss)
-    print(summary_table(result))
-    print()
-    summary = summarize([runtime_header(result.runtime), *result.runtime.events])
-    text = explain(summary, top=3)
-    print(text[text.index("The peak") :])
+    result, text = demo_report(DEMO_STEPS, Progress(DEMO_STEPS, True))
+    print(text)
     finish_outputs(result, None, args.plot)
     print(
         "\nNext: minidtr train MODEL --ratio 0.5 --events ev.jsonl; minidtr explain ev.jsonl; "
@@ -389,6 +607,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    check_input("minidtr explain", args.events)
     events = load_events(args.events)
     print(explain(summarize(events), top=args.top))
     if args.html:
@@ -400,8 +619,14 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from .plots import memory_timeline
+    from .plots import memory_timeline, require_matplotlib
 
+    check_input("minidtr plot", args.events)
+    check_outputs("minidtr plot", {"OUT.png": args.out})
+    try:
+        require_matplotlib()
+    except ImportError as e:
+        usage_error("minidtr plot", str(e))
     events = load_events(args.events)
     budget = args.budget if args.budget is not None else summarize(events).budget
     memory_timeline(events, args.out, budget, title=args.events)
@@ -432,6 +657,8 @@ def run_sim(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; returns its exit status (usage errors raise ``SystemExit(2)``, as
+    argparse does, after a one-line message)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sim":
         return run_sim(argv[1:])
@@ -443,8 +670,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plot": run_plot,
         "models": run_models,
     }
+    from .runtime.allocator import deferred_interrupts
+
     try:
-        return handlers[args.command](args)
+        with deferred_interrupts():
+            return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print(f"minidtr {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (ValueError, ImportError, OSError) as e:
         print(f"minidtr {args.command}: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED

@@ -11,6 +11,12 @@ and ``step`` marks (``Runtime.mark_step``, written by ``minidtr train``). An
 optional first line ``{"event": "runtime", ...}`` (written by ``minidtr
 train``) carries the budget and the policy.
 
+A rematerialization is one recipe replayed (one recomputed op), as the
+runtime's ``stats()["remats"]`` and the simulator count it. The log has one
+``remat`` event per storage the replay refilled; the events of one replay
+share its ``replay`` number (the runtime's remat count after it), so an op
+with several outputs is one rematerialization here too.
+
 ``summarize`` replays the log to rebuild what was resident at every moment, so
 it can say what filled memory at the peak as well as what was evicted and what
 recomputing it cost.
@@ -47,25 +53,51 @@ ORPHAN_NOTE = (
     "rebuilt from that parent before the parent is freed, so that its later rebuild "
     "does not have to replay the dead chain above it"
 )
+REQUIRED_FIELDS = ("id", "op", "nbytes", "clock", "memory")
+
+
+class EventLogError(ValueError):
+    """An event log that cannot be read: names the file and, where it can, the line."""
 
 
 def load_events(path: str) -> list[dict[str, Any]]:
-    """Read a JSON-lines event log, checking each line names a known event."""
+    """Read a JSON-lines event log, checking each line names a known event and that the
+    log holds at least one event (a runtime header alone is an empty log)."""
     events = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
+    number = 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise EventLogError(
+                    f"{path}:{number}: not text (bytes that are not UTF-8); "
+                    "is this an event log written by minidtr train --events?"
+                ) from None
             if not line.strip():
                 continue
             try:
                 event = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not JSON ({e.msg})") from None
+                raise EventLogError(f"{path}:{number}: not JSON ({e.msg}); truncated?") from None
             if not isinstance(event, dict) or event.get("event") not in EVENT_KINDS:
-                raise ValueError(
+                raise EventLogError(
                     f"{path}:{number}: not a minidtr event (expected a JSON object "
                     f"with 'event' in {EVENT_KINDS})"
                 )
+            missing = [k for k in REQUIRED_FIELDS if k not in event]
+            if event["event"] not in ("runtime", "step") and missing:
+                raise EventLogError(
+                    f"{path}:{number}: a {event['event']} event without "
+                    + ", ".join(repr(k) for k in missing)
+                )
             events.append(event)
+    if not any(e["event"] not in ("runtime", "step") for e in events):
+        where = "is empty" if not events else "holds only its runtime header"
+        raise EventLogError(
+            f"{path}: the event log {where}: nothing to explain (was it written by a "
+            "runtime with record_events=True that ran some ops?)"
+        )
     return events
 
 
@@ -106,6 +138,7 @@ class Summary:
     start_clock: float = 0.0
     step_clocks: list[float] = field(default_factory=list)
     orphan_remats: int = 0
+    remats: int = 0  # rematerializations: recipes replayed (see the module docstring)
 
     @property
     def budget(self) -> int | None:
@@ -134,6 +167,8 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     step_clocks: list[float] = []
     orphan_remats = 0
     start_clock = None
+    last_replay = None
+    remats = 0
     for event in events:
         kind = event["event"]
         if kind == "runtime":
@@ -154,14 +189,20 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             waiting = []
         else:
             resident.pop(sid, None)
-        # the outputs of one multi-output op come as consecutive events at one clock
-        same_op = (kind, event["clock"]) == last_op
-        last_op = (kind, event["clock"])
-        if kind == "alloc" and not same_op:
-            compute_cost += event.get("cost", 0.0)
+        if kind == "alloc":
+            # the outputs of one multi-output op come as consecutive events at one clock
+            if ("alloc", event["clock"]) != last_op:
+                compute_cost += event.get("cost", 0.0)
         elif kind == "remat":
             remats_by_storage[sid] += 1
-            if not same_op:
+            # one replay refills all its evicted outputs: one rematerialization
+            if "replay" in event:
+                new_replay = event["replay"] != last_replay
+                last_replay = event["replay"]
+            else:  # a log from before the replay field: siblings are consecutive, one clock
+                new_replay = ("remat", event["clock"]) != last_op
+            if new_replay:
+                remats += 1
                 if str(event.get("trigger", "")).startswith(ORPHAN_TRIGGER):
                     orphan_remats += 1
                 remats_by_op[op] += 1
@@ -186,6 +227,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
                 )
                 decisions.append(d)
                 waiting.append(d)
+        last_op = (kind, event["clock"])
         if event["memory"] > peak:
             peak, peak_clock, peak_event = event["memory"], event["clock"], event
             peak_resident = Counter()
@@ -214,6 +256,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         start_clock or 0.0,
         step_clocks,
         orphan_remats,
+        remats,
     )
 
 
@@ -230,7 +273,9 @@ def _share(part: float, whole: float) -> str:
 
 
 def explain(summary: Summary, top: int = 5) -> str:
-    """The summary as paragraphs of plain text."""
+    """The summary as paragraphs of plain text; ``top`` (>= 1) items per list."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ValueError(f"top must be a whole number >= 1, got {top!r}")
     s = summary
     lines: list[str] = []
     budget = s.budget
@@ -239,7 +284,7 @@ def explain(summary: Summary, top: int = 5) -> str:
     lines.append("-------------")
     lines.append(
         f"{sum(s.counts.values()):,} events: {s.counts['alloc']:,} allocations, "
-        f"{s.counts['evict']:,} evictions, {s.counts['remat']:,} rematerializations, "
+        f"{s.counts['evict']:,} evictions, {_remats(s)}, "
         f"{s.counts['free']:,} frees, {s.counts['banish']:,} banishments."
     )
     if budget is not None:
@@ -315,11 +360,11 @@ def explain(summary: Summary, top: int = 5) -> str:
         lines.append("None: nothing evicted was needed again.")
     else:
         lines.append(
-            f"{sum(s.remats_by_op.values()):,} recomputations cost {s.remat_cost:,.0f} on top of "
+            f"{s.remats:,} recomputations cost {s.remat_cost:,.0f} on top of "
             f"{s.compute_cost:,.0f} of first computations: slowdown "
             f"{(s.compute_cost + s.remat_cost) / s.compute_cost:.3f}x."
             if s.compute_cost > 0
-            else f"{sum(s.remats_by_op.values()):,} recomputations cost {s.remat_cost:,.0f}."
+            else f"{s.remats:,} recomputations cost {s.remat_cost:,.0f}."
         )
         if s.orphan_remats:
             lines.append(
@@ -344,6 +389,15 @@ def explain(summary: Summary, top: int = 5) -> str:
                 + "."
             )
     return "\n".join(lines)
+
+
+def _remats(s: Summary) -> str:
+    """The rematerialization count, with the storages refilled when an op with several
+    outputs made them differ."""
+    text = f"{s.remats:,} rematerializations"
+    if s.counts["remat"] != s.remats:
+        text += f" (recomputed ops; they refilled {s.counts['remat']:,} storages)"
+    return text
 
 
 def _decisions(s: Summary, top: int) -> list[str]:

@@ -14,6 +14,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +25,20 @@ from .data import minibatch_indices
 from .models.tasks import Task, make_task
 from .ops.random import manual_seed
 from .runtime import Runtime
+from .runtime.heuristics import make_heuristic
+from .runtime.runtime import (
+    DEFAULT_MAX_SLOWDOWN,
+    DEFAULT_MAX_WALL_SLOWDOWN,
+    check_budget,
+    check_limit,
+)
 
 EVAL_EXAMPLES = 256
 MEASURE_STEPS = 2
+
+
+class ConfigError(ValueError):
+    """A TrainConfig that cannot be run (found before any training work)."""
 
 
 @dataclass
@@ -44,7 +56,9 @@ class TrainConfig:
     rebuild_orphans: bool = True  # False: the paper's plain eager eviction
     cost: str = "flops"
     record_events: bool = False
-    max_slowdown: float | None = None  # stop with ThrashError past this (the paper: 2.0)
+    # the thrash guard (Runtime's): stop with ThrashError past these; None = never
+    max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
+    max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN
 
 
 @dataclass
@@ -70,7 +84,7 @@ def build_task(config: TrainConfig) -> Task:
     task = make_task(config.model, config.size, config.seed, config.device)
     if config.batch is not None:
         if not 0 < config.batch <= task.n_train:
-            raise ValueError(
+            raise ConfigError(
                 f"--batch must be between 1 and {task.n_train} for {config.model}, "
                 f"got {config.batch}"
             )
@@ -112,13 +126,15 @@ def measure_peak(config: TrainConfig, steps: int = MEASURE_STEPS) -> int:
     return peak
 
 
-def accuracy(task: Task, examples: int = EVAL_EXAMPLES) -> float:
-    """Fraction of correct rows on the first ``examples`` test examples (eval mode)."""
+def accuracy(task: Task, examples: int = EVAL_EXAMPLES, cost: str = "flops") -> float:
+    """Fraction of correct rows on the first ``examples`` test examples (eval mode),
+    unbounded, under the cost model ``cost`` (so a run under ``flops`` advances the
+    runtime's logical clock by the same amount on every machine)."""
     n = min(examples, len(task.data.test_y))
     task.model.eval()
     correct = total = 0
     try:
-        with no_grad():
+        with no_grad(), Runtime(cost=cost, device=task.device):
             for start in range(0, n, task.batch_size):
                 indices = np.arange(start, min(start + task.batch_size, n))
                 model_input, targets = task.batch(indices, train=False)
@@ -135,27 +151,38 @@ def train(
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     on_loss: Callable[[Any, float], None] | None = None,
     trace: Any = None,
+    watch: Callable[[Runtime], AbstractContextManager] | None = None,
 ) -> TrainResult:
     """Train ``config.steps`` steps under the budget (bytes, or ratio x measured peak).
 
     ``progress`` wraps the step range (a progress bar); ``on_loss(bar, loss)`` is
     called after each step; ``trace`` is a context manager entered around the
-    budgeted steps (a trace recorder).
+    budgeted steps (a trace recorder); ``watch(runtime)`` another (something that
+    reports the budgeted runtime's statistics while the steps run).
     """
     if config.budget is not None and config.ratio is not None:
-        raise ValueError("give a budget in bytes or a ratio, not both")
+        raise ConfigError("give a budget in bytes or a ratio, not both")
     if config.steps < 1:
-        raise ValueError(f"steps must be >= 1, got {config.steps}")
+        raise ConfigError(f"steps must be >= 1, got {config.steps}")
+    if config.seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {config.seed}")
+    try:  # what the runtime would reject, before any work
+        make_heuristic(config.heuristic)
+        check_budget(config.budget)
+        check_limit("max_slowdown", config.max_slowdown)
+        check_limit("max_wall_slowdown", config.max_wall_slowdown)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
     unbounded_peak = None
     budget = config.budget
     if config.ratio is not None:
-        if config.ratio <= 0.0:
-            raise ValueError(f"ratio must be > 0, got {config.ratio}")
+        if not 0.0 < config.ratio <= 1.0:
+            raise ConfigError(f"ratio must be in (0, 1], got {config.ratio}")
         unbounded_peak = measure_peak(config)
         budget = int(config.ratio * unbounded_peak)
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
-    accuracy_start = accuracy(task)
+    accuracy_start = accuracy(task, cost=config.cost)
     runtime = Runtime(
         budget=budget,
         heuristic=config.heuristic,
@@ -166,6 +193,7 @@ def train(
         seed=config.seed,
         device=config.device,
         max_slowdown=config.max_slowdown,
+        max_wall_slowdown=config.max_wall_slowdown,
     )
     batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
     steps: Iterable[int] = range(config.steps)
@@ -173,14 +201,10 @@ def train(
         steps = progress(steps)
     losses = []
     started = time.perf_counter()
-    with runtime:
-        if trace is not None:
-            with trace:
-                _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
-        else:
-            _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
+    with runtime, trace or nullcontext(), watch(runtime) if watch else nullcontext():
+        _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
     seconds = time.perf_counter() - started
-    accuracy_end = accuracy(task)
+    accuracy_end = accuracy(task, cost=config.cost)
     return TrainResult(
         config,
         task,

@@ -26,7 +26,7 @@ from .. import backend
 from .eviction import Eviction
 from .lifetime import Lifetime
 from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
-from .runtime import BudgetError, Runtime, Stats, ThrashError
+from .runtime import WALL_GUARD_AFTER, BudgetError, Runtime, Stats, ThrashError
 from .storage import Cell, Recipe, Storage
 
 NOMINAL_FLOPS_PER_NS = 32.0
@@ -91,6 +91,10 @@ class Allocator(Eviction, Lifetime):
         self._dying: list[Storage] = []  # dead storages waiting for their orphans' rebuild
         self._busy = False  # inside an op or a rematerialization: deaths are queued
         self.cascades = 0  # accesses that rematerialized something (numbers remat events)
+        self._overhead_since: float | None = None  # eviction work under way since then
+        # set by deferred_interrupts' SIGINT handler: raise KeyboardInterrupt at the next
+        # point where the allocator's state is consistent (before an op, a remat, a search)
+        self.interrupt_requested = False
         self.runtimes: list[Runtime] = []
         self._snapshots: list[Stats] = []
         self.push(default or Runtime(device=device or "cpu"))
@@ -109,6 +113,7 @@ class Allocator(Eviction, Lifetime):
         if runtime.allocator is not None:
             raise RuntimeError(f"{runtime!r} is already active; a runtime cannot be re-entered")
         runtime.allocator = self
+        runtime._active_since = time.perf_counter()
         self.runtimes.append(runtime)
         self._snapshots.append(Stats(**vars(runtime.stats_)))
         self._sampler.seed(runtime.seed)
@@ -125,6 +130,7 @@ class Allocator(Eviction, Lifetime):
             raise RuntimeError(f"{runtime!r} is not the innermost active runtime")
         self.runtimes.pop()
         since = self._snapshots.pop()
+        runtime.stats_.wall_time += time.perf_counter() - runtime._active_since
         runtime.allocator = None
         if self.runtimes:
             self.runtimes[-1].stats_.add(runtime.stats_, since)
@@ -189,6 +195,8 @@ class Allocator(Eviction, Lifetime):
         keep no recipe: they are constants, never evicted (optimizer updates,
         running statistics), so no chain of recipes grows from step to step.
         """
+        if self.interrupt_requested:
+            raise KeyboardInterrupt
         recipe = Recipe(op, inputs, device)
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
@@ -388,7 +396,12 @@ class Allocator(Eviction, Lifetime):
                         cascade = self.cascades
                     link = cascade_link(frames, cascade, trigger)
                 try:
-                    self._replay(recipe, link)
+                    outermost = self._begin_overhead()
+                    try:
+                        self._replay(recipe, link)
+                    finally:
+                        if outermost:
+                            self._end_overhead()
                 finally:
                     self._unlock(locked)
                 # the parent frame's input is resident now: lock it before anything else runs
@@ -432,7 +445,17 @@ class Allocator(Eviction, Lifetime):
     def _replay(self, recipe: Recipe, link: dict[str, Any] | None = None) -> None:
         """Recompute a recipe whose inputs are resident and locked; refill every evicted
         output (siblings included) and drop the duplicates of resident ones. ``link``
-        goes into the remat events (``cascade_link``)."""
+        goes into the remat events (``cascade_link``).
+
+        The cost-model thrash guard is checked first, on every replay: a replay that
+        would take the slowdown past ``max_slowdown`` raises ``ThrashError`` instead, so
+        the slowdown of a run never exceeds its limit."""
+        stats = self.stats
+        limit = self.runtime.max_slowdown
+        if limit is not None and stats.compute_cost > 0:
+            slowdown = 1.0 + (stats.remat_cost + recipe.cost) / stats.compute_cost
+            if slowdown > limit:
+                raise ThrashError(recipe.op.name, slowdown, limit, self.budget)
         arrays = [self._array(cell) for cell in recipe.inputs]
         total = sum(recipe.out_nbytes)
         self._reserve(total, recipe.op.name)
@@ -445,15 +468,8 @@ class Allocator(Eviction, Lifetime):
         if recipe.op.n_outputs == 1:
             results = (results,)
         self.clock += recipe.cost
-        stats = self.stats
         stats.remats += 1
         stats.remat_cost += recipe.cost
-        limit = self.runtime.max_slowdown
-        if limit is not None and stats.remats > 100:
-            slowdown = 1.0 + stats.remat_cost / max(stats.compute_cost, 1e-9)
-            if slowdown > limit:
-                self.memory -= total
-                raise ThrashError(recipe.op.name, slowdown, limit, self.budget)
         for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
@@ -464,7 +480,9 @@ class Allocator(Eviction, Lifetime):
                     self.candidates[storage] = None
                 if storage.external_refs == 0:
                     self._dead_remats.append(storage)
-                self._record("remat", storage, cost=recipe.cost, **(link or {}))
+                self._record(
+                    "remat", storage, cost=recipe.cost, replay=stats.remats, **(link or {})
+                )
             else:
                 self.memory -= nbytes
 
@@ -490,9 +508,47 @@ class Allocator(Eviction, Lifetime):
     def _reserve(self, nbytes: int, op_name: str) -> None:
         budget = self.budget
         if budget is not None and self.memory + nbytes > budget:
-            self._evict_until(budget - nbytes, op_name, nbytes)
+            outermost = self._begin_overhead()
+            try:
+                self._evict_until(budget - nbytes, op_name, nbytes)
+            finally:
+                if outermost:
+                    self._end_overhead()
         self.memory += nbytes
         self._note_peak()
+
+    def _begin_overhead(self) -> bool:
+        """Start timing eviction work (making room, rematerializing) unless it is already
+        being timed; check the wall-clock thrash guard first. True when this call started
+        the timing (and so must end it)."""
+        if self.interrupt_requested:
+            raise KeyboardInterrupt
+        if self._overhead_since is not None:
+            return False
+        runtime = self.runtime
+        limit = runtime.max_wall_slowdown
+        if limit is not None:
+            wall = runtime.wall_time()
+            if wall >= WALL_GUARD_AFTER:
+                slowdown = runtime.wall_slowdown()
+                if slowdown > limit:
+                    s = runtime.stats_
+                    raise ThrashError(
+                        "eviction",
+                        slowdown,
+                        limit,
+                        self.budget,
+                        wall=True,
+                        detail=f"{s.overhead_time:.1f} s of {wall:.1f} s: "
+                        f"{s.search_time:.1f} s searching {s.searches:,} times, "
+                        f"{s.remats:,} remats",
+                    )
+        self._overhead_since = time.perf_counter()
+        return True
+
+    def _end_overhead(self) -> None:
+        self.stats.overhead_time += time.perf_counter() - self._overhead_since
+        self._overhead_since = None
 
     def _note_peak(self) -> None:
         stats = self.stats
@@ -514,6 +570,35 @@ class Allocator(Eviction, Lifetime):
 
 
 _ALLOCATORS: dict[str, Allocator] = {}
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Inside the ``with``, a first Ctrl-C (SIGINT) does not interrupt whatever Python is
+    doing: it asks every allocator to raise ``KeyboardInterrupt`` at its next consistent
+    point (the start of an op, of a rematerialization, of a search for room), so an
+    interrupted run leaves no half-made storage or miscounted byte behind. A second
+    Ctrl-C interrupts at once. Only in the main thread (elsewhere it does nothing)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if not _ALLOCATORS or any(a.interrupt_requested for a in _ALLOCATORS.values()):
+            raise KeyboardInterrupt
+        for allocator in _ALLOCATORS.values():
+            allocator.interrupt_requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        for allocator in _ALLOCATORS.values():
+            allocator.interrupt_requested = False
 
 
 def allocator_for(device: str) -> Allocator:

@@ -13,6 +13,8 @@ while it is already active.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -48,20 +50,57 @@ class BudgetError(MemoryError):
 
 
 class ThrashError(BudgetError):
-    """Recomputation passed the runtime's ``max_slowdown``: the budget is too small to make
-    progress at an acceptable cost (the paper stops such runs at 2x)."""
+    """The run passed the runtime's thrash guard: recomputation made it more than
+    ``max_slowdown`` times slower in the cost model, or eviction work (searching for
+    victims, evicting, recomputing) made its wall time more than ``max_wall_slowdown``
+    times what it would be without it. The budget is too small to make progress at an
+    acceptable cost (the paper stops such runs at 2x)."""
 
-    def __init__(self, op: str, slowdown: float, limit: float, budget: int | None):
+    def __init__(
+        self,
+        op: str,
+        slowdown: float,
+        limit: float,
+        budget: int | None,
+        *,
+        wall: bool = False,
+        detail: str = "",
+    ):
         self.op, self.slowdown, self.limit, self.budget = op, slowdown, limit, budget
+        self.wall = wall
+        budget_text = "no budget" if budget is None else f"budget {budget:,} bytes"
+        if wall:
+            what = (
+                f"eviction work ({detail}) has made this run {slowdown:.1f}x slower in wall "
+                f"time than without it, past max_wall_slowdown={limit:g}"
+            )
+        else:
+            what = (
+                f"recomputing {op} would make this run {slowdown:.2f}x slower than without "
+                f"eviction (cost model), past max_slowdown={limit:g}"
+            )
         MemoryError.__init__(
             self,
-            f"{op}: recomputation has made this run {slowdown:.1f}x slower than without "
-            f"eviction, past max_slowdown={limit} (budget {budget:,} bytes); raise the budget",
+            f"{what} ({budget_text}). The budget is too small to train at an acceptable "
+            "cost: raise it, or raise the limit (None disables the guard).",
         )
 
 
 @dataclass
 class Stats:
+    """A runtime's counters.
+
+    ``remats`` counts rematerializations: one per recipe replayed, i.e. one recomputed
+    op, however many outputs it refills (the event log has one ``remat`` event per
+    output refilled; ``minidtr explain`` and the simulator count replays, as here).
+    ``compute_cost`` and ``remat_cost`` are in the cost model's units; the slowdown is
+    (compute + remat) / compute. ``search_time`` is wall seconds spent scoring
+    candidates; ``overhead_time`` is wall seconds spent on eviction work as a whole
+    (making room: searching and evicting; and rematerializing), and ``wall_time`` the
+    wall seconds the runtime has been active: the thrash guard's wall-clock measure is
+    wall_time / (wall_time - overhead_time).
+    """
+
     ops: int = 0
     evictions: int = 0
     remats: int = 0
@@ -74,9 +113,12 @@ class Stats:
     search_time: float = 0.0
     searches: int = 0
     scored: int = 0
+    overhead_time: float = 0.0
+    wall_time: float = 0.0
 
     def add(self, other: Stats, since: Stats) -> None:
-        """Add what ``other`` counted after the snapshot ``since`` (for nested runtimes)."""
+        """Add what ``other`` counted after the snapshot ``since`` (for nested runtimes;
+        not ``wall_time``, which the outer runtime's own clock already covers)."""
         for name in (
             "ops",
             "evictions",
@@ -89,9 +131,58 @@ class Stats:
             "search_time",
             "searches",
             "scored",
+            "overhead_time",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name) - getattr(since, name))
         self.peak_memory = max(self.peak_memory, other.peak_memory)
+
+    @property
+    def slowdown(self) -> float:
+        """(compute + remat) / compute in the cost model; 1 before anything was computed."""
+        total = self.compute_cost
+        return (total + self.remat_cost) / total if total > 0 else 1.0
+
+
+# The default thrash guard (see Runtime and docs/cli.md): well above what any budget the
+# docs call trainable costs (at most about 2x), and far below a thrashing run's figures.
+DEFAULT_MAX_SLOWDOWN = 4.0
+DEFAULT_MAX_WALL_SLOWDOWN = 10.0
+# The wall-clock guard judges only runs that have been active this long (seconds): before
+# that a ratio of wall times is noise, and nothing has ground for long yet.
+WALL_GUARD_AFTER = 10.0
+MAX_BUDGET = 2**63 - 1  # bytes: what an int64 holds
+
+
+def check_budget(value: Any) -> int | None:
+    """``value`` as a budget: None, or a number of bytes >= 0 that fits in int64 (rounded
+    down to a whole byte)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"budget must be a number of bytes or None, got {type(value).__name__} {value!r}"
+        )
+    if not math.isfinite(value):
+        raise ValueError(f"budget must be a finite number of bytes or None, got {value}")
+    if value < 0:
+        raise ValueError(f"budget must be >= 0 bytes or None, got {value}")
+    if value > MAX_BUDGET:
+        raise ValueError(f"budget must be at most {MAX_BUDGET:,} bytes (2**63 - 1), got {value:g}")
+    return int(value)  # a fraction of a byte is rounded down: 0.3 * peak is a fine budget
+
+
+def check_limit(name: str, value: Any) -> float | None:
+    """A thrash limit: None (no limit) or a finite or infinite number > 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number > 1 or None, got {type(value).__name__}")
+    if math.isnan(value) or value <= 1.0:
+        raise ValueError(
+            f"{name} must be > 1 (a slowdown: 2 means twice as slow) or None to disable "
+            f"the guard, got {value}"
+        )
+    return float(value)
 
 
 class Runtime:
@@ -109,7 +200,8 @@ class Runtime:
         record_events: bool = False,
         seed: int = 0,
         device: str = "cpu",
-        max_slowdown: float | None = None,
+        max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN,
+        max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN,
         rebuild_orphans: bool = True,
         keep_dead_remats: bool = False,
     ):
@@ -130,8 +222,17 @@ class Runtime:
             budget evictions carry the lowest-scoring candidates with their score terms,
             remats their cascade (``minidtr explain``), ``mark_step`` adds step marks.
         seed: seeds the random heuristic and candidate sampling.
-        max_slowdown: raise ``ThrashError`` once (compute + remat) / compute passes this
-            (after at least 100 rematerializations) instead of thrashing on.
+        max_slowdown: the thrash guard in the cost model: raise ``ThrashError`` instead of
+            running a rematerialization that would take (compute + remat) / compute past
+            this (checked before every one, so the slowdown reported never exceeds it).
+            Default 4; None disables it. Must be > 1.
+        max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
+            runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work
+            (searching for victims, evicting, recomputing) has made its wall time more
+            than this many times the rest (wall_time / (wall_time - overhead_time)). It
+            catches runs whose time goes to the eviction search rather than to
+            recomputation, which the cost model does not see. Default 10; None disables
+            it. Must be > 1.
         rebuild_orphans: under ``eager`` deallocation, before evicting a dead storage,
             rematerialize its evicted children that are still referenced, so their
             rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the
@@ -140,8 +241,9 @@ class Runtime:
             others, stay resident as ordinary candidates after the access that needed them
             (the paper's simulator) instead of being freed when it ends (the default).
         """
-        if budget is not None and budget < 0:
-            raise ValueError(f"budget must be >= 0 bytes or None, got {budget}")
+        budget = check_budget(budget)
+        max_slowdown = check_limit("max_slowdown", max_slowdown)
+        max_wall_slowdown = check_limit("max_wall_slowdown", max_wall_slowdown)
         if dealloc not in DEALLOC_POLICIES:
             raise ValueError(f"unknown dealloc {dealloc!r}; expected one of {DEALLOC_POLICIES}")
         if not callable(cost) and cost not in COST_MODELS:
@@ -160,6 +262,7 @@ class Runtime:
         self.seed = seed
         self.device = device
         self.max_slowdown = max_slowdown
+        self.max_wall_slowdown = max_wall_slowdown
         self.rebuild_orphans = rebuild_orphans
         self.keep_dead_remats = keep_dead_remats
         self.stats_ = Stats()
@@ -167,6 +270,7 @@ class Runtime:
         self._steps_marked = 0
         self.allocator = None
         self._entered_at: Stats | None = None
+        self._active_since = 0.0  # perf_counter() when last entered
 
     @property
     def budget(self) -> int | None:
@@ -175,8 +279,7 @@ class Runtime:
     @budget.setter
     def budget(self, value: int | None) -> None:
         """Change the budget; when active, evicts at once to meet a lower one."""
-        if value is not None and value < 0:
-            raise ValueError(f"budget must be >= 0 bytes or None, got {value}")
+        value = check_budget(value)
         old, self._budget = self._budget, value
         if self.allocator is not None:
             try:
@@ -209,9 +312,20 @@ class Runtime:
 
         allocator = self.allocator or allocator_for(self.device)
         out["memory"] = allocator.memory
-        total = out["compute_cost"]
-        out["slowdown"] = (total + out["remat_cost"]) / total if total > 0 else 1.0
+        out["slowdown"] = self.stats_.slowdown
+        out["wall_time"] = self.wall_time()
         return out
+
+    def wall_time(self) -> float:
+        """Wall seconds this runtime has been active, the current activation included."""
+        running = time.perf_counter() - self._active_since if self.allocator is not None else 0.0
+        return self.stats_.wall_time + running
+
+    def wall_slowdown(self) -> float:
+        """Wall time over wall time without eviction work (1 when there was none)."""
+        wall = self.wall_time()
+        rest = wall - self.stats_.overhead_time
+        return wall / rest if rest > 0 else math.inf
 
     def record(self, kind: str, **fields: Any) -> None:
         self.events.append({"event": kind, **fields})

@@ -192,6 +192,8 @@ class Replayer:
             record_events=record_events,
             rebuild_orphans=rebuild_orphans,
             keep_dead_remats=keep_dead_remats,
+            max_slowdown=None,  # the replay has its own guard, against the trace's compute
+            max_wall_slowdown=None,
         )
         self.allocator.push(self.runtime)
         self.cells: dict[str, Cell] = {}

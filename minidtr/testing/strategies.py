@@ -199,6 +199,7 @@ def minimal_budget(
                 dealloc=dealloc,
                 cost=cost,
                 max_slowdown=max_slowdown,
+                max_wall_slowdown=None,  # the answer must not depend on the machine's speed
                 rebuild_orphans=rebuild_orphans,
             )
             run_under(fn, runtime)
