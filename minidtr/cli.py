@@ -75,6 +75,7 @@ def parse_bytes(text: str) -> int:
     """``123456``, ``512K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes: finite, >= 0
     and at most 2**63 - 1 (what an int64 holds)."""
     units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    given = text
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = units.get(text[-1:], 1)
     number = text[:-1] if text[-1:] in units else text
@@ -82,16 +83,14 @@ def parse_bytes(text: str) -> int:
         value = float(number) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not a byte count: {text!r} (use e.g. 3000000, 512K, 1.5M)"
+            f"not a byte count: {given!r} (use e.g. 3000000, 512K, 1.5M)"
         ) from None
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite byte count: {given!r}")
     if value < 0:
-        raise argparse.ArgumentTypeError(f"a budget cannot be negative: {text!r}")
+        raise argparse.ArgumentTypeError(f"a budget cannot be negative: {given!r}")
     if value > MAX_BUDGET:
-        raise argparse.ArgumentTypeError(
-            f"a budget must be at most {MAX_BUDGET:,} bytes (2**63 - 1), got {text!r}"
-        )
+        raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET:,} bytes (2**63 - 1), got {given!r}")
     return int(value)
 
 
@@ -99,11 +98,9 @@ def parse_ratio(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--ratio must be a number in (0, 1], got {text!r}"
-        ) from None
+        value = math.nan
     if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"--ratio must be in (0, 1], got {text}")
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
     return value
 
 

@@ -19,6 +19,7 @@ import math
 import sys
 from collections.abc import Sequence
 
+from ..cli import whole_number
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
 SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
@@ -36,12 +37,27 @@ def floats(text: str) -> list[float]:
     return values
 
 
+def ratios(text: str) -> list[float]:
+    values = floats(text)
+    bad = [v for v in values if not 0.0 < v <= 1.0]
+    if bad:
+        raise argparse.ArgumentTypeError(f"budget ratios must be in (0, 1], got {bad[0]:g}")
+    return values
+
+
 def ints(text: str) -> list[int]:
-    return [int(x) for x in floats(text)]
+    values = floats(text)
+    bad = [v for v in values if not (v.is_integer() and v >= 1)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {bad[0]:g}")
+    return [int(v) for v in values]
 
 
 def names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one name")
+    return values
 
 
 def _add_logs(p: argparse.ArgumentParser) -> None:
@@ -66,21 +82,84 @@ def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str
     return paths
 
 
-def _load(paths: Sequence[str]):
+def heuristic_names(text: str) -> list[str]:
+    from ..runtime.heuristics import make_heuristic
+
+    values = names(text)
+    for name in values:
+        try:
+            make_heuristic(name)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return values
+
+
+def thrash_limit(text: str) -> float:
+    """``--thrash``: a slowdown > 1, or 0 for no limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if value != 0 and not value > 1:
+        raise argparse.ArgumentTypeError(f"must be a slowdown > 1, or 0 for no limit, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    from ..cli import UsageParser
+
+    return UsageParser(prog=prog, description=description)
+
+
+def _load(prog: str, paths: Sequence[str]):
+    """The traces, or a one-line error: exit 2 for a file that cannot be opened (checked
+    for all before any is read), 1 for one that is not a valid trace."""
+    from ..cli import check_input
     from .trace import TraceError, load_log
 
+    for path in paths:
+        check_input(prog, path)
     traces = []
     for path in paths:
         try:
             traces.append(load_log(path))
         except (OSError, TraceError) as e:
-            print(f"minidtr sim: {e}", file=sys.stderr)
+            print(f"{prog}: {e}", file=sys.stderr)
             return None
     return traces
 
 
+def _outputs(prog: str, args: argparse.Namespace) -> None:
+    from ..cli import check_outputs
+
+    check_outputs(
+        prog, {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = sweep_main
     if argv and argv[0] in SUBCOMMANDS:
         command = {
             "info": info_main,
@@ -89,27 +168,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sqrt-n": sqrt_n_main,
             "adversary": adversary_main,
         }[argv[0]]
-        return command(argv[1:])
-    return sweep_main(argv)
+        argv = argv[1:]
+    try:
+        return command(argv)
+    except KeyboardInterrupt:
+        print("minidtr sim: interrupted", file=sys.stderr)
+        return 130
 
 
 def sweep_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="minidtr sim",
-        description="Replay DTR logs under budgets and heuristics (other commands: "
+    p = parser(
+        "minidtr sim",
+        "Replay DTR logs under budgets and heuristics (other commands: "
         + ", ".join(SUBCOMMANDS)
         + "; see minidtr sim COMMAND --help).",
     )
     _add_logs(p)
     p.add_argument(
         "--ratios",
-        type=floats,
+        type=ratios,
         default=list(DEFAULT_RATIOS),
         help="budget ratios of the unbounded peak (default 1,0.9,...,0.1)",
     )
     p.add_argument(
         "--heuristics",
-        type=names,
+        type=heuristic_names,
         default=list(DEFAULT_HEURISTICS),
         help="comma-separated names (default: all seven; ablation names such as "
         "eq+size+nostale work too, and the simulator's belady and learned)",
@@ -130,15 +213,17 @@ def sweep_main(argv: Sequence[str]) -> int:
     )
     p.add_argument(
         "--thrash",
-        type=float,
+        type=thrash_limit,
         default=2.0,
         help="stop a replay once its slowdown passes this (default 2; 0 = never)",
     )
-    p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
+    )
     p.add_argument("--sample", action="store_true", help="score about sqrt(n) candidates")
     p.add_argument(
         "--min-size",
-        type=float,
+        type=fraction,
         default=0.0,
         help="skip candidates smaller than this fraction of the mean size",
     )
@@ -153,7 +238,8 @@ def sweep_main(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     if args.resume and not args.csv:
         p.error("--resume needs --csv FILE (the sweep's results so far)")
-    traces = _load(_log_paths(p, args))
+    _outputs(p.prog, args)
+    traces = _load(p.prog, _log_paths(p, args))
     if traces is None:
         return 1
     from .sweep import plot, sweep, table
@@ -203,10 +289,10 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 
 def info_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="minidtr sim info", description="Summarize traces.")
+    p = parser("minidtr sim info", "Summarize traces.")
     _add_logs(p)
     args = p.parse_args(argv)
-    traces = _load(_log_paths(p, args))
+    traces = _load(p.prog, _log_paths(p, args))
     if traces is None:
         return 1
     from .floors import floor
@@ -275,20 +361,23 @@ def frontier_main(argv: Sequence[str]) -> int:
 
 
 def optimal_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="minidtr sim optimal",
-        description="Each heuristic's slowdown against the optimal schedule for the trace's "
+    p = parser(
+        "minidtr sim optimal",
+        "Each heuristic's slowdown against the optimal schedule for the trace's "
         "op order (a mixed-integer program solved by SciPy's HiGHS).",
     )
     p.add_argument("logs", nargs="+", metavar="LOG")
-    p.add_argument("--ratios", type=floats, default=[0.9, 0.8, 0.7, 0.6, 0.5])
-    p.add_argument("--heuristics", type=names, default=["dtr"])
-    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per budget")
-    p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--ratios", type=ratios, default=[0.9, 0.8, 0.7, 0.6, 0.5])
+    p.add_argument("--heuristics", type=heuristic_names, default=["dtr"])
+    p.add_argument("--time-limit", type=positive_seconds, default=60.0, help="seconds per budget")
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
+    )
     _add_cluster_option(p)
     p.add_argument("--csv", metavar="FILE")
     args = p.parse_args(argv)
-    traces = _load(args.logs)
+    _outputs(p.prog, args)
+    traces = _load(p.prog, args.logs)
     if traces is None:
         return 1
     from .sweep import format_rows, optimal_rows
@@ -326,18 +415,21 @@ def optimal_main(argv: Sequence[str]) -> int:
 
 
 def sqrt_n_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="minidtr sim sqrt-n",
-        description="Theorem 3.1: an N-layer chain, forward and backward, unit cost and size, "
+    p = parser(
+        "minidtr sim sqrt-n",
+        "Theorem 3.1: an N-layer chain, forward and backward, unit cost and size, "
         "at a budget of ceil(2 sqrt N): extra ops / N per heuristic, next to Chen's sqrt(N) "
         "and revolve (exact counts) and the paper's h_DTR figures.",
     )
     p.add_argument("--n", type=ints, default=[100, 400, 1600])
     p.add_argument(
-        "--heuristics", type=names, default=["dtr", "dtr_eq", "dtr_local", "msps", "lru"]
+        "--heuristics",
+        type=heuristic_names,
+        default=["dtr", "dtr_eq", "dtr_local", "msps", "lru"],
     )
     p.add_argument("--csv", metavar="FILE")
     args = p.parse_args(argv)
+    _outputs(p.prog, args)
     from .experiments import sqrt_n_rows
     from .sweep import format_rows
 
@@ -349,17 +441,22 @@ def sqrt_n_main(argv: Sequence[str]) -> int:
 
 
 def adversary_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="minidtr sim adversary",
-        description="Theorem 3.2: B paths off one root, the adversary always extending a fully "
+    p = parser(
+        "minidtr sim adversary",
+        "Theorem 3.2: B paths off one root, the adversary always extending a fully "
         "evicted path; DTR's ops against a static plan's (every op once), next to N/B.",
     )
-    p.add_argument("--budget", type=int, default=8, help="B, in tensors (the root included)")
-    p.add_argument("--paths", type=int, default=None, help="number of paths (default B)")
+    p.add_argument(
+        "--budget", type=whole_number(3), default=8, help="B, in tensors (the root included)"
+    )
+    p.add_argument(
+        "--paths", type=whole_number(1), default=None, help="number of paths (default B)"
+    )
     p.add_argument("--n", type=ints, default=[200, 400, 800, 1600])
-    p.add_argument("--heuristics", type=names, default=["dtr"])
+    p.add_argument("--heuristics", type=heuristic_names, default=["dtr"])
     p.add_argument("--csv", metavar="FILE")
     args = p.parse_args(argv)
+    _outputs(p.prog, args)
     from .experiments import adversary_rows
     from .sweep import format_rows
 

@@ -35,6 +35,12 @@ and ``ANNOTATE {ANNOTATION: "CONSTANT", NAME}`` means the value of NAME
 (rematerialized first if evicted) drops its recipe and becomes a constant
 (minidtr keeps finished gradients that way).
 
+A third: the ``ANNOTATE START`` line of a log written by minidtr carries
+``"LINES"``, the number of lines of the whole log, so a log cut short, even at
+a line boundary, is reported as truncated instead of replayed as if its
+program ended there. (The prototype's logs have no such count; a cut between
+two of their instructions cannot be told from an end.)
+
 MEMORY, TIME and ALIAS are strings in the prototype's logs; numbers are
 accepted too. TIME is in nanoseconds and may be fractional (minidtr writes the
 exact cost it used, so a replay reproduces its decisions). A path ending in
@@ -436,6 +442,7 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
     source = os.fspath(path)
     rows: list[tuple[int, dict]] = []
     lines = _Lines(source, rows, 0)
+    announced: tuple[int, int] | None = None  # (line of START, LINES it announces)
     with open_log(source) as f:
         number = 0
         try:
@@ -451,8 +458,22 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
                 raise lines.error(number, f"not valid JSON ({e.msg}); truncated?") from None
             if not isinstance(row, dict) or "INSTRUCTION" not in row:
                 raise lines.error(number, "expected a JSON object with an INSTRUCTION key")
+            if announced is None and row.get("ANNOTATION") == "START" and "LINES" in row:
+                announced = (number, _int(lines, number, row, "LINES", 1))
             rows.append((number, row))
         lines.last_line = number
+    if not rows:
+        raise lines.error(None, "empty: no instructions (is this a trace log?)")
+    if announced is not None and announced[1] != number:
+        start_line, expected = announced
+        raise lines.error(
+            number,
+            f"truncated: the log ends at line {number}, but its START line (line "
+            f"{start_line}) announces {expected} lines"
+            if number < expected
+            else f"the log has {number} lines, but its START line (line {start_line}) "
+            f"announces {expected}: something was appended",
+        )
     instructions = _parse(lines)
     start = next(
         (
@@ -466,6 +487,8 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
     if start is not None:
         before = frozenset(_defined_before_start(instructions[:start]))
         instructions = instructions[start:]
+    if not any(isinstance(ins, Constant | Call | Mutate) for ins in instructions):
+        raise lines.error(None, "no CONSTANT, CALL or MUTATE to replay (is this a trace log?)")
     outputs, dropped = check_names(instructions, source, before)
     for position in reversed(dropped):
         del instructions[position]
@@ -525,23 +548,20 @@ def instruction_rows(ins: Instruction) -> list[dict[str, Any]]:
 
 
 def write_log(trace: Trace, path: str | os.PathLike) -> None:
-    """Write a trace in the prototype's format, beginning with ``ANNOTATE START``
-    (gzip-compressed when ``path`` ends in ``.gz``, with no timestamp in the header, so
+    """Write a trace in the prototype's format, beginning with ``ANNOTATE START`` (which
+    carries the log's line count, ``LINES``, so that a cut copy is found truncated;
+    gzip-compressed when ``path`` ends in ``.gz``, with no timestamp in the header, so
     that the same trace always gives the same bytes)."""
 
     def line(row: dict[str, Any]) -> str:
         return json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
 
     instructions = trace.instructions
-    lines = []
-    if not (
-        instructions
-        and isinstance(instructions[0], Annotate)
-        and instructions[0].annotation == "START"
-    ):
-        lines.append(line({"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}))
-    lines += [line(row) for ins in instructions for row in instruction_rows(ins)]
-    text = "".join(lines)
+    if instructions and instructions[0] == Annotate("START", instructions[0].line):
+        instructions = instructions[1:]
+    rows = [row for ins in instructions for row in instruction_rows(ins)]
+    start = {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START", "LINES": str(len(rows) + 1)}
+    text = "".join(line(row) for row in (start, *rows))
     if os.fspath(path).endswith(".gz"):
         with open(path, "wb") as f:
             f.write(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
