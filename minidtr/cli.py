@@ -564,13 +564,19 @@ def summary_table(result) -> str:
     return "\n".join(rows)
 
 
-def demo_report(steps: int = DEMO_STEPS, progress: Progress | None = None):
-    """Train the demo and return (the result, its text: the summary table and the peak,
-    eviction and recomputation sections of ``explain``)."""
+def demo_report(
+    steps: int = DEMO_STEPS,
+    progress: Progress | None = None,
+    size: str = "small",
+    ratio: float = DEMO_RATIO,
+):
+    """Train the demo (by default; tests take a smaller one) and return (the result, its
+    text: the summary table and the peak, eviction and recomputation sections of
+    ``explain``)."""
     from .training import TrainConfig, train
 
     config = TrainConfig(
-        DEMO_MODEL, steps=steps, ratio=DEMO_RATIO, cost="flops", record_events=True
+        DEMO_MODEL, size=size, steps=steps, ratio=ratio, cost="flops", record_events=True
     )
     progress = progress or Progress(steps, False)
     result = train(config, progress=progress.steps, on_loss=progress.on_loss, watch=progress.watch)

@@ -88,7 +88,7 @@ def load_events(path: str) -> list[dict[str, Any]]:
             missing = [k for k in REQUIRED_FIELDS if k not in event]
             if event["event"] not in ("runtime", "step") and missing:
                 raise EventLogError(
-                    f"{path}:{number}: a {event['event']} event without "
+                    f"{path}:{number}: this {event['event']!r} event lacks "
                     + ", ".join(repr(k) for k in missing)
                 )
             events.append(event)

@@ -21,7 +21,12 @@ def fresh_allocator():
 
 
 def run(capsys, *argv):
-    code = cli.main(list(argv))
+    """``minidtr ARGV`` in-process: (exit status, stdout, stderr); a usage error's
+    SystemExit counts as its status."""
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -98,7 +103,7 @@ def test_train_rejects_bad_arguments(capsys):
         "1",
         "--no-progress",
     )
-    assert code == 1 and "unknown heuristic" in err
+    assert code == 2 and "unknown heuristic" in err
 
 
 def test_trace_option_depends_on_the_simulator(capsys, tmp_path):
@@ -222,7 +227,8 @@ def test_explain_command_and_bad_logs(capsys, tmp_path):
     code, out, _ = run(capsys, "explain", str(path))
     assert code == 0 and "Evictions forced by the budget" in out
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"event": "alloc", "id": 1}\nnot json\n')
+    alloc = {"event": "alloc", "id": 1, "op": "mm", "nbytes": 8, "clock": 1.0, "memory": 8}
+    bad.write_text(json.dumps(alloc) + "\nnot json\n")
     code, _, err = run(capsys, "explain", str(bad))
     assert code == 1 and "bad.jsonl:2" in err
     odd = tmp_path / "odd.jsonl"
