@@ -84,6 +84,7 @@ def lowest_ratio(name: str, args) -> float | None:
             ratio=ratio,
             heuristic=args.heuristic,
             max_slowdown=args.max_slowdown,
+            max_wall_slowdown=None,  # figures that do not depend on the machine's load
         )
         if attempt(config)["status"] != "ok":
             break
@@ -129,6 +130,7 @@ def main() -> None:
                     ratio=ratio,
                     heuristic=args.heuristic,
                     max_slowdown=args.max_slowdown,
+                    max_wall_slowdown=None,
                 )
             )
             row[f"r{ratio}"] = r

@@ -31,6 +31,7 @@ def run(n: int, heuristic: str, slots: int | None = None) -> dict:
         heuristic=heuristic,
         cost=unit_cost,
         max_slowdown=MAX_EXTRA + 1,
+        max_wall_slowdown=None,  # counts, not seconds, decide
     )
     started = time.perf_counter()
     try:
