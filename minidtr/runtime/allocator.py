@@ -95,6 +95,7 @@ class Allocator(Eviction, Lifetime):
         # set by deferred_interrupts' SIGINT handler: raise KeyboardInterrupt at the next
         # point where the allocator's state is consistent (before an op, a remat, a search)
         self.interrupt_requested = False
+        self._accesses = 0  # ops and reads under way (not their clean-up)
         self.runtimes: list[Runtime] = []
         self._snapshots: list[Stats] = []
         self.push(default or Runtime(device=device or "cpu"))
@@ -200,6 +201,7 @@ class Allocator(Eviction, Lifetime):
         recipe = Recipe(op, inputs, device)
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
+        self._accesses += 1
         try:
             locked = self._lock(recipe.parents, trigger=op.name)
             arrays = [self._array(cell) for cell in inputs]
@@ -262,6 +264,7 @@ class Allocator(Eviction, Lifetime):
                 self.observer.on_compute(recipe, cells)
             return cells
         finally:
+            self._accesses -= 1
             self._done(locked, was_busy)
 
     def _done(self, locked: list[Storage], was_busy: bool) -> None:
@@ -321,10 +324,12 @@ class Allocator(Eviction, Lifetime):
         """Keep ``storage`` resident and locked for the body (rematerializing it first)."""
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
+        self._accesses += 1
         try:
             locked = self._lock([storage])
             yield
         finally:
+            self._accesses -= 1
             self._done(locked, was_busy)
 
     def _array(self, cell: Cell):
@@ -520,8 +525,10 @@ class Allocator(Eviction, Lifetime):
     def _begin_overhead(self) -> bool:
         """Start timing eviction work (making room, rematerializing) unless it is already
         being timed; check the wall-clock thrash guard first. True when this call started
-        the timing (and so must end it)."""
-        if self.interrupt_requested:
+        the timing (and so must end it). A requested interrupt is raised here only within
+        an op or a read: the rebuilds that follow a tensor's death can run inside
+        ``Tensor.__del__``, where an exception cannot surface."""
+        if self.interrupt_requested and self._accesses:
             raise KeyboardInterrupt
         if self._overhead_since is not None:
             return False

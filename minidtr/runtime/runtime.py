@@ -143,8 +143,9 @@ class Stats:
         return (total + self.remat_cost) / total if total > 0 else 1.0
 
 
-# The default thrash guard (see Runtime and docs/cli.md): well above what any budget the
-# docs call trainable costs (at most about 2x), and far below a thrashing run's figures.
+# The default thrash guard (see Runtime and docs/cli.md): above what the runs the docs call
+# trainable cost (up to about 3.3x in the cost model, 3.6x in wall time), far below what
+# thrashing runs reach.
 DEFAULT_MAX_SLOWDOWN = 4.0
 DEFAULT_MAX_WALL_SLOWDOWN = 10.0
 # The wall-clock guard judges only runs that have been active this long (seconds): before
@@ -223,9 +224,9 @@ class Runtime:
             remats their cascade (``minidtr explain``), ``mark_step`` adds step marks.
         seed: seeds the random heuristic and candidate sampling.
         max_slowdown: the thrash guard in the cost model: raise ``ThrashError`` instead of
-            running a rematerialization that would take (compute + remat) / compute past
-            this (checked before every one, so the slowdown reported never exceeds it).
-            Default 4; None disables it. Must be > 1.
+            running a rematerialization that would take the slowdown so far, (compute +
+            remat) / compute, past this (checked before every one, so the slowdown a run
+            reports never exceeds it). Default 4; None disables it. Must be > 1.
         max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
             runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work
             (searching for victims, evicting, recomputing) has made its wall time more
