@@ -2,6 +2,11 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
 
-sys.exit(main())
+    status = main()
+except KeyboardInterrupt:  # Ctrl-C before the command took charge of it (while importing)
+    print("minidtr: interrupted", file=sys.stderr)
+    status = 130
+sys.exit(status)

@@ -665,7 +665,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sim":
         return run_sim(argv[1:])
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("minidtr: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     handlers = {
         "train": run_train,
         "demo": run_demo,
