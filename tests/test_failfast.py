@@ -152,23 +152,19 @@ def test_max_slowdown_is_honoured_exactly(monkeypatch):
 
 
 def test_the_wall_clock_guard_sees_eviction_work(monkeypatch):
-    peak = unbounded_peak()
+    budget = int(0.6 * unbounded_peak())
     # judge from the start, and call any eviction work at all too much
     monkeypatch.setattr(allocator_module, "WALL_GUARD_AFTER", 0.0)
-    runtime = md.Runtime(
-        budget=int(0.6 * peak), cost="flops", max_slowdown=None, max_wall_slowdown=1.000001
-    )
-    with pytest.raises(md.ThrashError) as info, runtime:
-        program()
+    runtime = md.Runtime(budget=budget, cost="flops", max_slowdown=None, max_wall_slowdown=1.000001)
+    with pytest.raises(md.ThrashError) as info:
+        budgeted(runtime)
     assert info.value.wall and "max_wall_slowdown" in str(info.value)
     stats = runtime.stats()
     assert 0 < stats["search_time"] <= stats["overhead_time"] <= stats["wall_time"]
     # the default guard judges only after WALL_GUARD_AFTER seconds: the same program ends
     monkeypatch.undo()
-    calm = md.Runtime(budget=int(0.6 * peak), cost="flops", max_slowdown=None)
-    with calm:
-        program()
-    s = calm.stats()
+    calm = md.Runtime(budget=budget, cost="flops", max_slowdown=None)
+    _, s = budgeted(calm)
     assert 0 < s["overhead_time"] <= s["wall_time"] and calm.wall_slowdown() >= 1.0
 
 
@@ -321,18 +317,23 @@ def test_max_slowdown_stops_the_cli_run_exactly(capsys):
 
 
 def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
-    argv = [sys.executable, "-m", "minidtr", "train", "mlp", "--size", "tiny"]
+    """SIGINT to a training run in a subprocess, once its imports are done (they can take
+    seconds on a loaded machine) and it had time to start training."""
+    code = "import sys; from minidtr import cli; print('ready', flush=True); sys.exit(cli.main())"
+    argv = [sys.executable, "-c", code, "train", "mlp", "--size", "tiny"]
     argv += ["--steps", "1000000", "--ratio", "0.9", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     process = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
     )
-    time.sleep(6)  # imports, the unbounded measurement, then training
+    assert process.stdout.readline() == "ready\n", process.communicate()
+    time.sleep(3)
     assert process.poll() is None, process.communicate()
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert one_line(err) == "minidtr train: interrupted"
+    assert out == ""
 
 
 def test_an_interrupt_between_steps_leaves_the_runtime_clean(fresh_allocator):

@@ -487,9 +487,9 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
     if start is not None:
         before = frozenset(_defined_before_start(instructions[:start]))
         instructions = instructions[start:]
+    outputs, dropped = check_names(instructions, source, before)
     if not any(isinstance(ins, Constant | Call | Mutate) for ins in instructions):
         raise lines.error(None, "no CONSTANT, CALL or MUTATE to replay (is this a trace log?)")
-    outputs, dropped = check_names(instructions, source, before)
     for position in reversed(dropped):
         del instructions[position]
     return Trace(instructions, name or log_label(source), outputs)
