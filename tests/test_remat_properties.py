@@ -75,7 +75,8 @@ def _infeasible_budget(program, heuristic, frac, allocator):
     low = minimal_budget(program, heuristic, peak=peak)
     expected = run_under(program, md.Runtime(cost="flops"), fresh=False)
     too_small = int(frac * (low - 1))
-    runtime = md.Runtime(budget=too_small, heuristic=heuristic, cost="flops")
+    # the thrash guard off: this is about the BudgetError of a budget below the floor
+    runtime = md.Runtime(budget=too_small, heuristic=heuristic, cost="flops", max_slowdown=None)
     try:
         run_under(program, runtime, fresh=False)
     except md.BudgetError as error:
