@@ -105,6 +105,26 @@ def thrash_limit(text: str) -> float:
     return value
 
 
+def above_one(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 1:
+        raise argparse.ArgumentTypeError(f"must be a slowdown > 1, got {text!r}")
+    return value
+
+
+def open_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
+    return value
+
+
 def fraction(text: str) -> float:
     try:
         value = float(text)
@@ -318,26 +338,29 @@ def info_main(argv: Sequence[str]) -> int:
 
 
 def frontier_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="minidtr sim frontier",
-        description="Search the lowest budget ratio at which each trace replays within a "
+    p = parser(
+        "minidtr sim frontier",
+        "Search the lowest budget ratio at which each trace replays within a "
         "slowdown: scan down from 1 in steps, then bisect (replays only, no kernels).",
     )
     p.add_argument("logs", nargs="+", metavar="LOG")
     p.add_argument(
-        "--max-slowdown", type=float, default=2.0, help="the slowdown allowed (default 2)"
+        "--max-slowdown", type=above_one, default=2.0, help="the slowdown allowed (default 2)"
     )
     p.add_argument("--heuristic", default="dtr", help="eviction heuristic (default dtr)")
-    p.add_argument("--step", type=float, default=0.1, help="scan step (default 0.1)")
+    p.add_argument("--step", type=open_fraction, default=0.1, help="scan step (default 0.1)")
     p.add_argument(
-        "--tolerance", type=float, default=0.01, help="bisect down to this (default 0.01)"
+        "--tolerance",
+        type=open_fraction,
+        default=0.01,
+        help="bisect down to this (default 0.01)",
     )
     p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
     p.add_argument(
         "--no-orphan-rebuild", action="store_true", help="plain eager eviction (see minidtr sim)"
     )
     args = p.parse_args(argv)
-    traces = _load(args.logs)
+    traces = _load(p.prog, args.logs)
     if traces is None:
         return 1
     from .frontier import frontier
