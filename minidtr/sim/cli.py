@@ -191,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = argv[1:]
     try:
         return command(argv)
+    except SystemExit as e:  # a usage error (its one line is printed) or --help: its status
+        return e.code if isinstance(e.code, int) else 2
     except KeyboardInterrupt:
         print("minidtr sim: interrupted", file=sys.stderr)
         return 130
