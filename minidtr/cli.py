@@ -611,6 +611,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     check_input("minidtr explain", args.events)
+    check_outputs("minidtr explain", {"--html": args.html})
     events = load_events(args.events)
     print(explain(summarize(events), top=args.top))
     if args.html:
