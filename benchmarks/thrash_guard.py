@@ -46,8 +46,8 @@ def _trainable(model: str, ratio: float, steps: int) -> dict:
     highest = [1.0]
     replay = allocator_module.Allocator._replay
 
-    def noting(self, recipe):
-        replay(self, recipe)
+    def noting(self, recipe, *args, **kwargs):
+        replay(self, recipe, *args, **kwargs)
         highest[0] = max(highest[0], self.stats.slowdown)
 
     allocator_module.Allocator._replay = noting

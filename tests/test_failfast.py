@@ -122,8 +122,8 @@ def recording_slowdowns(monkeypatch) -> list[float]:
     seen: list[float] = []
     replay = allocator_module.Allocator._replay
 
-    def noting(self, recipe):
-        replay(self, recipe)
+    def noting(self, recipe, *args, **kwargs):
+        replay(self, recipe, *args, **kwargs)
         seen.append(self.stats.slowdown)
 
     monkeypatch.setattr(allocator_module.Allocator, "_replay", noting)
