@@ -390,7 +390,7 @@ def test_sim_on_bad_files_says_which_file_and_line(capsys, tmp_path, command):
     broken.write_text(broken.read_text() + '{"INSTRUCTION": "CALL", "NA')
     for path, fragment in (
         (empty, "empty.log: empty"),
-        (binary, "binary.log:1: not text"),
+        (binary, "binary.log: cannot be read as a text log"),
         (cut, "cut.log:50: truncated"),
         (broken, "broken.log:51: not valid JSON"),
     ):
