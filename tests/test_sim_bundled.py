@@ -91,9 +91,7 @@ def test_cli_bundled(capsys):
     resnet = str(ROOT / "traces" / "resnet.log.gz")
     assert sim_main([resnet, "--ratios", "0.9,0.5", "--heuristics", "dtr", "--jobs", "1"]) == 0
     assert "resnet" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exit_info:
-        sim_main([])
-    assert exit_info.value.code == 2
+    assert sim_main([]) == 2  # a usage error's status
     assert "--bundled" in capsys.readouterr().err
 
 
