@@ -288,7 +288,11 @@ def test_bad_arguments_are_refused():
 # ---- strategies ----------------------------------------------------------------------------
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(random_programs(), remat_configs(dealloc=deallocs()))
 def test_random_programs(program, config):
     assert_remat_equivalent(program, on_budget_error="skip", **config)
