@@ -113,7 +113,7 @@ def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
         size,
         {
             "tiny": ((32,) * 3, 256),
-            "small": ((128,) * 4, 1024),
+            "small": ((16,) * 32, 1024),
             "medium": ((512,) * 6, 1024),
         },
     )
@@ -125,7 +125,7 @@ def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     depth, width, batch = _pick(
-        size, {"tiny": (8, 4, 8), "small": (32, 8, 128), "medium": (56, 16, 256)}
+        size, {"tiny": (8, 4, 8), "small": (32, 4, 256), "medium": (56, 16, 256)}
     )
     model = ResNet(depth, width, in_channels=1, classes=10, rng=seed, device=device)
     return Task("resnet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device)
@@ -133,7 +133,7 @@ def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task
 
 def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     blocks, growth, batch = _pick(
-        size, {"tiny": ((2, 2), 4, 8), "small": ((4, 4, 4), 8, 64), "medium": ((6, 8, 8), 12, 128)}
+        size, {"tiny": ((2, 2), 4, 8), "small": ((12, 6, 4), 4, 128), "medium": ((6, 8, 8), 12, 128)}
     )
     model = DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed, device=device)
     return Task(
@@ -143,7 +143,7 @@ def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Ta
 
 def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     width, levels, batch = _pick(
-        size, {"tiny": (4, 1, 4), "small": (8, 2, 16), "medium": (16, 3, 32)}
+        size, {"tiny": (4, 1, 4), "small": (8, 2, 64), "medium": (16, 3, 32)}
     )
     model = UNet(1, 3, width, levels, rng=seed, device=device)
     data = shapes_segmentation(n=600, size=16, seed=seed)
@@ -162,7 +162,7 @@ def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     hidden, length, batch = _pick(
-        size, {"tiny": (16, 6, 8), "small": (64, 16, 64), "medium": (256, 32, 128)}
+        size, {"tiny": (16, 6, 8), "small": (32, 16, 256), "medium": (256, 32, 128)}
     )
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
     model = LSTMModel(16, embed=16, hidden=hidden, rng=seed, device=device)
@@ -181,7 +181,7 @@ def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     dim, layers, length, batch = _pick(
-        size, {"tiny": (16, 1, 6, 8), "small": (32, 2, 16, 64), "medium": (64, 4, 32, 128)}
+        size, {"tiny": (16, 1, 6, 8), "small": (16, 6, 16, 64), "medium": (64, 4, 32, 128)}
     )
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
     model = Transformer(
