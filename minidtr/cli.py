@@ -35,6 +35,8 @@ DEMO_MODEL = "resnet"
 DEMO_RATIO = 0.3
 DEMO_STEPS = 40
 DEMO_PERCENT = round(100 * DEMO_RATIO)
+FIND_BUDGET_SLOWDOWN = 2.0  # the paper's thrashing line
+FIND_BUDGET_STEPS = 3
 
 
 def parse_bytes(text: str) -> int:
@@ -83,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="one of: " + ", ".join(sorted(MODELS)),
     )
     add_train_options(train, SIZES)
+    train.add_argument(
+        "--find-budget",
+        action="store_true",
+        help="instead of training: search the lowest budget ratio that trains within "
+        f"--max-slowdown (default {FIND_BUDGET_SLOWDOWN}), probing {FIND_BUDGET_STEPS} steps "
+        "(or --steps) per ratio, and print the table of probes",
+    )
 
     demo = sub.add_parser(
         "demo",
@@ -174,7 +183,9 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
         "paper calls a run past 2 thrashing; default: never stop)",
     )
     p.add_argument("--size", default="small", choices=sizes, help="model size (default small)")
-    p.add_argument("--steps", type=int, default=50, help="training steps (default 50)")
+    p.add_argument(
+        "--steps", type=int, default=None, help="training steps (default 50; 3 per probe)"
+    )
     p.add_argument("--batch", type=int, default=None, help="batch size (default: per model)")
     p.add_argument("--seed", type=int, default=0, help="seed for data, init and order")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -204,11 +215,19 @@ def show_loss(bar, loss: float) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .runtime import BudgetError
-    from .training import TrainConfig, train
+    from .runtime import BudgetError, ThrashError
+    from .training import TrainConfig, measure_unbounded, train
 
+    if args.steps is None:
+        args.steps = FIND_BUDGET_STEPS if args.find_budget else 50
     if args.steps < 1:
         print("minidtr train: --steps must be at least 1", file=sys.stderr)
+        return 2
+    if args.find_budget and (args.budget is not None or args.ratio is not None):
+        print(
+            "minidtr train: --find-budget searches the budget; drop --budget/--ratio",
+            file=sys.stderr,
+        )
         return 2
     if args.device != "cpu":
         from . import backend
@@ -243,21 +262,86 @@ def run_train(args: argparse.Namespace) -> int:
         record_events=bool(args.events or args.plot),
         max_slowdown=args.max_slowdown,
     )
+    if args.find_budget:
+        return run_find_budget(config, args)
+    unbounded = measure_unbounded(config)
     try:
         result = train(
             config,
             progress=progress_bar(args.steps, not args.no_progress),
             on_loss=show_loss,
             trace=trace,
+            unbounded=unbounded,
         )
     except BudgetError as e:
         print(
             f"minidtr train: the budget is too small to train {args.model}:\n  {e}", file=sys.stderr
         )
+        if not isinstance(e, ThrashError):
+            print(f"  {floor_verdict(e.budget, unbounded)}", file=sys.stderr)
         return 1
     print(summary_table(result))
     finish_outputs(result, args.events, args.plot, args.trace)
     return 0
+
+
+def floor_text(floors) -> str:
+    return (
+        f"{human_bytes(floors.floor)} = {floors.floor_ratio:.3f} x unbounded peak "
+        f"{human_bytes(floors.peak)} (constants {floors.constant_ratio:.3f}, "
+        f"largest op {floors.floor_op})"
+    )
+
+
+def floor_verdict(budget: int, floors) -> str:
+    """What a failed budget means against the model's floor."""
+    where = f"the model's floor of {human_bytes(floors.floor)} ({floors.floor_ratio:.3f} of peak)"
+    if budget < floors.floor:
+        return f"this budget is below {where}: no policy can fit it"
+    return (
+        f"this budget is above {where}: the heuristic ran out of evictable memory; "
+        "a larger budget (or another heuristic) may fit"
+    )
+
+
+def run_find_budget(config, args: argparse.Namespace) -> int:
+    from .budget_search import find_budget
+
+    limit = args.max_slowdown if args.max_slowdown is not None else FIND_BUDGET_SLOWDOWN
+    search = find_budget(config, max_slowdown=limit)
+    print(frontier_table(search))
+    return 0
+
+
+def frontier_table(search) -> str:
+    c, u = search.config, search.unbounded
+    rows = [
+        f"minidtr train {c.model} --size {c.size} --find-budget --max-slowdown "
+        f"{search.max_slowdown:g} ({c.steps} steps per probe, heuristic {c.heuristic}, "
+        f"cost {c.cost})",
+        f"floor: {floor_text(u)}",
+        "",
+        f"{'ratio':>6}{'budget':>12}  {'status':<12}{'slowdown':>9}{'remats':>8}{'s/step':>8}",
+    ]
+    for p in search.probes:
+        ran = p.status == "ok"
+        rows.append(
+            (
+                f"{p.ratio:>6.2f}{human_bytes(p.budget):>12}  {p.status:<12}"
+                + (f"{p.slowdown:>8.3f}x{p.remats:>8,}{p.seconds_per_step:>8.2f}" if ran else "")
+            ).rstrip()
+        )
+    best = search.lowest
+    rows.append("")
+    if best is None:
+        rows.append(f"no probed ratio trains within {search.max_slowdown:g}x")
+    else:
+        rows.append(
+            f"lowest ratio within {search.max_slowdown:g}x: {best.ratio:.2f} "
+            f"({human_bytes(best.budget)}, {best.slowdown:.3f}x), "
+            f"{best.budget / u.floor:.2f} x the floor"
+        )
+    return "\n".join(rows)
 
 
 def trace_recorder(path: str):
@@ -311,7 +395,8 @@ def summary_table(result) -> str:
         rows.append(f"budget: none (heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})")
     else:
         ratio = (
-            f" = {c.ratio:.2f} x unbounded peak {human_bytes(result.unbounded_peak)}"
+            f" = {result.budget / result.unbounded_peak:.2f} x unbounded peak "
+            f"{human_bytes(result.unbounded_peak)}"
             if result.unbounded_peak
             else ""
         )
@@ -319,6 +404,8 @@ def summary_table(result) -> str:
             f"budget: {human_bytes(result.budget)}{ratio} "
             f"(heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})"
         )
+    if result.floors is not None:
+        rows.append(f"floor: {floor_text(result.floors)}")
     tail = min(10, len(result.losses))
     end_loss = sum(result.losses[-tail:]) / tail
     width = 22

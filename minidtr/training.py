@@ -47,6 +47,7 @@ class TrainConfig:
     cost: str = "flops"
     record_events: bool = False
     max_slowdown: float | None = None  # stop with ThrashError past this (the paper: 2.0)
+    evaluate: bool = True  # test accuracy before and after (nan when False)
 
 
 @dataclass
@@ -115,9 +116,7 @@ def measure_unbounded(config: TrainConfig, steps: int = MEASURE_STEPS) -> Floors
     with runtime, measure_floors(config.device) as meter:
         for _ in range(steps):
             train_step(task, optimizer, next(batches))
-    floors = Floors(
-        runtime.stats()["peak_memory"], meter.constants, meter.floor, meter.floor_op
-    )
+    floors = Floors(runtime.stats()["peak_memory"], meter.constants, meter.floor, meter.floor_op)
     del task, optimizer
     gc.collect()
     return floors
@@ -170,7 +169,7 @@ def train(
         budget = int(config.ratio * unbounded.peak)
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
-    accuracy_start = accuracy(task)
+    accuracy_start = accuracy(task) if config.evaluate else math.nan
     runtime = Runtime(
         budget=budget,
         heuristic=config.heuristic,
@@ -195,7 +194,7 @@ def train(
         else:
             _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
     seconds = time.perf_counter() - started
-    accuracy_end = accuracy(task)
+    accuracy_end = accuracy(task) if config.evaluate else math.nan
     return TrainResult(
         config,
         task,
