@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .floors import Floors
@@ -75,20 +76,29 @@ def probe(config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
 
 
 def find_budget(
-    config: TrainConfig, max_slowdown: float = 2.0, unbounded: Floors | None = None
+    config: TrainConfig,
+    max_slowdown: float = 2.0,
+    unbounded: Floors | None = None,
+    known: Sequence[Probe] = (),
 ) -> BudgetSearch:
     """Probe ratios of the unbounded peak, coarse then bisecting to ``RESOLUTION``, for the
-    lowest at which ``config.steps`` steps train within ``max_slowdown``."""
+    lowest at which ``config.steps`` steps train within ``max_slowdown``. ``known`` probes
+    (same config and limit) are used instead of running those ratios again."""
     config = dataclasses.replace(config, max_slowdown=max_slowdown)
     if unbounded is None:
         with isolated_allocator(config.device):
             unbounded = measure_unbounded(config)
         gc.collect()
-    probes: list[Probe] = []
+    done = {round(p.ratio, 2): p for p in known}
+
+    def run(ratio: float) -> Probe:
+        if round(ratio, 2) not in done:
+            done[round(ratio, 2)] = probe(config, ratio, unbounded)
+        return done[round(ratio, 2)]
+
     ok, failed = 1.0, None
     for ratio in COARSE:
-        p = probe(config, ratio, unbounded)
-        probes.append(p)
+        p = run(ratio)
         if p.status != "ok":
             failed = ratio
             break
@@ -100,11 +110,62 @@ def find_budget(
             ratio = round(round((ok + failed) / 2 / RESOLUTION) * RESOLUTION, 2)
             if ratio >= ok or ratio <= failed:
                 break
-            p = probe(config, ratio, unbounded)
-            probes.append(p)
+            p = run(ratio)
             if p.status == "ok":
                 ok = ratio
             else:
                 failed = ratio
-    probes.sort(key=lambda p: -p.ratio)
+    probes = sorted(done.values(), key=lambda p: -p.ratio)
     return BudgetSearch(config, unbounded, max_slowdown, probes)
+
+
+class _Capture:
+    """A trace recorder entered by ``train`` around its steps, kept for reading after."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.recorder = None
+
+    def __enter__(self):
+        from . import sim
+
+        self._cm = sim.record(device=self.device)
+        self.recorder = self._cm.__enter__()
+        return self.recorder
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+
+def record_trace(config: TrainConfig):
+    """The simulator trace of ``config.steps`` unbounded training steps (a budget does not
+    change what a run records: the same ops, reads and releases in the same order)."""
+    capture = _Capture(config.device)
+    run = dataclasses.replace(config, ratio=None, budget=None, evaluate=False)
+    try:
+        with isolated_allocator(config.device):
+            train(run, trace=capture)
+    finally:
+        gc.collect()
+    return capture.recorder.trace()
+
+
+def simulate_probe(trace, config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
+    """``probe``'s question answered by the simulator on ``trace`` (same budget in bytes,
+    same slowdown limit), for comparing it with the live run."""
+    from . import sim
+
+    budget = int(ratio * unbounded.peak)
+    limit = config.max_slowdown if config.max_slowdown is not None else math.inf
+    result = sim.simulate(
+        trace,
+        budget=budget,
+        heuristic=config.heuristic,
+        dealloc=config.dealloc,
+        thrash=limit,
+        outputs=False,
+        rebuild_orphans=config.rebuild_orphans,
+    )
+    if result.status != "ok":
+        return Probe(ratio, budget, result.status)
+    return Probe(ratio, budget, "ok", result.slowdown, result.remats)
