@@ -26,7 +26,7 @@ import csv
 import multiprocessing
 
 from minidtr.budget_search import find_budget, probe, record_trace, simulate_probe
-from minidtr.models import MODELS
+from minidtr.models import MODELS, make_task
 from minidtr.training import TrainConfig, measure_unbounded, train
 
 AGREE = 0.02
@@ -54,7 +54,7 @@ def model_row(name: str, size: str, steps: int, ratios, limit: float, learn: int
     best = search.lowest
     return {
         "model": name,
-        "params": 0 if accuracy is None else result.task.model.num_parameters(),
+        "params": make_task(name, size).model.num_parameters(),
         "peak": floors.peak,
         "constants": floors.constant_ratio,
         "floor": floors.floor_ratio,
