@@ -117,20 +117,29 @@ def main() -> None:
             flush=True,
         )
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(
-                ["model", "params", "peak", "constants", "floor", "floor_op", "lowest"]
-                + [f"live_{r}" for r in ratios]
-                + [f"sim_{r}" for r in ratios]
-                + ["agree", "accuracy"]
-            )
-            for r in rows:
+        write_csv(args.csv, args.size, ratios, rows)
+
+
+def write_csv(path: str, size: str, ratios, rows: list[dict]) -> None:
+    """One row per model and ratio (``docs/make_figures.py --sweep`` reads it)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["model", "size", "params", "peak_bytes", "constants", "floor", "floor_op"]
+            + ["ratio", "status", "slowdown", "sim_status", "sim_slowdown"]
+            + ["lowest_ratio", "live_vs_sim", "accuracy"]
+        )
+        for r in rows:
+            for ratio, live, replay in zip(ratios, r["cells"], r["sim_cells"], strict=True):
                 writer.writerow(
-                    [r["model"], r["params"], r["peak"], r["constants"], r["floor"]]
-                    + [r["floor_op"], r["lowest"], *r["cells"], *r["sim_cells"]]
-                    + [r["agree"], r["accuracy"]]
+                    [r["model"], size, r["params"], r["peak"], r["constants"], r["floor"]]
+                    + [r["floor_op"], ratio, *status_and_slowdown(live)]
+                    + [*status_and_slowdown(replay), r["lowest"], r["agree"], r["accuracy"]]
                 )
+
+
+def status_and_slowdown(text: str) -> tuple[str, str]:
+    return ("ok", text.removesuffix("x")) if text.endswith("x") else (text, "")
 
 
 if __name__ == "__main__":
