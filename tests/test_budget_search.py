@@ -63,3 +63,13 @@ def test_find_budget_brackets_the_lowest_ratio():
     assert ratios == sorted(ratios, reverse=True) and len(set(ratios)) == len(ratios)
     skipped = [p for p in search.probes if p.status == "below floor"]
     assert all(math.isnan(p.slowdown) and p.budget < search.unbounded.floor for p in skipped)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet", "densenet", "unet", "lstm", "transformer", "treelstm"])
+def test_small_presets_are_in_the_papers_regime(name):
+    """Constants at most ~10% of the unbounded peak and the floor (constants plus the largest
+    op) at most a quarter of it; the MLP is the documented exception (docs/models.md)."""
+    floors = measure_unbounded(TrainConfig(name, size="small", cost="flops"))
+    assert floors.constant_ratio <= 0.10, floors
+    assert floors.floor_ratio <= 0.25, floors
