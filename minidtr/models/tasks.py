@@ -205,17 +205,17 @@ def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") ->
 
 
 def make_treelstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    hidden, depth, leaf, group, batch = _pick(
+    hidden, depth, leaf, group, batch, lr = _pick(
         size,
         {
-            "tiny": (16, 2, 0.6, 1, 16),
-            "small": (32, 5, 0.4, 8, 64),
-            "paper": (128, 6, 0.4, 1, 64),
+            "tiny": (16, 2, 0.6, 1, 16, 3e-3),
+            "small": (32, 5, 0.4, 8, 64, 1e-2),
+            "paper": (128, 6, 0.4, 1, 64, 3e-3),
         },
     )
     data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4, leaf_probability=leaf)
     model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, group=group, rng=seed, device=device)
-    return Task("treelstm", size, model, data, batch, _adam(3e-3), _trees, device=device)
+    return Task("treelstm", size, model, data, batch, _adam(lr), _trees, device=device)
 
 
 MODELS: dict[str, tuple[Callable[..., Task], str]] = {
