@@ -85,7 +85,9 @@ def models_budget(path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", metavar="CSV", help="a CSV from benchmarks/frontier.py (or models_budget.py)")
+    parser.add_argument(
+        "--sweep", metavar="CSV", help="a CSV from benchmarks/frontier.py (or models_budget.py)"
+    )
     args = parser.parse_args()
     FIGURES.mkdir(exist_ok=True)
     resnet_timeline()
