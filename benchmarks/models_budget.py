@@ -1,6 +1,6 @@
 """Every model under budget ratios: parameters, unbounded peak, accuracy, slowdown, remats.
 
-    python benchmarks/models_budget.py                       # small models, the default table
+    python benchmarks/models_budget.py                       # small models
     python benchmarks/models_budget.py --models resnet,lstm --ratios 0.5,0.3 --steps 5
     python benchmarks/models_budget.py --csv out.csv
 

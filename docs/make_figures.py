@@ -2,7 +2,7 @@
 
     python docs/make_figures.py                      # the memory timelines
     python docs/make_figures.py --sweep sweep.csv    # also the per-model budget figure, from
-                                                     # benchmarks/models_budget.py --csv sweep.csv
+                                                     # benchmarks/frontier.py --csv sweep.csv
 
 - ``resnet_timeline.png``: ResNet-32 (small) for 3 steps at half its peak.
 - ``tutorial_timeline.png``: the tutorial's six-layer chain at 85% of its peak.
@@ -85,7 +85,9 @@ def models_budget(path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", metavar="CSV", help="a CSV from benchmarks/models_budget.py")
+    parser.add_argument(
+        "--sweep", metavar="CSV", help="a CSV from benchmarks/frontier.py (or models_budget.py)"
+    )
     args = parser.parse_args()
     FIGURES.mkdir(exist_ok=True)
     resnet_timeline()

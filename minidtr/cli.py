@@ -49,11 +49,14 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 DEMO_MODEL = "resnet"
-# The paper's headline budget. On minidtr's small ResNet-32 it costs about 1.6x
-# recomputation (docs/models.md).
+# The paper's headline budget. The small ResNet-32 is in the paper's memory regime
+# (constants 5% of its peak, floor 0.12): at 0.3 it costs about 1.25x recomputation.
 DEMO_RATIO = 0.3
 DEMO_STEPS = 40
 DEMO_PERCENT = round(100 * DEMO_RATIO)
+FIND_BUDGET_SLOWDOWN = 2.0  # the paper's thrashing line
+FIND_BUDGET_STEPS = 3
+UNSET = object()  # an option left at its default, which depends on other options
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -206,6 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="one of: " + ", ".join(sorted(MODELS)),
     )
     add_train_options(train, SIZES)
+    train.add_argument(
+        "--find-budget",
+        action="store_true",
+        help="instead of training: search the lowest budget ratio that trains within "
+        f"--max-slowdown (default {FIND_BUDGET_SLOWDOWN}), probing {FIND_BUDGET_STEPS} steps "
+        "(or --steps) per ratio, and print the table of probes",
+    )
 
     demo = sub.add_parser(
         "demo",
@@ -294,11 +304,12 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
     p.add_argument(
         "--max-slowdown",
         type=parse_slowdown,
-        default=DEFAULT_MAX_SLOWDOWN,
+        default=UNSET,
         metavar="X",
         help="the thrash guard: stop with an error rather than recompute past X times the "
         "run's compute in the cost model (the paper calls a run past 2 thrashing; default "
-        f"{DEFAULT_MAX_SLOWDOWN:g}; 'none' disables it)",
+        f"{DEFAULT_MAX_SLOWDOWN:g}, {FIND_BUDGET_SLOWDOWN:g} with --find-budget; 'none' "
+        "disables it)",
     )
     p.add_argument(
         "--max-wall-slowdown",
@@ -311,7 +322,12 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
         f"{DEFAULT_MAX_WALL_SLOWDOWN:g}; 'none' disables it)",
     )
     p.add_argument("--size", default="small", choices=sizes, help="model size (default small)")
-    p.add_argument("--steps", type=whole_number(1), default=50, help="training steps (default 50)")
+    p.add_argument(
+        "--steps",
+        type=whole_number(1),
+        default=None,
+        help="training steps (default 50; 3 per probe with --find-budget)",
+    )
     p.add_argument(
         "--batch", type=whole_number(1), default=None, help="batch size (default: per model)"
     )
@@ -395,9 +411,13 @@ def progress_text(runtime, loss: float | None) -> str:
 
 def run_train(args: argparse.Namespace) -> int:
     from .runtime import BudgetError, ThrashError
-    from .training import ConfigError, TrainConfig, train
+    from .training import ConfigError, TrainConfig, measure_unbounded, train
 
     prog = "minidtr train"
+    if args.steps is None:
+        args.steps = FIND_BUDGET_STEPS if args.find_budget else 50
+    if args.find_budget and (args.budget is not None or args.ratio is not None):
+        usage_error(prog, "--find-budget searches the budget; drop --budget/--ratio")
     if args.device != "cpu":
         from . import backend
 
@@ -432,10 +452,16 @@ def run_train(args: argparse.Namespace) -> int:
         rebuild_orphans=not args.no_orphan_rebuild,
         cost=args.cost,
         record_events=bool(args.events or args.plot),
-        max_slowdown=args.max_slowdown,
+        max_slowdown=max_slowdown(args),
         max_wall_slowdown=args.max_wall_slowdown,
     )
+    if args.find_budget:
+        return run_find_budget(config, args)
     progress = Progress(args.steps, not args.no_progress)
+    try:
+        unbounded = measure_unbounded(config)
+    except ConfigError as e:
+        usage_error(prog, str(e))
     try:
         result = train(
             config,
@@ -443,6 +469,7 @@ def run_train(args: argparse.Namespace) -> int:
             on_loss=progress.on_loss,
             trace=trace,
             watch=progress.watch,
+            unbounded=unbounded,
         )
     except ConfigError as e:
         usage_error(prog, str(e))
@@ -454,11 +481,82 @@ def run_train(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     except BudgetError as e:
-        print(f"{prog}: the budget is too small to train {args.model}: {e}", file=sys.stderr)
+        print(
+            f"{prog}: the budget is too small to train {args.model}: {e} "
+            f"({floor_verdict(e.budget, unbounded)})",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     print(summary_table(result))
     finish_outputs(result, args.events, args.plot, args.trace)
     return 0
+
+
+def floor_text(floors) -> str:
+    return (
+        f"{human_bytes(floors.floor)} = {floors.floor_ratio:.3f} x unbounded peak "
+        f"{human_bytes(floors.peak)} (constants {floors.constant_ratio:.3f}, "
+        f"largest op {floors.floor_op})"
+    )
+
+
+def floor_verdict(budget: int, floors) -> str:
+    """What a failed budget means against the model's floor."""
+    where = f"the model's floor of {human_bytes(floors.floor)} ({floors.floor_ratio:.3f} of peak)"
+    if budget < floors.floor:
+        return f"this budget is below {where}: no policy can fit it"
+    return (
+        f"this budget is above {where}: the heuristic ran out of evictable memory; "
+        "a larger budget (or another heuristic) may fit"
+    )
+
+
+def max_slowdown(args: argparse.Namespace) -> float | None:
+    """The thrash limit in force: as given, else the paper's 2x for --find-budget (its
+    probes look for the lowest ratio that does not thrash) and the guard's default when
+    training."""
+    if args.max_slowdown is not UNSET:
+        return args.max_slowdown
+    return FIND_BUDGET_SLOWDOWN if args.find_budget else DEFAULT_MAX_SLOWDOWN
+
+
+def run_find_budget(config, args: argparse.Namespace) -> int:
+    from .budget_search import find_budget
+
+    search = find_budget(config, max_slowdown=max_slowdown(args))
+    print(frontier_table(search))
+    return 0
+
+
+def frontier_table(search) -> str:
+    c, u = search.config, search.unbounded
+    rows = [
+        f"minidtr train {c.model} --size {c.size} --find-budget --max-slowdown "
+        f"{search.max_slowdown:g} ({c.steps} steps per probe, heuristic {c.heuristic}, "
+        f"cost {c.cost})",
+        f"floor: {floor_text(u)}",
+        "",
+        f"{'ratio':>6}{'budget':>12}  {'status':<12}{'slowdown':>9}{'remats':>8}{'s/step':>8}",
+    ]
+    for p in search.probes:
+        ran = p.status == "ok"
+        rows.append(
+            (
+                f"{p.ratio:>6.2f}{human_bytes(p.budget):>12}  {p.status:<12}"
+                + (f"{p.slowdown:>8.3f}x{p.remats:>8,}{p.seconds_per_step:>8.2f}" if ran else "")
+            ).rstrip()
+        )
+    best = search.lowest
+    rows.append("")
+    if best is None:
+        rows.append(f"no probed ratio trains within {search.max_slowdown:g}x")
+    else:
+        rows.append(
+            f"lowest ratio within {search.max_slowdown:g}x: {best.ratio:.2f} "
+            f"({human_bytes(best.budget)}, {best.slowdown:.3f}x), "
+            f"{best.budget / u.floor:.2f} x the floor"
+        )
+    return "\n".join(rows)
 
 
 def trace_recorder(path: str):
@@ -512,7 +610,8 @@ def summary_table(result) -> str:
         rows.append(f"budget: none (heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})")
     else:
         ratio = (
-            f" = {c.ratio:.2f} x unbounded peak {human_bytes(result.unbounded_peak)}"
+            f" = {result.budget / result.unbounded_peak:.2f} x unbounded peak "
+            f"{human_bytes(result.unbounded_peak)}"
             if result.unbounded_peak
             else ""
         )
@@ -520,6 +619,8 @@ def summary_table(result) -> str:
             f"budget: {human_bytes(result.budget)}{ratio} "
             f"(heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})"
         )
+    if result.floors is not None:
+        rows.append(f"floor: {floor_text(result.floors)}")
     tail = min(10, len(result.losses))
     end_loss = sum(result.losses[-tail:]) / tail
     width = 22

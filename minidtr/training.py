@@ -1,9 +1,10 @@
 """The training loop behind ``minidtr train``: a task under a budget, measured.
 
-``measure_peak`` runs the first two training steps of a fresh copy of the task
-with no budget and returns the runtime's peak (everything resident counts:
-parameters, optimizer state, the batch and activations); a budget ratio is a
-fraction of that peak, as in the paper (which measured one logged step).
+``measure_unbounded`` runs the first two training steps of a fresh copy of the
+task with no budget and returns the runtime's peak (everything resident counts:
+parameters, optimizer state, the batch and activations) with the model's floor
+(``minidtr.floors``); a budget ratio is a fraction of that peak, as in the
+paper (which measured one logged step).
 ``train`` runs the steps inside a budgeted ``Runtime`` and evaluates test
 accuracy before and after, outside it.
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from .autograd import no_grad
 from .data import minibatch_indices
+from .floors import Floors, measure_floors
 from .models.tasks import Task, make_task
 from .ops.random import manual_seed
 from .runtime import Runtime
@@ -59,6 +61,7 @@ class TrainConfig:
     # the thrash guard (Runtime's): stop with ThrashError past these; None = never
     max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
     max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN
+    evaluate: bool = True  # test accuracy before and after (nan when False)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class TrainResult:
     unbounded_peak: int | None = None
     budget: int | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    floors: Floors | None = None  # of the unbounded run the budget was measured against
 
     @property
     def steps_per_second(self) -> float:
@@ -112,18 +116,24 @@ def measure_peak(config: TrainConfig, steps: int = MEASURE_STEPS) -> int:
     """Peak bytes of the first ``steps`` training steps of a fresh copy of the task,
     unbounded. Two steps, because the first creates the optimizer's state and so peaks
     lower than every later one (which updates that state next to its old value)."""
+    return measure_unbounded(config, steps).peak
+
+
+def measure_unbounded(config: TrainConfig, steps: int = MEASURE_STEPS) -> Floors:
+    """The peak and the floors of the first ``steps`` unbounded training steps of a fresh
+    copy of the task (see ``measure_peak``)."""
     gc.collect()
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
     batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
     runtime = Runtime(cost=config.cost, device=config.device)
-    with runtime:
+    with runtime, measure_floors(config.device) as meter:
         for _ in range(steps):
             train_step(task, optimizer, next(batches))
-    peak = runtime.stats()["peak_memory"]
+    floors = Floors(runtime.stats()["peak_memory"], meter.constants, meter.floor, meter.floor_op)
     del task, optimizer
     gc.collect()
-    return peak
+    return floors
 
 
 def accuracy(task: Task, examples: int = EVAL_EXAMPLES, cost: str = "flops") -> float:
@@ -152,13 +162,16 @@ def train(
     on_loss: Callable[[Any, float], None] | None = None,
     trace: Any = None,
     watch: Callable[[Runtime], AbstractContextManager] | None = None,
+    unbounded: Floors | None = None,
 ) -> TrainResult:
     """Train ``config.steps`` steps under the budget (bytes, or ratio x measured peak).
 
     ``progress`` wraps the step range (a progress bar); ``on_loss(bar, loss)`` is
     called after each step; ``trace`` is a context manager entered around the
     budgeted steps (a trace recorder); ``watch(runtime)`` another (something that
-    reports the budgeted runtime's statistics while the steps run).
+    reports the budgeted runtime's statistics while the steps run); ``unbounded`` is the
+    ``measure_unbounded`` of this config when the caller has it already. Under a budget
+    the unbounded run is measured first (for the ratio, and to report the floor).
     """
     if config.budget is not None and config.ratio is not None:
         raise ConfigError("give a budget in bytes or a ratio, not both")
@@ -173,16 +186,17 @@ def train(
         check_limit("max_wall_slowdown", config.max_wall_slowdown)
     except (TypeError, ValueError) as e:
         raise ConfigError(str(e)) from None
-    unbounded_peak = None
+    if config.ratio is not None and not 0.0 < config.ratio <= 1.0:
+        raise ConfigError(f"ratio must be in (0, 1], got {config.ratio}")
+    if unbounded is None and (config.ratio is not None or config.budget is not None):
+        unbounded = measure_unbounded(config)
+    unbounded_peak = None if unbounded is None else unbounded.peak
     budget = config.budget
     if config.ratio is not None:
-        if not 0.0 < config.ratio <= 1.0:
-            raise ConfigError(f"ratio must be in (0, 1], got {config.ratio}")
-        unbounded_peak = measure_peak(config)
-        budget = int(config.ratio * unbounded_peak)
+        budget = int(config.ratio * unbounded.peak)
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
-    accuracy_start = accuracy(task, cost=config.cost)
+    accuracy_start = accuracy(task, cost=config.cost) if config.evaluate else math.nan
     runtime = Runtime(
         budget=budget,
         heuristic=config.heuristic,
@@ -204,7 +218,7 @@ def train(
     with runtime, trace or nullcontext(), watch(runtime) if watch else nullcontext():
         _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
     seconds = time.perf_counter() - started
-    accuracy_end = accuracy(task, cost=config.cost)
+    accuracy_end = accuracy(task, cost=config.cost) if config.evaluate else math.nan
     return TrainResult(
         config,
         task,
@@ -216,6 +230,7 @@ def train(
         unbounded_peak,
         budget,
         runtime.stats(),
+        unbounded,
     )
 
 

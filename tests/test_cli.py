@@ -58,6 +58,7 @@ def test_train_prints_the_summary_and_writes_the_event_log(capsys, tmp_path):
         "slowdown",
         "0.90 x unbounded peak",
         "The clock counts estimated ns",
+        "floor: ",
     ):
         assert label in out
     lines = events.read_text().splitlines()
@@ -82,6 +83,16 @@ def test_train_with_an_infeasible_budget_fails_cleanly(capsys):
     )
     assert code == 1
     assert "budget is too small" in err and "Raise the budget" in err
+    assert "below the model's floor" in err and "no policy can fit it" in err
+
+
+def test_find_budget_prints_the_probes_and_the_lowest_ratio(capsys):
+    code, out, err = run(capsys, "train", "mlp", "--size", "tiny", "--steps", "2", "--find-budget")
+    assert code == 0, err
+    assert "--find-budget --max-slowdown 2" in out and "floor: " in out
+    assert "ratio" in out and "0.90" in out and "lowest ratio within 2x: 0." in out
+    code, _, err = run(capsys, "train", "mlp", "--find-budget", "--ratio", "0.5")
+    assert code == 2 and "--find-budget" in err
 
 
 def test_train_rejects_bad_arguments(capsys):

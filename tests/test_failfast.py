@@ -86,7 +86,10 @@ def test_the_thrash_guard_is_on_by_default_and_can_be_disabled():
     assert runtime.max_wall_slowdown == DEFAULT_MAX_WALL_SLOWDOWN == 10.0
     off = md.Runtime(budget=10**6, max_slowdown=None, max_wall_slowdown=None)
     assert off.max_slowdown is None and off.max_wall_slowdown is None
-    assert cli.build_parser().parse_args(["train", "mlp"]).max_slowdown == DEFAULT_MAX_SLOWDOWN
+    parse = cli.build_parser().parse_args
+    assert cli.max_slowdown(parse(["train", "mlp"])) == DEFAULT_MAX_SLOWDOWN
+    assert cli.max_slowdown(parse(["train", "mlp", "--find-budget"])) == 2.0
+    assert cli.max_slowdown(parse(["train", "mlp", "--max-slowdown", "none"])) is None
     assert (
         cli.build_parser().parse_args(["train", "mlp", "--max-slowdown", "none"]).max_slowdown
         is None

@@ -110,9 +110,10 @@ def reference_treelstm(model: TreeLSTM, tree: ListOpsTree) -> np.ndarray:
     """The child-sum Tree-LSTM, one node at a time, in float64 NumPy."""
     emb = model.embedding.weight.numpy().astype(np.float64)
     w_x, b_x = (
-        model.input_gates.weight.numpy().astype(np.float64),
-        model.input_gates.bias.numpy().astype(np.float64),
+        np.concatenate([model.input_iou.weight.numpy(), model.input_f.weight.numpy()]),
+        np.concatenate([model.input_iou.bias.numpy(), model.input_f.bias.numpy()]),
     )
+    w_x, b_x = w_x.astype(np.float64), b_x.astype(np.float64)
     u_iou = model.hidden_iou.weight.numpy().astype(np.float64)
     u_f = model.hidden_f.weight.numpy().astype(np.float64)
     hidden = model.hidden

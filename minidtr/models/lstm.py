@@ -3,6 +3,10 @@
 Unrolling in Python makes the graph as long as the sequence: each step's
 state is an input to the next, and backward needs every step's gates, so
 memory grows linearly with the length (the case the paper's LSTM measures).
+Tokens are embedded and scored one step at a time, and only the (small) scores
+are stacked: embedding the whole sequence at once would make backward sum a
+full-size gradient per step, and stacking the hidden states would make one op
+hold all of them twice, both large working sets for a single op.
 """
 
 from __future__ import annotations
@@ -31,10 +35,9 @@ class LSTMModel(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """(N, T) int tokens -> (N, T, vocab) scores for the next token at each position."""
-        x = self.embedding(tokens)
         state = None
-        outputs = []
+        scores = []
         for t in range(tokens.shape[1]):
-            state = self.cell(x[:, t], state)
-            outputs.append(state[0])
-        return self.head(F.stack(outputs, axis=1))
+            state = self.cell(self.embedding(tokens[:, t]), state)
+            scores.append(self.head(state[0]))
+        return F.stack(scores, axis=1)

@@ -7,8 +7,11 @@ that the loss is always ``cross_entropy(rows, targets)`` and the metric the
 fraction of rows whose top score is the target (classification accuracy,
 next-token accuracy or pixel accuracy).
 
-Sizes: ``tiny`` (tests: a step in milliseconds), ``small`` (the default: trains
-in seconds on a laptop CPU), ``medium`` (closer to the paper's models; minutes).
+Sizes: ``tiny`` (tests: a step in milliseconds), ``small`` (the default: a
+step in about a second on a laptop CPU, and shaped like the paper's models in
+memory: parameters, optimizer state and batch a small part of the peak, no
+single op needing much of it), ``paper`` (closer to the paper's configurations,
+e.g. ResNet-32 of width 16 at batch 56; minutes).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from .transformer import Transformer
 from .treelstm import TreeLSTM
 from .unet import UNet
 
-SIZES = ("tiny", "small", "medium")
+SIZES = ("tiny", "small", "paper")
 
 
 @dataclass
@@ -114,7 +117,7 @@ def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
         {
             "tiny": ((32,) * 3, 256),
             "small": ((128,) * 4, 1024),
-            "medium": ((512,) * 6, 1024),
+            "paper": ((512,) * 6, 1024),
         },
     )
     model = MLP(64, hidden, 10, rng=seed, device=device)
@@ -125,7 +128,7 @@ def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     depth, width, batch = _pick(
-        size, {"tiny": (8, 4, 8), "small": (32, 8, 128), "medium": (56, 16, 256)}
+        size, {"tiny": (8, 4, 8), "small": (32, 4, 256), "paper": (32, 16, 56)}
     )
     model = ResNet(depth, width, in_channels=1, classes=10, rng=seed, device=device)
     return Task("resnet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device)
@@ -133,7 +136,8 @@ def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task
 
 def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     blocks, growth, batch = _pick(
-        size, {"tiny": ((2, 2), 4, 8), "small": ((4, 4, 4), 8, 64), "medium": ((6, 8, 8), 12, 128)}
+        size,
+        {"tiny": ((2, 2), 4, 8), "small": ((12, 6, 4), 4, 128), "paper": ((6, 12, 24), 12, 64)},
     )
     model = DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed, device=device)
     return Task(
@@ -143,7 +147,7 @@ def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Ta
 
 def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     width, levels, batch = _pick(
-        size, {"tiny": (4, 1, 4), "small": (8, 2, 16), "medium": (16, 3, 32)}
+        size, {"tiny": (4, 1, 4), "small": (8, 2, 64), "paper": (16, 3, 32)}
     )
     model = UNet(1, 3, width, levels, rng=seed, device=device)
     data = shapes_segmentation(n=600, size=16, seed=seed)
@@ -162,7 +166,7 @@ def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     hidden, length, batch = _pick(
-        size, {"tiny": (16, 6, 8), "small": (64, 16, 64), "medium": (256, 32, 128)}
+        size, {"tiny": (16, 6, 8), "small": (32, 16, 256), "paper": (256, 32, 128)}
     )
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
     model = LSTMModel(16, embed=16, hidden=hidden, rng=seed, device=device)
@@ -181,7 +185,7 @@ def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
 
 def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     dim, layers, length, batch = _pick(
-        size, {"tiny": (16, 1, 6, 8), "small": (32, 2, 16, 64), "medium": (64, 4, 32, 128)}
+        size, {"tiny": (16, 1, 6, 8), "small": (16, 6, 16, 64), "paper": (64, 4, 32, 128)}
     )
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
     model = Transformer(
@@ -201,12 +205,17 @@ def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") ->
 
 
 def make_treelstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    hidden, depth, batch = _pick(
-        size, {"tiny": (16, 2, 16), "small": (64, 3, 32), "medium": (128, 4, 64)}
+    hidden, depth, leaf, group, batch, lr = _pick(
+        size,
+        {
+            "tiny": (16, 2, 0.6, 1, 16, 3e-3),
+            "small": (32, 5, 0.4, 8, 64, 1e-2),
+            "paper": (128, 6, 0.4, 1, 64, 3e-3),
+        },
     )
-    data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4)
-    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, rng=seed, device=device)
-    return Task("treelstm", size, model, data, batch, _adam(3e-3), _trees, device=device)
+    data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4, leaf_probability=leaf)
+    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, group=group, rng=seed, device=device)
+    return Task("treelstm", size, model, data, batch, _adam(lr), _trees, device=device)
 
 
 MODELS: dict[str, tuple[Callable[..., Task], str]] = {

@@ -13,13 +13,16 @@ different graph every step, which static checkpointing cannot plan for. For
 speed the nodes of a tree at the same height are computed together: level 0
 is every leaf, level L every node whose tallest child is at level L - 1. A
 node's children may sit at any lower level; they are gathered by index and
-summed into their parent with a 0/1 matrix. The root's h is classified.
+summed into their parent by a gather into a (parents, most children, hidden)
+array padded with a zero row, then a sum: memory linear in the nodes. The
+root's h is classified.
 
-``forward`` encodes each tree of a batch separately, as the paper's Tree-LSTM
-does: many small ops whose working set is one tree level, so that memory is
-the sum over the batch and eviction has room to work. ``encode_batch`` levels
-all trees together (fewer, larger ops: faster, but each op then holds a whole
-batch level).
+``forward`` encodes the trees of a batch in groups of ``group`` trees (one,
+by default: each tree its own graph, as the paper's Tree-LSTM does): many
+small ops whose working set is one level of a group, so that memory is the
+sum over the batch and eviction has room to work. ``encode_batch`` levels the
+trees it is given together (fewer, larger ops: faster, but each op then holds
+a whole level of them).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .. import nn
 from .. import ops as F
 from ..data.listops import ListOpsTree
 from ..nn.init import Rng
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, tensor, zeros
 from .build import Build
 
 
@@ -82,11 +85,22 @@ def schedule(trees: Sequence[ListOpsTree]) -> tuple[list[Level], np.ndarray, np.
     return levels, root_level, root_row
 
 
-def segment_matrix(parent: np.ndarray, n_parents: int, dtype) -> np.ndarray:
-    """S with S[parent[k], k] = 1, so S @ rows sums each parent's children."""
-    s = np.zeros((n_parents, len(parent)), dtype=dtype)
-    s[parent, np.arange(len(parent))] = 1
-    return s
+def child_slots(parent: np.ndarray, n_parents: int) -> np.ndarray:
+    """(n_parents, most children) int64: row 1 + k of child k in its parent's row, 0 (the
+    zero row) where a parent has fewer children."""
+    counts = np.bincount(parent, minlength=n_parents)
+    slots = np.zeros((n_parents, max(int(counts.max()), 1)), dtype=np.int64)
+    position = np.zeros(n_parents, dtype=np.int64)
+    for k, p in enumerate(parent):
+        slots[p, position[p]] = k + 1
+        position[p] += 1
+    return slots
+
+
+def sum_children(rows: Tensor, slots: Tensor) -> Tensor:
+    """(n_children, hidden) -> (n_parents, hidden): each parent's children summed."""
+    zero = zeros((1, rows.shape[1]), rows.dtype, device=rows.device)
+    return F.sum(F.concat([zero, rows])[slots], axis=1)
 
 
 class TreeLSTM(nn.Module):
@@ -96,21 +110,32 @@ class TreeLSTM(nn.Module):
         classes: int,
         embed: int = 16,
         hidden: int = 32,
+        group: int = 1,
         rng: Rng = None,
         device: str = "cpu",
     ):
         super().__init__()
+        if group < 1:
+            raise ValueError(f"TreeLSTM: group must be at least 1 tree, got {group}")
         b = Build.of(rng, device)
         self.hidden = hidden
+        self.group = group
         self.embedding = b.embedding(vocab, embed)
-        self.input_gates = b.linear(embed, 4 * hidden)  # i, o, u, f from x
+        self.input_iou = b.linear(embed, 3 * hidden)  # i, o, u from x
+        self.input_f = b.linear(embed, hidden)  # f from x: only nodes with children need it
         self.hidden_iou = b.linear(hidden, 3 * hidden, bias=False)
         self.hidden_f = b.linear(hidden, hidden, bias=False)
         self.classifier = b.linear(hidden, classes)
 
     def forward(self, trees: Sequence[ListOpsTree]) -> Tensor:
-        """A list of trees -> (len(trees), classes) scores; each tree is its own graph."""
-        return self.classifier(F.stack([self.encode(tree) for tree in trees]))
+        """A list of trees -> (len(trees), classes) scores; each group of ``group``
+        consecutive trees is its own graph."""
+        if self.group == 1:
+            roots = F.stack([self.encode(tree) for tree in trees])
+        else:
+            k = self.group
+            roots = F.concat([self.encode_batch(trees[i : i + k]) for i in range(0, len(trees), k)])
+        return self.classifier(roots)
 
     def encode(self, tree: ListOpsTree) -> Tensor:
         """The root's hidden state (hidden,), computed level by level up the tree."""
@@ -120,23 +145,27 @@ class TreeLSTM(nn.Module):
         """The roots' hidden states (len(trees), hidden), with the nodes of equal height
         across all the trees computed together (fewer, larger ops)."""
         levels, root_level, root_row = schedule(trees)
-        dtype = self.classifier.weight.dtype
         device = self.classifier.weight.device
+
+        def index(array: np.ndarray) -> Tensor:  # int32: index arrays are constants
+            return tensor(array.astype(np.int32), device=device)
+
         states: list[tuple[Tensor, Tensor]] = []
         for level in levels:
-            gates = self.input_gates(self.embedding(tensor(level.tokens, device=device)))
-            i, o, u, f = F.split(gates, 4, axis=1)
+            x = self.embedding(tensor(level.tokens, device=device))
+            i, o, u = F.split(self.input_iou(x), 3, axis=1)
             if level.child_level:
-                pairs = list(zip(level.child_level, level.child_rows, strict=True))
+                f = self.input_f(x)
+                pairs = [
+                    (g, index(r)) for g, r in zip(level.child_level, level.child_rows, strict=True)
+                ]
                 h_kids = F.concat([states[g][0][r] for g, r in pairs])
                 c_kids = F.concat([states[g][1][r] for g, r in pairs])
-                sums = tensor(
-                    segment_matrix(level.child_parent, len(level.tokens), dtype), device=device
-                )
-                hi, ho, hu = F.split(self.hidden_iou(F.matmul(sums, h_kids)), 3, axis=1)
+                slots = index(child_slots(level.child_parent, len(level.tokens)))
+                hi, ho, hu = F.split(self.hidden_iou(sum_children(h_kids, slots)), 3, axis=1)
                 i, o, u = i + hi, o + ho, u + hu
-                forget = F.sigmoid(f[level.child_parent] + self.hidden_f(h_kids))
-                c = F.sigmoid(i) * F.tanh(u) + F.matmul(sums, forget * c_kids)
+                forget = F.sigmoid(f[index(level.child_parent)] + self.hidden_f(h_kids))
+                c = F.sigmoid(i) * F.tanh(u) + sum_children(forget * c_kids, slots)
             else:
                 c = F.sigmoid(i) * F.tanh(u)
             h = F.sigmoid(o) * F.tanh(c)

@@ -1,0 +1,100 @@
+"""A model's physical floor, measured on an unbounded run of the live runtime.
+
+Constants (parameters, optimizer state, the batch, finished gradients) are
+never evicted, and an op runs only with its inputs and outputs resident. So
+at every op the runtime holds at least the constants alive then plus that
+op's non-constant inputs and outputs; the largest such sum over a run is its
+*floor*: below it no eviction policy can run that op order. ``FloorMeter`` is
+an allocator observer that takes this maximum as the ops run (the simulator
+computes the same figure from a trace: ``minidtr sim info``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .runtime.allocator import allocator_for
+from .runtime.storage import Cell, Recipe, Storage
+
+
+@dataclass
+class Floors:
+    """What an unbounded run needed: its peak and the two parts of its floor (bytes)."""
+
+    peak: int  # everything resident at the worst moment, constants included
+    constants: int  # the most bytes of constants alive at once
+    floor: int  # the most bytes one op needs at once: constants alive + its inputs + outputs
+    floor_op: str = ""  # the op that needs it
+
+    @property
+    def constant_ratio(self) -> float:
+        return self.constants / self.peak
+
+    @property
+    def floor_ratio(self) -> float:
+        return self.floor / self.peak
+
+    @property
+    def largest_op(self) -> int:
+        """The working set beyond the constants at the floor's op (an upper bound on it
+        when the constants peaked elsewhere)."""
+        return self.floor - self.constants
+
+
+class FloorMeter:
+    """Allocator observer: the most constant bytes alive at once, and the most bytes any
+    one op (or read) needs resident at once."""
+
+    def __init__(self, allocator):
+        self.allocator = allocator
+        self.constants = allocator.constant_bytes
+        self.floor = allocator.constant_bytes
+        self.floor_op = ""
+
+    def _need(self, storages: list[Storage], op: str) -> None:
+        constants = self.allocator.constant_bytes
+        self.constants = max(self.constants, constants)
+        seen: set[int] = set()
+        need = constants
+        for storage in storages:
+            if storage.producer is not None and id(storage) not in seen:
+                seen.add(id(storage))
+                need += storage.nbytes
+        if need > self.floor:
+            self.floor, self.floor_op = need, op
+
+    def on_compute(self, recipe: Recipe, cells: list[Cell]) -> None:
+        self._need([*recipe.parents, *(c.storage for c in cells if not c.is_view)], recipe.op.name)
+
+    def on_read(self, cell: Cell) -> None:
+        self._need([cell.storage], "read")
+
+    def on_constant(self, storage: Storage) -> None:
+        self._need([], storage.name)
+
+    def on_make_constant(self, storage: Storage) -> None:
+        self._need([], storage.name)
+
+    def on_add_ref(self, cell: Cell) -> None:
+        pass
+
+    def on_release(self, cell: Cell) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def measure_floors(device: str = "cpu") -> Iterator[FloorMeter]:
+    """Observe the device's allocator inside the ``with``; read ``.constants`` and
+    ``.floor`` from the meter afterwards. Run it unbounded: under a budget the same op
+    order needs the same floor, but the measurement is meant as the model's own."""
+    allocator = allocator_for(device)
+    if allocator.observer is not None:
+        raise RuntimeError(f"the {device} allocator is already being observed")
+    meter = FloorMeter(allocator)
+    allocator.observer = meter
+    try:
+        yield meter
+    finally:
+        allocator.observer = None
