@@ -13,6 +13,7 @@ import minidtr as md
 from minidtr import nn
 from minidtr.runtime import BudgetError, ThrashError
 from minidtr.testing import isolated_allocator
+from minidtr.testing.soak import soak
 
 F32 = np.float32
 
@@ -260,21 +261,20 @@ def test_garbage_in_cycles_does_not_count_against_the_next_run(collector):
 
 def test_a_budget_error_comes_only_after_collecting_garbage():
     rng = np.random.default_rng(10)
-    with isolated_allocator() as allocator:
-        with md.Runtime(budget=2 * 4096) as rt:
-            garbage = [randn(rng, 1024)]
-            garbage.append(garbage)  # a cycle holding a 4 kB constant
-            del garbage
-            gc.disable()
-            try:
-                a = randn(rng, 1024)
-                b = randn(rng, 1024)  # fits only once the cycle is collected
-            finally:
-                gc.enable()
-            assert allocator.memory == a.nbytes + b.nbytes
-            with pytest.raises(BudgetError):
-                randn(rng, 2048)
-            assert allocator.memory == 2 * 4096
+    with isolated_allocator() as allocator, md.Runtime(budget=2 * 4096):
+        garbage = [randn(rng, 1024)]
+        garbage.append(garbage)  # a cycle holding a 4 kB constant
+        del garbage
+        gc.disable()
+        try:
+            a = randn(rng, 1024)
+            b = randn(rng, 1024)  # fits only once the cycle is collected
+        finally:
+            gc.enable()
+        assert allocator.memory == a.nbytes + b.nbytes
+        with pytest.raises(BudgetError):
+            randn(rng, 2048)
+        assert allocator.memory == 2 * 4096
 
 
 # ---- errors while a tensor dies ----------------------------------------------------------------
@@ -349,3 +349,22 @@ def test_deaths_inside_a_busy_allocator_wait_for_the_access_to_end():
         assert seen == [True]
         assert dead.buffer is None and dead not in allocator.candidates
         assert y.is_resident
+
+
+# ---- soak ----------------------------------------------------------------------------------------
+
+
+def test_a_soak_run_holds_counted_and_python_memory_flat():
+    """200 unbudgeted and 100 budgeted steps of a small MLP with Adam (benchmarks/soak.py
+    runs thousands): after the first steps, the allocator counts the same bytes after every
+    step and Python's memory does not grow."""
+    report = soak(200, 100, every=30)
+    assert report.remats > 0 and report.evictions > 0
+    for phase in ("unbudgeted", "budgeted"):
+        samples = report.phase(phase)
+        assert len(samples) >= 3
+        assert {s.counted for s in samples} == {samples[0].counted}, samples
+        # from the second sample on: the parameters the first steps replaced are traced now
+        first, last = samples[1], samples[-1]
+        per_step = (last.traced - first.traced) / (last.step - first.step)
+        assert per_step < 50, f"{phase}: Python memory grew {per_step:.0f} bytes per step"

@@ -166,7 +166,16 @@ class Cell:
     the old recipe, or anything it read, alive.
     """
 
-    __slots__ = ("storage", "view_recipe", "index", "shape", "dtype", "device", "is_view", "contiguous")
+    __slots__ = (
+        "storage",
+        "view_recipe",
+        "index",
+        "shape",
+        "dtype",
+        "device",
+        "is_view",
+        "contiguous",
+    )
 
     def __init__(
         self,
