@@ -94,6 +94,27 @@ def test_optimizer_state_and_new_parameters_keep_no_old_values():
             assert allocator.memory == 4 * param_bytes
 
 
+def test_kept_losses_do_not_keep_their_steps_parameters():
+    rng = np.random.default_rng(14)
+    with isolated_allocator() as allocator:
+        model = nn.Sequential(nn.Linear(20, 30, rng=rng), nn.ReLU(), nn.Linear(30, 5, rng=rng))
+        opt = md.optim.SGD(model.parameters(), lr=1e-2)
+        losses = []
+        for step in range(6):
+            loss = md.mean(model(randn(rng, 16, 20)) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss)  # kept, as a logging loop might
+            if step == 1:
+                settled = allocator.memory
+        assert allocator.memory == settled + 4 * 4
+        assert all(t.storage.constant for t in losses)
+        loss = md.mean(model(randn(rng, 16, 20)) ** 2)
+        loss.backward(retain_graph=True)  # the graph is kept, so is the recipe
+        assert not loss.storage.constant
+
+
 def test_running_statistics_keep_no_batch_alive():
     rng = np.random.default_rng(4)
     with isolated_allocator() as allocator:
