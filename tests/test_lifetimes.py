@@ -389,3 +389,54 @@ def test_a_soak_run_holds_counted_and_python_memory_flat():
         first, last = samples[1], samples[-1]
         per_step = (last.traced - first.traced) / (last.step - first.step)
         assert per_step < 50, f"{phase}: Python memory grew {per_step:.0f} bytes per step"
+
+
+def test_the_cuda_oom_handler_collects_garbage_before_giving_up(monkeypatch):
+    """With a stand-in for CuPy: an allocation that fails until a reference cycle holding
+    device memory is collected succeeds after one collection; one that never fits fails."""
+    from types import SimpleNamespace
+
+    from minidtr import backend
+
+    class OutOfMemoryError(Exception):
+        pass
+
+    freed = []
+
+    class Holder:
+        def __del__(self):
+            freed.append(True)
+
+    class Pool:
+        def malloc(self, nbytes):
+            if nbytes > 100 or not freed:
+                raise OutOfMemoryError(nbytes)
+            return ("block", nbytes)
+
+        def free_all_blocks(self):
+            pass
+
+    installed = []
+    fake = SimpleNamespace(
+        get_default_memory_pool=Pool,
+        cuda=SimpleNamespace(
+            memory=SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
+            set_allocator=installed.append,
+        ),
+    )
+    monkeypatch.setattr(backend, "_import_cupy", lambda: fake)
+    evictions = []
+    backend.install_cuda_oom_handler(lambda nbytes: evictions.append(nbytes) and False)
+    malloc = installed[0]
+    cycle = [Holder()]
+    cycle.append(cycle)
+    del cycle
+    gc.disable()
+    try:
+        assert malloc(64) == ("block", 64)
+    finally:
+        gc.enable()
+    assert freed == [True] and evictions == [64]
+    with pytest.raises(OutOfMemoryError):
+        malloc(1000)
+    assert evictions == [64, 1000, 1000]
