@@ -440,3 +440,36 @@ def test_the_cuda_oom_handler_collects_garbage_before_giving_up(monkeypatch):
     with pytest.raises(OutOfMemoryError):
         malloc(1000)
     assert evictions == [64, 1000, 1000]
+
+
+def test_an_error_while_settling_deaths_of_an_op_is_raised_by_that_op():
+    rng = np.random.default_rng(15)
+    with isolated_allocator() as allocator:
+        rt = md.Runtime()
+        with rt:
+            x = randn(rng, 32, 32)
+            a = md.tanh(x)
+            b = md.exp(a)
+            rt.budget = allocator.memory + 4 * b.nbytes
+            allocator.evict(b.storage)
+            rt.max_slowdown = 1.0
+            rt.stats_.remats = 10**6
+            rt.stats_.remat_cost = rt.stats_.compute_cost
+            dead = a.storage
+
+            class Probe(md.ops.Op):
+                name = "probe"
+
+                def infer(self, cell):
+                    return [(cell.shape, cell.dtype)]
+
+                def forward(self, xp, array):
+                    nonlocal a
+                    del a  # dies while the allocator is busy: settled when the op is done
+                    return array + 1
+
+            with pytest.raises(ThrashError):
+                md.ops.apply(Probe(), x)
+            assert dead.buffer is None and allocator.pending_error is None
+            rt.max_slowdown = None
+            np.testing.assert_array_equal(b.numpy(), np.exp(np.tanh(x.numpy())))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import sys
 import time
 import weakref
 from collections import deque
@@ -94,6 +95,7 @@ class Allocator(Eviction, Lifetime):
         self._busy = False  # inside an op, a rematerialization or a search: deaths wait
         self._scoring = False  # inside an eviction search (only the garbage collector can
         # free a storage then)
+        self._tentative = False  # rebuilding orphans, which may fail: no collection then
         self.pending_error: BaseException | None = None  # raised by the next access
         self.cascades = 0  # accesses that rematerialized something (numbers remat events)
         self.runtimes: list[Runtime] = []
@@ -283,6 +285,8 @@ class Allocator(Eviction, Lifetime):
         self._busy = was_busy
         if self._dying:
             self._settle_dying()
+        if self.pending_error is not None and not was_busy and sys.exc_info()[1] is None:
+            self.raise_pending()  # an error while settling deaths: surface it with this access
 
     def _check_pending(self) -> None:
         if self.pending_error is not None and not self._busy:

@@ -34,7 +34,12 @@ class Eviction:
         collected = False
         while self.memory > target:
             victim, score, runner_up, shortlist = self._choose_victim()
-            if victim is None and not collected and self._locked_bytes() <= target:
+            if (
+                victim is None
+                and not collected
+                and not self._tentative
+                and self._locked_bytes() <= target
+            ):
                 collected = True
                 gc.collect()
                 continue

@@ -112,6 +112,7 @@ class Lifetime:
         stats = self.stats
         before = stats.remats
         storage.locks += 1
+        self._tentative = True  # a BudgetError here is expected: no garbage collection
         try:
             self._unlock(self._lock(orphans, trigger=f"orphans of #{storage.id}"))
         except ThrashError:
@@ -119,6 +120,7 @@ class Lifetime:
         except BudgetError:
             pass
         finally:
+            self._tentative = False
             storage.locks -= 1
             self._free_dead_remats()
         for orphan in orphans:
