@@ -92,6 +92,18 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = Fals
     found = _gradients(root, grad, retain_graph, "backward", finish=_as_constant)
     for leaf, g in found.values():
         _accumulate_leaf(leaf, g)
+    if not retain_graph and root.grad_fn is not None:
+        _drop_recipe_of_scalar(root)
+
+
+def _drop_recipe_of_scalar(root: Tensor) -> None:
+    """A single-element root (a loss) whose graph was used up becomes a constant, if it is
+    resident. Its recipe would keep every value of the step alive, this step's parameters
+    among them (an optimizer step replaces them, and a kept loss, say in a list, would keep
+    each step's set counted); its value costs a few bytes to keep."""
+    cell = root.cell
+    if root.size == 1 and not cell.is_view and cell.storage.buffer is not None:
+        cell.storage.allocator.make_constant(cell.storage)
 
 
 def grad(

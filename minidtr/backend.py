@@ -7,6 +7,7 @@ This is the only module that imports cupy. Ops receive the array module as
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -120,17 +121,25 @@ def generator(xp, seed: int):
 def install_cuda_oom_handler(free_bytes: Callable[[int], bool]) -> None:
     """Route CuPy's allocations through a hook that, on out-of-memory, calls
     ``free_bytes(nbytes)`` (which evicts storages) and retries while it reports
-    progress. The accounting and the eviction policy stay in the runtime."""
+    progress; when nothing is left to evict, Python's cycle collector runs once
+    (arrays held by unreachable reference cycles are freed only by it) before
+    the error is raised. The accounting and the eviction policy stay in the runtime."""
     cupy = _import_cupy()
     pool = cupy.get_default_memory_pool()
 
     def malloc(nbytes: int):
+        collected = False
         while True:
             try:
                 return pool.malloc(nbytes)
             except cupy.cuda.memory.OutOfMemoryError:
                 pool.free_all_blocks()
-                if not free_bytes(nbytes):
+                if free_bytes(nbytes):
+                    continue
+                if collected:
                     raise
+                collected = True
+                gc.collect()
+                pool.free_all_blocks()
 
     cupy.cuda.set_allocator(malloc)

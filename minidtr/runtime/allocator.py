@@ -14,10 +14,13 @@ deallocation policies in ``lifetime.py`` (mixins of ``Allocator``).
 
 from __future__ import annotations
 
+import gc
 import math
 import random
+import sys
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -88,8 +91,12 @@ class Allocator(Eviction, Lifetime):
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
         self._sampler = random.Random(0)
         self._dead_remats: list[Storage] = []
-        self._dying: list[Storage] = []  # dead storages waiting for their orphans' rebuild
-        self._busy = False  # inside an op or a rematerialization: deaths are queued
+        self._dying: deque[Storage] = deque()  # dead storages waiting for the policy
+        self._busy = False  # inside an op, a rematerialization or a search: deaths wait
+        self._scoring = False  # inside an eviction search (only the garbage collector can
+        # free a storage then)
+        self._tentative = False  # rebuilding orphans, which may fail: no collection then
+        self.pending_error: BaseException | None = None  # raised by the next access
         self.cascades = 0  # accesses that rematerialized something (numbers remat events)
         self._overhead_since: float | None = None  # eviction work under way since then
         # set by deferred_interrupts' SIGINT handler: raise KeyboardInterrupt at the next
@@ -113,6 +120,11 @@ class Allocator(Eviction, Lifetime):
     def push(self, runtime: Runtime) -> None:
         if runtime.allocator is not None:
             raise RuntimeError(f"{runtime!r} is already active; a runtime cannot be re-entered")
+        if runtime.budget is not None:
+            # garbage in reference cycles (left by earlier work) must neither count against
+            # this run nor leave when the cycle collector happens to run: decisions under
+            # a budget then depend on the program alone
+            gc.collect()
         runtime.allocator = self
         runtime._active_since = time.perf_counter()
         self.runtimes.append(runtime)
@@ -149,7 +161,11 @@ class Allocator(Eviction, Lifetime):
         if self.budget is None:
             self.track(None)  # nothing is scored: stop maintaining e*
         if self.budget is not None and self.memory > self.budget:
-            self._evict_until(self.budget, "entering the runtime", 0)
+            was_busy, self._busy = self._busy, True
+            try:
+                self._evict_until(self.budget, "entering the runtime", 0)
+            finally:
+                self._done([], was_busy)
         self._note_peak()
 
     # ---- creating storages ---------------------------------------------------------
@@ -163,19 +179,24 @@ class Allocator(Eviction, Lifetime):
     ) -> Storage:
         """Register a buffer with no recipe (an input, a parameter): counted, never
         evicted. Room is made before ``make_array`` allocates, so the budget holds."""
+        self._check_pending()
         storage = self._new_storage(name, nbytes, None)
-        self._reserve(nbytes, name)
+        was_busy, self._busy = self._busy, True
         try:
-            array = make_array()
-        except BaseException:
-            self.memory -= nbytes
-            raise
-        if int(array.nbytes) != nbytes:
-            self.memory -= nbytes
-            raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
-        storage.buffer = array
-        storage.last_access = self.clock
-        self.constant_bytes += nbytes
+            self._reserve(nbytes, name)
+            try:
+                array = make_array()
+            except BaseException:
+                self.memory -= nbytes
+                raise
+            if int(array.nbytes) != nbytes:
+                self.memory -= nbytes
+                raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
+            storage.buffer = array
+            storage.last_access = self.clock
+            self.constant_bytes += nbytes
+        finally:
+            self._done([], was_busy)
         self._record("alloc", storage)
         if self.observer is not None:
             self.observer.on_constant(storage)
@@ -198,6 +219,7 @@ class Allocator(Eviction, Lifetime):
         """
         if self.interrupt_requested:
             raise KeyboardInterrupt
+        self._check_pending()
         recipe = Recipe(op, inputs, device)
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
@@ -247,7 +269,7 @@ class Allocator(Eviction, Lifetime):
                     recipe.outputs.append(weakref.ref(storage))
                     self.candidates[storage] = None
                     for parent in locked:
-                        parent.children.append(weakref.ref(storage))
+                        parent.add_child(storage)
                 cells.append(
                     Cell(
                         storage,
@@ -274,6 +296,12 @@ class Allocator(Eviction, Lifetime):
         self._busy = was_busy
         if self._dying:
             self._settle_dying()
+        if self.pending_error is not None and not was_busy and sys.exc_info()[1] is None:
+            self.raise_pending()  # an error while settling deaths: surface it with this access
+
+    def _check_pending(self) -> None:
+        if self.pending_error is not None and not self._busy:
+            self.raise_pending()
 
     def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
         """Execute a new recipe's kernel, measuring or estimating its cost."""
@@ -322,6 +350,7 @@ class Allocator(Eviction, Lifetime):
     @contextmanager
     def holding(self, storage: Storage) -> Iterator[None]:
         """Keep ``storage`` resident and locked for the body (rematerializing it first)."""
+        self._check_pending()
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
         self._accesses += 1
@@ -339,10 +368,10 @@ class Allocator(Eviction, Lifetime):
         chain = []
         while cell.is_view:
             chain.append(cell)
-            cell = cell.recipe.inputs[0]
+            cell = cell.view_recipe.inputs[0]
         array = cell.storage.buffer
         for view in reversed(chain):
-            recipe = view.recipe
+            recipe = view.view_recipe
             xp = backend.xp_for(recipe.device) if recipe.device is not None else None
             out = recipe.op.forward(xp, array)
             array = out if recipe.op.n_outputs == 1 else out[view.index]

@@ -9,6 +9,7 @@ skipping small ones) and returns the best and the runner-up for the event log
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -23,8 +24,25 @@ SHORTLIST = 5  # candidates recorded with each budget eviction (victim, runner-u
 
 class Eviction:
     def _evict_until(self, target: int, op_name: str, needed: int) -> None:
+        """Evict until at most ``target`` bytes are resident (the caller is busy).
+
+        Before giving up, Python's cycle collector runs once: values in unreachable
+        reference cycles (a recursive closure's) are only freed by it, and whether a
+        run fits must not depend on when it happens to run. Their handles' deaths wait
+        in the queue (the allocator is busy), but their storages stay candidates, and
+        constants die at once."""
+        collected = False
         while self.memory > target:
             victim, score, runner_up, shortlist = self._choose_victim()
+            if (
+                victim is None
+                and not collected
+                and not self._tentative
+                and self._locked_bytes() <= target
+            ):
+                collected = True
+                gc.collect()
+                continue
             if victim is None:
                 raise BudgetError(
                     op_name,
@@ -62,18 +80,22 @@ class Eviction:
         best_score = runner_score = math.inf
         scored = 0
         seen: list | None = [] if runtime.events is not None else None
-        for storage in candidates:
-            if storage.locks:
-                continue
-            value = score(storage, self)
-            scored += 1
-            if seen is not None:
-                seen.append((value, storage))
-            if value < best_score or best is None:
-                runner_up, runner_score = best, best_score
-                best, best_score = storage, value
-            elif value < runner_score or runner_up is None:
-                runner_up, runner_score = storage, value
+        self._scoring = True
+        try:
+            for storage in candidates:
+                if storage.locks:
+                    continue
+                value = score(storage, self)
+                scored += 1
+                if seen is not None:
+                    seen.append((value, storage))
+                if value < best_score or best is None:
+                    runner_up, runner_score = best, best_score
+                    best, best_score = storage, value
+                elif value < runner_score or runner_up is None:
+                    runner_up, runner_score = storage, value
+        finally:
+            self._scoring = False
         stats = self.stats
         stats.searches += 1
         stats.scored += scored

@@ -46,7 +46,34 @@ class Lifetime:
             self._on_dead(storage)
 
     def _on_dead(self, storage: Storage) -> None:
-        """The last external reference died: apply the deallocation policy."""
+        """The last external reference died: apply the deallocation policy, now or, while
+        the allocator is busy, when the access in progress is done."""
+        self._dying.append(storage)
+        self._settle_dying()
+
+    def _settle_dying(self) -> None:
+        """Apply the deallocation policy to the queued dead storages, in the order they died.
+
+        Nothing runs while the allocator is busy (an op, a rematerialization, an eviction
+        search, a garbage-collector pass inside any of them): the access in progress calls
+        this when it is done, so a death never changes the allocator under a running access.
+        An error while rebuilding orphans (a ThrashError) does not leave the dead storage
+        resident: it is evicted anyway, and the error is raised by the next access or when
+        the runtime exits (a death may happen inside ``Tensor.__del__``, where it could not
+        surface).
+        """
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            while self._dying:
+                self._apply_policy(self._dying.popleft())
+        finally:
+            self._busy = False
+
+    def _apply_policy(self, storage: Storage) -> None:
+        if storage.external_refs:
+            return  # a new handle was made meanwhile
         policy = self.runtime.dealloc
         if policy == "ignore" or storage.banished:
             return
@@ -57,31 +84,26 @@ class Lifetime:
             return
         if storage.buffer is None or not storage.evictable:
             return
-        if self.budget is not None and self.runtime.rebuild_orphans and orphans_of(storage):
-            self._dying.append(storage)
-            self._settle_dying()
-        else:
-            self.evict(storage, reason="dead")
-
-    def _settle_dying(self) -> None:
-        """Evict the queued dead storages, rebuilding each one's orphans first (unless the
-        allocator is busy: then the op in progress calls this when it is done)."""
-        if self._busy:
-            return
-        self._busy = True
-        try:
-            while self._dying:
-                storage = self._dying.pop()
-                if storage.locks:
-                    storage.evict_on_unlock = True
-                    continue
-                if storage.buffer is None or storage.external_refs or not storage.evictable:
-                    continue
+        if (
+            self.budget is not None
+            and self.runtime.rebuild_orphans
+            and self.pending_error is None
+            and orphans_of(storage)
+        ):
+            try:
                 self._rebuild_orphans(storage)
-                if storage.buffer is not None and not storage.external_refs:
-                    self.evict(storage, reason="dead")
-        finally:
-            self._busy = False
+            except BaseException as error:  # noqa: BLE001 (kept, raised at a safe point)
+                self.pending_error = error
+            if storage.buffer is None or storage.external_refs or storage.locks:
+                return
+        self.evict(storage, reason="dead")
+
+    def raise_pending(self) -> None:
+        """Raise an error that happened where it could not surface (see ``_settle_dying``)."""
+        error = self.pending_error
+        if error is not None:
+            self.pending_error = None
+            raise error
 
     def _rebuild_orphans(self, storage: Storage) -> None:
         """Rematerialize the orphans of a dead, resident storage, holding it resident. An
@@ -90,6 +112,7 @@ class Lifetime:
         stats = self.stats
         before = stats.remats
         storage.locks += 1
+        self._tentative = True  # a BudgetError here is expected: no garbage collection
         try:
             self._unlock(self._lock(orphans, trigger=f"orphans of #{storage.id}"))
         except ThrashError:
@@ -97,6 +120,7 @@ class Lifetime:
         except BudgetError:
             pass
         finally:
+            self._tentative = False
             storage.locks -= 1
             self._free_dead_remats()
         for orphan in orphans:
@@ -177,6 +201,11 @@ class Lifetime:
                 self.pinned_bytes -= storage.nbytes
             if self.runtimes and self.runtime.events is not None:
                 self._record("free", storage)
+        elif self._scoring:
+            # a garbage-collector pass inside a score: the cached closures being read may
+            # include this storage, so start a new epoch rather than edit them
+            self.neighbourhood.invalidate_all()
+            self.eq_classes.invalidate_all()
         else:
             self._on_state_change(storage)
 

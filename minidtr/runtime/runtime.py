@@ -301,7 +301,12 @@ class Runtime:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.allocator.pop(self)
+        allocator = self.allocator
+        allocator.pop(self)
+        if exc[0] is None:
+            allocator.raise_pending()  # e.g. a ThrashError met while a tensor died
+        else:
+            allocator.pending_error = None  # the run already fails with its own error
 
     def stats(self) -> dict[str, Any]:
         """Counters since creation (all activations together), with current memory."""

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from .allocator import Allocator
 
 
+PRUNE_MIN = 8
+
+
 class Recipe:
     __slots__ = (
         "op",
@@ -72,6 +75,7 @@ class Storage:
         "banished",
         "external_refs",
         "children",
+        "prune_at",
         "component",
         "above",
         "below",
@@ -95,6 +99,7 @@ class Storage:
         self.banished = False
         self.external_refs = 0
         self.children: list[weakref.ref[Storage]] = []
+        self.prune_at = PRUNE_MIN  # prune dead children when the list reaches this length
         self.component = None  # h_DTR^eq's union-find class (neighbourhood.py)
         self.above = None  # cached closures of evicted ancestors / descendants (h_DTR)
         self.below = None
@@ -117,10 +122,22 @@ class Storage:
     def parents(self) -> tuple[Storage, ...]:
         return () if self.producer is None else self.producer.parents
 
+    def add_child(self, child: Storage) -> None:
+        """Record a storage computed from this one. Children that died are dropped as
+        the list grows (in order, amortized O(1)), so a long-lived input (a weight read
+        by every op of an evaluation loop) holds as many entries as it has live
+        children, not one per op it ever took part in."""
+        children = self.children
+        children.append(weakref.ref(child))
+        if len(children) >= self.prune_at:
+            self.children = children = [ref for ref in children if ref() is not None]
+            self.prune_at = max(PRUNE_MIN, 2 * len(children))
+
     def live_children(self) -> list[Storage]:
         alive = [s for ref in self.children if (s := ref()) is not None]
         if len(alive) < len(self.children):
             self.children = [weakref.ref(s) for s in alive]
+            self.prune_at = max(PRUNE_MIN, 2 * len(alive))
         return alive
 
     def neighbours(self) -> list[Storage]:
@@ -141,9 +158,24 @@ class Storage:
 
 
 class Cell:
-    """One tensor value: a (view of a) storage plus the recipe that made it."""
+    """One tensor value: a (view of a) storage plus the recipe that made it.
 
-    __slots__ = ("storage", "recipe", "index", "shape", "dtype", "device", "is_view", "contiguous")
+    A view cell keeps its own recipe (the view op, whose input is the viewed cell). Any
+    other cell's recipe is its storage's ``producer``, read through, never copied: when
+    the storage drops its producer (it becomes a constant or is banished) no cell keeps
+    the old recipe, or anything it read, alive.
+    """
+
+    __slots__ = (
+        "storage",
+        "view_recipe",
+        "index",
+        "shape",
+        "dtype",
+        "device",
+        "is_view",
+        "contiguous",
+    )
 
     def __init__(
         self,
@@ -157,13 +189,17 @@ class Cell:
         contiguous: bool = True,
     ):
         self.storage = storage
-        self.recipe = recipe
+        self.view_recipe = recipe if is_view else None
         self.index = index
         self.shape = shape
         self.dtype = dtype
         self.device = device
         self.is_view = is_view
         self.contiguous = contiguous
+
+    @property
+    def recipe(self) -> Recipe | None:
+        return self.view_recipe if self.is_view else self.storage.producer
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,475 @@
+"""Memory that nobody needs is not counted: constants keep nothing that made them, per-op
+metadata does not pile up on long-lived inputs, garbage in reference cycles does not
+count against a run, and an error while a tensor dies is not lost."""
+
+import gc
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr import nn
+from minidtr.runtime import BudgetError, ThrashError
+from minidtr.testing import isolated_allocator
+from minidtr.testing.soak import soak
+
+F32 = np.float32
+
+
+def randn(rng, *shape, scale=1.0):
+    return md.tensor((rng.standard_normal(shape) * scale).astype(F32))
+
+
+# ---- constants drop everything that made them ----------------------------------------------
+
+
+def test_a_leaf_gradient_keeps_nothing_that_made_it():
+    rng = np.random.default_rng(0)
+    with isolated_allocator() as allocator:
+        W = md.tensor(rng.standard_normal((100, 100)).astype(F32), requires_grad=True)
+        X = randn(rng, 1200, 100)
+        x_storage = weakref.ref(X.storage)
+        md.sum(md.matmul(X, W)).backward()
+        del X
+        assert x_storage() is None
+        assert W.grad.cell.recipe is None
+        assert allocator.memory == W.nbytes + W.grad.nbytes == 80_000
+        # accumulation over several backward passes does not keep the earlier inputs
+        for _ in range(5):
+            md.sum(md.matmul(randn(rng, 1200, 100), W)).backward()
+        assert allocator.memory == 80_000
+        assert allocator.constant_bytes == 80_000
+
+
+def test_gradient_accumulation_fits_a_budget_that_holds_one_step():
+    rng = np.random.default_rng(1)
+    with isolated_allocator():
+        W = md.tensor(rng.standard_normal((100, 100)).astype(F32), requires_grad=True)
+        step_peak = md.Runtime(cost="flops")
+        with step_peak:
+            md.sum(md.tanh(md.matmul(randn(rng, 600, 100), W))).backward()
+        W.grad = None
+        # one step, plus the gradient kept from the step before and their sum
+        budget = step_peak.stats()["peak_memory"] + 2 * W.nbytes
+        with md.Runtime(budget=budget, cost="flops"):
+            for _ in range(10):
+                md.sum(md.tanh(md.matmul(randn(rng, 600, 100), W))).backward()
+
+
+def test_banished_parents_leave_nothing_behind_their_new_constants():
+    rng = np.random.default_rng(2)
+    with isolated_allocator() as allocator, md.Runtime(dealloc="banish"):
+        x = randn(rng, 50, 50)
+        a = md.tanh(x)
+        b = md.exp(a)
+        a_storage = weakref.ref(a.storage)
+        x_storage = weakref.ref(x.storage)
+        del a, x
+        assert b.storage.constant and b.cell.recipe is None
+        assert a_storage() is None and x_storage() is None
+        assert allocator.memory == b.nbytes
+
+
+def test_optimizer_state_and_new_parameters_keep_no_old_values():
+    rng = np.random.default_rng(3)
+    with isolated_allocator() as allocator:
+        model = nn.Sequential(nn.Linear(20, 30, rng=rng), nn.ReLU(), nn.Linear(30, 5, rng=rng))
+        params = list(model.parameters())
+        opt = md.optim.Adam(params, lr=1e-2)
+        param_bytes = sum(p.nbytes for p in params)
+        for _ in range(3):
+            x = randn(rng, 16, 20)
+            inputs = weakref.ref(x.storage)
+            loss = md.mean(model(x) * model(x))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            del x, loss
+            assert inputs() is None
+            for tensors in (params, [p.grad for p in params], opt.exp_avg, opt.exp_avg_sq):
+                assert all(t.cell.recipe is None and t.storage.constant for t in tensors)
+            # parameters, gradients and both moments; nothing of the step before
+            assert allocator.memory == 4 * param_bytes
+
+
+def test_kept_losses_do_not_keep_their_steps_parameters():
+    rng = np.random.default_rng(14)
+    with isolated_allocator() as allocator:
+        model = nn.Sequential(nn.Linear(20, 30, rng=rng), nn.ReLU(), nn.Linear(30, 5, rng=rng))
+        opt = md.optim.SGD(model.parameters(), lr=1e-2)
+        losses = []
+        for step in range(6):
+            loss = md.mean(model(randn(rng, 16, 20)) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss)  # kept, as a logging loop might
+            if step == 1:
+                settled = allocator.memory
+        assert allocator.memory == settled + 4 * 4
+        assert all(t.storage.constant for t in losses)
+        loss = md.mean(model(randn(rng, 16, 20)) ** 2)
+        loss.backward(retain_graph=True)  # the graph is kept, so is the recipe
+        assert not loss.storage.constant
+
+
+def test_running_statistics_keep_no_batch_alive():
+    rng = np.random.default_rng(4)
+    with isolated_allocator() as allocator:
+        norm = nn.BatchNorm2d(3)
+        fixed = allocator.memory
+        for _ in range(3):
+            x = randn(rng, 4, 3, 5, 5)
+            batch = weakref.ref(x.storage)
+            y = norm(x)
+            del x, y
+            assert batch() is None
+            assert allocator.memory == fixed
+
+
+def test_a_view_of_a_constant_keeps_only_the_constant():
+    rng = np.random.default_rng(5)
+    with isolated_allocator() as allocator:
+        W = md.tensor(rng.standard_normal((30, 40)).astype(F32), requires_grad=True)
+        md.sum(md.matmul(randn(rng, 10, 30), W)).backward()
+        view = W.grad.T
+        detached = W.grad.detach()
+        W.grad = None
+        assert view.cell.recipe.inputs[0].recipe is None
+        assert allocator.memory == W.nbytes + view.storage.nbytes
+        del view, detached
+        assert allocator.memory == W.nbytes
+
+
+# ---- per-op metadata on long-lived inputs ---------------------------------------------------
+
+
+def eval_loop(W, x, steps):
+    for _ in range(steps):
+        md.sum(md.tanh(md.matmul(x, W)))
+
+
+@pytest.mark.parametrize("budget", [None, 10**7])
+def test_twenty_thousand_ops_on_one_weight_hold_no_metadata(budget):
+    rng = np.random.default_rng(6)
+    with isolated_allocator(), md.Runtime(budget=budget):
+        W = randn(rng, 16, 16)
+        x = randn(rng, 4, 16)
+        for _ in range(20_000):
+            md.matmul(x, W)
+        assert len(W.storage.children) <= 8 and len(x.storage.children) <= 8
+        eval_loop(W, x, 500)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            eval_loop(W, x, 2_000)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert grown < 10_000, f"6,000 ops grew Python memory by {grown:,} bytes"
+
+
+def test_live_children_are_all_kept_in_creation_order():
+    rng = np.random.default_rng(7)
+    with isolated_allocator():
+        W = randn(rng, 8, 8)
+        kept = []
+        for i in range(500):
+            y = md.tanh(W)
+            if i % 7 == 0:
+                kept.append(y)
+        del y
+        assert len(W.storage.children) < 2 * len(kept) + 8
+        assert W.storage.live_children() == [t.storage for t in kept]
+
+
+def test_a_budget_set_later_still_sees_the_children_made_before_it():
+    """Children are recorded with or without a budget: a budget set afterwards scores
+    e* with them, rebuilds orphans of a dead parent and banishes safely."""
+    rng = np.random.default_rng(8)
+    with isolated_allocator() as allocator:
+        rt = md.Runtime(dealloc="banish")
+        with rt:
+            x = randn(rng, 64, 64)
+            a = md.tanh(x)
+            b = md.exp(a)
+            c = md.sigmoid(a)
+            expected = b.numpy(), c.numpy()
+            assert a.storage.live_children() == [b.storage, c.storage]
+            rt.budget = allocator.memory
+            allocator.evict(b.storage)
+            del a  # b is evicted and still needs a: a cannot be banished
+            assert not b.storage.constant
+            np.testing.assert_array_equal(b.numpy(), expected[0])
+            np.testing.assert_array_equal(c.numpy(), expected[1])
+
+
+def test_a_dead_parent_rebuilds_orphans_made_before_the_budget():
+    rng = np.random.default_rng(9)
+    with isolated_allocator() as allocator:
+        rt = md.Runtime()
+        with rt:
+            x = randn(rng, 64, 64)
+            a = md.tanh(x)
+            b = md.exp(a)
+            expected = b.numpy()
+            rt.budget = allocator.memory + 10 * b.nbytes
+            allocator.evict(b.storage)
+            del a  # b is an orphan of a: rebuilt before a goes
+            assert b.is_resident and rt.stats()["orphan_remats"] == 1
+            np.testing.assert_array_equal(b.numpy(), expected)
+
+
+# ---- garbage in reference cycles -------------------------------------------------------------
+
+
+def tree_program(depth: int = 5, width: int = 128, batch: int = 4) -> float:
+    """A recursive closure (a Tree-LSTM encoder's shape): ``encode`` refers to itself, so
+    when the program returns, its inputs, weight, gradient and states are garbage in a
+    reference cycle, freed only by Python's cycle collector."""
+    rng = np.random.default_rng(0)
+    x = randn(rng, batch, width)
+    W = md.tensor((rng.standard_normal((width, width)) * 0.1).astype(F32), requires_grad=True)
+    states = []
+
+    def encode(d):
+        if d == 0:
+            h = md.tanh(md.matmul(x, W))
+        else:
+            h = md.tanh(md.matmul(encode(d - 1) + encode(d - 1), W))
+        states.append(h)
+        return h
+
+    root = encode(depth)
+    loss = md.sum(root * root)
+    loss.backward()
+    return loss.item()
+
+
+@pytest.mark.parametrize("collector", ["default", "disabled", "eager"])
+def test_garbage_in_cycles_does_not_count_against_the_next_run(collector):
+    thresholds = gc.get_threshold()
+    was_enabled = gc.isenabled()
+    with isolated_allocator():
+        reference = md.Runtime(cost="flops")
+        with reference:
+            expected = tree_program()
+        budget = int(0.7 * reference.stats()["peak_memory"])
+        try:
+            if collector == "disabled":
+                gc.disable()
+            elif collector == "eager":
+                gc.set_threshold(1)
+            results = []
+            for _ in range(4):
+                rt = md.Runtime(budget=budget, cost="flops")
+                with rt:
+                    value = tree_program()
+                stats = rt.stats()
+                results.append((value, stats["remats"], stats["evictions"]))
+        finally:
+            gc.set_threshold(*thresholds)
+            if was_enabled:
+                gc.enable()
+    assert results[0][1] > 0
+    assert results == [results[0]] * 4
+    assert results[0][0] == expected
+
+
+def test_a_budget_error_comes_only_after_collecting_garbage():
+    rng = np.random.default_rng(10)
+    with isolated_allocator() as allocator, md.Runtime(budget=2 * 4096):
+        garbage = [randn(rng, 1024)]
+        garbage.append(garbage)  # a cycle holding a 4 kB constant
+        del garbage
+        gc.disable()
+        try:
+            a = randn(rng, 1024)
+            b = randn(rng, 1024)  # fits only once the cycle is collected
+        finally:
+            gc.enable()
+        assert allocator.memory == a.nbytes + b.nbytes
+        with pytest.raises(BudgetError):
+            randn(rng, 2048)
+        assert allocator.memory == 2 * 4096
+
+
+# ---- errors while a tensor dies ----------------------------------------------------------------
+
+
+def test_a_thrash_error_while_a_tensor_dies_evicts_it_and_surfaces_at_exit():
+    rng = np.random.default_rng(11)
+    with isolated_allocator() as allocator:
+        rt = md.Runtime()
+        with pytest.raises(ThrashError), rt:
+            x = randn(rng, 32, 32)
+            a = md.tanh(x)
+            b = md.exp(a)
+            rt.budget = allocator.memory + 4 * b.nbytes
+            allocator.evict(b.storage)
+            rt.max_slowdown = 1.0
+            rt.stats_.remats = 10**6  # the thrash guard trips at the next replay
+            rt.stats_.remat_cost = rt.stats_.compute_cost
+            a_storage = a.storage
+            del a  # b is an orphan: its rebuild raises inside Tensor.__del__
+            assert a_storage.buffer is None, "the dead parent must not stay resident"
+            assert not b.is_resident
+        assert allocator.pending_error is None
+        # the runtime is clean: the orphan still rebuilds through its chain
+        np.testing.assert_array_equal(b.numpy(), np.exp(np.tanh(x.numpy())))
+
+
+def test_an_error_while_a_tensor_dies_surfaces_at_the_next_op():
+    rng = np.random.default_rng(12)
+    with isolated_allocator() as allocator:
+        rt = md.Runtime()
+        with rt:
+            x = randn(rng, 32, 32)
+            a = md.tanh(x)
+            b = md.exp(a)
+            rt.budget = allocator.memory + 4 * b.nbytes
+            allocator.evict(b.storage)
+            rt.max_slowdown = 1.0
+            rt.stats_.remats = 10**6
+            rt.stats_.remat_cost = rt.stats_.compute_cost
+            del a
+            with pytest.raises(ThrashError):
+                md.tanh(x)
+            assert allocator.pending_error is None
+            rt.max_slowdown = None
+            np.testing.assert_array_equal(b.numpy(), np.exp(np.tanh(x.numpy())))
+
+
+def test_deaths_inside_a_busy_allocator_wait_for_the_access_to_end():
+    """A garbage-collector pass during an op may kill tensors: their storages are evicted
+    when the op is done, not under it."""
+    rng = np.random.default_rng(13)
+    with isolated_allocator() as allocator, md.Runtime():
+        x = randn(rng, 16, 16)
+        a = md.tanh(x)
+        dead = a.storage
+        seen = []
+
+        class Probe(md.ops.Op):
+            name = "probe"
+
+            def infer(self, cell):
+                return [(cell.shape, cell.dtype)]
+
+            def forward(self, xp, array):
+                nonlocal a
+                del a  # the last handle dies while the allocator is busy
+                seen.append(dead.buffer is not None)
+                return array + 1
+
+        y = md.ops.apply(Probe(), x)
+        assert seen == [True]
+        assert dead.buffer is None and dead not in allocator.candidates
+        assert y.is_resident
+
+
+# ---- soak ----------------------------------------------------------------------------------------
+
+
+def test_a_soak_run_holds_counted_and_python_memory_flat():
+    """200 unbudgeted and 100 budgeted steps of a small MLP with Adam (benchmarks/soak.py
+    runs thousands): after the first steps, the allocator counts the same bytes after every
+    step and Python's memory does not grow."""
+    report = soak(200, 100, every=30)
+    assert report.remats > 0 and report.evictions > 0
+    for phase in ("unbudgeted", "budgeted"):
+        samples = report.phase(phase)
+        assert len(samples) >= 3
+        assert {s.counted for s in samples} == {samples[0].counted}, samples
+        # from the second sample on: the parameters the first steps replaced are traced now
+        first, last = samples[1], samples[-1]
+        per_step = (last.traced - first.traced) / (last.step - first.step)
+        assert per_step < 50, f"{phase}: Python memory grew {per_step:.0f} bytes per step"
+
+
+def test_the_cuda_oom_handler_collects_garbage_before_giving_up(monkeypatch):
+    """With a stand-in for CuPy: an allocation that fails until a reference cycle holding
+    device memory is collected succeeds after one collection; one that never fits fails."""
+    from types import SimpleNamespace
+
+    from minidtr import backend
+
+    class OutOfMemoryError(Exception):
+        pass
+
+    freed = []
+
+    class Holder:
+        def __del__(self):
+            freed.append(True)
+
+    class Pool:
+        def malloc(self, nbytes):
+            if nbytes > 100 or not freed:
+                raise OutOfMemoryError(nbytes)
+            return ("block", nbytes)
+
+        def free_all_blocks(self):
+            pass
+
+    installed = []
+    fake = SimpleNamespace(
+        get_default_memory_pool=Pool,
+        cuda=SimpleNamespace(
+            memory=SimpleNamespace(OutOfMemoryError=OutOfMemoryError),
+            set_allocator=installed.append,
+        ),
+    )
+    monkeypatch.setattr(backend, "_import_cupy", lambda: fake)
+    evictions = []
+    backend.install_cuda_oom_handler(lambda nbytes: evictions.append(nbytes) and False)
+    malloc = installed[0]
+    cycle = [Holder()]
+    cycle.append(cycle)
+    del cycle
+    gc.disable()
+    try:
+        assert malloc(64) == ("block", 64)
+    finally:
+        gc.enable()
+    assert freed == [True] and evictions == [64]
+    with pytest.raises(OutOfMemoryError):
+        malloc(1000)
+    assert evictions == [64, 1000, 1000]
+
+
+def test_an_error_while_settling_deaths_of_an_op_is_raised_by_that_op():
+    rng = np.random.default_rng(15)
+    with isolated_allocator() as allocator:
+        rt = md.Runtime()
+        with rt:
+            x = randn(rng, 32, 32)
+            a = md.tanh(x)
+            b = md.exp(a)
+            rt.budget = allocator.memory + 4 * b.nbytes
+            allocator.evict(b.storage)
+            rt.max_slowdown = 1.0
+            rt.stats_.remats = 10**6
+            rt.stats_.remat_cost = rt.stats_.compute_cost
+            dead = a.storage
+
+            class Probe(md.ops.Op):
+                name = "probe"
+
+                def infer(self, cell):
+                    return [(cell.shape, cell.dtype)]
+
+                def forward(self, xp, array):
+                    nonlocal a
+                    del a  # dies while the allocator is busy: settled when the op is done
+                    return array + 1
+
+            with pytest.raises(ThrashError):
+                md.ops.apply(Probe(), x)
+            assert dead.buffer is None and allocator.pending_error is None
+            rt.max_slowdown = None
+            np.testing.assert_array_equal(b.numpy(), np.exp(np.tanh(x.numpy())))
