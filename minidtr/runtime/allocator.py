@@ -120,10 +120,11 @@ class Allocator(Eviction, Lifetime):
     def push(self, runtime: Runtime) -> None:
         if runtime.allocator is not None:
             raise RuntimeError(f"{runtime!r} is already active; a runtime cannot be re-entered")
-        if runtime.budget is not None:
+        if runtime.budget is not None and self.memory > 0:
             # garbage in reference cycles (left by earlier work) must neither count against
             # this run nor leave when the cycle collector happens to run: decisions under
-            # a budget then depend on the program alone
+            # a budget then depend on the program alone (an allocator holding nothing has
+            # nothing to lose, and skips the cost of a full collection)
             gc.collect()
         runtime.allocator = self
         runtime._active_since = time.perf_counter()
