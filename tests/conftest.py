@@ -27,3 +27,13 @@ def fresh_allocator():
 
     with isolated_allocator() as allocator:
         yield allocator
+
+
+def pytest_collection_finish(session):
+    """Freeze what exists once the tests are collected (modules, PyTorch, hypothesis): the
+    runtime runs a full garbage collection before it reports a BudgetError, and the many
+    infeasible budgets a property test tries would each rescan that whole heap."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
