@@ -22,6 +22,11 @@ from .storage import Storage
 SHORTLIST = 5  # candidates recorded with each budget eviction (victim, runner-up, ...)
 
 
+# Off only while a search probes budgets it expects to fail (``minidtr.testing``'s
+# bisections): each failure would otherwise rescan the whole Python heap.
+COLLECT_BEFORE_FAILING = True
+
+
 class Eviction:
     def _evict_until(self, target: int, op_name: str, needed: int) -> None:
         """Evict until at most ``target`` bytes are resident (the caller is busy).
@@ -37,6 +42,7 @@ class Eviction:
             if (
                 victim is None
                 and not collected
+                and COLLECT_BEFORE_FAILING
                 and not self._tentative
                 and self._locked_bytes() <= target
             ):

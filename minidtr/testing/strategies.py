@@ -25,6 +25,7 @@ budget by bisection of live runs) are plain helpers.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -202,8 +203,22 @@ def minimal_budget(
                 max_wall_slowdown=None,  # the answer must not depend on the machine's speed
                 rebuild_orphans=rebuild_orphans,
             )
-            run_under(fn, runtime)
+            with probing():
+                run_under(fn, runtime)
             hi = mid
         except BudgetError:
             lo = mid
     return hi
+
+
+@contextlib.contextmanager
+def probing():
+    """Budgets tried by a search fail often and on purpose: no garbage collection before
+    each BudgetError (``minidtr.runtime.eviction.COLLECT_BEFORE_FAILING``)."""
+    from ..runtime import eviction
+
+    previous, eviction.COLLECT_BEFORE_FAILING = eviction.COLLECT_BEFORE_FAILING, False
+    try:
+        yield
+    finally:
+        eviction.COLLECT_BEFORE_FAILING = previous
