@@ -102,8 +102,8 @@ def _drop_recipe_of_scalar(root: Tensor) -> None:
     among them (an optimizer step replaces them, and a kept loss, say in a list, would keep
     each step's set counted); its value costs a few bytes to keep."""
     cell = root.cell
-    if root.size == 1 and not cell.is_view and cell.storage.buffer is not None:
-        cell.storage.allocator.make_constant(cell.storage)
+    if root.size == 1 and not cell.is_view:
+        cell.storage.allocator.make_constant(cell.storage, if_resident=True)
 
 
 def grad(

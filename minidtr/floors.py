@@ -12,6 +12,7 @@ computes the same figure from a trace: ``minidtr sim info``).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -52,14 +53,18 @@ class FloorMeter:
         self.constants = allocator.constant_bytes
         self.floor = allocator.constant_bytes
         self.floor_op = ""
+        # constants only because they were resident (a used-up loss): under a budget they
+        # may have been evicted first, so the floor does not count them as constants
+        self.conditional: weakref.WeakSet[Storage] = weakref.WeakSet()
 
     def _need(self, storages: list[Storage], op: str) -> None:
-        constants = self.allocator.constant_bytes
+        conditional = self.conditional
+        constants = self.allocator.constant_bytes - sum(s.nbytes for s in conditional)
         self.constants = max(self.constants, constants)
         seen: set[int] = set()
         need = constants
         for storage in storages:
-            if storage.producer is not None and id(storage) not in seen:
+            if (storage.producer is not None or storage in conditional) and id(storage) not in seen:
                 seen.add(id(storage))
                 need += storage.nbytes
         if need > self.floor:
@@ -76,6 +81,10 @@ class FloorMeter:
 
     def on_make_constant(self, storage: Storage) -> None:
         self._need([], storage.name)
+
+    def on_make_constant_if_resident(self, storage: Storage) -> None:
+        if storage.producer is None:
+            self.conditional.add(storage)
 
     def on_add_ref(self, cell: Cell) -> None:
         pass

@@ -233,11 +233,6 @@ def test_raise_names_the_configuration_and_the_floor():
     assert f"the largest single op needs {floor.largest_op:,}" in message
 
 
-@pytest.mark.xfail(
-    reason="since constants keep nothing that made them (lifetimes), the live run fits below "
-    "the recorded trace's largest-op working set; the trace floor needs the same rule",
-    strict=False,
-)
 def test_the_floor_is_the_live_minimal_budget():
     fn = mlp_training(depth=4, width=12, steps=2, seed=3)
     for heuristic in ("dtr", "lru"):

@@ -92,6 +92,7 @@ class Allocator(Eviction, Lifetime):
         self._sampler = random.Random(0)
         self._dead_remats: list[Storage] = []
         self._dying: deque[Storage] = deque()  # dead storages waiting for the policy
+        self._released: list[Cell] = []  # handles that died meanwhile, for the observer
         self._busy = False  # inside an op, a rematerialization or a search: deaths wait
         self._scoring = False  # inside an eviction search (only the garbage collector can
         # free a storage then)
@@ -196,11 +197,11 @@ class Allocator(Eviction, Lifetime):
             storage.buffer = array
             storage.last_access = self.clock
             self.constant_bytes += nbytes
+            if self.observer is not None:
+                self.observer.on_constant(storage)
         finally:
             self._done([], was_busy)
         self._record("alloc", storage)
-        if self.observer is not None:
-            self.observer.on_constant(storage)
         return storage
 
     def compute(
@@ -295,7 +296,7 @@ class Allocator(Eviction, Lifetime):
         self._unlock(locked)
         self._free_dead_remats()
         self._busy = was_busy
-        if self._dying:
+        if self._dying or self._released:
             self._settle_dying()
         if self.pending_error is not None and not was_busy and sys.exc_info()[1] is None:
             self.raise_pending()  # an error while settling deaths: surface it with this access

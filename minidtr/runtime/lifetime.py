@@ -37,9 +37,14 @@ class Lifetime:
             self.observer.on_add_ref(cell)
 
     def release(self, cell: Cell) -> None:
-        """An external handle died; the last one triggers the deallocation policy."""
+        """An external handle died; the last one triggers the deallocation policy. An
+        observer hears of a death while the allocator is busy when the access is done, with
+        the policies (``_settle_dying``), so a trace holds it where it takes effect."""
         if self.observer is not None:
-            self.observer.on_release(cell)
+            if self._busy:
+                self._released.append(cell)
+            else:
+                self.observer.on_release(cell)
         storage = cell.storage
         storage.external_refs -= 1
         if storage.external_refs == 0:
@@ -66,8 +71,13 @@ class Lifetime:
             return
         self._busy = True
         try:
-            while self._dying:
-                self._apply_policy(self._dying.popleft())
+            while self._dying or self._released:
+                released, self._released = self._released, []
+                if self.observer is not None:
+                    for cell in released:
+                        self.observer.on_release(cell)
+                if self._dying:
+                    self._apply_policy(self._dying.popleft())
         finally:
             self._busy = False
 
@@ -168,10 +178,18 @@ class Lifetime:
             self.candidates.pop(storage, None)
             self.pinned_bytes += storage.nbytes
 
-    def make_constant(self, storage: Storage) -> None:
+    def make_constant(self, storage: Storage, if_resident: bool = False) -> None:
         """Drop a storage's recipe (rematerializing it first if needed): it becomes a constant,
-        never evicted, and no longer keeps its inputs' metadata alive."""
+        never evicted, and no longer keeps its inputs' metadata alive. With ``if_resident``
+        an evicted storage keeps its recipe instead (nothing is recomputed); an observer is
+        told either way (``on_make_constant_if_resident``), so that a trace recorded without
+        a budget replays the same rule under one."""
         if storage.producer is None:
+            return
+        observer = self.observer
+        if if_resident and storage.buffer is None:
+            if observer is not None:
+                observer.on_make_constant_if_resident(storage)
             return
         with self.holding(storage):
             storage.producer = None
@@ -180,8 +198,11 @@ class Lifetime:
                 storage.pinned = False
                 self.pinned_bytes -= storage.nbytes
             self.constant_bytes += storage.nbytes
-        if self.observer is not None:
-            self.observer.on_make_constant(storage)
+            if observer is not None:
+                if if_resident:
+                    observer.on_make_constant_if_resident(storage)
+                else:
+                    observer.on_make_constant(storage)
 
     def unpin(self, storage: Storage) -> None:
         if not storage.pinned:

@@ -18,7 +18,12 @@ same decisions. The mapping:
   no results and TIME 0: the replay locks (and if needed rematerializes) the
   same storage at the same point;
 - a value that drops its recipe (``allocator.make_constant``, how autograd keeps
-  finished gradients) is an ``ANNOTATE CONSTANT`` of one of its names;
+  finished gradients) is an ``ANNOTATE CONSTANT`` of one of its names; one that
+  drops it only if resident (a used-up loss) carries ``IF_RESIDENT``, recorded
+  whether or not it was resident, so the trace is the same under any budget;
+- a handle that dies while the allocator is busy (a garbage-collector pass inside
+  an op) is reported by the allocator when that access is done, where its death
+  takes effect, so its ``RELEASE`` follows the op's ``CALL``;
 - a value that existed before recording began is recorded as a ``CONSTANT``
   when it is first used (an approximation: start recording before the program
   creates its tensors). Pinning is not recorded.
@@ -130,11 +135,14 @@ class Recorder:
         if not names:
             del self._held[key]
 
-    def on_make_constant(self, storage: Storage) -> None:
+    def on_make_constant(self, storage: Storage, if_resident: bool = False) -> None:
         for cell, names in self._held.values():
             if cell.storage is storage:
-                self.instructions.append(MakeConstant(names[-1]))
+                self.instructions.append(MakeConstant(names[-1], if_resident=if_resident))
                 return
+
+    def on_make_constant_if_resident(self, storage: Storage) -> None:
+        self.on_make_constant(storage, if_resident=True)
 
     # ---- results ------------------------------------------------------------------------------
 

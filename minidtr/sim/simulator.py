@@ -22,7 +22,8 @@ How instructions map onto the allocator:
   the prototype's logs or in minidtr's recordings.)
 - ``MUTATE`` is a fresh call producing one new storage per mutated argument,
   then the mutated names are rebound (add_ref new, release old);
-- ``ANNOTATE CONSTANT`` (minidtr's extension) is ``make_constant``;
+- ``ANNOTATE CONSTANT`` (minidtr's extension) is ``make_constant``, with
+  ``if_resident`` when it carries ``IF_RESIDENT``;
 - at the end every name still held is an output: its storage is pinned
   (rematerialized if evicted), which can itself run out of budget.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -199,6 +201,9 @@ class Replayer:
         self.cells: dict[str, Cell] = {}
         self.guard = ThrashGuard(self.runtime.stats_, thrash_cost)
         self.measure_floors = measure_floors
+        # constants only because they were resident when a trace said IF_RESIDENT: a budget
+        # can evict them before, so no floor counts them as constants
+        self.conditional: weakref.WeakSet = weakref.WeakSet()
         self.constant_floor = 0
         self.bottleneck = 0
         self.bottleneck_op = ""
@@ -259,17 +264,23 @@ class Replayer:
         storage = self.allocator.add_constant(lambda: Placeholder(nbytes), nbytes, ins.name)
         self._define(ins.name, Cell(storage, None, 0, (nbytes,), BYTE, None))
         if self.measure_floors:
-            self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
+            self.constant_floor = max(self.constant_floor, self._constants())
+
+    def _constants(self) -> int:
+        """Constant bytes alive that every budget keeps (``conditional`` ones excluded)."""
+        return self.allocator.constant_bytes - sum(s.nbytes for s in self.conditional)
 
     def _note_bottleneck(self, op: str, args: tuple[Cell, ...], fresh_bytes: int) -> None:
         seen: list = []
         working = fresh_bytes
         for cell in args:
             storage = cell.storage
-            if storage.producer is not None and not any(storage is s for s in seen):
+            if (storage.producer is not None or storage in self.conditional) and not any(
+                storage is s for s in seen
+            ):
                 seen.append(storage)
                 working += storage.nbytes
-        need = self.allocator.constant_bytes + working
+        need = self._constants() + working
         if need > self.bottleneck:
             self.bottleneck, self.bottleneck_op = need, op
         if working > self.working_set:
@@ -301,7 +312,7 @@ class Replayer:
         for r in ins.results:
             self._define(r.name, made[r.name])
         if ins.constant and self.measure_floors:
-            self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
+            self.constant_floor = max(self.constant_floor, self._constants())
 
     def _mutate(self, ins: Mutate) -> None:
         args = tuple(self.cells[a] for a in ins.args)
@@ -325,9 +336,13 @@ class Replayer:
         self.allocator.release(old)
 
     def _make_constant(self, ins: MakeConstant) -> None:
-        self.allocator.make_constant(self.cells[ins.name].storage)
-        if self.measure_floors:
-            self.constant_floor = max(self.constant_floor, self.allocator.constant_bytes)
+        storage = self.cells[ins.name].storage
+        had_recipe = storage.producer is not None
+        self.allocator.make_constant(storage, if_resident=ins.if_resident)
+        if ins.if_resident and had_recipe and self.measure_floors:
+            self.conditional.add(storage)
+        elif self.measure_floors:
+            self.constant_floor = max(self.constant_floor, self._constants())
 
     def _release(self, ins: Release) -> None:
         self.allocator.release(self.cells.pop(ins.name))

@@ -33,7 +33,10 @@ Two extensions, which other readers ignore: a CALL may carry
 ``as_constants()``, used by optimizer updates): computed once, never evicted;
 and ``ANNOTATE {ANNOTATION: "CONSTANT", NAME}`` means the value of NAME
 (rematerialized first if evicted) drops its recipe and becomes a constant
-(minidtr keeps finished gradients that way).
+(minidtr keeps finished gradients that way). With ``"IF_RESIDENT": "1"`` it does so
+only if the value is resident at that point; an evicted one keeps its recipe and
+nothing is recomputed (minidtr's rule for a used-up loss, whose residency depends
+on the budget).
 
 A third: the ``ANNOTATE START`` line of a log written by minidtr carries
 ``"LINES"``, the number of lines of the whole log, so a log cut short, even at
@@ -132,10 +135,12 @@ class Annotate:
 
 @dataclass(frozen=True, slots=True)
 class MakeConstant:
-    """The value of NAME loses its recipe and becomes a constant (minidtr extension)."""
+    """The value of NAME loses its recipe and becomes a constant (minidtr extension); with
+    ``if_resident``, only if it is resident at that point (an evicted one keeps its recipe)."""
 
     name: str
     line: int = 0
+    if_resident: bool = False
 
 
 Instruction = Constant | Call | Mutate | Copy | CopyFrom | Release | Annotate | MakeConstant
@@ -343,7 +348,8 @@ def _parse(lines: _Lines) -> list[Instruction]:
         elif kind == "ANNOTATE":
             annotation = _str(lines, line, row, "ANNOTATION")
             if annotation == "CONSTANT" and "NAME" in row:
-                out.append(MakeConstant(_str(lines, line, row, "NAME"), line))
+                if_resident = str(row.get("IF_RESIDENT", "0")) == "1"
+                out.append(MakeConstant(_str(lines, line, row, "NAME"), line, if_resident))
             else:
                 out.append(Annotate(annotation, line))
         elif kind in ("MEMORY", "ALIAS"):
@@ -543,7 +549,10 @@ def instruction_rows(ins: Instruction) -> list[dict[str, Any]]:
     if isinstance(ins, Annotate):
         return [{"INSTRUCTION": "ANNOTATE", "ANNOTATION": ins.annotation}]
     if isinstance(ins, MakeConstant):
-        return [{"INSTRUCTION": "ANNOTATE", "ANNOTATION": "CONSTANT", "NAME": ins.name}]
+        row = {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "CONSTANT", "NAME": ins.name}
+        if ins.if_resident:
+            row["IF_RESIDENT"] = "1"
+        return [row]
     raise TypeError(f"not a trace instruction: {ins!r}")
 
 
