@@ -6,7 +6,7 @@ from .autograd import grad, no_grad
 from .ops import *  # noqa: F403  (the functional API at top level)
 from .ops import DTypeError, ShapeError, as_constants
 from .ops.random import manual_seed, rand, randn
-from .runtime import BudgetError, Runtime, ThrashError
+from .runtime import BudgetError, Runtime, RuntimeOptions, ThrashError
 from .tensor import (
     Tensor,
     arange,

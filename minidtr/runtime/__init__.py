@@ -3,6 +3,7 @@ manager, the heuristics, and the ``Runtime`` policy object."""
 
 from .allocator import Allocator, allocator_for
 from .heuristics import HEURISTIC_NAMES, Heuristic, ablation_names, make_heuristic
+from .options import RuntimeOptions
 from .runtime import BudgetError, Runtime, Stats, ThrashError
 from .storage import Cell, Recipe, Storage
 
@@ -14,6 +15,7 @@ __all__ = [
     "Heuristic",
     "Recipe",
     "Runtime",
+    "RuntimeOptions",
     "Stats",
     "Storage",
     "ThrashError",

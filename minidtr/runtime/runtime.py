@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .heuristics import make_heuristic
-
-DEALLOC_POLICIES = ("eager", "banish", "ignore")
-COST_MODELS = ("time", "flops")
+from .options import (  # noqa: F401  (re-exported: the settings' checks lived here)
+    COST_MODELS,
+    DEALLOC_POLICIES,
+    DEFAULT_MAX_SLOWDOWN,
+    DEFAULT_MAX_WALL_SLOWDOWN,
+    MAX_BUDGET,
+    RuntimeOptions,
+    check_budget,
+    check_limit,
+)
 
 
 class BudgetError(MemoryError):
@@ -143,47 +149,9 @@ class Stats:
         return (total + self.remat_cost) / total if total > 0 else 1.0
 
 
-# The default thrash guard (see Runtime and docs/cli.md): above what the runs the docs call
-# trainable cost (up to about 3.3x in the cost model, 3.6x in wall time), far below what
-# thrashing runs reach.
-DEFAULT_MAX_SLOWDOWN = 4.0
-DEFAULT_MAX_WALL_SLOWDOWN = 10.0
 # The wall-clock guard judges only runs that have been active this long (seconds): before
 # that a ratio of wall times is noise, and nothing has ground for long yet.
 WALL_GUARD_AFTER = 10.0
-MAX_BUDGET = 2**63 - 1  # bytes: what an int64 holds
-
-
-def check_budget(value: Any) -> int | None:
-    """``value`` as a budget: None, or a number of bytes >= 0 that fits in int64 (rounded
-    down to a whole byte)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"budget must be a number of bytes or None, got {type(value).__name__} {value!r}"
-        )
-    if not math.isfinite(value):
-        raise ValueError(f"budget must be a finite number of bytes or None, got {value}")
-    if value < 0:
-        raise ValueError(f"budget must be >= 0 bytes or None, got {value}")
-    if value > MAX_BUDGET:
-        raise ValueError(f"budget must be at most {MAX_BUDGET:,} bytes (2**63 - 1), got {value:g}")
-    return int(value)  # a fraction of a byte is rounded down: 0.3 * peak is a fine budget
-
-
-def check_limit(name: str, value: Any) -> float | None:
-    """A thrash limit: None (no limit) or a finite or infinite number > 1."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number > 1 or None, got {type(value).__name__}")
-    if math.isnan(value) or value <= 1.0:
-        raise ValueError(
-            f"{name} must be > 1 (a slowdown: 2 means twice as slow) or None to disable "
-            f"the guard, got {value}"
-        )
-    return float(value)
 
 
 class Runtime:
@@ -206,72 +174,81 @@ class Runtime:
         rebuild_orphans: bool = True,
         keep_dead_remats: bool = False,
     ):
-        """
-        budget: bytes, a hard limit on resident bytes; None = unbounded.
-        heuristic: a name from ``minidtr.runtime.heuristics`` (dtr, dtr_eq, dtr_local,
-            msps, lru, size, random, or an ablation-grid name), or an object with a
-            ``name`` and ``score(storage, allocator)`` (lower = evicted first).
-        dealloc: what happens when the last reference to a storage dies:
-            ``eager`` evicts it (metadata kept while evicted children may need it),
-            ``banish`` frees it for good and makes its children unevictable,
-            ``ignore`` leaves it resident until the heuristic evicts it.
-        cost: ``time`` (measured ns), ``flops`` (a deterministic estimate from
-            each op's flop and byte counts) or ``f(op, in_metas, out_metas) -> float``.
-        sample: score only about sqrt(n) candidates per eviction (random stride).
-        min_size: skip candidates smaller than this fraction of the mean candidate size.
-        record_events: keep a log of every alloc/evict/remat/free/banish (``events``);
-            budget evictions carry the lowest-scoring candidates with their score terms,
-            remats their cascade (``minidtr explain``), ``mark_step`` adds step marks.
-        seed: seeds the random heuristic and candidate sampling.
-        max_slowdown: the thrash guard in the cost model: raise ``ThrashError`` instead of
-            running a rematerialization that would take the slowdown so far, (compute +
-            remat) / compute, past this (checked before every one, so the slowdown a run
-            reports never exceeds it). Default 4; None disables it. Must be > 1.
-        max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
-            runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work
-            (searching for victims, evicting, recomputing) has made its wall time more
-            than this many times the rest (wall_time / (wall_time - overhead_time)). It
-            catches runs whose time goes to the eviction search rather than to
-            recomputation, which the cost model does not see. Default 10; None disables
-            it. Must be > 1.
-        rebuild_orphans: under ``eager`` deallocation, before evicting a dead storage,
-            rematerialize its evicted children that are still referenced, so their
-            rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the
-            paper's plain eager eviction.
-        keep_dead_remats: storages that nobody references, rematerialized only to rebuild
-            others, stay resident as ordinary candidates after the access that needed them
-            (the paper's simulator) instead of being freed when it ends (the default).
-        """
-        budget = check_budget(budget)
-        max_slowdown = check_limit("max_slowdown", max_slowdown)
-        max_wall_slowdown = check_limit("max_wall_slowdown", max_wall_slowdown)
-        if dealloc not in DEALLOC_POLICIES:
-            raise ValueError(f"unknown dealloc {dealloc!r}; expected one of {DEALLOC_POLICIES}")
-        if not callable(cost) and cost not in COST_MODELS:
-            raise ValueError(f"unknown cost {cost!r}; expected one of {COST_MODELS} or a callable")
-        if not 0.0 <= min_size < 1.0:
-            raise ValueError(f"min_size is a fraction of the mean size in [0, 1), got {min_size}")
-        self._budget = budget
+        """Each keyword is a field of ``RuntimeOptions``, which says what it means
+        (``Runtime.from_options`` takes such an object whole). A bad value raises
+        ``ValueError`` or ``TypeError`` here, before the runtime is used."""
+        self._configure(
+            RuntimeOptions(
+                budget=budget,
+                heuristic=heuristic,
+                dealloc=dealloc,
+                cost=cost,
+                sample=sample,
+                min_size=min_size,
+                record_events=record_events,
+                seed=seed,
+                device=device,
+                max_slowdown=max_slowdown,
+                max_wall_slowdown=max_wall_slowdown,
+                rebuild_orphans=rebuild_orphans,
+                keep_dead_remats=keep_dead_remats,
+            )
+        )
+
+    @classmethod
+    def from_options(cls, options: RuntimeOptions) -> Runtime:
+        """A runtime with the settings ``options``."""
+        runtime = cls.__new__(cls)
+        runtime._configure(options)
+        return runtime
+
+    def _configure(self, options: RuntimeOptions) -> None:
+        """Copy the settings to plain attributes (what the allocator reads on every op)."""
+        self._budget = options.budget
+        heuristic = options.heuristic
+        self._heuristic_given = heuristic
         if hasattr(heuristic, "score"):
             self.heuristic = heuristic
         else:
-            self.heuristic = make_heuristic(heuristic, seed)
-        self.dealloc = dealloc
-        self.cost = cost
-        self.sample = sample
-        self.min_size = min_size
-        self.seed = seed
-        self.device = device
-        self.max_slowdown = max_slowdown
-        self.max_wall_slowdown = max_wall_slowdown
-        self.rebuild_orphans = rebuild_orphans
-        self.keep_dead_remats = keep_dead_remats
+            self.heuristic = make_heuristic(heuristic, options.seed)
+        self.dealloc = options.dealloc
+        self.cost = options.cost
+        self.sample = options.sample
+        self.min_size = options.min_size
+        self.seed = options.seed
+        self.device = options.device
+        self.max_slowdown = options.max_slowdown
+        self.max_wall_slowdown = options.max_wall_slowdown
+        self.rebuild_orphans = options.rebuild_orphans
+        self.keep_dead_remats = options.keep_dead_remats
         self.stats_ = Stats()
-        self.events: list[dict[str, Any]] | None = [] if record_events else None
+        self.events: list[dict[str, Any]] | None = [] if options.record_events else None
         self._steps_marked = 0
         self.allocator = None
         self._entered_at: Stats | None = None
         self._active_since = 0.0  # perf_counter() when last entered
+
+    @property
+    def options(self) -> RuntimeOptions:
+        """The settings now in force (the attributes, which may have been changed since
+        the runtime was made), as a ``RuntimeOptions``."""
+        given = self._heuristic_given
+        named = isinstance(given, str) and given == self.heuristic.name
+        return RuntimeOptions(
+            budget=self._budget,
+            heuristic=given if named else self.heuristic,
+            dealloc=self.dealloc,
+            cost=self.cost,
+            sample=self.sample,
+            min_size=self.min_size,
+            record_events=self.events is not None,
+            seed=self.seed,
+            device=self.device,
+            max_slowdown=self.max_slowdown,
+            max_wall_slowdown=self.max_wall_slowdown,
+            rebuild_orphans=self.rebuild_orphans,
+            keep_dead_remats=self.keep_dead_remats,
+        )
 
     @property
     def budget(self) -> int | None:

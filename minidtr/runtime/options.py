@@ -1,0 +1,143 @@
+"""``RuntimeOptions``: a runtime's settings in one frozen object, with their defaults and checks.
+
+``md.Runtime(budget=..., heuristic=...)`` builds one from its keywords;
+``Runtime.from_options`` takes one; ``TrainConfig``, the simulator (``simulate``,
+``Replayer``, ``sweep``) and both command lines (``minidtr train``, ``minidtr sim``)
+carry one instead of passing the settings one keyword at a time. The checks run when
+the object is made, so a bad setting is reported before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DEALLOC_POLICIES = ("eager", "banish", "ignore")
+COST_MODELS = ("time", "flops")
+# The default thrash guard (see docs/cli.md): above what the runs the docs call trainable
+# cost (up to about 3.3x in the cost model, 3.6x in wall time), far below what thrashing
+# runs reach.
+DEFAULT_MAX_SLOWDOWN = 4.0
+DEFAULT_MAX_WALL_SLOWDOWN = 10.0
+MAX_BUDGET = 2**63 - 1  # bytes: what an int64 holds
+
+
+def check_budget(value: Any) -> int | None:
+    """``value`` as a budget: None, or a number of bytes >= 0 that fits in int64 (rounded
+    down to a whole byte)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"budget must be a number of bytes or None, got {type(value).__name__} {value!r}"
+        )
+    if not math.isfinite(value):
+        raise ValueError(f"budget must be a finite number of bytes or None, got {value}")
+    if value < 0:
+        raise ValueError(f"budget must be >= 0 bytes or None, got {value}")
+    if value > MAX_BUDGET:
+        raise ValueError(f"budget must be at most {MAX_BUDGET:,} bytes (2**63 - 1), got {value:g}")
+    return int(value)  # a fraction of a byte is rounded down: 0.3 * peak is a fine budget
+
+
+def check_limit(name: str, value: Any) -> float | None:
+    """A thrash limit: None (no limit) or a finite or infinite number > 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number > 1 or None, got {type(value).__name__}")
+    if math.isnan(value) or value <= 1.0:
+        raise ValueError(
+            f"{name} must be > 1 (a slowdown: 2 means twice as slow) or None to disable "
+            f"the guard, got {value}"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The settings of a ``Runtime``; each field is a keyword of ``md.Runtime``.
+
+    budget: bytes, a hard limit on resident bytes; None = unbounded.
+    heuristic: a name from ``minidtr.runtime.heuristics`` (dtr, dtr_eq, dtr_local,
+        msps, lru, size, random, or an ablation-grid name), or an object with a
+        ``name`` and ``score(storage, allocator)`` (lower = evicted first). The name is
+        checked where it is used (a live ``Runtime`` refuses the simulator's trace
+        heuristics, which ``simulate`` accepts).
+    dealloc: what happens when the last reference to a storage dies:
+        ``eager`` evicts it (metadata kept while evicted children may need it),
+        ``banish`` frees it for good and makes its children unevictable,
+        ``ignore`` leaves it resident until the heuristic evicts it.
+    cost: ``time`` (measured ns), ``flops`` (a deterministic estimate from
+        each op's flop and byte counts) or ``f(op, in_metas, out_metas) -> float``.
+    sample: score only about sqrt(n) candidates per eviction (random stride).
+    min_size: skip candidates smaller than this fraction of the mean candidate size.
+    record_events: keep a log of every alloc/evict/remat/free/banish (``events``);
+        budget evictions carry the lowest-scoring candidates with their score terms,
+        remats their cascade (``minidtr explain``), ``mark_step`` adds step marks.
+    seed: seeds the random heuristic and candidate sampling.
+    device: ``cpu`` or ``cuda``: the allocator the runtime applies to.
+    max_slowdown: the thrash guard in the cost model: raise ``ThrashError`` instead of
+        running a rematerialization that would take the slowdown so far, (compute +
+        remat) / compute, past this (checked before every one, so the slowdown a run
+        reports never exceeds it). Default 4; None disables it. Must be > 1.
+    max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
+        runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work
+        (searching for victims, evicting, recomputing) has made its wall time more
+        than this many times the rest (wall_time / (wall_time - overhead_time)). It
+        catches runs whose time goes to the eviction search rather than to
+        recomputation, which the cost model does not see. Default 10; None disables
+        it. Must be > 1.
+    rebuild_orphans: under ``eager`` deallocation, before evicting a dead storage,
+        rematerialize its evicted children that are still referenced, so their
+        rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the
+        paper's plain eager eviction.
+    keep_dead_remats: storages that nobody references, rematerialized only to rebuild
+        others, stay resident as ordinary candidates after the access that needed them
+        (the paper's simulator) instead of being freed when it ends (the default).
+    """
+
+    budget: int | None = None
+    heuristic: str | Any = "dtr"
+    dealloc: str = "eager"
+    cost: str | Callable[..., float] = "time"
+    sample: bool = False
+    min_size: float = 0.0
+    record_events: bool = False
+    seed: int = 0
+    device: str = "cpu"
+    max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
+    max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN
+    rebuild_orphans: bool = True
+    keep_dead_remats: bool = False
+
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__  # frozen: the checks store the normalized values
+        set_field(self, "budget", check_budget(self.budget))
+        set_field(self, "max_slowdown", check_limit("max_slowdown", self.max_slowdown))
+        set_field(
+            self, "max_wall_slowdown", check_limit("max_wall_slowdown", self.max_wall_slowdown)
+        )
+        if self.dealloc not in DEALLOC_POLICIES:
+            raise ValueError(
+                f"unknown dealloc {self.dealloc!r}; expected one of {DEALLOC_POLICIES}"
+            )
+        if not callable(self.cost) and self.cost not in COST_MODELS:
+            raise ValueError(
+                f"unknown cost {self.cost!r}; expected one of {COST_MODELS} or a callable"
+            )
+        if not 0.0 <= self.min_size < 1.0:
+            raise ValueError(
+                f"min_size is a fraction of the mean size in [0, 1), got {self.min_size}"
+            )
+
+    def replace(self, **changes: Any) -> RuntimeOptions:
+        """A copy with ``changes`` (field names), checked again."""
+        return dataclasses.replace(self, **changes)
+
+
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RuntimeOptions))
