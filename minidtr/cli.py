@@ -17,8 +17,9 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from .explain import (
     ORPHAN_NOTE,
@@ -31,14 +32,16 @@ from .explain import (
     write_event_log,
 )
 from .runtime.heuristics import HEURISTIC_NAMES, make_heuristic
-from .runtime.runtime import (
+from .runtime.options import (
     COST_MODELS,
     DEALLOC_POLICIES,
     DEFAULT_MAX_SLOWDOWN,
     DEFAULT_MAX_WALL_SLOWDOWN,
     MAX_BUDGET,
-    WALL_GUARD_AFTER,
+    OPTION_NAMES,
+    RuntimeOptions,
 )
+from .runtime.runtime import WALL_GUARD_AFTER
 
 # Exit statuses (docs/cli.md): 0 done; 1 the work failed (the budget is too small, the run
 # thrashed, an input file is malformed); 2 a usage error (a bad option value, an input
@@ -97,14 +100,25 @@ def parse_bytes(text: str) -> int:
     return int(value)
 
 
-def parse_ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
-    return value
+def number(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a number that ``accept`` takes, else the error ``must be
+    {expected}, got {text!r}``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+        return value
+
+    parse.__name__ = expected
+    return parse
+
+
+parse_ratio = number(lambda value: 0.0 < value <= 1.0, "a number in (0, 1]")
+fraction = number(lambda value: 0.0 <= value < 1.0, "a fraction in [0, 1)")
 
 
 def whole_number(minimum: int):
@@ -146,6 +160,113 @@ def parse_heuristic(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+# The command-line arguments of the runtime's settings (RuntimeOptions fields), defined once
+# for every command: a command adds those it offers with ``add_runtime_arguments`` and
+# builds its RuntimeOptions with ``runtime_options``. Each argument's dest is its field.
+RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "budget": (
+        "--budget",
+        dict(
+            type=parse_bytes,
+            metavar="BYTES",
+            help="memory budget in bytes (K, M, G suffixes allowed)",
+        ),
+    ),
+    "heuristic": (
+        "--heuristic",
+        dict(
+            default="dtr",
+            type=parse_heuristic,
+            metavar="H",
+            help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)} or an ablation name "
+            "like eq+size+nostale (default dtr)",
+        ),
+    ),
+    "dealloc": (
+        "--dealloc",
+        dict(
+            default="eager",
+            choices=DEALLOC_POLICIES,
+            help="what happens when a tensor's last reference dies (default eager)",
+        ),
+    ),
+    "rebuild_orphans": (
+        "--no-orphan-rebuild",
+        dict(
+            action="store_false",
+            help="plain eager eviction, as the paper's prototype: do not rebuild the evicted, "
+            "still-referenced children of a dead tensor before evicting it",
+        ),
+    ),
+    "keep_dead_remats": (
+        "--keep-dead-remats",
+        dict(
+            action="store_true",
+            help="keep rematerialized tensors nobody references resident as ordinary "
+            "candidates (the paper's simulator; with --no-orphan-rebuild it replays as the "
+            "prototype did)",
+        ),
+    ),
+    "cost": (
+        "--cost",
+        dict(
+            default="flops",
+            choices=COST_MODELS,
+            help="op cost: flops (deterministic estimate, default) or time (measured)",
+        ),
+    ),
+    "sample": ("--sample", dict(action="store_true", help="score about sqrt(n) candidates")),
+    "min_size": (
+        "--min-size",
+        dict(
+            type=fraction,
+            default=0.0,
+            help="skip candidates smaller than this fraction of the mean size",
+        ),
+    ),
+    "max_slowdown": (
+        "--max-slowdown",
+        dict(
+            type=parse_slowdown,
+            default=UNSET,
+            metavar="X",
+            help="the thrash guard: stop with an error rather than recompute past X times the "
+            "run's compute in the cost model (the paper calls a run past 2 thrashing; default "
+            f"{DEFAULT_MAX_SLOWDOWN:g}, {FIND_BUDGET_SLOWDOWN:g} with --find-budget; 'none' "
+            "disables it)",
+        ),
+    ),
+    "max_wall_slowdown": (
+        "--max-wall-slowdown",
+        dict(
+            type=parse_slowdown,
+            default=DEFAULT_MAX_WALL_SLOWDOWN,
+            metavar="X",
+            help="the thrash guard in wall time: stop with an error once eviction work "
+            "(searching for victims, evicting, recomputing) makes the run X times slower than "
+            f"the rest, judged after {WALL_GUARD_AFTER:g} s (default "
+            f"{DEFAULT_MAX_WALL_SLOWDOWN:g}; 'none' disables it)",
+        ),
+    ),
+}
+
+
+def add_runtime_arguments(target, names: Sequence[str]) -> None:
+    """Add the arguments of the settings ``names`` (RuntimeOptions fields, in this order)
+    to ``target``, a parser or an argument group."""
+    for name in names:
+        flag, spec = RUNTIME_ARGUMENTS[name]
+        target.add_argument(flag, dest=name, **spec)
+
+
+def runtime_options(args: argparse.Namespace, **given: Any) -> RuntimeOptions:
+    """The RuntimeOptions of parsed ``args``: every field the command has an argument for
+    (its dest is the field's name: ``--seed`` and ``--device`` count too), the others at
+    their defaults, and ``given`` over both."""
+    parsed = {name: getattr(args, name) for name in OPTION_NAMES if hasattr(args, name)}
+    return RuntimeOptions(**{**parsed, **given})
 
 
 def check_output(path: str) -> str | None:
@@ -262,12 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument(
-        "--budget",
-        type=parse_bytes,
-        metavar="BYTES",
-        help="memory budget in bytes (K, M, G suffixes allowed)",
-    )
+    add_runtime_arguments(limit, ["budget"])
     limit.add_argument(
         "--ratio",
         type=parse_ratio,
@@ -275,51 +391,9 @@ def add_train_options(p: argparse.ArgumentParser, sizes: Sequence[str]) -> None:
         help="budget as a fraction of the unbounded peak (of the first two training steps, "
         "measured first on a fresh copy of the model)",
     )
-    p.add_argument(
-        "--heuristic",
-        default="dtr",
-        type=parse_heuristic,
-        metavar="H",
-        help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)} or an ablation name "
-        "like eq+size+nostale (default dtr)",
-    )
-    p.add_argument(
-        "--dealloc",
-        default="eager",
-        choices=DEALLOC_POLICIES,
-        help="what happens when a tensor's last reference dies (default eager)",
-    )
-    p.add_argument(
-        "--no-orphan-rebuild",
-        action="store_true",
-        help="plain eager eviction, as the paper's prototype: do not rebuild the evicted, "
-        "still-referenced children of a dead tensor before evicting it",
-    )
-    p.add_argument(
-        "--cost",
-        default="flops",
-        choices=COST_MODELS,
-        help="op cost: flops (deterministic estimate, default) or time (measured)",
-    )
-    p.add_argument(
-        "--max-slowdown",
-        type=parse_slowdown,
-        default=UNSET,
-        metavar="X",
-        help="the thrash guard: stop with an error rather than recompute past X times the "
-        "run's compute in the cost model (the paper calls a run past 2 thrashing; default "
-        f"{DEFAULT_MAX_SLOWDOWN:g}, {FIND_BUDGET_SLOWDOWN:g} with --find-budget; 'none' "
-        "disables it)",
-    )
-    p.add_argument(
-        "--max-wall-slowdown",
-        type=parse_slowdown,
-        default=DEFAULT_MAX_WALL_SLOWDOWN,
-        metavar="X",
-        help="the thrash guard in wall time: stop with an error once eviction work "
-        "(searching for victims, evicting, recomputing) makes the run X times slower than "
-        f"the rest, judged after {WALL_GUARD_AFTER:g} s (default "
-        f"{DEFAULT_MAX_WALL_SLOWDOWN:g}; 'none' disables it)",
+    add_runtime_arguments(
+        p,
+        ["heuristic", "dealloc", "rebuild_orphans", "cost", "max_slowdown", "max_wall_slowdown"],
     )
     p.add_argument("--size", default="small", choices=sizes, help="model size (default small)")
     p.add_argument(
@@ -438,22 +512,11 @@ def run_train(args: argparse.Namespace) -> int:
             require_matplotlib()
         except ImportError as e:
             usage_error(prog, f"--plot: {e}")
+    options = runtime_options(
+        args, max_slowdown=max_slowdown(args), record_events=bool(args.events or args.plot)
+    )
     config = TrainConfig(
-        args.model,
-        size=args.size,
-        steps=args.steps,
-        batch=args.batch,
-        seed=args.seed,
-        device=args.device,
-        budget=args.budget,
-        ratio=args.ratio,
-        heuristic=args.heuristic,
-        dealloc=args.dealloc,
-        rebuild_orphans=not args.no_orphan_rebuild,
-        cost=args.cost,
-        record_events=bool(args.events or args.plot),
-        max_slowdown=max_slowdown(args),
-        max_wall_slowdown=args.max_wall_slowdown,
+        args.model, args.size, args.steps, args.batch, ratio=args.ratio, options=options
     )
     if args.find_budget:
         return run_find_budget(config, args)

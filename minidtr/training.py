@@ -28,12 +28,7 @@ from .models.tasks import Task, make_task
 from .ops.random import manual_seed
 from .runtime import Runtime
 from .runtime.heuristics import make_heuristic
-from .runtime.runtime import (
-    DEFAULT_MAX_SLOWDOWN,
-    DEFAULT_MAX_WALL_SLOWDOWN,
-    check_budget,
-    check_limit,
-)
+from .runtime.options import OPTION_NAMES, RuntimeOptions
 
 EVAL_EXAMPLES = 256
 MEASURE_STEPS = 2
@@ -43,25 +38,63 @@ class ConfigError(ValueError):
     """A TrainConfig that cannot be run (found before any training work)."""
 
 
-@dataclass
+# What ``train`` runs under unless told otherwise: the runtime's defaults, but the
+# deterministic cost model, so that runs and their clocks repeat on every machine.
+TRAIN_OPTIONS = RuntimeOptions(cost="flops")
+
+
+@dataclass(init=False)
 class TrainConfig:
+    """What ``train`` runs: a task (``model``, ``size``, ``batch``), how many ``steps``,
+    the budget as a ``ratio`` of the measured unbounded peak (or ``budget`` in bytes), and
+    the runtime's settings, ``options`` (``TRAIN_OPTIONS`` by default: cost ``flops``).
+
+    Every ``RuntimeOptions`` field can also be given by name and read as an attribute:
+    ``TrainConfig("mlp", budget=10**6, heuristic="lru").heuristic == "lru"``; ``seed`` and
+    ``device`` serve the data and model as well as the runtime.
+    """
+
     model: str
     size: str = "small"
     steps: int = 50
     batch: int | None = None  # None = the task's default
-    seed: int = 0
-    device: str = "cpu"
-    budget: int | None = None
     ratio: float | None = None
-    heuristic: str = "dtr"
-    dealloc: str = "eager"
-    rebuild_orphans: bool = True  # False: the paper's plain eager eviction
-    cost: str = "flops"
-    record_events: bool = False
-    # the thrash guard (Runtime's): stop with ThrashError past these; None = never
-    max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
-    max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN
     evaluate: bool = True  # test accuracy before and after (nan when False)
+    options: RuntimeOptions = TRAIN_OPTIONS
+
+    def __init__(
+        self,
+        model: str,
+        size: str = "small",
+        steps: int = 50,
+        batch: int | None = None,
+        *,
+        ratio: float | None = None,
+        evaluate: bool = True,
+        options: RuntimeOptions | None = None,
+        **settings: Any,
+    ):
+        unknown = sorted(set(settings) - set(OPTION_NAMES))
+        if unknown:
+            raise TypeError(
+                f"TrainConfig got unexpected keyword arguments {unknown}; it takes "
+                f"ratio, evaluate, options and the RuntimeOptions fields {list(OPTION_NAMES)}"
+            )
+        self.model, self.size, self.steps, self.batch = model, size, steps, batch
+        self.ratio, self.evaluate = ratio, evaluate
+        base = TRAIN_OPTIONS if options is None else options
+        try:
+            self.options = base.replace(**settings) if settings else base
+        except (TypeError, ValueError) as e:  # what the runtime would reject, before any work
+            raise ConfigError(str(e)) from None
+
+    def __getattr__(self, name: str) -> Any:
+        """The runtime's settings read as attributes: ``config.heuristic`` is
+        ``config.options.heuristic``."""
+        options = self.__dict__.get("options")
+        if options is not None and name in OPTION_NAMES:
+            return getattr(options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 @dataclass
@@ -179,12 +212,10 @@ def train(
         raise ConfigError(f"steps must be >= 1, got {config.steps}")
     if config.seed < 0:
         raise ConfigError(f"seed must be >= 0, got {config.seed}")
-    try:  # what the runtime would reject, before any work
-        make_heuristic(config.heuristic)
-        check_budget(config.budget)
-        check_limit("max_slowdown", config.max_slowdown)
-        check_limit("max_wall_slowdown", config.max_wall_slowdown)
-    except (TypeError, ValueError) as e:
+    try:  # the one setting RuntimeOptions leaves to the runtime (the simulator has more)
+        if isinstance(config.heuristic, str):
+            make_heuristic(config.heuristic)
+    except ValueError as e:
         raise ConfigError(str(e)) from None
     if config.ratio is not None and not 0.0 < config.ratio <= 1.0:
         raise ConfigError(f"ratio must be in (0, 1], got {config.ratio}")
@@ -197,18 +228,7 @@ def train(
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
     accuracy_start = accuracy(task, cost=config.cost) if config.evaluate else math.nan
-    runtime = Runtime(
-        budget=budget,
-        heuristic=config.heuristic,
-        dealloc=config.dealloc,
-        rebuild_orphans=config.rebuild_orphans,
-        cost=config.cost,
-        record_events=config.record_events,
-        seed=config.seed,
-        device=config.device,
-        max_slowdown=config.max_slowdown,
-        max_wall_slowdown=config.max_wall_slowdown,
-    )
+    runtime = Runtime.from_options(config.options.replace(budget=budget))
     batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
     steps: Iterable[int] = range(config.steps)
     if progress is not None:
