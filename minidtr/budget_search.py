@@ -152,20 +152,14 @@ def record_trace(config: TrainConfig):
 
 def simulate_probe(trace, config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
     """``probe``'s question answered by the simulator on ``trace`` (same budget in bytes,
-    same slowdown limit), for comparing it with the live run."""
+    same slowdown limit, the config's runtime settings), for comparing it with the live
+    run."""
     from . import sim
 
     budget = int(ratio * unbounded.peak)
     limit = config.max_slowdown if config.max_slowdown is not None else math.inf
-    result = sim.simulate(
-        trace,
-        budget=budget,
-        heuristic=config.heuristic,
-        dealloc=config.dealloc,
-        thrash=limit,
-        outputs=False,
-        rebuild_orphans=config.rebuild_orphans,
-    )
+    options = config.options.replace(budget=budget)
+    result = sim.simulate(trace, thrash=limit, outputs=False, options=options)
     if result.status != "ok":
         return Probe(ratio, budget, result.status)
     return Probe(ratio, budget, "ok", result.slowdown, result.remats)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from minidtr import RuntimeOptions
 from minidtr.sim.cli import main
 from minidtr.sim.experiments import chain_trace
 from minidtr.sim.sweep import compare_with_optimal, read_csv, sweep
@@ -163,3 +164,35 @@ def test_a_worker_killed_mid_sweep_costs_only_its_tasks(cluster, traces, referen
     assert killed
     assert cells(results) == cells(reference)
     cluster.wait_for_workers(2, timeout=60)  # the nanny brought it back
+
+
+def test_resume_reads_a_command_line_csv_whatever_the_options_are_given_as(traces, tmp_path):
+    """The stamp names the settings, not how they were passed: keywords and a
+    RuntimeOptions give one stamp, the stamp ``minidtr sim`` wrote before RuntimeOptions
+    existed (so its CSVs resume), and other settings refuse to resume."""
+    path = tmp_path / "sweep.csv"
+    sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path, dealloc="eager", sample=False)
+    stamp = read_csv_stamp(path)
+    assert stamp == (
+        '{"dealloc": "eager", "keep_dead_remats": false, "min_size": 0.0, '
+        '"rebuild_orphans": true, "sample": false, "thrash": 2.0}'
+    )
+    ran = []
+    sweep(
+        traces[:1],
+        [0.5, 0.3],
+        ["dtr"],
+        jobs=1,
+        csv_path=path,
+        resume=True,
+        options=RuntimeOptions(cost="flops"),  # the cost is no replay setting
+        on_result=ran.append,
+    )
+    assert [r.ratio for r in ran] == [0.3]
+    with pytest.raises(ValueError, match="other simulate options"):
+        sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path, resume=True, seed=1)
+
+
+def read_csv_stamp(path) -> str:
+    with open(path, newline="") as f:
+        return next(csv.DictReader(f))["options"]

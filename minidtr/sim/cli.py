@@ -19,7 +19,7 @@ import math
 import sys
 from collections.abc import Sequence
 
-from ..cli import whole_number
+from ..cli import add_runtime_arguments, number, runtime_options, whole_number
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
 SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
@@ -83,66 +83,29 @@ def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str
 
 
 def heuristic_names(text: str) -> list[str]:
+    """Heuristic names, each a runtime heuristic or one of the simulator's trace
+    heuristics (belady, learned and their variants)."""
     from ..runtime.heuristics import make_heuristic
+    from .clairvoyant import TRACE_HEURISTICS, parse_variant
 
     values = names(text)
     for name in values:
         try:
-            make_heuristic(name)
+            if name.split("+")[0] in TRACE_HEURISTICS:
+                parse_variant(name)
+            else:
+                make_heuristic(name)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return values
 
 
-def thrash_limit(text: str) -> float:
-    """``--thrash``: a slowdown > 1, or 0 for no limit."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if value != 0 and not value > 1:
-        raise argparse.ArgumentTypeError(f"must be a slowdown > 1, or 0 for no limit, got {text!r}")
-    return value
-
-
-def above_one(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 1:
-        raise argparse.ArgumentTypeError(f"must be a slowdown > 1, got {text!r}")
-    return value
-
-
-def open_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), got {text!r}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
+thrash_limit = number(lambda value: value == 0 or value > 1, "a slowdown > 1, or 0 for no limit")
+above_one = number(lambda value: value > 1, "a slowdown > 1")
+open_fraction = number(lambda value: 0.0 < value < 1.0, "a fraction in (0, 1)")
+positive_seconds = number(
+    lambda value: value > 0 and math.isfinite(value), "a number of seconds > 0"
+)
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -219,36 +182,15 @@ def sweep_main(argv: Sequence[str]) -> int:
         help="comma-separated names (default: all seven; ablation names such as "
         "eq+size+nostale work too, and the simulator's belady and learned)",
     )
-    p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
-    p.add_argument(
-        "--no-orphan-rebuild",
-        action="store_true",
-        help="plain eager eviction, as the paper's prototype: do not rebuild the evicted, "
-        "still-referenced children of a dead storage before evicting it",
-    )
-    p.add_argument(
-        "--keep-dead-remats",
-        action="store_true",
-        help="keep rematerialized storages nobody references resident as ordinary "
-        "candidates (the paper's simulator; with --no-orphan-rebuild it replays as the "
-        "prototype did)",
-    )
+    add_runtime_arguments(p, ["dealloc", "rebuild_orphans", "keep_dead_remats"])
     p.add_argument(
         "--thrash",
         type=thrash_limit,
         default=2.0,
         help="stop a replay once its slowdown passes this (default 2; 0 = never)",
     )
-    p.add_argument(
-        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
-    )
-    p.add_argument("--sample", action="store_true", help="score about sqrt(n) candidates")
-    p.add_argument(
-        "--min-size",
-        type=fraction,
-        default=0.0,
-        help="skip candidates smaller than this fraction of the mean size",
-    )
+    _add_jobs_option(p)
+    add_runtime_arguments(p, ["sample", "min_size"])
     p.add_argument("--csv", metavar="FILE", help="append every result to this CSV as it finishes")
     p.add_argument(
         "--resume",
@@ -280,12 +222,8 @@ def sweep_main(argv: Sequence[str]) -> int:
                 resume=args.resume,
                 progress=sys.stderr.isatty(),
                 on_result=finished.append,
-                dealloc=args.dealloc,
-                rebuild_orphans=not args.no_orphan_rebuild,
-                keep_dead_remats=args.keep_dead_remats,
                 thrash=thrash,
-                sample=args.sample,
-                min_size=args.min_size,
+                options=runtime_options(args),
             )
     except ValueError as e:
         print(f"minidtr sim: {e}", file=sys.stderr)
@@ -357,10 +295,7 @@ def frontier_main(argv: Sequence[str]) -> int:
         default=0.01,
         help="bisect down to this (default 0.01)",
     )
-    p.add_argument("--dealloc", default="eager", choices=("eager", "banish", "ignore"))
-    p.add_argument(
-        "--no-orphan-rebuild", action="store_true", help="plain eager eviction (see minidtr sim)"
-    )
+    add_runtime_arguments(p, ["dealloc", "rebuild_orphans"])
     args = p.parse_args(argv)
     traces = _load(p.prog, args.logs)
     if traces is None:
@@ -376,7 +311,7 @@ def frontier_main(argv: Sequence[str]) -> int:
                 step=args.step,
                 tolerance=args.tolerance,
                 dealloc=args.dealloc,
-                rebuild_orphans=not args.no_orphan_rebuild,
+                rebuild_orphans=args.rebuild_orphans,
             )
         except ValueError as e:
             print(f"minidtr sim frontier: {e}", file=sys.stderr)
@@ -395,9 +330,7 @@ def optimal_main(argv: Sequence[str]) -> int:
     p.add_argument("--ratios", type=ratios, default=[0.9, 0.8, 0.7, 0.6, 0.5])
     p.add_argument("--heuristics", type=heuristic_names, default=["dtr"])
     p.add_argument("--time-limit", type=positive_seconds, default=60.0, help="seconds per budget")
-    p.add_argument(
-        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
-    )
+    _add_jobs_option(p)
     _add_cluster_option(p)
     p.add_argument("--csv", metavar="FILE")
     args = p.parse_args(argv)
@@ -494,6 +427,12 @@ def adversary_main(argv: Sequence[str]) -> int:
     if args.csv:
         _write_dicts(rows, args.csv)
     return 0
+
+
+def _add_jobs_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
+    )
 
 
 def _add_cluster_option(p: argparse.ArgumentParser) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.allocator import Allocator
+from ..runtime.options import RuntimeOptions
 from ..runtime.runtime import BudgetError, Runtime
 from ..runtime.storage import Cell
 from .clairvoyant import make_trace_heuristic
@@ -161,41 +162,69 @@ class SimResult:
         return out
 
 
+# The runtime's settings that mean something in a replay; the others are fixed by it (the
+# cost is the trace's TIME, the thrash guard is the replay's own, there is no device).
+REPLAY_SETTINGS = (
+    "budget",
+    "heuristic",
+    "dealloc",
+    "sample",
+    "min_size",
+    "seed",
+    "record_events",
+    "rebuild_orphans",
+    "keep_dead_remats",
+)
+
+
+def replay_options(options: RuntimeOptions | None = None, **settings: Any) -> RuntimeOptions:
+    """``options`` (default: the runtime's defaults) with the ``settings`` given (those of
+    ``REPLAY_SETTINGS`` whose value is not None) put over them."""
+    unknown = sorted(set(settings) - set(REPLAY_SETTINGS))
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword arguments {unknown}: a replay takes the runtime settings "
+            f"{list(REPLAY_SETTINGS)} (or options=RuntimeOptions(...))"
+        )
+    given = {name: value for name, value in settings.items() if value is not None}
+    base = RuntimeOptions() if options is None else options
+    return base.replace(**given) if given else base
+
+
 class Replayer:
-    """Apply trace instructions one at a time to a fresh backend-less allocator."""
+    """Apply trace instructions one at a time to a fresh backend-less allocator.
+
+    The runtime's settings are ``options`` with ``budget``, ``heuristic``, ``dealloc`` and
+    the other ``REPLAY_SETTINGS`` keywords put over them where given (not None); the
+    simulator's trace heuristics (belady, learned) are allowed here.
+    """
 
     def __init__(
         self,
         budget: int | None = None,
-        heuristic: str = "dtr",
-        dealloc: str = "eager",
+        heuristic: str | None = None,
+        dealloc: str | None = None,
         *,
-        sample: bool = False,
-        min_size: float = 0.0,
-        seed: int = 0,
-        record_events: bool = False,
         thrash_cost: float = math.inf,
         measure_floors: bool = False,
-        rebuild_orphans: bool = True,
         trace: Trace | None = None,
-        keep_dead_remats: bool = False,
+        options: RuntimeOptions | None = None,
+        **settings: Any,
     ):
+        options = replay_options(
+            options, budget=budget, heuristic=heuristic, dealloc=dealloc, **settings
+        )
+        self.options = options
         self.allocator = Allocator(device=None)
-        self.informed = make_trace_heuristic(heuristic, trace)
+        self.informed = make_trace_heuristic(options.heuristic, trace)
         self.position = 0
-        self.runtime = Runtime(
-            budget=budget,
-            heuristic=self.informed or heuristic,
-            dealloc=dealloc,
-            cost=trace_cost,
-            sample=sample,
-            min_size=min_size,
-            seed=seed,
-            record_events=record_events,
-            rebuild_orphans=rebuild_orphans,
-            keep_dead_remats=keep_dead_remats,
-            max_slowdown=None,  # the replay has its own guard, against the trace's compute
-            max_wall_slowdown=None,
+        self.runtime = Runtime.from_options(
+            options.replace(
+                heuristic=self.informed or options.heuristic,
+                cost=trace_cost,
+                max_slowdown=None,  # the replay has its own guard, against the trace's compute
+                max_wall_slowdown=None,
+            )
         )
         self.allocator.push(self.runtime)
         self.cells: dict[str, Cell] = {}
@@ -386,23 +415,22 @@ def simulate(
     trace: Trace,
     ratio: float | None = None,
     budget: int | None = None,
-    heuristic: str = "dtr",
-    dealloc: str = "eager",
-    thrash: float = 2.0,
+    heuristic: str | None = None,
+    dealloc: str | None = None,
+    thrash: float | None = 2.0,
     *,
-    sample: bool = False,
-    min_size: float = 0.0,
-    seed: int = 0,
     outputs: bool = True,
-    record_events: bool = False,
-    rebuild_orphans: bool = True,
-    keep_dead_remats: bool = False,
+    options: RuntimeOptions | None = None,
+    **settings: Any,
 ) -> SimResult:
     """Replay ``trace`` under ``budget`` bytes, or ``ratio`` x the unbounded replay's peak
     (constants included; neither = unbounded).
 
-    Stops with status ``"thrash"`` once recomputation passes ``(thrash - 1)`` x the
-    trace's compute (the slowdown would pass ``thrash``), and with ``"oom"`` when the
+    The runtime's settings are ``options`` (default: the runtime's defaults, heuristic
+    dtr, dealloc eager) with ``budget``, ``heuristic``, ``dealloc`` and any other of
+    ``REPLAY_SETTINGS`` given by keyword put over them (``sample=True``, ...). Stops with
+    status ``"thrash"`` once recomputation passes ``(thrash - 1)`` x the trace's compute
+    (the slowdown would pass ``thrash``; None or inf: never), and with ``"oom"`` when the
     budget cannot be met. With ``outputs`` the names held at the end are made resident
     (the prototype's rule); ``outputs=False`` stops after the last instruction, which is
     what a live run's statistics correspond to. ``record_events`` keeps the runtime's
@@ -410,21 +438,14 @@ def simulate(
     eager eviction (see ``minidtr.runtime.lifetime``); with ``keep_dead_remats`` too, a
     replay keeps dead rematerialized storages as candidates, as the paper's simulator does.
     """
-    bytes_budget = resolve_budget(trace, ratio, budget)
+    options = replay_options(
+        options, budget=budget, heuristic=heuristic, dealloc=dealloc, **settings
+    )
+    bytes_budget = resolve_budget(trace, ratio, options.budget)
     total = trace.total_compute
     limit = (thrash - 1.0) * total if thrash is not None and math.isfinite(thrash) else math.inf
     replayer = Replayer(
-        bytes_budget,
-        heuristic,
-        dealloc,
-        sample=sample,
-        min_size=min_size,
-        seed=seed,
-        record_events=record_events,
-        thrash_cost=limit,
-        rebuild_orphans=rebuild_orphans,
-        trace=trace,
-        keep_dead_remats=keep_dead_remats,
+        options=options.replace(budget=bytes_budget), thrash_cost=limit, trace=trace
     )
     status, error, done, output_remats = "ok", None, 0, 0
     started = time.perf_counter()
@@ -449,11 +470,11 @@ def simulate(
         replayer.close()
     stats = replayer.stats
     slowdown = (total + stats.remat_cost) / total if total > 0 else 1.0
-    extra = {"events": replayer.runtime.events} if record_events else {}
+    extra = {"events": replayer.runtime.events} if options.record_events else {}
     return SimResult(
         trace=trace.name,
         heuristic=replayer.runtime.heuristic.name,
-        dealloc=dealloc,
+        dealloc=options.dealloc,
         ratio=ratio,
         budget=bytes_budget,
         status=status,

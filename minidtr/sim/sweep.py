@@ -19,16 +19,19 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+from ..runtime.options import RuntimeOptions
 from . import parallel
-from .simulator import SimResult, simulate
+from .simulator import REPLAY_SETTINGS, SimResult, replay_options, simulate
 from .trace import Trace
 
 DEFAULT_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 DEFAULT_HEURISTICS = ("dtr", "dtr_eq", "dtr_local", "msps", "lru", "size", "random")
 
 
-def _replay(trace: Trace, ratio: float, heuristic: str, options: dict) -> SimResult:
-    return simulate(trace, ratio=ratio, heuristic=heuristic, **options)
+def _replay(
+    trace: Trace, ratio: float, heuristic: str, options: RuntimeOptions, thrash: float | None
+) -> SimResult:
+    return simulate(trace, ratio=ratio, heuristic=heuristic, thrash=thrash, options=options)
 
 
 def sweep(
@@ -43,10 +46,13 @@ def sweep(
     resume: bool = False,
     progress: bool = False,
     on_result: Callable[[SimResult], None] | None = None,
-    **options,
+    thrash: float | None = 2.0,
+    options: RuntimeOptions | None = None,
+    **settings: Any,
 ) -> list[SimResult]:
     """Replay every trace at every ratio with every heuristic; results come back in
-    (trace, heuristic, ratio) order. ``options`` go to ``simulate`` (dealloc, thrash, ...).
+    (trace, heuristic, ratio) order. ``thrash``, ``options`` and ``settings`` (dealloc,
+    sample, ...) are ``simulate``'s.
 
     Where the replays run (``minidtr.sim.parallel``): ``jobs`` local processes (default:
     all cores; 1 runs here), or a Dask ``client``, or any ``executor``. With ``csv_path``
@@ -57,7 +63,8 @@ def sweep(
     """
     traces = list(traces)
     keys = [(i, h, ratio) for i in range(len(traces)) for h in heuristics for ratio in ratios]
-    stamp = _options_stamp(options)
+    options = replay_options(options, **settings)
+    stamp = _options_stamp(options, thrash)
     done: dict[tuple, SimResult] = {}
     if resume and csv_path is not None and os.path.exists(csv_path):
         names = {trace.name: i for i, trace in enumerate(traces)}
@@ -68,7 +75,7 @@ def sweep(
     pending = [key for key in keys if key not in done]
     for i in sorted({key[0] for key in pending}):
         traces[i].baseline()  # measured once, here, and shipped with the trace
-    tasks = [(i, (ratio, h, options)) for i, h, ratio in pending]
+    tasks = [(i, (ratio, h, options, thrash)) for i, h, ratio in pending]
     log = _CsvLog(csv_path, stamp, append=resume) if csv_path is not None else None
     bar = _progress(len(keys), len(done)) if progress else None
     try:
@@ -90,10 +97,23 @@ def sweep(
     return [done[key] for key in keys]
 
 
-def _options_stamp(options: dict) -> str:
-    """The simulate options as a stable string, stored with every CSV row so that
-    ``resume`` never mixes results of different settings."""
-    return json.dumps(options, sort_keys=True, default=str)
+# What a sweep's CSV stamp always names (with ``thrash``): what ``minidtr sim`` sets. Other
+# settings are named only where they differ from their defaults, so the stamps of earlier
+# sweeps of the command line still match.
+STAMPED = ("dealloc", "keep_dead_remats", "min_size", "rebuild_orphans", "sample")
+
+
+def _options_stamp(options: RuntimeOptions, thrash: float | None) -> str:
+    """The replays' settings as a stable string, stored with every CSV row so that
+    ``resume`` never mixes results of different settings. The heuristic is a column; the
+    settings a replay does not use (cost, device, the live thrash guards) are not named."""
+    defaults = RuntimeOptions()
+    stamp = {"thrash": thrash}
+    for name in REPLAY_SETTINGS:
+        value = getattr(options, name)
+        if name in STAMPED or (name != "heuristic" and value != getattr(defaults, name)):
+            stamp[name] = value
+    return json.dumps(stamp, sort_keys=True, default=str)
 
 
 class _CsvLog:
