@@ -132,12 +132,30 @@ def _load(prog: str, paths: Sequence[str]):
     return traces
 
 
-def _outputs(prog: str, args: argparse.Namespace) -> None:
+def _parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written."""
     from ..cli import check_outputs
 
+    args = p.parse_args(argv)
     check_outputs(
-        prog, {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
+        p.prog, {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
     )
+    return args
+
+
+def _add_heuristics(p: argparse.ArgumentParser, default: Sequence[str], **more: str) -> None:
+    p.add_argument("--heuristics", type=heuristic_names, default=list(default), **more)
+
+
+def _print_rows(rows: list[dict], csv_path: str | None, columns=None) -> int:
+    """Print ``rows`` as a table and write them to ``csv_path`` (when given)."""
+    from .sweep import format_rows, write_rows
+
+    print(format_rows(rows, columns))
+    if csv_path:
+        write_rows(rows, csv_path)
+        print(f"CSV: {csv_path}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,10 +193,9 @@ def sweep_main(argv: Sequence[str]) -> int:
         default=list(DEFAULT_RATIOS),
         help="budget ratios of the unbounded peak (default 1,0.9,...,0.1)",
     )
-    p.add_argument(
-        "--heuristics",
-        type=heuristic_names,
-        default=list(DEFAULT_HEURISTICS),
+    _add_heuristics(
+        p,
+        DEFAULT_HEURISTICS,
         help="comma-separated names (default: all seven; ablation names such as "
         "eq+size+nostale work too, and the simulator's belady and learned)",
     )
@@ -199,10 +216,9 @@ def sweep_main(argv: Sequence[str]) -> int:
     )
     _add_cluster_option(p)
     p.add_argument("--plot", metavar="FILE", help="slowdown vs budget ratio (PNG, matplotlib)")
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
     if args.resume and not args.csv:
         p.error("--resume needs --csv FILE (the sweep's results so far)")
-    _outputs(p.prog, args)
     traces = _load(p.prog, _log_paths(p, args))
     if traces is None:
         return 1
@@ -328,17 +344,16 @@ def optimal_main(argv: Sequence[str]) -> int:
     )
     p.add_argument("logs", nargs="+", metavar="LOG")
     p.add_argument("--ratios", type=ratios, default=[0.9, 0.8, 0.7, 0.6, 0.5])
-    p.add_argument("--heuristics", type=heuristic_names, default=["dtr"])
+    _add_heuristics(p, ["dtr"])
     p.add_argument("--time-limit", type=positive_seconds, default=60.0, help="seconds per budget")
     _add_jobs_option(p)
     _add_cluster_option(p)
     p.add_argument("--csv", metavar="FILE")
-    args = p.parse_args(argv)
-    _outputs(p.prog, args)
+    args = _parse(p, argv)
     traces = _load(p.prog, args.logs)
     if traces is None:
         return 1
-    from .sweep import format_rows, optimal_rows
+    from .sweep import optimal_rows
 
     try:
         with _cluster(args.scheduler) as client:
@@ -366,10 +381,7 @@ def optimal_main(argv: Sequence[str]) -> int:
         "solve_time",
         *[f"{h}/opt" for h in args.heuristics],
     ]
-    print(format_rows(rows, columns))
-    if args.csv:
-        _write_dicts(rows, args.csv)
-    return 0
+    return _print_rows(rows, args.csv, columns)
 
 
 def sqrt_n_main(argv: Sequence[str]) -> int:
@@ -380,22 +392,12 @@ def sqrt_n_main(argv: Sequence[str]) -> int:
         "and revolve (exact counts) and the paper's h_DTR figures.",
     )
     p.add_argument("--n", type=ints, default=[100, 400, 1600])
-    p.add_argument(
-        "--heuristics",
-        type=heuristic_names,
-        default=["dtr", "dtr_eq", "dtr_local", "msps", "lru"],
-    )
+    _add_heuristics(p, ["dtr", "dtr_eq", "dtr_local", "msps", "lru"])
     p.add_argument("--csv", metavar="FILE")
-    args = p.parse_args(argv)
-    _outputs(p.prog, args)
+    args = _parse(p, argv)
     from .experiments import sqrt_n_rows
-    from .sweep import format_rows
 
-    rows = sqrt_n_rows(args.n, args.heuristics)
-    print(format_rows(rows))
-    if args.csv:
-        _write_dicts(rows, args.csv)
-    return 0
+    return _print_rows(sqrt_n_rows(args.n, args.heuristics), args.csv)
 
 
 def adversary_main(argv: Sequence[str]) -> int:
@@ -411,22 +413,17 @@ def adversary_main(argv: Sequence[str]) -> int:
         "--paths", type=whole_number(1), default=None, help="number of paths (default B)"
     )
     p.add_argument("--n", type=ints, default=[200, 400, 800, 1600])
-    p.add_argument("--heuristics", type=heuristic_names, default=["dtr"])
+    _add_heuristics(p, ["dtr"])
     p.add_argument("--csv", metavar="FILE")
-    args = p.parse_args(argv)
-    _outputs(p.prog, args)
+    args = _parse(p, argv)
     from .experiments import adversary_rows
-    from .sweep import format_rows
 
     try:
         rows = adversary_rows(args.n, args.budget, args.paths, args.heuristics)
     except ValueError as e:
         print(f"minidtr sim adversary: {e}", file=sys.stderr)
         return 2
-    print(format_rows(rows))
-    if args.csv:
-        _write_dicts(rows, args.csv)
-    return 0
+    return _print_rows(rows, args.csv)
 
 
 def _add_jobs_option(p: argparse.ArgumentParser) -> None:
@@ -460,16 +457,6 @@ def _cluster(address: str | None):
         raise ValueError(f"cannot reach the Dask scheduler at {address}: {e}") from None
     with client:
         yield client
-
-
-def _write_dicts(rows: list[dict], path: str) -> None:
-    import csv
-
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"CSV: {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -214,7 +214,11 @@ def table(results: Sequence[SimResult]) -> str:
 
 
 def write_csv(results: Sequence[SimResult], path: str | os.PathLike) -> None:
-    rows = [r.row() for r in results]
+    write_rows([r.row() for r in results], path)
+
+
+def write_rows(rows: Sequence[dict], path: str | os.PathLike) -> None:
+    """Rows of dicts as a CSV, with the first row's keys as its header."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
