@@ -26,6 +26,7 @@ from .options import (  # noqa: F401  (re-exported: the settings' checks lived h
     DEFAULT_MAX_SLOWDOWN,
     DEFAULT_MAX_WALL_SLOWDOWN,
     MAX_BUDGET,
+    OPTION_NAMES,
     RuntimeOptions,
     check_budget,
     check_limit,
@@ -152,6 +153,9 @@ class Stats:
 # The wall-clock guard judges only runs that have been active this long (seconds): before
 # that a ratio of wall times is noise, and nothing has ground for long yet.
 WALL_GUARD_AFTER = 10.0
+# The settings a Runtime keeps in another form than its RuntimeOptions field (the others
+# are plain attributes of the same name).
+OWN_FORM = ("budget", "heuristic", "record_events")
 
 
 class Runtime:
@@ -234,20 +238,12 @@ class Runtime:
         the runtime was made), as a ``RuntimeOptions``."""
         given = self._heuristic_given
         named = isinstance(given, str) and given == self.heuristic.name
+        copied = {name: getattr(self, name) for name in OPTION_NAMES if name not in OWN_FORM}
         return RuntimeOptions(
             budget=self._budget,
             heuristic=given if named else self.heuristic,
-            dealloc=self.dealloc,
-            cost=self.cost,
-            sample=self.sample,
-            min_size=self.min_size,
             record_events=self.events is not None,
-            seed=self.seed,
-            device=self.device,
-            max_slowdown=self.max_slowdown,
-            max_wall_slowdown=self.max_wall_slowdown,
-            rebuild_orphans=self.rebuild_orphans,
-            keep_dead_remats=self.keep_dead_remats,
+            **copied,
         )
 
     @property
