@@ -301,19 +301,26 @@ def test_a_budget_error_comes_only_after_collecting_garbage():
 # ---- errors while a tensor dies ----------------------------------------------------------------
 
 
+def orphan_about_to_thrash(rt, allocator, seed: int):
+    """Inside ``rt``: x -> a = tanh(x) -> b = exp(a) with b evicted and the thrash guard
+    armed, so the next rematerialization (b's rebuild as an orphan once a dies) raises
+    ThrashError. Returns (x, a, b)."""
+    x = randn(np.random.default_rng(seed), 32, 32)
+    a = md.tanh(x)
+    b = md.exp(a)
+    rt.budget = allocator.memory + 4 * b.nbytes
+    allocator.evict(b.storage)
+    rt.max_slowdown = 1.0
+    rt.stats_.remats = 10**6  # the thrash guard trips at the next replay
+    rt.stats_.remat_cost = rt.stats_.compute_cost
+    return x, a, b
+
+
 def test_a_thrash_error_while_a_tensor_dies_evicts_it_and_surfaces_at_exit():
-    rng = np.random.default_rng(11)
     with isolated_allocator() as allocator:
         rt = md.Runtime()
         with pytest.raises(ThrashError), rt:
-            x = randn(rng, 32, 32)
-            a = md.tanh(x)
-            b = md.exp(a)
-            rt.budget = allocator.memory + 4 * b.nbytes
-            allocator.evict(b.storage)
-            rt.max_slowdown = 1.0
-            rt.stats_.remats = 10**6  # the thrash guard trips at the next replay
-            rt.stats_.remat_cost = rt.stats_.compute_cost
+            x, a, b = orphan_about_to_thrash(rt, allocator, 11)
             a_storage = a.storage
             del a  # b is an orphan: its rebuild raises inside Tensor.__del__
             assert a_storage.buffer is None, "the dead parent must not stay resident"
@@ -324,18 +331,10 @@ def test_a_thrash_error_while_a_tensor_dies_evicts_it_and_surfaces_at_exit():
 
 
 def test_an_error_while_a_tensor_dies_surfaces_at_the_next_op():
-    rng = np.random.default_rng(12)
     with isolated_allocator() as allocator:
         rt = md.Runtime()
         with rt:
-            x = randn(rng, 32, 32)
-            a = md.tanh(x)
-            b = md.exp(a)
-            rt.budget = allocator.memory + 4 * b.nbytes
-            allocator.evict(b.storage)
-            rt.max_slowdown = 1.0
-            rt.stats_.remats = 10**6
-            rt.stats_.remat_cost = rt.stats_.compute_cost
+            x, a, b = orphan_about_to_thrash(rt, allocator, 12)
             del a
             with pytest.raises(ThrashError):
                 md.tanh(x)
@@ -443,18 +442,10 @@ def test_the_cuda_oom_handler_collects_garbage_before_giving_up(monkeypatch):
 
 
 def test_an_error_while_settling_deaths_of_an_op_is_raised_by_that_op():
-    rng = np.random.default_rng(15)
     with isolated_allocator() as allocator:
         rt = md.Runtime()
         with rt:
-            x = randn(rng, 32, 32)
-            a = md.tanh(x)
-            b = md.exp(a)
-            rt.budget = allocator.memory + 4 * b.nbytes
-            allocator.evict(b.storage)
-            rt.max_slowdown = 1.0
-            rt.stats_.remats = 10**6
-            rt.stats_.remat_cost = rt.stats_.compute_cost
+            x, a, b = orphan_about_to_thrash(rt, allocator, 15)
             dead = a.storage
 
             class Probe(md.ops.Op):
