@@ -15,11 +15,12 @@ def python_blocks(name: str) -> list[str]:
 
 
 def test_design_examples_run(capsys):
-    """docs/design.md: the worked op (softplus) and the worked heuristic (dtr_down)."""
+    """docs/design.md: RuntimeOptions, the worked op (softplus) and the worked heuristic
+    (dtr_down)."""
     from minidtr.runtime import heuristics
 
     blocks = python_blocks("design.md")
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {"__name__": "design_example"}
     try:
         for block in blocks:
