@@ -67,11 +67,16 @@ def budget_from(args: argparse.Namespace, peak: int) -> int:
     return args.budget if args.budget is not None else int(args.ratio * peak)
 
 
-def report(title: str, losses: list[float], runtime: md.Runtime, peak: int) -> dict[str, Any]:
-    """Print what the run did; return the runtime's statistics (with the losses)."""
+def report(
+    title: str, losses: list[float], runtime: md.Runtime, peak: int, model: md.nn.Module
+) -> dict[str, Any]:
+    """Print what the run did; return the runtime's statistics (with the losses and the
+    model's parameter count)."""
     stats = runtime.stats()
     tail = losses[-5:]
+    parameters = sum(p.size for p in model.parameters())
     print(f"{title}: {len(losses)} steps under a budget of {stats['budget']:,} bytes")
+    print(f"  parameters          {parameters:,}")
     print(f"  loss                {losses[0]:.4f} -> {sum(tail) / len(tail):.4f}")
     print(f"  unbounded peak      {peak:,} bytes")
     print(
@@ -84,7 +89,7 @@ def report(title: str, losses: list[float], runtime: md.Runtime, peak: int) -> d
     )
     print(f"  rematerializations  {stats['remats']:,}")
     print(f"  slowdown            {stats['slowdown']:.3f}x  ((compute + recompute) / compute)")
-    return {**stats, "losses": losses, "unbounded_peak": peak}
+    return {**stats, "losses": losses, "unbounded_peak": peak, "parameters": parameters}
 
 
 def run(main: Callable[[], Any]) -> int:

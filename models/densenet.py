@@ -1,6 +1,6 @@
 """A DenseNet classifying the 8x8 handwritten digits under a memory budget.
 
-    python models/densenet.py --ratio 0.6 --steps 20
+    python models/densenet.py --ratio 0.5 --steps 20
 
 The model is minidtr.models.DenseNet, the class `minidtr train densenet` trains. Every
 layer of a dense block reads the concatenation of all earlier outputs, so many saved
@@ -19,16 +19,16 @@ from minidtr.models import DenseNet
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.6, batch=64)
+    args = common.parse_args(__doc__, argv, ratio=0.5, batch=128)
     md.manual_seed(args.seed)
 
     # Data: 1,797 digits as (N, 1, 8, 8) float32 images in [0, 1], labels 0-9.
     data = load_digits(seed=args.seed)
     batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
 
-    # Model: three dense blocks of four layers, each adding 8 channels (the growth rate),
-    # with 1x1-convolution and average-pooling transitions between them.
-    model = DenseNet(block_layers=(4, 4, 4), growth=8, in_channels=1, classes=10, rng=args.seed)
+    # Model: dense blocks of 12, 6 and 4 layers, each layer adding 4 channels (the growth
+    # rate), with 1x1-convolution and average-pooling transitions between them.
+    model = DenseNet(block_layers=(12, 6, 4), growth=4, in_channels=1, classes=10, rng=args.seed)
     optimizer = md.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     def step() -> float:
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("DenseNet", losses, runtime, peak)
+    return common.report("DenseNet", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

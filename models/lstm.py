@@ -1,6 +1,6 @@
 """An LSTM predicting the next token of counting sequences, trained under a memory budget.
 
-    python models/lstm.py --ratio 0.7 --steps 20
+    python models/lstm.py --ratio 0.5 --steps 20
 
 The model is minidtr.models.LSTMModel, the class `minidtr train lstm` trains. The cell is
 unrolled in Python, one op after another: DTR needs no graph in advance, it sees each op
@@ -19,7 +19,7 @@ from minidtr.models import LSTMModel
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.7, batch=64)
+    args = common.parse_args(__doc__, argv, ratio=0.5, batch=256)
     md.manual_seed(args.seed)
 
     # Data: 2,000 sequences x[t + 1] = (x[t] + d) mod 16 from a random start and stride d;
@@ -27,8 +27,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data = counting_sequences(n=2000, length=16, vocab=16, seed=args.seed)
     batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
 
-    # Model: a 16-token embedding of width 16, an LSTM cell of 64 units, a linear head.
-    model = LSTMModel(16, embed=16, hidden=64, rng=args.seed)
+    # Model: a 16-token embedding of width 16, an LSTM cell of 32 units, a linear head.
+    model = LSTMModel(16, embed=16, hidden=32, rng=args.seed)
     optimizer = md.optim.Adam(model.parameters(), lr=1e-2)
 
     def step() -> float:
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("LSTM", losses, runtime, peak)
+    return common.report("LSTM", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

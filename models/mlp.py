@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("MLP", losses, runtime, peak)
+    return common.report("MLP", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

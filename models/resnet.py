@@ -1,6 +1,6 @@
 """ResNet-32 classifying the 8x8 handwritten digits, trained under a memory budget.
 
-    python models/resnet.py --ratio 0.4 --steps 20
+    python models/resnet.py --ratio 0.3 --steps 20
     python models/resnet.py --budget 4000000 --heuristic lru
 
 The model is minidtr.models.ResNet, the class `minidtr train resnet` trains.
@@ -18,15 +18,15 @@ from minidtr.models import ResNet
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.4, batch=128)
+    args = common.parse_args(__doc__, argv, ratio=0.3, batch=256)
     md.manual_seed(args.seed)
 
     # Data: 1,797 digits as (N, 1, 8, 8) float32 images in [0, 1], labels 0-9.
     data = load_digits(seed=args.seed)
     batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
 
-    # Model: depth 6n + 2 = 32, three stages of five basic blocks (8, 16, 32 channels).
-    model = ResNet(depth=32, width=8, in_channels=1, classes=10, rng=args.seed)
+    # Model: depth 6n + 2 = 32, three stages of five basic blocks (4, 8, 16 channels).
+    model = ResNet(depth=32, width=4, in_channels=1, classes=10, rng=args.seed)
     optimizer = md.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     def step() -> float:
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("ResNet-32", losses, runtime, peak)
+    return common.report("ResNet-32", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

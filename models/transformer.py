@@ -1,6 +1,6 @@
 """A causal Transformer predicting the next token of counting sequences, under a budget.
 
-    python models/transformer.py --ratio 0.5 --steps 20
+    python models/transformer.py --ratio 0.3 --steps 20
 
 The model is minidtr.models.Transformer, the class `minidtr train transformer` trains.
 The attention scores, a (batch, heads, T, T) tensor per layer, are the largest
@@ -19,7 +19,7 @@ from minidtr.models import Transformer
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.5, batch=64)
+    args = common.parse_args(__doc__, argv, ratio=0.3, batch=64)
     md.manual_seed(args.seed)
 
     # Data: 2,000 sequences x[t + 1] = (x[t] + d) mod 16 from a random start and stride d;
@@ -27,9 +27,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data = counting_sequences(n=2000, length=16, vocab=16, seed=args.seed)
     batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
 
-    # Model: token and position embeddings of width 32, two pre-norm layers of causal
-    # 4-head attention and a GELU MLP, a linear head over the 16 tokens.
-    model = Transformer(16, max_length=16, dim=32, heads=4, layers=2, rng=args.seed)
+    # Model: token and position embeddings of width 16, six pre-norm layers of causal
+    # 2-head attention and a GELU MLP, a linear head over the 16 tokens.
+    model = Transformer(16, max_length=16, dim=16, heads=2, layers=6, rng=args.seed)
     optimizer = md.optim.Adam(model.parameters(), lr=3e-3)
 
     def step() -> float:
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("Transformer", losses, runtime, peak)
+    return common.report("Transformer", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

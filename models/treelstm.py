@@ -1,6 +1,6 @@
 """A Tree-LSTM evaluating ListOps expressions, trained under a memory budget.
 
-    python models/treelstm.py --ratio 0.7 --steps 20
+    python models/treelstm.py --ratio 0.4 --steps 20
 
 The model is minidtr.models.TreeLSTM, the class `minidtr train treelstm` trains. Every
 expression is a tree of its own shape, so every batch builds a different graph: no plan
@@ -20,19 +20,21 @@ from minidtr.models import TreeLSTM
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.7, batch=32)
+    args = common.parse_args(__doc__, argv, ratio=0.4, batch=64)
     md.manual_seed(args.seed)
 
-    # Data: 2,000 generated expressions such as [MAX 3 [MIN 4 7] 2], nested at most three
-    # deep, each labelled with its value 0-9. The inputs are trees, not arrays.
-    data = generate_listops(n=2000, seed=args.seed, max_depth=3, max_args=4)
+    # Data: 2,000 generated expressions such as [MAX 3 [MIN 4 7] 2], nested at most five
+    # deep (an argument is a digit with probability 0.4, else a nested expression), each
+    # labelled with its value 0-9. The inputs are trees, not arrays.
+    data = generate_listops(n=2000, seed=args.seed, max_depth=5, max_args=4, leaf_probability=0.4)
     print("an example:", tree_to_string(data.train_x[0]), "=", int(data.train_y[0]))
     batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
 
-    # Model: child-sum Tree-LSTM cells of 64 units over 16-wide token embeddings, run up
-    # each tree level by level; the root's state is classified into the 10 values.
-    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=64, rng=args.seed)
-    optimizer = md.optim.Adam(model.parameters(), lr=3e-3)
+    # Model: child-sum Tree-LSTM cells of 32 units over 16-wide token embeddings, run up
+    # the trees level by level, eight trees at a time; each root's state is classified
+    # into the 10 values.
+    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=32, group=8, rng=args.seed)
+    optimizer = md.optim.Adam(model.parameters(), lr=1e-2)
 
     def step() -> float:
         indices = next(batches)
@@ -56,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("Tree-LSTM", losses, runtime, peak)
+    return common.report("Tree-LSTM", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A U-Net segmenting rectangles and discs on noise, trained under a memory budget.
 
-    python models/unet.py --ratio 0.5 --steps 20
+    python models/unet.py --ratio 0.4 --steps 20
 
 The model is minidtr.models.UNet, the class `minidtr train unet` trains. Its skip
 connections keep encoder activations alive until the decoder reads them: DTR may evict
@@ -19,7 +19,7 @@ from minidtr.models import UNet
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.5, batch=16)
+    args = common.parse_args(__doc__, argv, ratio=0.4, batch=64)
     md.manual_seed(args.seed)
 
     # Data: 600 generated 16x16 images (N, 1, 16, 16); each pixel labelled background (0),
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         budget=budget, heuristic=args.heuristic, max_slowdown=args.max_slowdown, cost="flops"
     ) as runtime:
         losses = [step() for _ in range(args.steps)]
-    return common.report("U-Net", losses, runtime, peak)
+    return common.report("U-Net", losses, runtime, peak, model)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,13 @@ import pytest
 MODELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "models"
 SCRIPTS = ("densenet", "lstm", "mlp", "resnet", "transformer", "treelstm", "unet")
 # small batches keep the runs fast; at a small batch parameters and optimizer state (constants,
-# never evicted) are most of the peak, so the MLP keeps its own batch and ResNet a roomier ratio
+# never evicted) are most of the peak, so the MLP keeps its own batch and ResNet a roomier ratio;
+# the Tree-LSTM levels 8 trees together, so a batch of 8 is one group, whose every tree is
+# different from step to step: 16, at a ratio that forces evictions on either batch
 TINY = {
     "mlp": ["--batch", "1024", "--ratio", "0.85"],
     "resnet": ["--batch", "16", "--ratio", "0.8"],
+    "treelstm": ["--batch", "16", "--ratio", "0.8"],
 }
 
 
@@ -47,6 +50,21 @@ def test_script_trains_under_its_budget(name, monkeypatch, capsys):
     assert len(stats["losses"]) == 2 and all(math.isfinite(x) for x in stats["losses"])
     assert stats["peak_memory"] <= stats["budget"] < stats["unbounded_peak"]
     assert stats["evictions"] > stats["dead_evictions"]  # the budget forced evictions
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_trains_the_small_preset(name, monkeypatch, capsys):
+    """The model and default batch of each script are `minidtr train NAME`'s (the small
+    preset of minidtr.models), so the scripts train what the docs' figures measure."""
+    from minidtr.models import make_task
+
+    task = make_task(name)
+    module = load(name, monkeypatch)
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert f"batch size (default {task.batch_size})" in capsys.readouterr().out
+    stats = module.main(["--steps", "1", *TINY.get(name, ["--batch", "8", "--ratio", "0.9"])])
+    assert stats["parameters"] == sum(p.size for p in task.model.parameters())
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
