@@ -14,7 +14,7 @@ trace's physical floor (``sim.floor``), where nothing can run.
     python benchmarks/sim_clairvoyant.py --models lstm,resnet --steps 3 --keep DIR
 
 With no logs the bundled models are recorded first (``minidtr train MODEL --steps 3
---trace``, unbounded, flops cost), which takes about a minute on two cores.
+--trace``, unbounded, flops cost), which takes a few minutes on two busy cores.
 """
 
 from __future__ import annotations
