@@ -15,9 +15,12 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
+from .elementwise import zero_where
 from .op import DTypeError, Op, apply, expect_tensor, float_dtype
 
 Pair = tuple[int, int]
@@ -68,75 +71,143 @@ class Window:
             )
         return oh, ow
 
-    def pad(self, xp, x, value: float = 0.0):
-        ph, pw = self.padding
-        if ph == 0 and pw == 0:
-            return x
-        return xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+    # Adjoints by phase. With a kernel offset written i = s*u + v (s the stride, v < s its
+    # phase, u < reach = ceil(k / s)), padded image row s*q + v receives window row q - u
+    # at kernel row s*u + v: every phase of the image is a stride-1 correlation of the
+    # windows with a kernel of size reach. So a gradient with respect to an image reads
+    # shifted copies of the windows (a gather: no scatter, no atomics, the same additions
+    # in the same order every run) and interleaves the phases.
 
-    def windows(self, xp, padded, out_hw: Pair):
-        """A read-only view (N, C, OH, OW, KH, KW) of every window of the padded input."""
-        n, c = padded.shape[:2]
-        s_n, s_c, s_h, s_w = padded.strides
-        (sh, sw), (kh, kw) = self.stride, self.kernel
-        return backend.as_strided(
-            xp, padded, (n, c, *out_hw, kh, kw), (s_n, s_c, s_h * sh, s_w * sw, s_h, s_w)
+    def phase_rows(self, in_hw: Pair) -> tuple[Pair, Pair, Pair]:
+        """(reach, first, last) per axis: phase rows q in [first, last) cover the image's
+        rows (padded rows padding .. padding + H - 1)."""
+        reach = tuple(-(-k // s) for k, s in zip(self.kernel, self.stride, strict=True))
+        first = tuple(p // s for p, s in zip(self.padding, self.stride, strict=True))
+        last = tuple(
+            -(-(p + n) // s) for p, n, s in zip(self.padding, in_hw, self.stride, strict=True)
         )
+        return reach, first, last
 
-    def col2im(self, xp, cols, in_shape: tuple[int, ...]):
-        """The adjoint of ``windows``: add each window (N, C, KH, KW, OH, OW) back into an
-        array of the input's shape (overlaps accumulate, padding is dropped)."""
-        n, c, h, w = in_shape
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
-        oh, ow = cols.shape[-2:]
-        padded = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=cols.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                padded[:, :, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw] += (
-                    cols[:, :, i, j]
-                )
-        if ph == 0 and pw == 0:
-            return padded
-        return padded[:, :, ph : ph + h, pw : pw + w].copy()
+    def unphase(self, xp, phases, in_hw: Pair, lead: int):
+        """Images (*A, H, W, *B), a view, from ``phases`` (*A, SH, SW, QH, QW, *B) of rows
+        ``phase_rows`` first .. last: interleave (one copy unless the stride is 1), crop."""
+        (sh, sw), (_, first, _) = self.stride, self.phase_rows(in_hw)
+        a, (qh, qw), b = (
+            phases.shape[:lead],
+            phases.shape[lead + 2 : lead + 4],
+            phases.shape[lead + 4 :],
+        )
+        if sh == 1 and sw == 1:
+            images = phases.reshape(*a, qh, qw, *b)
+        else:
+            order = (*range(lead), lead + 2, lead, lead + 3, lead + 1)
+            images = phases.transpose(*order, *range(lead + 4, phases.ndim))
+            images = images.reshape(*a, qh * sh, qw * sw, *b)
+        top, left = self.padding[0] - first[0] * sh, self.padding[1] - first[1] * sw
+        at = (slice(None),) * lead
+        return images[(*at, slice(top, top + in_hw[0]), slice(left, left + in_hw[1]))]
+
+    def fold(self, xp, cols, in_hw: Pair, lead: int):
+        """Sum windows back into images: ``cols`` (*A, KH, KW, OH, OW, *B), ``lead`` axes A
+        before the kernel's, any strides, gives (*A, H, W, *B), a view. Each pixel adds
+        its terms in row-major kernel order, as a loop over kernel positions would."""
+        (kh, kw), (sh, sw) = self.kernel, self.stride
+        (uh, uw), (q0h, q0w), (q1h, q1w) = self.phase_rows(in_hw)
+        a, (oh, ow), b = cols.shape[:lead], cols.shape[lead + 2 : lead + 4], cols.shape[lead + 4 :]
+        at = (slice(None),) * lead
+        # window row q - u + reach - 1 of ``padded`` holds window row q - u (zeros around)
+        rows = (max(q1h, oh) + uh - 1, max(q1w, ow) + uw - 1)
+        padded = cols
+        if (kh, kw, oh, ow) != (uh * sh, uw * sw, *rows):
+            padded = xp.zeros((*a, uh * sh, uw * sw, *rows, *b), cols.dtype)
+            window_rows = (slice(uh - 1, uh - 1 + oh), slice(uw - 1, uw - 1 + ow))
+            padded[(*at, slice(0, kh), slice(0, kw), *window_rows)] = cols
+        strides = padded.strides
+        s_a, (s_i, s_j, s_y, s_x), s_b = (
+            strides[:lead],
+            strides[lead : lead + 4],
+            strides[lead + 4 :],
+        )
+        base = padded[(*at, 0, 0, slice(uh - 1 + q0h, None), slice(uw - 1 + q0w, None))]
+        terms = backend.as_strided(
+            xp,
+            base,
+            (*a, sh, sw, q1h - q0h, q1w - q0w, uh, uw, *b),
+            (*s_a, s_i, s_j, s_y, s_x, sh * s_i - s_y, sw * s_j - s_x, *s_b),
+        )
+        if (uh, uw) == (1, 1):  # windows do not overlap: nothing to add
+            return self.unphase(xp, terms[(*at, *(slice(None),) * 4, 0, 0)], in_hw, lead)
+        return self.unphase(xp, terms.sum(axis=(lead + 4, lead + 5)), in_hw, lead)
+
+    def transposed_columns(self, xp, g, in_hw: Pair):
+        """The columns of the gradient g (N, O, OH, OW) of a convolution with this window
+        that, times ``phase_weight``, give the input's gradient by phase:
+        (O*UH*UW, QH*QW*N), batch last (as ``columns``)."""
+        n, o, oh, ow = g.shape
+        (uh, uw), (q0h, q0w), (q1h, q1w) = self.phase_rows(in_hw)
+        qh, qw = q1h - q0h, q1w - q0w
+        # g row t sits at row t + reach - 1 - first, zeros around
+        padded = xp.zeros((o, qh + uh - 1, qw + uw - 1, n), dtype=g.dtype)
+        src, dst = [], []
+        for size, u, q0, rows in ((oh, uh, q0h, qh + uh - 1), (ow, uw, q0w, qw + uw - 1)):
+            lo, hi = max(0, q0 - u + 1), min(size, rows + q0 - u + 1)
+            src.append(slice(lo, max(lo, hi)))
+            dst.append(slice(lo + u - 1 - q0, max(lo, hi) + u - 1 - q0))
+        padded[:, dst[0], dst[1]] = g[:, :, src[0], src[1]].transpose(1, 2, 3, 0)
+        s_o, s_y, s_x, s_n = padded.strides
+        view = backend.as_strided(
+            xp, padded, (o, uh, uw, qh, qw, n), (s_o, s_y, s_x, s_y, s_x, s_n)
+        )
+        return view.reshape(o * uh * uw, qh * qw * n)
+
+    def phase_weight(self, xp, w):
+        """w (O, C, KH, KW) as the (C*SH*SW, O*UH*UW) matrix of ``transposed_columns``:
+        kernel row s*(reach - 1 - u) + v at phase v, column u (zero past the kernel)."""
+        o, c, kh, kw = w.shape
+        (sh, sw), ((uh, uw), _, _) = self.stride, self.phase_rows((0, 0))
+        padded = xp.zeros((o, c, uh * sh, uw * sw), dtype=w.dtype)
+        padded[:, :, :kh, :kw] = w
+        by_phase = padded.reshape(o, c, uh, sh, uw, sw)[:, :, ::-1, :, ::-1]
+        return by_phase.transpose(1, 3, 5, 0, 2, 4).reshape(c * sh * sw, o * uh * uw)
 
     def columns(self, xp, x, out_hw: Pair):
         """im2col with the batch last: a fresh (C*KH*KW, OH*OW*N) array of the windows of
         ``x`` (N, C, H, W), so one matrix product serves the whole batch."""
-        n, c = x.shape[:2]
-        (kh, kw), (sh, sw) = self.kernel, self.stride
-        padded = self.batch_last(xp, x)
+        c, n = x.shape[1], x.shape[0]
+        view = self.window_view(xp, self.batch_last(xp, x), out_hw)
+        return view.reshape(c * self.kernel[0] * self.kernel[1], out_hw[0] * out_hw[1] * n)
+
+    def window_view(self, xp, padded, out_hw: Pair):
+        """A read-only view (C, KH, KW, OH, OW, N) of every window of ``padded``
+        (C, H + 2ph, W + 2pw, N), the layout of ``batch_last``."""
+        c, _, _, n = padded.shape
+        (sh, sw), (kh, kw) = self.stride, self.kernel
         s_c, s_h, s_w, s_n = padded.strides
-        view = backend.as_strided(
+        return backend.as_strided(
             xp, padded, (c, kh, kw, *out_hw, n), (s_c, s_h, s_w, s_h * sh, s_w * sw, s_n)
         )
-        return view.reshape(c * kh * kw, out_hw[0] * out_hw[1] * n)
 
-    def batch_last(self, xp, x):
-        """``x`` (N, C, H, W) zero-padded and laid out as (C, H + 2ph, W + 2pw, N).
+    def batch_last(self, xp, x, fill: float = 0.0):
+        """``x`` (N, C, H, W) padded with ``fill`` and laid out as (C, H + 2ph, W + 2pw, N).
 
-        With the batch innermost, every copy and sum over windows runs along N
-        contiguous elements; in NCHW the innermost run is one image row, a handful of
-        elements for the small images this library trains on."""
+        With the batch innermost, every copy, product and reduction over windows runs
+        along N contiguous elements; in NCHW the innermost run is one image row or one
+        window row, a handful of elements for the small images this library trains on
+        (pooling in NCHW took 4-8 times longer)."""
         n, c, h, w = x.shape
         ph, pw = self.padding
-        out = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=x.dtype)
+        if fill == 0.0:
+            out = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=x.dtype)
+        else:
+            out = xp.full((c, h + 2 * ph, w + 2 * pw, n), fill, dtype=x.dtype)
         out[:, ph : ph + h, pw : pw + w] = x.transpose(1, 2, 3, 0)
         return out
 
-    def fold_columns(self, xp, cols, in_shape: tuple[int, ...]):
-        """The adjoint of ``columns``: add each window of ``cols`` (C, KH, KW, OH, OW, N) back
-        into an image (N, C, H, W); overlaps accumulate, padding is dropped. One vectorized
-        add per kernel position, each along contiguous runs of the batch."""
-        n, c, h, w = in_shape
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
-        oh, ow = cols.shape[3:5]
-        padded = xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=cols.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                padded[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw] += cols[
-                    :, i, j
-                ]
-        return xp.ascontiguousarray(padded[:, ph : ph + h, pw : pw + w].transpose(3, 0, 1, 2))
+    def unfold_batch_last(self, xp, cols, in_shape: tuple[int, ...]):
+        """The adjoint of ``window_view``: ``cols`` (C, KH, KW, OH, OW, N), any strides,
+        summed back into an image (N, C, H, W)."""
+        images = self.fold(xp, cols, in_shape[2:], 1)
+        return xp.ascontiguousarray(images.transpose(3, 0, 1, 2))
 
 
 def check_image(op: Op, x: Cell, *others: Cell) -> None:
@@ -211,7 +282,8 @@ class Conv2d(Op):
 
 
 class Conv2dGradInput(Op):
-    """dL/dx of conv2d from g (N, O, OH, OW) and w: columns w^T g, folded back by col2im."""
+    """dL/dx of conv2d from g (N, O, OH, OW) and w: a transposed convolution, computed by
+    phase (``Window.transposed_columns``) in one matrix product for the whole batch."""
 
     name = "conv2d_grad_input"
     differentiable = False
@@ -225,12 +297,14 @@ class Conv2dGradInput(Op):
         return [(self.x_shape, g.dtype)]
 
     def forward(self, xp, g, w):
-        n, o, oh, ow = g.shape
-        _, c, kh, kw = w.shape
-        g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
-        cols = (w.reshape(o, -1).T @ g).reshape(c, kh, kw, oh, ow, n)
-        window = Window(self.name, (kh, kw), self.stride, self.padding)
-        return window.fold_columns(xp, cols, self.x_shape)
+        window = Window(self.name, w.shape[2:], self.stride, self.padding)
+        n, c, h, wd = self.x_shape
+        cols = window.transposed_columns(xp, g, (h, wd))
+        phases = window.phase_weight(xp, w) @ cols
+        sh, sw = self.stride
+        qh, qw = (hi - lo for lo, hi in zip(*window.phase_rows((h, wd))[1:], strict=True))
+        phases = phases.reshape(c, sh, sw, qh, qw, n)
+        return xp.ascontiguousarray(window.unphase(xp, phases, (h, wd), 1).transpose(3, 0, 1, 2))
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -293,6 +367,11 @@ class Pool2d(Op):
         return float(math.prod(out_metas[0][0]) * math.prod(self.window.kernel)), nbytes
 
 
+def batch_first(xp, y):
+    """(C, OH, OW, N) -> a fresh (N, C, OH, OW)."""
+    return xp.ascontiguousarray(y.transpose(3, 0, 1, 2))
+
+
 class MaxPool2d(Pool2d):
     """Max over each window; padding counts as -inf. The gradient goes to the first maximum
     of each window in row-major order (as PyTorch), accumulating where windows overlap; to
@@ -303,8 +382,10 @@ class MaxPool2d(Pool2d):
     retain_inputs = (0,)
 
     def forward(self, xp, x):
-        out_hw = self.window.out_hw(x.shape[2:])
-        return self.window.windows(xp, self.window.pad(xp, x, -math.inf), out_hw).max(axis=(4, 5))
+        window = self.window
+        out_hw = window.out_hw(x.shape[2:])
+        patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
+        return batch_first(xp, patches.max(axis=(1, 2)))
 
     def backward(self, inputs, outputs, g):
         return apply(MaxPool2dGrad(self.window), inputs[0], g)
@@ -322,27 +403,41 @@ class MaxPool2dGrad(Op):
 
     def forward(self, xp, x, g):
         window = self.window
-        n, c, oh, ow = g.shape
+        out_hw = g.shape[2:]
+        patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
+        passed = self.not_chosen(xp, patches, x.shape[2:])
+        g = g.transpose(1, 2, 3, 0)[:, None, None]  # (C, 1, 1, OH, OW, N)
+        return window.unfold_batch_last(xp, zero_where(xp, passed, g), x.shape)
+
+    def not_chosen(self, xp, patches, in_hw: Pair):
+        """A bool mask (C, KH, KW, OH, OW, N), False at the one element of each window
+        that gets the gradient. Each element is ranked by its row-major place in the
+        window from the last (the first ranks highest), so the first of the maxima has
+        the highest rank among them: maxima over windows, no argmax along short rows."""
+        window = self.window
         kh, kw = window.kernel
-        patches = window.windows(xp, window.pad(xp, x, -math.inf), (oh, ow))
-        flat = patches.reshape(n, c, oh, ow, kh * kw)
-        first_max = flat.argmax(axis=-1)
-        if window.padding != (0, 0):
-            inside = window.windows(
-                xp, window.pad(xp, xp.ones((1, 1, *x.shape[2:]), bool)), (oh, ow)
-            )
-            first_inside = inside.reshape(1, 1, oh, ow, kh * kw).argmax(axis=-1)
-            all_neg_inf = flat.max(axis=-1) == -math.inf
-            first_max = xp.where(all_neg_inf, first_inside, first_max)
-        nan = xp.isnan(flat)
-        if nan.any():
-            last_nan = kh * kw - 1 - nan[..., ::-1].argmax(axis=-1)
-            first_max = xp.where(nan.any(axis=-1), last_nan, first_max)
-        cols = xp.zeros((n, c, kh, kw, oh, ow), dtype=g.dtype)
-        zero = xp.zeros((), dtype=g.dtype)
-        for k in range(kh * kw):
-            cols[:, :, k // kw, k % kw] = xp.where(first_max == k, g, zero)
-        return window.col2im(xp, cols, x.shape)
+        axes = (1, 2)
+        places = xp.arange(kh * kw, dtype=rank_dtype(kh * kw)).reshape(1, kh, kw, 1, 1, 1)
+        best = patches.max(axis=axes, keepdims=True)
+        ranked = (patches == best) * (kh * kw - places)
+        passed = ranked != ranked.max(axis=axes, keepdims=True)
+        nan_windows = xp.isnan(best)
+        if nan_windows.any():  # the last NaN (the max is NaN there, so nothing above matched)
+            ranked_nan = xp.isnan(patches) * (places + 1)
+            not_last_nan = ranked_nan != ranked_nan.max(axis=axes, keepdims=True)
+            passed = xp.where(nan_windows, not_last_nan, passed)
+        if window.padding != (0, 0):  # all -inf: the first element inside the image
+            inside = window.batch_last(xp, xp.ones((1, 1, *in_hw), dtype=bool))
+            inside = window.window_view(xp, inside, patches.shape[3:5])
+            ranked_inside = inside * (kh * kw - places)
+            not_first_inside = ranked_inside != ranked_inside.max(axis=axes, keepdims=True)
+            passed = xp.where(best == -math.inf, not_first_inside, passed)
+        return passed
+
+
+def rank_dtype(count: int):
+    """The smallest signed integer dtype that holds 0 .. count."""
+    return next(d for d in ("int8", "int16", "int32", "int64") if count <= np.iinfo(d).max)
 
 
 class AvgPool2d(Pool2d):
@@ -351,10 +446,11 @@ class AvgPool2d(Pool2d):
     name = "avg_pool2d"
 
     def forward(self, xp, x):
-        out_hw = self.window.out_hw(x.shape[2:])
-        out = self.window.windows(xp, self.window.pad(xp, x), out_hw).sum(axis=(4, 5))
-        out /= float(math.prod(self.window.kernel))
-        return out
+        window = self.window
+        out_hw = window.out_hw(x.shape[2:])
+        out = window.window_view(xp, window.batch_last(xp, x), out_hw).sum(axis=(1, 2))
+        out /= float(math.prod(window.kernel))
+        return batch_first(xp, out)
 
     def backward(self, inputs, outputs, g):
         return apply(AvgPool2dGrad(self.window, self.in_shapes[0]), g)
@@ -373,9 +469,9 @@ class AvgPool2dGrad(Op):
 
     def forward(self, xp, g):
         kh, kw = self.window.kernel
-        share = g * (1.0 / (kh * kw))
-        cols = xp.broadcast_to(share[:, :, None, None], (*g.shape[:2], kh, kw, *g.shape[2:]))
-        return self.window.col2im(xp, cols, self.x_shape)
+        share = (g * (1.0 / (kh * kw))).transpose(1, 2, 3, 0)[:, None, None]
+        cols = xp.broadcast_to(share, (share.shape[0], kh, kw, *share.shape[3:]))
+        return self.window.unfold_batch_last(xp, cols, self.x_shape)
 
 
 # ---- functional API -----------------------------------------------------------------------------

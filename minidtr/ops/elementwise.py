@@ -32,6 +32,20 @@ from .op import (
 
 Scalar = int | float | bool | np.number | np.bool_
 
+
+def zero_where(xp, drop, values):
+    """``where(drop, +0.0, values)`` for a float array, as bit operations: the bits of
+    ``values`` ANDed with all zeros or all ones. Gradient masks (relu, max pooling) are
+    unpredictable, and ``where`` branches per element: this is ~6x faster on NumPy, and
+    exact (+0.0 where dropped, even next to an inf or NaN that a product would spread)."""
+    bits = np.dtype(f"i{values.dtype.itemsize}")
+    shape = np.broadcast_shapes(drop.shape, values.shape)
+    mask = xp.broadcast_to(drop, shape).astype(bits)
+    mask -= 1  # dropped 1 -> 0, kept 0 -> -1 (every bit set)
+    mask &= values.view(bits)
+    return mask.view(values.dtype)
+
+
 KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 
@@ -281,7 +295,7 @@ class ActivationGrad(Op):
     def forward(self, xp, y, g):
         kind = self.kind
         if kind == "relu":  # 0 at x <= 0; a NaN passes the gradient on, as in PyTorch
-            return xp.where(y <= 0, xp.zeros((), dtype=g.dtype), g)
+            return zero_where(xp, y <= 0, g)
         if kind == "sigmoid":
             return g * y * (1.0 - y)
         if kind == "tanh":
