@@ -1,13 +1,15 @@
 """Convolution and pooling over NCHW images: conv2d, max/avg pooling, global average pooling,
 nearest upsampling.
 
-Windows are read with ``as_strided``. conv2d turns them into columns (im2col)
-with the batch as the innermost axis and multiplies them by the flattened
-weight in one matrix product for the whole batch; its input gradient is one
-product and a fold of the columns back into the image (one vectorized add per
-kernel position). Pooling reads windows in NCHW (a view of shape
-(N, C, OH, OW, KH, KW)) and reduces over them. The gradient kernels are ops of their own (not
-differentiable), so backward allocates only the gradients themselves.
+The kernels work in a batch-last layout (C, H, W, N): windows are a strided view
+(C, KH, KW, OH, OW, N) of the padded image, so every copy, product and reduction
+runs along N contiguous elements. conv2d copies the windows into columns (im2col)
+and multiplies them by the flattened weight, one matrix product for the whole
+batch; its input gradient is a transposed convolution computed by phase (also one
+product, ``Window.transposed_columns``); the pooling gradients add windows back
+into the image with a strided gather (``Window.fold``). No kernel loops over
+pixels or kernel positions in Python. The gradient kernels are ops of their own
+(not differentiable), so backward allocates only the gradients themselves.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def as_pair(value, what: str, op_name: str) -> Pair:
 
 def is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def batch_first(xp, y):
+    """(C, H, W, N) -> a fresh (N, C, H, W)."""
+    return xp.ascontiguousarray(y.transpose(3, 0, 1, 2))
 
 
 class Window:
@@ -88,56 +95,42 @@ class Window:
         )
         return reach, first, last
 
-    def unphase(self, xp, phases, in_hw: Pair, lead: int):
-        """Images (*A, H, W, *B), a view, from ``phases`` (*A, SH, SW, QH, QW, *B) of rows
-        ``phase_rows`` first .. last: interleave (one copy unless the stride is 1), crop."""
-        (sh, sw), (_, first, _) = self.stride, self.phase_rows(in_hw)
-        a, (qh, qw), b = (
-            phases.shape[:lead],
-            phases.shape[lead + 2 : lead + 4],
-            phases.shape[lead + 4 :],
-        )
+    def unphase(self, xp, phases, in_hw: Pair):
+        """Images (C, H, W, N), a view, from ``phases`` (C, SH, SW, QH, QW, N) of the rows
+        ``phase_rows`` gives: interleaved (one copy unless the stride is 1), cropped."""
+        c, sh, sw, qh, qw, n = phases.shape
         if sh == 1 and sw == 1:
-            images = phases.reshape(*a, qh, qw, *b)
+            images = phases.reshape(c, qh, qw, n)
         else:
-            order = (*range(lead), lead + 2, lead, lead + 3, lead + 1)
-            images = phases.transpose(*order, *range(lead + 4, phases.ndim))
-            images = images.reshape(*a, qh * sh, qw * sw, *b)
-        top, left = self.padding[0] - first[0] * sh, self.padding[1] - first[1] * sw
-        at = (slice(None),) * lead
-        return images[(*at, slice(top, top + in_hw[0]), slice(left, left + in_hw[1]))]
+            images = phases.transpose(0, 3, 1, 4, 2, 5).reshape(c, qh * sh, qw * sw, n)
+        _, (q0h, q0w), _ = self.phase_rows(in_hw)
+        top, left = self.padding[0] - q0h * sh, self.padding[1] - q0w * sw
+        return images[:, top : top + in_hw[0], left : left + in_hw[1]]
 
-    def fold(self, xp, cols, in_hw: Pair, lead: int):
-        """Sum windows back into images: ``cols`` (*A, KH, KW, OH, OW, *B), ``lead`` axes A
-        before the kernel's, any strides, gives (*A, H, W, *B), a view. Each pixel adds
-        its terms in row-major kernel order, as a loop over kernel positions would."""
+    def fold(self, xp, cols, in_hw: Pair):
+        """The adjoint of ``window_view``: windows ``cols`` (C, KH, KW, OH, OW, N), any
+        strides, summed into images (C, H, W, N), a view; overlaps add up, padding is
+        dropped. Each pixel adds its terms in row-major kernel order, as a loop over
+        kernel positions would."""
         (kh, kw), (sh, sw) = self.kernel, self.stride
         (uh, uw), (q0h, q0w), (q1h, q1w) = self.phase_rows(in_hw)
-        a, (oh, ow), b = cols.shape[:lead], cols.shape[lead + 2 : lead + 4], cols.shape[lead + 4 :]
-        at = (slice(None),) * lead
-        # window row q - u + reach - 1 of ``padded`` holds window row q - u (zeros around)
+        c, _, _, oh, ow, n = cols.shape
+        # row q - u + reach - 1 of ``padded`` holds window row q - u, zeros around it
         rows = (max(q1h, oh) + uh - 1, max(q1w, ow) + uw - 1)
         padded = cols
         if (kh, kw, oh, ow) != (uh * sh, uw * sw, *rows):
-            padded = xp.zeros((*a, uh * sh, uw * sw, *rows, *b), cols.dtype)
-            window_rows = (slice(uh - 1, uh - 1 + oh), slice(uw - 1, uw - 1 + ow))
-            padded[(*at, slice(0, kh), slice(0, kw), *window_rows)] = cols
-        strides = padded.strides
-        s_a, (s_i, s_j, s_y, s_x), s_b = (
-            strides[:lead],
-            strides[lead : lead + 4],
-            strides[lead + 4 :],
-        )
-        base = padded[(*at, 0, 0, slice(uh - 1 + q0h, None), slice(uw - 1 + q0w, None))]
+            padded = xp.zeros((c, uh * sh, uw * sw, *rows, n), cols.dtype)
+            padded[:, :kh, :kw, uh - 1 : uh - 1 + oh, uw - 1 : uw - 1 + ow] = cols
+        s_c, s_i, s_j, s_y, s_x, s_n = padded.strides
         terms = backend.as_strided(
             xp,
-            base,
-            (*a, sh, sw, q1h - q0h, q1w - q0w, uh, uw, *b),
-            (*s_a, s_i, s_j, s_y, s_x, sh * s_i - s_y, sw * s_j - s_x, *s_b),
+            padded[:, 0, 0, uh - 1 + q0h :, uw - 1 + q0w :],
+            (c, sh, sw, q1h - q0h, q1w - q0w, uh, uw, n),
+            (s_c, s_i, s_j, s_y, s_x, sh * s_i - s_y, sw * s_j - s_x, s_n),
         )
         if (uh, uw) == (1, 1):  # windows do not overlap: nothing to add
-            return self.unphase(xp, terms[(*at, *(slice(None),) * 4, 0, 0)], in_hw, lead)
-        return self.unphase(xp, terms.sum(axis=(lead + 4, lead + 5)), in_hw, lead)
+            return self.unphase(xp, terms[:, :, :, :, :, 0, 0], in_hw)
+        return self.unphase(xp, terms.sum(axis=(5, 6)), in_hw)
 
     def transposed_columns(self, xp, g, in_hw: Pair):
         """The columns of the gradient g (N, O, OH, OW) of a convolution with this window
@@ -203,12 +196,6 @@ class Window:
         out[:, ph : ph + h, pw : pw + w] = x.transpose(1, 2, 3, 0)
         return out
 
-    def unfold_batch_last(self, xp, cols, in_shape: tuple[int, ...]):
-        """The adjoint of ``window_view``: ``cols`` (C, KH, KW, OH, OW, N), any strides,
-        summed back into an image (N, C, H, W)."""
-        images = self.fold(xp, cols, in_shape[2:], 1)
-        return xp.ascontiguousarray(images.transpose(3, 0, 1, 2))
-
 
 def check_image(op: Op, x: Cell, *others: Cell) -> None:
     if len(x.shape) != 4:
@@ -255,9 +242,7 @@ class Conv2d(Op):
         window = self.window(w.shape)
         oh, ow = window.out_hw(x.shape[2:])
         cols = window.columns(xp, x, (oh, ow))
-        out = xp.ascontiguousarray(
-            (w.reshape(o, -1) @ cols).reshape(o, oh, ow, n).transpose(3, 0, 1, 2)
-        )
+        out = batch_first(xp, (w.reshape(o, -1) @ cols).reshape(o, oh, ow, n))
         if bias:
             out += bias[0].reshape(1, o, 1, 1)
         return out
@@ -301,10 +286,9 @@ class Conv2dGradInput(Op):
         n, c, h, wd = self.x_shape
         cols = window.transposed_columns(xp, g, (h, wd))
         phases = window.phase_weight(xp, w) @ cols
-        sh, sw = self.stride
-        qh, qw = (hi - lo for lo, hi in zip(*window.phase_rows((h, wd))[1:], strict=True))
-        phases = phases.reshape(c, sh, sw, qh, qw, n)
-        return xp.ascontiguousarray(window.unphase(xp, phases, (h, wd), 1).transpose(3, 0, 1, 2))
+        (sh, sw), (_, (q0h, q0w), (q1h, q1w)) = self.stride, window.phase_rows((h, wd))
+        phases = phases.reshape(c, sh, sw, q1h - q0h, q1w - q0w, n)
+        return batch_first(xp, window.unphase(xp, phases, (h, wd)))
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -367,11 +351,6 @@ class Pool2d(Op):
         return float(math.prod(out_metas[0][0]) * math.prod(self.window.kernel)), nbytes
 
 
-def batch_first(xp, y):
-    """(C, OH, OW, N) -> a fresh (N, C, OH, OW)."""
-    return xp.ascontiguousarray(y.transpose(3, 0, 1, 2))
-
-
 class MaxPool2d(Pool2d):
     """Max over each window; padding counts as -inf. The gradient goes to the first maximum
     of each window in row-major order (as PyTorch), accumulating where windows overlap; to
@@ -407,7 +386,7 @@ class MaxPool2dGrad(Op):
         patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
         passed = self.not_chosen(xp, patches, x.shape[2:])
         g = g.transpose(1, 2, 3, 0)[:, None, None]  # (C, 1, 1, OH, OW, N)
-        return window.unfold_batch_last(xp, zero_where(xp, passed, g), x.shape)
+        return batch_first(xp, window.fold(xp, zero_where(xp, passed, g), x.shape[2:]))
 
     def not_chosen(self, xp, patches, in_hw: Pair):
         """A bool mask (C, KH, KW, OH, OW, N), False at the one element of each window
@@ -471,7 +450,7 @@ class AvgPool2dGrad(Op):
         kh, kw = self.window.kernel
         share = (g * (1.0 / (kh * kw))).transpose(1, 2, 3, 0)[:, None, None]
         cols = xp.broadcast_to(share, (share.shape[0], kh, kw, *share.shape[3:]))
-        return self.window.unfold_batch_last(xp, cols, self.x_shape)
+        return batch_first(xp, self.window.fold(xp, cols, self.x_shape[2:]))
 
 
 # ---- functional API -----------------------------------------------------------------------------
