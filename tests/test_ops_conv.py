@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import minidtr as md
-from minidtr.ops.conv import Conv2d
+from minidtr.ops.conv import Conv2d, Conv2dGradInput, Window
+from minidtr.ops.elementwise import zero_where
 from minidtr.testing import assert_remat_equivalent
 from op_harness import HAS_TORCH, OpCase, define_tests
 
@@ -265,3 +266,77 @@ def test_conv_net_is_bit_identical_under_a_tight_budget():
         step, budgets=[0.65, 0.8], heuristics=["dtr", "lru"], grads_of=[bias, *weights]
     )
     assert all(r["remats"] > 0 for r in reports), reports
+
+
+# ---- the window kernels against loops over kernel positions -----------------------------------
+
+GEOMETRIES = [
+    (k, s, p, hw)
+    for k in (1, 2, 3, 4)
+    for s in (1, 2, 3)
+    for p in (0, 1, 2, 4)
+    for hw in ((5, 7), (4, 4), (1, 3))
+    if (hw[0] + 2 * p - k) // s + 1 >= 1 and (hw[1] + 2 * p - k) // s + 1 >= 1
+]
+
+
+def fold_by_kernel_position(window, cols, in_hw):
+    """The adjoint of the window view, one add per kernel position (the old kernel)."""
+    c, kh, kw, oh, ow, n = cols.shape
+    (sh, sw), (ph, pw) = window.stride, window.padding
+    padded = np.zeros((c, in_hw[0] + 2 * ph, in_hw[1] + 2 * pw, n), dtype=cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            padded[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw] += cols[
+                :, i, j
+            ]
+    return padded[:, ph : ph + in_hw[0], pw : pw + in_hw[1]]
+
+
+@pytest.mark.parametrize("k,s,p,hw", GEOMETRIES)
+def test_fold_adds_in_kernel_order_bit_for_bit(k, s, p, hw):
+    """Window.fold (a strided gather by phase) gives what adding each kernel position in
+    row-major order gives, bit for bit, for overlapping, disjoint and gapped windows."""
+    window = Window("fold", k, s, p)
+    oh, ow = window.out_hw(hw)
+    cols = np.random.default_rng(k * 100 + s * 10 + p).standard_normal((2, k, k, oh, ow, 3))
+    cols = cols.astype(np.float32)
+    got = window.fold(np, cols, hw)
+    assert (
+        got.tobytes() == np.ascontiguousarray(fold_by_kernel_position(window, cols, hw)).tobytes()
+    )
+
+
+@pytest.mark.parametrize("k,s,p,hw", GEOMETRIES)
+def test_conv_input_gradient_by_phase_is_the_adjoint(k, s, p, hw):
+    """<conv(x), g> == <x, conv2d_grad_input(g)> in float64, for every geometry: kernels
+    smaller than the stride (gaps), padding beyond the kernel, rows no window reaches."""
+    rng = np.random.default_rng(k * 100 + s * 10 + p)
+    x = rng.standard_normal((2, 3, *hw))
+    w = rng.standard_normal((4, 3, k, k))
+    oh, ow = Window("conv", k, s, p).out_hw(hw)
+    g = rng.standard_normal((2, 4, oh, ow))
+    y = conv_reference(x, w, stride=s, padding=p)
+    gx = Conv2dGradInput((s, s), (p, p), x.shape).forward(np, g, w)
+    assert gx.shape == x.shape
+    np.testing.assert_allclose(np.vdot(y, g), np.vdot(x, gx), rtol=1e-10)
+    # and pixel by pixel: the gradient of one output pixel is its window of weights
+    one = np.zeros_like(g)
+    one[1, 2, oh - 1, 0] = 1.0
+    expected = np.zeros((2, 3, hw[0] + 2 * p, hw[1] + 2 * p))
+    top, left = (oh - 1) * s, 0
+    expected[1, :, top : top + k, left : left + k] = w[2]
+    expected = expected[:, :, p : p + hw[0], p : p + hw[1]]
+    np.testing.assert_allclose(
+        Conv2dGradInput((s, s), (p, p), x.shape).forward(np, one, w), expected, atol=1e-12
+    )
+
+
+def test_zero_where_keeps_values_bit_for_bit_and_drops_to_plus_zero():
+    values = np.array([1.5, -0.0, np.inf, -np.inf, np.nan, -2.0, 3.0], dtype=np.float32)
+    drop = np.array([False, False, False, True, True, True, False])
+    got = zero_where(np, drop, values)
+    expected = np.where(drop, np.float32(0.0), values)
+    assert got.dtype == values.dtype and got.tobytes() == expected.tobytes()
+    wide = zero_where(np, np.array([[True], [False]]), np.arange(3.0))  # broadcasts
+    assert wide.tobytes() == np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]).tobytes()
