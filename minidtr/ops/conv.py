@@ -447,10 +447,23 @@ class AvgPool2dGrad(Op):
         return [(self.x_shape, g.dtype)]
 
     def forward(self, xp, g):
-        kh, kw = self.window.kernel
-        share = (g * (1.0 / (kh * kw))).transpose(1, 2, 3, 0)[:, None, None]
-        cols = xp.broadcast_to(share, (share.shape[0], kh, kw, *share.shape[3:]))
-        return batch_first(xp, self.window.fold(xp, cols, self.x_shape[2:]))
+        """Every window gets the same share. Windows that do not overlap (the usual
+        kernel == stride) need no sum, only copies, and these are cheapest in NCHW: the
+        N*C images fold as the channels of a batch of one. Overlapping windows add up
+        faster along the batch."""
+        window = self.window
+        (kh, kw), (n, c, oh, ow) = window.kernel, g.shape
+        share = g * (1.0 / (kh * kw))
+        if window.phase_rows(self.x_shape[2:])[0] == (1, 1):
+            cols = xp.broadcast_to(
+                share.reshape(n * c, 1, 1, oh, ow, 1), (n * c, kh, kw, oh, ow, 1)
+            )
+            return xp.ascontiguousarray(window.fold(xp, cols, self.x_shape[2:])).reshape(
+                self.x_shape
+            )
+        share = share.transpose(1, 2, 3, 0)[:, None, None]
+        cols = xp.broadcast_to(share, (c, kh, kw, oh, ow, n))
+        return batch_first(xp, window.fold(xp, cols, self.x_shape[2:]))
 
 
 # ---- functional API -----------------------------------------------------------------------------
