@@ -242,15 +242,35 @@ def batch_norm(
     op = Normalize("batch_norm", stat_axes, 1, eps, weight is not None, bias is not None)
     y, mean, var = apply(op, x, *params)
     if running_mean is not None:
-        from .shape import reshape
-
         with as_constants():
-            new_mean = running_mean * (1.0 - momentum) + reshape(mean, (channels,)) * momentum
-            unbiased = reshape(var, (channels,)) * (momentum * count / (count - 1))
-            new_var = running_var * (1.0 - momentum) + unbiased
+            update = RunningStats(momentum, count)
+            new_mean, new_var = apply(update, running_mean, running_var, mean, var)
         running_mean.assign(new_mean)
         running_var.assign(new_var)
     return y
+
+
+class RunningStats(Op):
+    """Batch norm's new running statistics, one op for both (eight tiny ops before, a
+    quarter of a small ResNet step's ops): (1 - momentum) * running + momentum * batch,
+    with the batch variance made unbiased."""
+
+    name = "batch_norm_running_stats"
+    n_outputs = 2
+    differentiable = False
+
+    def __init__(self, momentum: float, count: int):
+        self.momentum = float(momentum)
+        self.count = count
+
+    def infer(self, running_mean: Cell, running_var: Cell, mean: Cell, var: Cell):
+        return [(running_mean.shape, running_mean.dtype), (running_var.shape, running_var.dtype)]
+
+    def forward(self, xp, running_mean, running_var, mean, var):
+        m, count = self.momentum, self.count
+        new_mean = running_mean * (1.0 - m) + mean.reshape(-1) * m
+        new_var = running_var * (1.0 - m) + var.reshape(-1) * (m * count / (count - 1))
+        return new_mean, new_var
 
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
