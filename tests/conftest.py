@@ -37,3 +37,18 @@ def pytest_collection_finish(session):
 
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _check_decisions_against_loop():
+    """With MINIDTR_CHECK_DECISIONS=1, every eviction decision made from the candidate
+    table is repeated by the reference loop and must agree (tests/decision_check.py)."""
+    import os
+
+    if os.environ.get("MINIDTR_CHECK_DECISIONS") != "1":
+        yield
+        return
+    from decision_check import checked_decisions
+
+    with checked_decisions():
+        yield

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import backend
+from .candidates import CandidateTable
 from .eviction import Eviction
 from .lifetime import Lifetime
 from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
@@ -82,7 +83,7 @@ class Allocator(Eviction, Lifetime):
         self.constant_bytes = 0
         self.pinned_bytes = 0
         self.clock = 0.0
-        self.candidates: dict[Storage, None] = {}
+        self.candidates = CandidateTable()  # resident, evictable storages, in insertion order
         self.neighbourhood = EvictedNeighbourhood()  # h_DTR's exact e*
         self.eq_classes = EquivalenceClasses()  # h_DTR^eq's union-find
         self.tracking: str | None = None  # which of the two is kept up to date
@@ -460,6 +461,7 @@ class Allocator(Eviction, Lifetime):
         deferred: list[Storage] = []
         for storage in inputs:
             storage.last_access = self.clock  # an access counts from when it is requested
+            self.candidates.dirty[storage.row] = 1
             (evicted if storage.buffer is None else deferred).append(storage)
         if len(evicted) > 1:
             evicted.sort(key=rebuild_need)
@@ -468,6 +470,7 @@ class Allocator(Eviction, Lifetime):
     def _lock_one(self, storage: Storage, locked: list[Storage]) -> None:
         storage.locks += 1
         storage.last_access = self.clock
+        self.candidates.dirty[storage.row] = 1
         locked.append(storage)
 
     def _unlock(self, storages: list[Storage]) -> None:

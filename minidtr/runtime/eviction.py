@@ -15,7 +15,11 @@ import math
 import time
 from typing import Any
 
-from .neighbourhood import MODES
+import numpy as np
+
+from .candidates import CandidateTable
+from .heuristics import NEIGHBOURHOOD_COST, Heuristic
+from .neighbourhood import MODES, evicted_neighbours
 from .runtime import BudgetError
 from .storage import Storage
 
@@ -66,19 +70,40 @@ class Eviction:
         return sum(s.nbytes for s in self.candidates if s.locks)
 
     def _choose_victim(self) -> tuple[Storage | None, float, Any, list | None]:
-        """The unlocked candidate with the lowest score, its score, the runner-up and, when
-        events are recorded, the lowest-scoring few with their score terms."""
-        runtime = self.runtime
+        """The unlocked candidate with the lowest score (the first in insertion order among
+        equals), its score, the runner-up and, when events are recorded, the lowest-scoring
+        few with their score terms.
+
+        A ``Heuristic`` is evaluated on the candidate table's columns at once
+        (``_choose_by_table``); any other heuristic object, and any search whose scores
+        hold a NaN, goes through the reference loop (``_choose_by_loop``), which calls
+        ``heuristic.score`` per candidate. Both give the same answer."""
         started = time.perf_counter()
-        candidates: Any = self.candidates
+        table = self.candidates
+        if type(self.runtime.heuristic) is Heuristic:
+            result = self._choose_by_table(table)
+        else:
+            result = self._choose_by_loop(self._pool(list(self.candidates)))
+        self.stats.search_time += time.perf_counter() - started
+        return result
+
+    def _pool(self, candidates: list[Storage]) -> list[Storage]:
+        """The candidates a search considers, in insertion order: those of at least
+        ``min_size`` times the mean size, then (with ``sample``) every k-th of them from a
+        random start, k = isqrt(n)."""
+        runtime = self.runtime
         if runtime.min_size > 0.0 and candidates:
             mean = sum(s.nbytes for s in candidates) / len(candidates)
             threshold = runtime.min_size * mean
             candidates = [s for s in candidates if s.nbytes >= threshold]
         if runtime.sample and len(candidates) > 4:
-            pool = list(candidates)
-            stride = max(1, math.isqrt(len(pool)))
-            candidates = pool[self._sampler.randrange(stride) :: stride]
+            stride = max(1, math.isqrt(len(candidates)))
+            candidates = candidates[self._sampler.randrange(stride) :: stride]
+        return candidates
+
+    def _choose_by_loop(self, candidates: list[Storage]) -> tuple:
+        """The reference search: score each unlocked candidate of the pool in turn."""
+        runtime = self.runtime
         mode = getattr(runtime.heuristic, "cost", None)
         self.track(mode if mode in MODES else None)
         score = runtime.heuristic.score
@@ -105,7 +130,6 @@ class Eviction:
         stats = self.stats
         stats.searches += 1
         stats.scored += scored
-        stats.search_time += time.perf_counter() - started
         runner = None if runner_up is None else (runner_up.id, runner_score)
         shortlist = None if seen is None else self._shortlist(seen)
         return best, best_score, runner, shortlist
@@ -121,6 +145,102 @@ class Eviction:
                 entry.update(terms(storage, self))
             out.append(entry)
         return out
+
+    def _choose_by_table(self, table: CandidateTable) -> tuple:
+        """The same search on the table's columns: the pool as rows (in insertion order),
+        the neighbourhood term computed (per storage, exactly as ``score`` does) only for
+        candidates that may have an evicted neighbour, the scores as one array expression,
+        and the first lowest by ``argmin``."""
+        runtime = self.runtime
+        heuristic: Heuristic = runtime.heuristic
+        wanted = SHORTLIST if runtime.events is not None else 2
+        table.sync()
+        used = table.rows
+        rows = None  # None: every row, with holes and locked rows scored +inf
+        scored = used - int(np.count_nonzero(table.blocked[:used]))
+        if runtime.min_size > 0.0 or (runtime.sample and len(table) > 4) or scored < wanted:
+            rows = np.flatnonzero(table.active[:used])
+            if runtime.min_size > 0.0 and rows.size:
+                nbytes = table.nbytes[rows]
+                threshold = runtime.min_size * (int(nbytes.sum()) / rows.size)
+                rows = rows[nbytes >= threshold]
+            if runtime.sample and rows.size > 4:
+                stride = max(1, math.isqrt(rows.size))
+                rows = rows[self._sampler.randrange(stride) :: stride]
+            rows = rows[~table.blocked[rows]]
+            scored = rows.size
+        mode = heuristic.cost
+        self.track(mode if mode in MODES else None)
+        if rows is None:
+            cost, size = table.cost[:used], table.size[:used]
+            last_access = table.last_access[:used]
+        else:
+            cost, size, last_access = table.cost[rows], table.size[rows], table.last_access[rows]
+        neighbourhood = None
+        if mode in NEIGHBOURHOOD_COST:
+            neighbourhood = self._neighbourhood_terms(table, mode, rows, used)
+        values = heuristic.scores(cost, neighbourhood, size, self.clock - last_access)
+        if rows is None:
+            values = np.where(table.blocked[:used], np.inf, values)
+        order = lowest(values, wanted)
+        if order is None or (rows is None and np.isinf(values[order]).any()):
+            # a NaN, or over the whole table an infinite score, which a blocked row could
+            # tie with: the reference loop decides, on the same pool
+            pool = range(used) if rows is None else rows.tolist()
+            storages = table.storages
+            return self._choose_by_loop([s for r in pool if (s := storages[r]) is not None])
+        stats = self.stats
+        stats.searches += 1
+        stats.scored += scored
+        if not order.size:
+            return None, math.inf, None, None
+        picked = (order if rows is None else rows[order]).tolist()
+        storages = [table.storages[r] for r in picked]
+        scores = values[order].tolist()
+        runner = (storages[1].id, scores[1]) if len(storages) > 1 else None
+        shortlist = None
+        if runtime.events is not None:
+            shortlist = self._shortlist(list(zip(scores, storages, strict=True)))
+        return storages[0], scores[0], runner, shortlist
+
+    def _neighbourhood_terms(
+        self, table: CandidateTable, mode: str, rows: np.ndarray | None, used: int
+    ) -> np.ndarray:
+        """The neighbourhood part of the cost term for the scored rows (``rows``, or every
+        row): 0.0 where no neighbour is evicted, else ``heuristic.score``'s own function,
+        called in insertion order as the reference loop calls it (the union-find and the
+        cached closures it builds along the way are the same)."""
+        if not table.watch_frontier:
+            table.mark_frontier_all()
+        frontier = np.frombuffer(table.frontier, np.uint8)
+        if rows is None:
+            terms = np.zeros(used)
+            positions = np.flatnonzero(frontier[:used] & ~table.blocked[:used])
+            frontier_rows = positions
+        else:
+            terms = np.zeros(rows.size)
+            positions = np.flatnonzero(frontier[rows])
+            frontier_rows = rows[positions]
+        del frontier  # release the buffer
+        term = NEIGHBOURHOOD_COST[mode][1]
+        storages = table.storages
+        values = []
+        cleared = []
+        self._scoring = True
+        try:
+            for row in frontier_rows.tolist():
+                storage = storages[row]
+                if evicted_neighbours(storage):
+                    values.append(term(storage, self))
+                else:
+                    values.append(0.0)
+                    cleared.append(row)
+        finally:
+            self._scoring = False
+        terms[positions] = values
+        for row in cleared:
+            table.frontier[row] = 0
+        return terms
 
     def evict(
         self,
@@ -144,7 +264,12 @@ class Eviction:
         if self.tracking == "estar":
             self.neighbourhood.on_change(storage)
         self.memory -= storage.nbytes
-        del self.candidates[storage]
+        table = self.candidates
+        del table[storage]
+        if table.watch_frontier:
+            frontier = table.frontier
+            for neighbour in storage.neighbours():
+                frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch
         stats = self.stats
         stats.evictions += 1
         if reason == "dead":
@@ -167,3 +292,31 @@ class Eviction:
             victim, score=score, runner_up=runner_up, reason="device-oom", candidates=shortlist
         )
         return True
+
+
+def lowest(values: np.ndarray, k: int) -> np.ndarray | None:
+    """Positions of the ``k`` lowest values, lowest first, equal values in position order
+    (what a stable sort gives); None when a value is NaN."""
+    if not values.size:
+        return np.zeros(0, np.intp)
+    first = int(np.argmin(values))  # the first NaN, if there is one
+    if math.isnan(values[first]):
+        return None
+    if k == 1 or values.size == 1:
+        return np.array([first], np.intp)
+    if k == 2:
+        # every value before ``first`` is larger than it: the runner-up is the first
+        # lowest of the rest, the earlier one on a tie
+        before, after = values[:first], values[first + 1 :]
+        second = first + 1 + int(np.argmin(after)) if after.size else -1
+        if before.size:
+            earlier = int(np.argmin(before))
+            if second < 0 or before[earlier] <= values[second]:
+                second = earlier
+        return np.array([first, second], np.intp)
+    if values.size > k:
+        kth = np.partition(values, k - 1)[k - 1]
+        positions = np.flatnonzero(values <= kth)
+    else:
+        positions = np.arange(values.size)
+    return positions[np.argsort(values[positions], kind="stable")][:k]

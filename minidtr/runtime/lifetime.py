@@ -122,6 +122,7 @@ class Lifetime:
         stats = self.stats
         before = stats.remats
         storage.locks += 1
+        self.candidates.dirty[storage.row] = 1
         self._tentative = True  # a BudgetError here is expected: no garbage collection
         try:
             self._unlock(self._lock(orphans, trigger=f"orphans of #{storage.id}"))

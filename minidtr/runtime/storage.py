@@ -81,6 +81,7 @@ class Storage:
         "below",
         "evict_on_unlock",
         "orphan_rebuilt_at",
+        "row",
         "allocator",
         "__weakref__",
     )
@@ -105,6 +106,7 @@ class Storage:
         self.below = None
         self.evict_on_unlock = False
         self.orphan_rebuilt_at: float | None = None  # last_access when last rebuilt as an orphan
+        self.row = 0  # in the allocator's candidate table (candidates.py); 0: not a candidate
 
     @property
     def resident(self) -> bool:

@@ -1,0 +1,190 @@
+"""The eviction candidates as a table: score inputs in NumPy columns, one row per storage.
+
+To the allocator ``CandidateTable`` is a set of storages that keeps insertion order
+(used like a ``dict[Storage, None]``: ``table[s] = None``, ``table.pop(s, None)``,
+``del``, ``in``, ``len``, iteration). Behind that, each candidate has a *row*
+(``Storage.row``; 0 means "not a candidate") in columns of its cost, size, last
+access and lock state, so that an eviction decision is a few array operations
+(``eviction.py``) rather than a Python call per candidate.
+
+Rows are appended and never reordered: a removed row becomes a hole, and holes are
+squeezed out (keeping the order) once they outnumber the candidates. So row order
+is insertion order, and the first lowest score in row order is the candidate the
+reference loop would pick.
+
+Keeping the columns true costs the allocator almost nothing per op. It does not
+copy values; it marks rows *dirty* (``table.dirty[storage.row] = 1``, a byte write)
+and ``sync`` re-reads the marked rows from their storages when a decision is
+about to be made. The rule for code that changes a candidate's score inputs:
+
+- ``last_access``, or ``locks`` going up: mark the row dirty before the next
+  eviction decision can run (``Allocator._frame`` and ``_lock_one`` do);
+- ``locks`` going down needs nothing: rows seen locked are re-read at every sync
+  until they are seen unlocked;
+- ``cost`` may change only while the storage is locked (a view op adds its cost
+  to its locked base);
+- inserting (``table[s] = None``) reads everything afresh.
+
+``frontier`` marks candidates that may have an evicted neighbour (the only ones
+whose neighbourhood cost term can be non-zero): set on insertion and, while a
+neighbourhood heuristic is in use (``watch_frontier``), for the resident
+neighbours of each evicted storage; cleared by a decision that finds none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .storage import Storage
+
+_MISSING = object()
+COMPACT_SLACK = 64  # holes tolerated beyond the number of candidates before squeezing
+
+
+class CandidateTable:
+    def __init__(self):
+        self.storages: list[Storage | None] = [None]  # by row; row 0 is scratch
+        self.count = 0
+        self.dirty = bytearray(1)  # per row: re-read from the storage at the next sync
+        self.frontier = bytearray(1)  # per row: may have an evicted neighbour
+        self.watch_frontier = False
+        self._locked = np.zeros(0, np.intp)  # rows seen locked at the last sync
+        self._capacity = 0
+        self.cost = np.zeros(0)
+        self.nbytes = np.zeros(0, np.int64)
+        self.size = np.zeros(0)  # max(nbytes, 1) as a float: the size term's divisor
+        self.last_access = np.zeros(0)
+        self.active = np.zeros(0, bool)  # a candidate, not a hole
+        self.blocked = np.zeros(0, bool)  # a hole or a locked candidate: not scored
+
+    # ---- the set interface -----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __contains__(self, storage: Storage) -> bool:
+        row = storage.row
+        return 0 < row < len(self.storages) and self.storages[row] is storage
+
+    def __iter__(self) -> Iterator[Storage]:
+        """The candidates in insertion order (a snapshot: the table may change meanwhile)."""
+        return iter([s for s in self.storages if s is not None])
+
+    def __setitem__(self, storage: Storage, value: None) -> None:
+        row = storage.row
+        if row:
+            self.dirty[row] = 1  # already a candidate: keeps its place, as in a dict
+            return
+        storage.row = len(self.storages)
+        self.storages.append(storage)
+        self.dirty.append(1)
+        self.frontier.append(1)
+        self.count += 1
+
+    def __delitem__(self, storage: Storage) -> None:
+        if not storage.row:
+            raise KeyError(storage)
+        self._remove(storage)
+
+    def pop(self, storage: Storage, default=_MISSING):
+        if not storage.row:
+            if default is _MISSING:
+                raise KeyError(storage)
+            return default
+        self._remove(storage)
+        return None
+
+    def _remove(self, storage: Storage) -> None:
+        row = storage.row
+        self.storages[row] = None
+        self.dirty[row] = 1
+        storage.row = 0
+        self.count -= 1
+        if len(self.storages) > 2 * self.count + COMPACT_SLACK:
+            self._compact()
+
+    # ---- the columns ------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        """Rows in use, holes and the scratch row included (the columns' live length)."""
+        return len(self.storages)
+
+    def sync(self) -> None:
+        """Bring the columns up to date: grow them to the rows in use and re-read the rows
+        marked dirty and those seen locked last time."""
+        used = len(self.storages)
+        if self._capacity < used:
+            self._grow(max(used, 2 * self._capacity, 16))
+        dirty = np.frombuffer(self.dirty, np.uint8)
+        rows = np.flatnonzero(dirty)
+        dirty[rows] = 0
+        del dirty  # release the buffer: the bytearray may grow again
+        if self._locked.size:
+            rows = np.union1d(rows, self._locked)
+        if not rows.size:
+            return
+        row_list = rows.tolist()
+        storages = self.storages
+        found = [storages[r] for r in row_list]
+        live = [s for s in found if s is not None]
+        self.active[rows] = False
+        self.blocked[rows] = True
+        if not live:
+            self._locked = rows[:0]
+            return
+        live_rows = rows if len(live) == len(found) else rows[[s is not None for s in found]]
+        self.active[live_rows] = True
+        self.cost[live_rows] = [s.cost for s in live]
+        nbytes = np.array([s.nbytes for s in live], np.int64)
+        self.nbytes[live_rows] = nbytes
+        self.size[live_rows] = np.maximum(nbytes, 1)
+        self.last_access[live_rows] = [s.last_access for s in live]
+        locked = np.array([s.locks != 0 for s in live], bool)
+        self.blocked[live_rows] = locked
+        self._locked = live_rows[locked]
+
+    def _grow(self, capacity: int) -> None:
+        def grown(column: np.ndarray, fill) -> np.ndarray:
+            out = np.full(capacity, fill, column.dtype)
+            out[: len(column)] = column
+            return out
+
+        self.cost = grown(self.cost, 0.0)
+        self.nbytes = grown(self.nbytes, 0)
+        self.size = grown(self.size, 1.0)
+        self.last_access = grown(self.last_access, 0.0)
+        self.active = grown(self.active, False)
+        self.blocked = grown(self.blocked, True)
+        self._capacity = capacity
+
+    def _compact(self) -> None:
+        """Squeeze out the holes, keeping the order (amortized O(1) per removal)."""
+        self.sync()
+        keep = [0] + [r for r, s in enumerate(self.storages) if s is not None]
+        index = np.array(keep, np.intp)
+        self.storages = [self.storages[r] for r in keep]
+        for row, storage in enumerate(self.storages):
+            if storage is not None:
+                storage.row = row
+        self.frontier = bytearray(np.frombuffer(self.frontier, np.uint8)[index].tobytes())
+        self.dirty = bytearray(len(keep))
+        renumber = np.zeros(self._capacity, np.intp)
+        renumber[index] = np.arange(len(keep))
+        self._locked = renumber[self._locked]  # removed rows are never locked after sync
+        self.cost = self.cost[index]
+        self.nbytes = self.nbytes[index]
+        self.size = self.size[index]
+        self.last_access = self.last_access[index]
+        self.active = self.active[index]
+        self.blocked = self.blocked[index]
+        self._capacity = len(keep)
+
+    def mark_frontier_all(self) -> None:
+        """Start watching for evicted neighbours: every candidate may have one."""
+        self.frontier = bytearray(b"\x01") * len(self.storages)
+        self.watch_frontier = True
