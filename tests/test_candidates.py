@@ -182,7 +182,8 @@ def test_budgeted_training_decides_as_the_loop():
         before = counter["checked"]
         for heuristic in ("dtr", "dtr_eq", "msps", "lru"):
             with isolated_allocator():
-                run_under(step, md.Runtime(budget=7000, heuristic=heuristic, cost="flops", max_slowdown=None))
+                runtime = md.Runtime(7000, heuristic, cost="flops", max_slowdown=None)
+                run_under(step, runtime)
         assert counter["checked"] - before > 20
 
 
