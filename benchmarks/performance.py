@@ -183,40 +183,78 @@ def wide_mlp(rounds: int) -> None:
 # ---- 3. eviction decisions ------------------------------------------------------------------
 
 
-def eviction_decision(counts: list[int], heuristics: list[str], repeats: int) -> None:
-    """Time one victim search among ``n`` evictable storages (the outputs of ``n`` ops on a
-    constant, all resident and referenced), on an allocator of its own."""
+def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> None:
+    """Time one victim search (``Allocator._choose_victim``, min over ``rounds``) among ``n``
+    evictable storages, on an allocator of its own, in two graphs:
+
+    - *fan*: the outputs of ``n`` ops on one constant, all resident: no candidate has an
+      evicted neighbour, so every score is one array expression;
+    - *chain*: a chain of ``2n`` ops with every other output evicted: every candidate has
+      evicted neighbours, whose cost h_DTR, h_DTR^eq and h_MSPS add per candidate in Python.
+
+    ``loop`` is the reference loop (one ``score`` call per candidate, what every search did
+    before the candidate table) with dtr_eq, for comparison."""
     from minidtr.runtime import allocator as allocator_module
 
-    print(f"\n3. One eviction decision (median of {repeats}), us")
-    print(f"{'candidates':>10}" + "".join(f"{h:>11}" for h in heuristics))
+    columns = [*heuristics, "loop"]
+    print(f"\n3. One eviction decision (min of {rounds}), us")
+    print(f"{'graph':>6}{'candidates':>11}" + "".join(f"{h:>10}" for h in columns))
     saved = allocator_module._ALLOCATORS.get("cpu")
     try:
-        for n in counts:
-            allocator = allocator_module._ALLOCATORS["cpu"] = Allocator("cpu")
-            base = md.tensor(np.ones(4, np.float32))
-            keep = [base * float(i) for i in range(n)]
-            cells = []
-            for h in heuristics:
-                with md.Runtime(budget=1 << 40, heuristic=h, cost="flops"):
-                    allocator.clock += 1.0
-                    allocator._choose_victim()  # builds whatever the heuristic caches
-                    times = []
-                    for _ in range(repeats):
-                        started = time.perf_counter()
-                        allocator._choose_victim()
-                        times.append(time.perf_counter() - started)
-                cells.append(statistics.median(times) * 1e6)
-            print(f"{n:>10}" + "".join(f"{c:11.0f}" for c in cells))
-            del keep, base
+        for graph in ("fan", "chain"):
+            for n in counts:
+                allocator = allocator_module._ALLOCATORS["cpu"] = Allocator("cpu")
+                keep = _decision_graph(allocator, graph, n)
+                cells = []
+                for h in columns:
+                    if h == "loop" and n > 10_000:
+                        cells.append("")
+                        continue
+                    heuristic = "dtr_eq" if h == "loop" else h
+                    with md.Runtime(budget=1 << 40, heuristic=heuristic, cost="flops"):
+                        choose = allocator._choose_victim
+                        if h == "loop":
+
+                            def choose(allocator=allocator):
+                                pool = allocator._pool(list(allocator.candidates))
+                                return allocator._choose_by_loop(pool)
+
+                        allocator.clock += 1.0
+                        choose()  # builds whatever the heuristic caches
+                        times = []
+                        for _ in range(rounds if n <= 10_000 else max(1, rounds // 3)):
+                            started = time.perf_counter()
+                            choose()
+                            times.append(time.perf_counter() - started)
+                    cells.append(f"{min(times) * 1e6:10.0f}")
+                print(
+                    f"{graph:>6}{len(allocator.candidates):>11}"
+                    + "".join(f"{c:>10}" for c in cells)
+                )
+                del keep
     finally:
         if saved is not None:
             allocator_module._ALLOCATORS["cpu"] = saved
 
 
+def _decision_graph(allocator: Allocator, graph: str, n: int) -> list:
+    """Referenced tensors making ``n`` candidates (see ``eviction_decision``)."""
+    base = md.tensor(np.ones(4, np.float32))
+    if graph == "fan":
+        return [base, *(base * float(i) for i in range(n))]
+    keep = [base]
+    for _ in range(2 * n):
+        keep.append(keep[-1] + 1.0)
+    with md.Runtime(budget=1 << 40, heuristic="lru", cost="flops"):
+        for t in keep[1::2]:
+            allocator.evict(t.cell.storage)
+    return keep
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds, smaller chains")
+    p.add_argument("--decisions", action="store_true", help="only the eviction decisions (3.)")
     args = p.parse_args()
     n, rounds = (2000, 3) if args.quick else (10000, 7)
     print(
@@ -224,11 +262,12 @@ def main() -> None:
         f"Python {platform.python_version()}, NumPy {np.__version__}"
         + (f", torch {__import__('torch').__version__}" if HAS_TORCH else ", no torch")
     )
-    per_op(n, rounds)
-    resnet_step(3 if args.quick else 5)
-    wide_mlp(3 if args.quick else 10)
+    if not args.decisions:
+        per_op(n, rounds)
+        resnet_step(3 if args.quick else 5)
+        wide_mlp(3 if args.quick else 10)
     eviction_decision(
-        [100, 1000, 10000],
+        [100, 1000, 10_000] if args.quick else [100, 1000, 10_000, 100_000],
         ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size"],
         5 if args.quick else 15,
     )

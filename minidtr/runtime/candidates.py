@@ -102,12 +102,18 @@ class CandidateTable:
         row = storage.row
         self.storages[row] = None
         self.dirty[row] = 1
+        self.frontier[row] = 0
         storage.row = 0
         self.count -= 1
         if len(self.storages) > 2 * self.count + COMPACT_SLACK:
             self._compact()
 
     # ---- the columns ------------------------------------------------------------------------
+
+    @property
+    def locked(self) -> int:
+        """How many candidates were locked at the last ``sync``."""
+        return self._locked.size
 
     @property
     def rows(self) -> int:
@@ -120,6 +126,8 @@ class CandidateTable:
         used = len(self.storages)
         if self._capacity < used:
             self._grow(max(used, 2 * self._capacity, 16))
+        if self.dirty.find(1, 1) < 0 and not self._locked.size:  # row 0 is scratch
+            return
         dirty = np.frombuffer(self.dirty, np.uint8)
         rows = np.flatnonzero(dirty)
         dirty[rows] = 0

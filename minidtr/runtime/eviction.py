@@ -19,7 +19,7 @@ import numpy as np
 
 from .candidates import CandidateTable
 from .heuristics import NEIGHBOURHOOD_COST, Heuristic
-from .neighbourhood import MODES, evicted_neighbours
+from .neighbourhood import MODES, neighbourhood_term
 from .runtime import BudgetError
 from .storage import Storage
 
@@ -156,34 +156,28 @@ class Eviction:
         wanted = SHORTLIST if runtime.events is not None else 2
         table.sync()
         used = table.rows
-        rows = None  # None: every row, with holes and locked rows scored +inf
-        scored = used - int(np.count_nonzero(table.blocked[:used]))
+        rows = None  # None: every row, holes and locked rows scored +inf
+        scored = len(table) - table.locked
         if runtime.min_size > 0.0 or (runtime.sample and len(table) > 4) or scored < wanted:
-            rows = np.flatnonzero(table.active[:used])
-            if runtime.min_size > 0.0 and rows.size:
-                nbytes = table.nbytes[rows]
-                threshold = runtime.min_size * (int(nbytes.sum()) / rows.size)
-                rows = rows[nbytes >= threshold]
-            if runtime.sample and rows.size > 4:
-                stride = max(1, math.isqrt(rows.size))
-                rows = rows[self._sampler.randrange(stride) :: stride]
-            rows = rows[~table.blocked[rows]]
+            rows = self._pool_rows(table, used)
             scored = rows.size
         mode = heuristic.cost
         self.track(mode if mode in MODES else None)
         if rows is None:
             cost, size = table.cost[:used], table.size[:used]
-            last_access = table.last_access[:used]
+            staleness = self.clock - table.last_access[:used]
         else:
-            cost, size, last_access = table.cost[rows], table.size[rows], table.last_access[rows]
+            cost, size = table.cost[rows], table.size[rows]
+            staleness = self.clock - table.last_access[rows]
         neighbourhood = None
         if mode in NEIGHBOURHOOD_COST:
             neighbourhood = self._neighbourhood_terms(table, mode, rows, used)
-        values = heuristic.scores(cost, neighbourhood, size, self.clock - last_access)
+        values = heuristic.scores(cost, neighbourhood, size, staleness)
         if rows is None:
-            values = np.where(table.blocked[:used], np.inf, values)
+            np.copyto(values, np.inf, where=table.blocked[:used])
         order = lowest(values, wanted)
-        if order is None or (rows is None and np.isinf(values[order]).any()):
+        scores = [values.item(i) for i in order] if order is not None else []
+        if order is None or (rows is None and any(math.isinf(v) for v in scores)):
             # a NaN, or over the whole table an infinite score, which a blocked row could
             # tie with: the reference loop decides, on the same pool
             pool = range(used) if rows is None else rows.tolist()
@@ -192,54 +186,64 @@ class Eviction:
         stats = self.stats
         stats.searches += 1
         stats.scored += scored
-        if not order.size:
+        if not order:
             return None, math.inf, None, None
-        picked = (order if rows is None else rows[order]).tolist()
-        storages = [table.storages[r] for r in picked]
-        scores = values[order].tolist()
+        if rows is not None:
+            order = rows[order].tolist()
+        storages = [table.storages[r] for r in order]
         runner = (storages[1].id, scores[1]) if len(storages) > 1 else None
         shortlist = None
         if runtime.events is not None:
             shortlist = self._shortlist(list(zip(scores, storages, strict=True)))
         return storages[0], scores[0], runner, shortlist
 
+    def _pool_rows(self, table: CandidateTable, used: int) -> np.ndarray:
+        """``_pool`` on rows: the unlocked rows of the pool, in insertion order."""
+        runtime = self.runtime
+        rows = np.flatnonzero(table.active[:used])
+        if runtime.min_size > 0.0 and rows.size:
+            nbytes = table.nbytes[rows]
+            threshold = runtime.min_size * (int(nbytes.sum()) / rows.size)
+            rows = rows[nbytes >= threshold]
+        if runtime.sample and rows.size > 4:
+            stride = max(1, math.isqrt(rows.size))
+            rows = rows[self._sampler.randrange(stride) :: stride]
+        return rows[~table.blocked[rows]]
+
     def _neighbourhood_terms(
         self, table: CandidateTable, mode: str, rows: np.ndarray | None, used: int
-    ) -> np.ndarray:
+    ) -> np.ndarray | float:
         """The neighbourhood part of the cost term for the scored rows (``rows``, or every
-        row): 0.0 where no neighbour is evicted, else ``heuristic.score``'s own function,
-        called in insertion order as the reference loop calls it (the union-find and the
-        cached closures it builds along the way are the same)."""
+        row): 0.0 where no neighbour is evicted, else what ``heuristic.score`` adds,
+        computed per storage in insertion order, as the reference loop does (so that the
+        union-find classes and cached closures built along the way are the same)."""
         if not table.watch_frontier:
             table.mark_frontier_all()
+        if table.frontier.find(1, 1) < 0:  # row 0 is scratch
+            return 0.0  # cost + 0.0, as the reference adds
         frontier = np.frombuffer(table.frontier, np.uint8)
         if rows is None:
             terms = np.zeros(used)
-            positions = np.flatnonzero(frontier[:used] & ~table.blocked[:used])
-            frontier_rows = positions
+            positions = np.flatnonzero(frontier[:used] > table.blocked[:used])
+            frontier_rows = positions.tolist()
         else:
             terms = np.zeros(rows.size)
             positions = np.flatnonzero(frontier[rows])
-            frontier_rows = rows[positions]
-        del frontier  # release the buffer
-        term = NEIGHBOURHOOD_COST[mode][1]
+            frontier_rows = rows[positions].tolist()
+        del frontier  # release the buffer: the bytearray may grow again
         storages = table.storages
         values = []
-        cleared = []
         self._scoring = True
         try:
-            for row in frontier_rows.tolist():
-                storage = storages[row]
-                if evicted_neighbours(storage):
-                    values.append(term(storage, self))
-                else:
-                    values.append(0.0)
-                    cleared.append(row)
+            for row in frontier_rows:
+                value = neighbourhood_term(mode, self, storages[row])
+                if value is None:
+                    table.frontier[row] = 0
+                    value = 0.0
+                values.append(value)
         finally:
             self._scoring = False
         terms[positions] = values
-        for row in cleared:
-            table.frontier[row] = 0
         return terms
 
     def evict(
@@ -294,29 +298,28 @@ class Eviction:
         return True
 
 
-def lowest(values: np.ndarray, k: int) -> np.ndarray | None:
+def lowest(values: np.ndarray, k: int) -> list[int] | None:
     """Positions of the ``k`` lowest values, lowest first, equal values in position order
     (what a stable sort gives); None when a value is NaN."""
     if not values.size:
-        return np.zeros(0, np.intp)
-    first = int(np.argmin(values))  # the first NaN, if there is one
-    if math.isnan(values[first]):
+        return []
+    first = int(values.argmin())  # the first NaN, if there is one
+    if math.isnan(values.item(first)):
         return None
     if k == 1 or values.size == 1:
-        return np.array([first], np.intp)
+        return [first]
     if k == 2:
         # every value before ``first`` is larger than it: the runner-up is the first
         # lowest of the rest, the earlier one on a tie
-        before, after = values[:first], values[first + 1 :]
-        second = first + 1 + int(np.argmin(after)) if after.size else -1
-        if before.size:
-            earlier = int(np.argmin(before))
-            if second < 0 or before[earlier] <= values[second]:
+        second = first + 1 + int(values[first + 1 :].argmin()) if first + 1 < values.size else -1
+        if first:
+            earlier = int(values[:first].argmin())
+            if second < 0 or values.item(earlier) <= values.item(second):
                 second = earlier
-        return np.array([first, second], np.intp)
+        return [first, second]
     if values.size > k:
         kth = np.partition(values, k - 1)[k - 1]
         positions = np.flatnonzero(values <= kth)
     else:
         positions = np.arange(values.size)
-    return positions[np.argsort(values[positions], kind="stable")][:k]
+    return positions[np.argsort(values[positions], kind="stable")][:k].tolist()

@@ -79,25 +79,25 @@ class Heuristic:
     def scores(
         self,
         cost: np.ndarray,
-        neighbourhood: np.ndarray | None,
+        neighbourhood: np.ndarray | float,
         size: np.ndarray,
         staleness: np.ndarray,
     ) -> np.ndarray:
         """``score`` of many storages at once, from arrays of their cost c, neighbourhood
-        cost (``NEIGHBOURHOOD_COST``'s term; None when the cost term has none), size as a
-        float ``max(m, 1)`` and staleness ``clock - last_access``. The same floating-point
-        operations in the same order as ``score``, so the same floats (eviction.py's fast
-        path; ``score`` stays the definition)."""
+        cost (``NEIGHBOURHOOD_COST``'s term, ignored when the cost term has none), size as
+        a float ``max(m, 1)`` and staleness ``clock - last_access`` (overwritten). The
+        same floating-point operations in the same order as ``score``, so the same
+        floats (eviction.py's fast path; ``score`` stays the definition)."""
         if self.cost == "none":
             value = np.ones(len(cost))
         elif self.cost == "local":
-            value = cost
+            value = np.array(cost, float)
         else:
             value = cost + neighbourhood
         if self.size:
-            value = value / size
+            value /= size
         if self.staleness:
-            value = value / np.maximum(staleness, MIN_STALENESS)
+            value /= np.maximum(staleness, MIN_STALENESS, out=staleness)
         return value
 
     @property

@@ -58,9 +58,11 @@ class EvictedNeighbourhood:
 
     def cost(self, storage: Storage) -> float:
         """c(e*(t)) for a resident storage: its evicted ancestors and descendants."""
-        return self._union_cost(evicted_parents(storage), "above") + self._union_cost(
-            evicted_children(storage), "below"
-        )
+        return self.cost_around(evicted_parents(storage), evicted_children(storage))
+
+    def cost_around(self, parents: list[Storage], children: list[Storage]) -> float:
+        """``cost`` of a storage given its evicted parents and children."""
+        return self._union_cost(parents, "above") + self._union_cost(children, "below")
 
     def _union_cost(self, storages: list[Storage], side: str) -> float:
         if not storages:
@@ -205,9 +207,13 @@ class EquivalenceClasses:
                 root.size -= 1
 
     def cost(self, storage: Storage) -> float:
+        return self.cost_around(evicted_neighbours(storage))
+
+    def cost_around(self, evicted: list[Storage]) -> float:
+        """``cost`` of a storage given its evicted neighbours (parents first)."""
         total = 0.0
         seen: list[Component] = []
-        for n in evicted_neighbours(storage):
+        for n in evicted:
             root = self.root_of(n)
             if not any(root is r for r in seen):
                 seen.append(root)
@@ -245,3 +251,18 @@ def brute_force_neighbourhood(storage: Storage) -> list[Storage]:
 def evicted_ancestors_cost(storage: Storage) -> float:
     """Cost of the evicted ancestors (h_MSPS's term)."""
     return sum(s.cost for s in evicted_ancestors(storage))
+
+
+def neighbourhood_term(mode: str, allocator, storage: Storage) -> float | None:
+    """The neighbourhood part of cost term ``mode`` (``heuristics.NEIGHBOURHOOD_COST``) of a
+    resident storage, by the same arithmetic, or None when no neighbour is evicted (the
+    term is then 0.0). Reads the neighbours once (the candidate table's fast path)."""
+    parents = evicted_parents(storage)
+    children = evicted_children(storage)
+    if not parents and not children:
+        return None
+    if mode == "estar":
+        return allocator.neighbourhood.cost_around(parents, children)
+    if mode == "eq":
+        return allocator.eq_classes.cost_around(parents + children)
+    return sum(s.cost for s in _walk(parents, evicted_parents))
