@@ -26,9 +26,10 @@ about to be made. The rule for code that changes a candidate's score inputs:
 - inserting (``table[s] = None``) reads everything afresh.
 
 ``frontier`` marks candidates that may have an evicted neighbour (the only ones
-whose neighbourhood cost term can be non-zero): set on insertion and, while a
-neighbourhood heuristic is in use (``watch_frontier``), for the resident
-neighbours of each evicted storage; cleared by a decision that finds none.
+whose neighbourhood cost term can be non-zero): set for new rows (rows past its
+length count as set) and, while a neighbourhood heuristic is in use
+(``watch_frontier``), for the resident neighbours of each evicted storage;
+cleared by a decision that finds none.
 """
 
 from __future__ import annotations
@@ -82,31 +83,24 @@ class CandidateTable:
         storage.row = len(self.storages)
         self.storages.append(storage)
         self.dirty.append(1)
-        self.frontier.append(1)
         self.count += 1
 
     def __delitem__(self, storage: Storage) -> None:
-        if not storage.row:
-            raise KeyError(storage)
-        self._remove(storage)
+        self.pop(storage)
 
     def pop(self, storage: Storage, default=_MISSING):
-        if not storage.row:
+        row = storage.row
+        if not row:
             if default is _MISSING:
                 raise KeyError(storage)
             return default
-        self._remove(storage)
-        return None
-
-    def _remove(self, storage: Storage) -> None:
-        row = storage.row
         self.storages[row] = None
         self.dirty[row] = 1
-        self.frontier[row] = 0
         storage.row = 0
         self.count -= 1
         if len(self.storages) > 2 * self.count + COMPACT_SLACK:
             self._compact()
+        return None
 
     # ---- the columns ------------------------------------------------------------------------
 
@@ -126,6 +120,8 @@ class CandidateTable:
         used = len(self.storages)
         if self._capacity < used:
             self._grow(max(used, 2 * self._capacity, 16))
+        if len(self.frontier) < used:  # new rows may have evicted neighbours
+            self.frontier.extend(b"\x01" * (used - len(self.frontier)))
         if self.dirty.find(1, 1) < 0 and not self._locked.size:  # row 0 is scratch
             return
         dirty = np.frombuffer(self.dirty, np.uint8)
@@ -142,6 +138,11 @@ class CandidateTable:
         live = [s for s in found if s is not None]
         self.active[rows] = False
         self.blocked[rows] = True
+        if len(live) < len(found):  # holes: nothing to watch
+            holes = rows[[s is None for s in found]]
+            frontier = np.frombuffer(self.frontier, np.uint8)
+            frontier[holes] = 0
+            del frontier
         if not live:
             self._locked = rows[:0]
             return

@@ -272,8 +272,10 @@ class Eviction:
         del table[storage]
         if table.watch_frontier:
             frontier = table.frontier
+            known = len(frontier)  # rows past it are marked already
             for neighbour in storage.neighbours():
-                frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch
+                if neighbour.row < known:
+                    frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch
         stats = self.stats
         stats.evictions += 1
         if reason == "dead":
