@@ -204,3 +204,18 @@ def test_custom_heuristic_objects_use_the_loop():
             victim = rt.allocator._choose_victim()[0]
         assert victim is max(tensors, key=lambda t: t.cell.storage.id).cell.storage
         assert counter["checked"] == before
+
+
+def test_a_cost_term_of_your_own_uses_the_loop(monkeypatch):
+    from minidtr.runtime import heuristics
+
+    monkeypatch.setitem(heuristics.COST_TERMS, "negid", lambda s, a: -float(s.id))
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = build_graph(random.Random(4), 20)
+        heuristic = heuristics.Heuristic("negid", "negid", size=False, staleness=False)
+        assert not heuristic.vectorized and heuristics.make_heuristic("dtr_eq").vectorized
+        with md.Runtime(budget=1 << 30, heuristic=heuristic) as rt:
+            victim = rt.allocator._choose_victim()[0]
+        assert victim is max(tensors, key=lambda t: t.cell.storage.id).cell.storage
+        assert counter["checked"] == before

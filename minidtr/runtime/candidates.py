@@ -25,11 +25,15 @@ about to be made. The rule for code that changes a candidate's score inputs:
   to its locked base);
 - inserting (``table[s] = None``) reads everything afresh.
 
-``frontier`` marks candidates that may have an evicted neighbour (the only ones
-whose neighbourhood cost term can be non-zero): set for new rows (rows past its
-length count as set) and, while a neighbourhood heuristic is in use
-(``watch_frontier``), for the resident neighbours of each evicted storage;
-cleared by a decision that finds none.
+``frontier`` flags rows whose evicted neighbours may have changed: new rows (rows
+past its length count as flagged) and, while a neighbourhood heuristic is in use
+(``watching`` names its cost term), the resident neighbours of each storage that
+is evicted or, for ``eq``, leaves the evicted set. Under ``estar`` and
+``ancestors`` a flag means "may have an evicted neighbour" (the only rows whose
+term can be non-zero) and is cleared by a decision that finds none; under ``eq``
+it means "``edges`` is stale" and is cleared when a decision re-reads the row's
+evicted neighbours into ``edges``: the mirrored union-find indices
+(``neighbourhood.ClassMirror``) of their classes, parents first, -1 padded.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ class CandidateTable:
         self.storages: list[Storage | None] = [None]  # by row; row 0 is scratch
         self.count = 0
         self.dirty = bytearray(1)  # per row: re-read from the storage at the next sync
-        self.frontier = bytearray(1)  # per row: may have an evicted neighbour
-        self.watch_frontier = False
+        self.frontier = bytearray(1)  # per row: its evicted neighbours may have changed
+        self.watching: str | None = None  # the cost term the frontier flags serve
+        self.watched_epoch = 0  # the union-find epoch ``edges`` refers to (``eq``)
         self._locked = np.zeros(0, np.intp)  # rows seen locked at the last sync
         self._capacity = 0
         self.cost = np.zeros(0)
@@ -61,6 +66,7 @@ class CandidateTable:
         self.last_access = np.zeros(0)
         self.active = np.zeros(0, bool)  # a candidate, not a hole
         self.blocked = np.zeros(0, bool)  # a hole or a locked candidate: not scored
+        self.edges = np.full((0, 1), -1, np.int64)  # see the module docstring
 
     # ---- the set interface -----------------------------------------------------------------
 
@@ -143,6 +149,7 @@ class CandidateTable:
             frontier = np.frombuffer(self.frontier, np.uint8)
             frontier[holes] = 0
             del frontier
+            self.edges[holes] = -1
         if not live:
             self._locked = rows[:0]
             return
@@ -169,7 +176,16 @@ class CandidateTable:
         self.last_access = grown(self.last_access, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
+        edges = np.full((capacity, self.edges.shape[1]), -1, np.int64)
+        edges[: len(self.edges)] = self.edges
+        self.edges = edges
         self._capacity = capacity
+
+    def widen(self, width: int) -> None:
+        """Room for ``width`` evicted neighbours per row in ``edges``."""
+        edges = np.full((len(self.edges), max(width, 2 * self.edges.shape[1])), -1, np.int64)
+        edges[:, : self.edges.shape[1]] = self.edges
+        self.edges = edges
 
     def _compact(self) -> None:
         """Squeeze out the holes, keeping the order (amortized O(1) per removal)."""
@@ -191,9 +207,19 @@ class CandidateTable:
         self.last_access = self.last_access[index]
         self.active = self.active[index]
         self.blocked = self.blocked[index]
+        self.edges = self.edges[index]
         self._capacity = len(keep)
 
-    def mark_frontier_all(self) -> None:
-        """Start watching for evicted neighbours: every candidate may have one."""
+    def watch(self, mode: str, epoch: int = 0) -> None:
+        """Serve cost term ``mode`` from now on: every row is flagged."""
         self.frontier = bytearray(b"\x01") * len(self.storages)
-        self.watch_frontier = True
+        self.watching = mode
+        self.watched_epoch = epoch
+
+    def mark_neighbours(self, storage: Storage) -> None:
+        """``storage`` was evicted or left the evicted set: flag its neighbours' rows."""
+        frontier = self.frontier
+        known = len(frontier)  # rows past it are flagged already
+        for neighbour in storage.neighbours():
+            if neighbour.row < known:
+                frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch

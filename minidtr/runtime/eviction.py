@@ -19,7 +19,7 @@ import numpy as np
 
 from .candidates import CandidateTable
 from .heuristics import NEIGHBOURHOOD_COST, Heuristic
-from .neighbourhood import MODES, neighbourhood_term
+from .neighbourhood import MODES, evicted_children, evicted_parents, neighbourhood_term
 from .runtime import BudgetError
 from .storage import Storage
 
@@ -74,13 +74,15 @@ class Eviction:
         equals), its score, the runner-up and, when events are recorded, the lowest-scoring
         few with their score terms.
 
-        A ``Heuristic`` is evaluated on the candidate table's columns at once
-        (``_choose_by_table``); any other heuristic object, and any search whose scores
-        hold a NaN, goes through the reference loop (``_choose_by_loop``), which calls
-        ``heuristic.score`` per candidate. Both give the same answer."""
+        A ``Heuristic`` with a built-in cost term is evaluated on the candidate table's
+        columns at once (``_choose_by_table``); any other heuristic object, a cost term
+        of your own, and any search whose scores hold a NaN go through the reference
+        loop (``_choose_by_loop``), which calls ``heuristic.score`` per candidate. Both
+        give the same answer."""
         started = time.perf_counter()
         table = self.candidates
-        if type(self.runtime.heuristic) is Heuristic:
+        heuristic = self.runtime.heuristic
+        if type(heuristic) is Heuristic and heuristic.vectorized:
             result = self._choose_by_table(table)
         else:
             result = self._choose_by_loop(self._pool(list(self.candidates)))
@@ -214,36 +216,134 @@ class Eviction:
         self, table: CandidateTable, mode: str, rows: np.ndarray | None, used: int
     ) -> np.ndarray | float:
         """The neighbourhood part of the cost term for the scored rows (``rows``, or every
-        row): 0.0 where no neighbour is evicted, else what ``heuristic.score`` adds,
-        computed per storage in insertion order, as the reference loop does (so that the
-        union-find classes and cached closures built along the way are the same)."""
-        if not table.watch_frontier:
-            table.mark_frontier_all()
+        row): what ``heuristic.score`` adds, 0.0 where no neighbour is evicted.
+
+        ``eq`` is computed from the table's ``edges`` and the union-find's mirror
+        (``_eq_terms``); ``estar`` and ``ancestors`` per storage, for the rows flagged as
+        possibly next to an evicted storage. Whatever the table cannot do exactly (a
+        class to rebuild after a mode switch) is done per storage for every row, in
+        insertion order, as the reference loop does, so that the union-find classes
+        and cached closures built along the way are the same."""
+        eq = self.eq_classes
+        if table.watching != mode or (mode == "eq" and table.watched_epoch != eq.epoch):
+            table.watch(mode, eq.epoch)
+            eq.on_neighbours_changed = table.mark_neighbours if mode == "eq" else None
+        if mode == "eq":
+            self._scoring = True
+            try:
+                terms = self._eq_terms(table, rows, used)
+            finally:
+                self._scoring = False
+            if terms is not None:
+                return terms
+            return self._terms_by_storage(table, mode, rows, used, flagged_only=False)
         if table.frontier.find(1, 1) < 0:  # row 0 is scratch
             return 0.0  # cost + 0.0, as the reference adds
-        frontier = np.frombuffer(table.frontier, np.uint8)
+        return self._terms_by_storage(table, mode, rows, used, flagged_only=True)
+
+    def _terms_by_storage(
+        self,
+        table: CandidateTable,
+        mode: str,
+        rows: np.ndarray | None,
+        used: int,
+        flagged_only: bool,
+    ) -> np.ndarray:
+        """Terms per storage (``neighbourhood_term``), in row order; with ``flagged_only``
+        only for flagged rows, clearing the flags of those with no evicted neighbour."""
         if rows is None:
+            candidates = ~table.blocked[:used]
+            if flagged_only:
+                frontier = np.frombuffer(table.frontier, np.uint8)
+                candidates &= frontier[:used].astype(bool)
+                del frontier  # release the buffer: the bytearray may grow again
+            positions = np.flatnonzero(candidates)
             terms = np.zeros(used)
-            positions = np.flatnonzero(frontier[:used] > table.blocked[:used])
-            frontier_rows = positions.tolist()
+            chosen = positions.tolist()
         else:
+            if flagged_only:
+                frontier = np.frombuffer(table.frontier, np.uint8)
+                positions = np.flatnonzero(frontier[rows])
+                del frontier
+            else:
+                positions = np.arange(rows.size)
             terms = np.zeros(rows.size)
-            positions = np.flatnonzero(frontier[rows])
-            frontier_rows = rows[positions].tolist()
-        del frontier  # release the buffer: the bytearray may grow again
+            chosen = rows[positions].tolist()
         storages = table.storages
         values = []
         self._scoring = True
         try:
-            for row in frontier_rows:
+            for row in chosen:
                 value = neighbourhood_term(mode, self, storages[row])
                 if value is None:
-                    table.frontier[row] = 0
+                    if flagged_only:
+                        table.frontier[row] = 0
                     value = 0.0
                 values.append(value)
         finally:
             self._scoring = False
         terms[positions] = values
+        return terms
+
+    def _eq_terms(
+        self, table: CandidateTable, rows: np.ndarray | None, used: int
+    ) -> np.ndarray | float | None:
+        """h_DTR^eq's ``c(eq(t))`` for the scored rows from ``edges``: re-read the flagged
+        rows' evicted neighbours, find every class root at once in the mirror, and sum
+        each row's distinct roots' costs in neighbour order (adding 0.0 for a repeat, so
+        the same floats as ``EquivalenceClasses.cost``). None when a neighbour's class must
+        be rebuilt first (the per-storage path does that, in the reference's order)."""
+        eq = self.eq_classes
+        mirror = eq.mirror
+        if mirror.size > 8 * (used + 1024):  # indices of long-gone classes pile up
+            mirror.reset()
+            table.edges[:] = -1
+            table.watch("eq", eq.epoch)
+        frontier = np.frombuffer(table.frontier, np.uint8)
+        if rows is None:
+            stale = np.flatnonzero(frontier[:used] > table.blocked[:used]).tolist()
+        else:
+            stale = rows[frontier[rows].astype(bool)].tolist()
+        del frontier  # release the buffer: the bytearray may grow again
+        storages = table.storages
+        for row in stale:
+            storage = storages[row]
+            nodes = []
+            for neighbour in evicted_parents(storage) + evicted_children(storage):
+                node = neighbour.component
+                if node is None:
+                    return None
+                nodes.append(mirror.index_of(node))
+            if len(nodes) > table.edges.shape[1]:
+                table.widen(len(nodes))
+            edges = table.edges[row]
+            edges[: len(nodes)] = nodes
+            edges[len(nodes) :] = -1
+            table.frontier[row] = 0
+        edges = table.edges[:used] if rows is None else table.edges[rows]
+        present = edges >= 0
+        if not present.any():
+            return 0.0  # cost + 0.0, as the reference adds
+        roots = mirror.roots(edges[present])
+        stale_class = mirror.epoch[roots] != eq.epoch
+        if rows is None:
+            stale_class &= ~np.broadcast_to(table.blocked[:used, None], edges.shape)[present]
+        if stale_class.any():
+            return None
+        root_at = np.full(edges.shape, -1, np.int64)
+        root_at[present] = roots
+        cost_at = np.zeros(edges.shape)
+        cost_at[present] = mirror.cost[roots]
+        terms = np.zeros(len(edges))
+        for j in range(edges.shape[1]):
+            at = np.flatnonzero(present[:, j])
+            if not at.size:
+                break  # rows are filled from the left
+            root = root_at[at, j]
+            first = np.ones(at.size, bool)
+            for i in range(j):
+                first &= root_at[at, i] != root
+            terms[at] += np.where(first, cost_at[at, j], 0.0)
         return terms
 
     def evict(
@@ -270,12 +370,8 @@ class Eviction:
         self.memory -= storage.nbytes
         table = self.candidates
         del table[storage]
-        if table.watch_frontier:
-            frontier = table.frontier
-            known = len(frontier)  # rows past it are marked already
-            for neighbour in storage.neighbours():
-                if neighbour.row < known:
-                    frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch
+        if table.watching:
+            table.mark_neighbours(storage)
         stats = self.stats
         stats.evictions += 1
         if reason == "dead":

@@ -55,6 +55,12 @@ NEIGHBOURHOOD_COST: dict[str, tuple[str, Callable[[Storage, Allocator], float]]]
 }
 
 
+# The terms ``Heuristic.scores`` computes on arrays; a cost term added to (or replaced in)
+# the two dicts above is scored by ``Heuristic.score``, one storage at a time.
+BUILT_IN_COST_TERMS = dict(COST_TERMS)
+BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
+
+
 @dataclass(frozen=True)
 class Heuristic:
     """score = cost_term / (size? * staleness?) — see the module docstring."""
@@ -75,6 +81,16 @@ class Heuristic:
         if self.staleness:
             value /= max(allocator.clock - storage.last_access, MIN_STALENESS)
         return value
+
+    @property
+    def vectorized(self) -> bool:
+        """Whether ``scores`` gives this heuristic's scores: its cost term is built in."""
+        cost = self.cost
+        return (
+            cost in BUILT_IN_COST_TERMS
+            and COST_TERMS[cost] is BUILT_IN_COST_TERMS[cost]
+            and NEIGHBOURHOOD_COST.get(cost) is BUILT_IN_NEIGHBOURHOOD_COST.get(cost)
+        )
 
     def scores(
         self,

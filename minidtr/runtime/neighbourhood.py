@@ -27,6 +27,8 @@ cached value stale so that it is rebuilt lazily from the graph.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .storage import Storage
 
 MODES = ("estar", "eq")
@@ -128,13 +130,15 @@ class EvictedNeighbourhood:
 class Component:
     """A union-find node; the root carries its class's summed cost and size."""
 
-    __slots__ = ("parent", "cost", "size", "epoch")
+    __slots__ = ("parent", "cost", "size", "epoch", "index", "generation")
 
     def __init__(self, cost: float, size: int, epoch: int):
         self.parent: Component | None = None
         self.cost = cost
         self.size = size
         self.epoch = epoch
+        self.index = -1  # in ClassMirror's arrays, valid while ``generation`` is current
+        self.generation = -1
 
     def root(self) -> Component:
         node = self
@@ -157,11 +161,70 @@ def union(a: Component, b: Component) -> Component:
     return a
 
 
+class ClassMirror:
+    """The union-find forest in NumPy arrays (each mirrored component's parent index,
+    cost and epoch) so that the roots of many components are found at once. A component
+    is mirrored when first asked for (``index_of``), with the ancestors it has then;
+    ``EquivalenceClasses`` keeps mirrored ones up to date. Path halving is not mirrored:
+    it changes no root. ``reset`` forgets every index (they are handed out afresh)."""
+
+    def __init__(self):
+        self.generation = 0
+        self.size = 0
+        self.parent = np.zeros(0, np.int64)  # -1: a root
+        self.cost = np.zeros(0)
+        self.epoch = np.zeros(0, np.int64)
+
+    def reset(self) -> None:
+        self.generation += 1
+        self.size = 0
+
+    def mirrored(self, node: Component) -> bool:
+        return node.generation == self.generation
+
+    def index_of(self, node: Component) -> int:
+        chain = []
+        while node is not None and node.generation != self.generation:
+            chain.append(node)
+            node = node.parent
+        above = -1 if node is None else node.index
+        for member in reversed(chain):  # from the one nearest the root down
+            if self.size == len(self.parent):
+                grow = max(64, 2 * self.size)
+                self.parent = np.concatenate([self.parent, np.full(grow, -1, np.int64)])
+                self.cost = np.concatenate([self.cost, np.zeros(grow)])
+                self.epoch = np.concatenate([self.epoch, np.zeros(grow, np.int64)])
+            index = self.size
+            self.size += 1
+            self.parent[index] = above
+            self.cost[index] = member.cost
+            self.epoch[index] = member.epoch
+            member.index, member.generation = index, self.generation
+            above = index
+        return above if not chain else chain[0].index
+
+    def roots(self, indices: np.ndarray) -> np.ndarray:
+        """The root index of each mirrored component (compressing the paths it walks)."""
+        parent = self.parent
+        current = indices
+        while True:
+            up = parent[current]
+            moving = up >= 0
+            if not moving.any():
+                break
+            current = np.where(moving, up, current)
+        below = current != indices
+        parent[indices[below]] = current[below]
+        return current
+
+
 class EquivalenceClasses:
     """h_DTR^eq's classes of evicted storages (``Storage.component``)."""
 
     def __init__(self):
         self.epoch = 1
+        self.mirror = ClassMirror()
+        self.on_neighbours_changed = None  # called with a storage leaving the evicted set
 
     def invalidate_all(self) -> None:
         self.epoch += 1
@@ -192,8 +255,16 @@ class EquivalenceClasses:
     def on_evict(self, storage: Storage) -> None:
         """``storage`` (still resident) is about to be evicted."""
         root = Component(storage.cost, 1, self.epoch)
+        mirror = self.mirror
         for n in evicted_neighbours(storage):
-            root = union(root, self.root_of(n))
+            other = self.root_of(n)
+            merged = union(root, other)
+            absorbed = other if merged is root else root
+            if absorbed is not merged and mirror.mirrored(absorbed):
+                mirror.parent[absorbed.index] = mirror.index_of(merged)
+            if mirror.mirrored(merged):
+                mirror.cost[merged.index] = merged.cost
+            root = merged
         storage.component = root
 
     def on_leave(self, storage: Storage) -> None:
@@ -205,6 +276,10 @@ class EquivalenceClasses:
             if root.epoch == self.epoch:
                 root.cost -= storage.cost
                 root.size -= 1
+                if self.mirror.mirrored(root):
+                    self.mirror.cost[root.index] = root.cost
+        if self.on_neighbours_changed is not None:
+            self.on_neighbours_changed(storage)
 
     def cost(self, storage: Storage) -> float:
         return self.cost_around(evicted_neighbours(storage))
