@@ -33,7 +33,8 @@ is evicted or, for ``eq``, leaves the evicted set. Under ``estar`` and
 term can be non-zero) and is cleared by a decision that finds none; under ``eq``
 it means "``edges`` is stale" and is cleared when a decision re-reads the row's
 evicted neighbours into ``edges``: the mirrored union-find indices
-(``neighbourhood.ClassMirror``) of their classes, parents first, -1 padded.
+(``neighbourhood.ClassMirror``) of their classes, parents first, padded with 0
+(the mirror's empty class).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class CandidateTable:
         self.last_access = np.zeros(0)
         self.active = np.zeros(0, bool)  # a candidate, not a hole
         self.blocked = np.zeros(0, bool)  # a hole or a locked candidate: not scored
-        self.edges = np.full((0, 1), -1, np.int64)  # see the module docstring
+        self.edges = np.zeros((0, 1), np.int64)  # see the module docstring
 
     # ---- the set interface -----------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class CandidateTable:
             frontier = np.frombuffer(self.frontier, np.uint8)
             frontier[holes] = 0
             del frontier
-            self.edges[holes] = -1
+            self.edges[holes] = 0
         if not live:
             self._locked = rows[:0]
             return
@@ -176,14 +177,14 @@ class CandidateTable:
         self.last_access = grown(self.last_access, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
-        edges = np.full((capacity, self.edges.shape[1]), -1, np.int64)
+        edges = np.zeros((capacity, self.edges.shape[1]), np.int64)
         edges[: len(self.edges)] = self.edges
         self.edges = edges
         self._capacity = capacity
 
     def widen(self, width: int) -> None:
         """Room for ``width`` evicted neighbours per row in ``edges``."""
-        edges = np.full((len(self.edges), max(width, 2 * self.edges.shape[1])), -1, np.int64)
+        edges = np.zeros((len(self.edges), max(width, 2 * self.edges.shape[1])), np.int64)
         edges[:, : self.edges.shape[1]] = self.edges
         self.edges = edges
 

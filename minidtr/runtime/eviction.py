@@ -290,14 +290,15 @@ class Eviction:
     ) -> np.ndarray | float | None:
         """h_DTR^eq's ``c(eq(t))`` for the scored rows from ``edges``: re-read the flagged
         rows' evicted neighbours, find every class root at once in the mirror, and sum
-        each row's distinct roots' costs in neighbour order (adding 0.0 for a repeat, so
-        the same floats as ``EquivalenceClasses.cost``). None when a neighbour's class must
-        be rebuilt first (the per-storage path does that, in the reference's order)."""
+        each row's distinct roots' costs in neighbour order (adding 0.0 for a repeat or
+        padding, so the same floats as ``EquivalenceClasses.cost``). None when a
+        neighbour's class must be rebuilt first (the per-storage path does that, in the
+        reference's order)."""
         eq = self.eq_classes
         mirror = eq.mirror
         if mirror.size > 8 * (used + 1024):  # indices of long-gone classes pile up
             mirror.reset()
-            table.edges[:] = -1
+            table.edges[:] = 0
             table.watch("eq", eq.epoch)
         frontier = np.frombuffer(table.frontier, np.uint8)
         if rows is None:
@@ -318,32 +319,27 @@ class Eviction:
                 table.widen(len(nodes))
             edges = table.edges[row]
             edges[: len(nodes)] = nodes
-            edges[len(nodes) :] = -1
+            edges[len(nodes) :] = 0
             table.frontier[row] = 0
         edges = table.edges[:used] if rows is None else table.edges[rows]
-        present = edges >= 0
-        if not present.any():
+        width = int(np.count_nonzero(edges.any(axis=0)))  # rows are filled from the left
+        if not width:
             return 0.0  # cost + 0.0, as the reference adds
-        roots = mirror.roots(edges[present])
-        stale_class = mirror.epoch[roots] != eq.epoch
+        roots = mirror.roots(edges[:, :width])
+        mirror.epoch[0] = eq.epoch  # padding is never stale
+        stale_class = (mirror.epoch[roots] != eq.epoch).any(axis=1)
         if rows is None:
-            stale_class &= ~np.broadcast_to(table.blocked[:used, None], edges.shape)[present]
+            stale_class &= ~table.blocked[:used]
         if stale_class.any():
             return None
-        root_at = np.full(edges.shape, -1, np.int64)
-        root_at[present] = roots
-        cost_at = np.zeros(edges.shape)
-        cost_at[present] = mirror.cost[roots]
+        costs = mirror.cost[roots]
         terms = np.zeros(len(edges))
-        for j in range(edges.shape[1]):
-            at = np.flatnonzero(present[:, j])
-            if not at.size:
-                break  # rows are filled from the left
-            root = root_at[at, j]
-            first = np.ones(at.size, bool)
-            for i in range(j):
-                first &= root_at[at, i] != root
-            terms[at] += np.where(first, cost_at[at, j], 0.0)
+        terms += costs[:, 0]
+        for j in range(1, width):
+            first = roots[:, j] != roots[:, 0]
+            for i in range(1, j):
+                first &= roots[:, j] != roots[:, i]
+            terms += np.where(first, costs[:, j], 0.0)
         return terms
 
     def evict(

@@ -166,18 +166,19 @@ class ClassMirror:
     cost and epoch) so that the roots of many components are found at once. A component
     is mirrored when first asked for (``index_of``), with the ancestors it has then;
     ``EquivalenceClasses`` keeps mirrored ones up to date. Path halving is not mirrored:
-    it changes no root. ``reset`` forgets every index (they are handed out afresh)."""
+    it changes no root. Index 0 is *none*, a root of cost 0.0 (padding). ``reset``
+    forgets every index (they are handed out afresh)."""
 
     def __init__(self):
         self.generation = 0
-        self.size = 0
-        self.parent = np.zeros(0, np.int64)  # -1: a root
-        self.cost = np.zeros(0)
-        self.epoch = np.zeros(0, np.int64)
+        self.size = 1
+        self.parent = np.full(64, -1, np.int64)  # -1: a root
+        self.cost = np.zeros(64)
+        self.epoch = np.zeros(64, np.int64)
 
     def reset(self) -> None:
         self.generation += 1
-        self.size = 0
+        self.size = 1
 
     def mirrored(self, node: Component) -> bool:
         return node.generation == self.generation
@@ -204,7 +205,8 @@ class ClassMirror:
         return above if not chain else chain[0].index
 
     def roots(self, indices: np.ndarray) -> np.ndarray:
-        """The root index of each mirrored component (compressing the paths it walks)."""
+        """The root index of each mirrored component, in an array shaped like ``indices``
+        (compressing the paths it walks)."""
         parent = self.parent
         current = indices
         while True:
@@ -214,7 +216,8 @@ class ClassMirror:
                 break
             current = np.where(moving, up, current)
         below = current != indices
-        parent[indices[below]] = current[below]
+        if below.any():
+            parent[indices[below]] = current[below]
         return current
 
 
