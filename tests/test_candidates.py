@@ -219,3 +219,18 @@ def test_a_cost_term_of_your_own_uses_the_loop(monkeypatch):
             victim = rt.allocator._choose_victim()[0]
         assert victim is max(tensors, key=lambda t: t.cell.storage.id).cell.storage
         assert counter["checked"] == before
+
+
+def test_eq_decisions_survive_mirror_resets(monkeypatch):
+    """The union-find mirror is rebuilt whenever it outgrows the table (here: nearly every
+    decision); decisions stay the loop's."""
+    from minidtr.runtime import eviction
+
+    monkeypatch.setattr(eviction, "MIRROR_SLACK", -(10**6))  # a reset at every decision
+    rng = random.Random(5)
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = build_graph(rng, 60)
+        with md.Runtime(budget=1 << 30, heuristic="dtr_eq", cost="flops"):
+            drive(rng, tensors, 120)
+        assert counter["checked"] - before >= 60

@@ -24,6 +24,7 @@ from .runtime import BudgetError
 from .storage import Storage
 
 SHORTLIST = 5  # candidates recorded with each budget eviction (victim, runner-up, ...)
+MIRROR_SLACK = 1024  # the union-find mirror is rebuilt past 8 * (table rows + this) entries
 
 
 # Off only while a search probes budgets it expects to fail (``minidtr.testing``'s
@@ -296,7 +297,7 @@ class Eviction:
         reference's order)."""
         eq = self.eq_classes
         mirror = eq.mirror
-        if mirror.size > 8 * (used + 1024):  # indices of long-gone classes pile up
+        if mirror.size > 8 * (used + MIRROR_SLACK):  # indices of long-gone classes pile up
             mirror.reset()
             table.edges[:] = 0
             table.watch("eq", eq.epoch)
