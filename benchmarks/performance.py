@@ -8,12 +8,13 @@
 2. Training steps: the small ResNet-32 of ``minidtr train resnet`` (with the share of the
    step spent in op kernels; the rest is bookkeeping), and the wide MLP of
    benchmarks/overhead_mlp.py against hand-written NumPy and PyTorch.
-3. One eviction decision (``Allocator._choose_victim``) with 10^2 .. 10^4 candidates, per
-   heuristic.
+3. One eviction decision (``Allocator._choose_victim``) with 10^2 .. 10^5 candidates, per
+   heuristic, in a graph where no candidate borders an evicted storage and in one where
+   every candidate does, next to the reference loop (``--decisions`` runs only this).
 
-Every figure is a median over interleaved rounds (min and max in brackets where it
-helps), so that load on the machine affects the contenders alike. Targets are in
-docs/performance.md.
+Every figure of 1. and 2. is a median over interleaved rounds (min and max in brackets
+where it helps), so that load on the machine affects the contenders alike; 3. gives the
+minimum over rounds. Targets are in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
     - *fan*: the outputs of ``n`` ops on one constant, all resident: no candidate has an
       evicted neighbour, so every score is one array expression;
     - *chain*: a chain of ``2n`` ops with every other output evicted: every candidate has
-      evicted neighbours, whose cost h_DTR, h_DTR^eq and h_MSPS add per candidate in Python.
+      evicted neighbours, whose cost h_DTR and h_MSPS add per candidate in Python (h_DTR^eq
+      from the table's union-find mirror).
 
     ``loop`` is the reference loop (one ``score`` call per candidate, what every search did
     before the candidate table) with dtr_eq, for comparison."""
