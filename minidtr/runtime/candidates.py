@@ -34,7 +34,8 @@ term can be non-zero) and is cleared by a decision that finds none; under ``eq``
 it means "``edges`` is stale" and is cleared when a decision re-reads the row's
 evicted neighbours into ``edges``: the mirrored union-find indices
 (``neighbourhood.ClassMirror``) of their classes, parents first, padded with 0
-(the mirror's empty class).
+(the mirror's empty class). ``edges[j, row]`` is the row's j-th: one contiguous
+array per position, ``edge_width`` of them in use.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class CandidateTable:
         self.last_access = np.zeros(0)
         self.active = np.zeros(0, bool)  # a candidate, not a hole
         self.blocked = np.zeros(0, bool)  # a hole or a locked candidate: not scored
-        self.edges = np.zeros((0, 1), np.int64)  # see the module docstring
+        self.edges = np.zeros((1, 0), np.int64)  # see the module docstring
+        self.edge_width = 0  # the most evicted neighbours written for a row
 
     # ---- the set interface -----------------------------------------------------------------
 
@@ -150,7 +152,7 @@ class CandidateTable:
             frontier = np.frombuffer(self.frontier, np.uint8)
             frontier[holes] = 0
             del frontier
-            self.edges[holes] = 0
+            self.edges[:, holes] = 0
         if not live:
             self._locked = rows[:0]
             return
@@ -177,15 +179,15 @@ class CandidateTable:
         self.last_access = grown(self.last_access, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
-        edges = np.zeros((capacity, self.edges.shape[1]), np.int64)
-        edges[: len(self.edges)] = self.edges
+        edges = np.zeros((len(self.edges), capacity), np.int64)
+        edges[:, : self.edges.shape[1]] = self.edges
         self.edges = edges
         self._capacity = capacity
 
     def widen(self, width: int) -> None:
         """Room for ``width`` evicted neighbours per row in ``edges``."""
-        edges = np.zeros((len(self.edges), max(width, 2 * self.edges.shape[1])), np.int64)
-        edges[:, : self.edges.shape[1]] = self.edges
+        edges = np.zeros((max(width, 2 * len(self.edges)), self.edges.shape[1]), np.int64)
+        edges[: len(self.edges)] = self.edges
         self.edges = edges
 
     def _compact(self) -> None:
@@ -208,7 +210,7 @@ class CandidateTable:
         self.last_access = self.last_access[index]
         self.active = self.active[index]
         self.blocked = self.blocked[index]
-        self.edges = self.edges[index]
+        self.edges = self.edges[:, index]
         self._capacity = len(keep)
 
     def watch(self, mode: str, epoch: int = 0) -> None:

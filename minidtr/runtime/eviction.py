@@ -300,6 +300,7 @@ class Eviction:
         if mirror.size > 8 * (used + MIRROR_SLACK):  # indices of long-gone classes pile up
             mirror.reset()
             table.edges[:] = 0
+            table.edge_width = 0
             table.watch("eq", eq.epoch)
         frontier = np.frombuffer(table.frontier, np.uint8)
         if rows is None:
@@ -316,31 +317,32 @@ class Eviction:
                 if node is None:
                     return None
                 nodes.append(mirror.index_of(node))
-            if len(nodes) > table.edges.shape[1]:
+            if len(nodes) > len(table.edges):
                 table.widen(len(nodes))
-            edges = table.edges[row]
+            table.edge_width = max(table.edge_width, len(nodes))
+            edges = table.edges[:, row]
             edges[: len(nodes)] = nodes
             edges[len(nodes) :] = 0
             table.frontier[row] = 0
-        edges = table.edges[:used] if rows is None else table.edges[rows]
-        width = int(np.count_nonzero(edges.any(axis=0)))  # rows are filled from the left
+        width = table.edge_width
         if not width:
             return 0.0  # cost + 0.0, as the reference adds
-        roots = mirror.roots(edges[:, :width])
+        edges = table.edges[:width, :used] if rows is None else table.edges[:width, rows]
+        roots = mirror.roots(edges)
         mirror.epoch[0] = eq.epoch  # padding is never stale
-        stale_class = (mirror.epoch[roots] != eq.epoch).any(axis=1)
+        stale_class = (mirror.epoch[roots] != eq.epoch).any(axis=0)
         if rows is None:
             stale_class &= ~table.blocked[:used]
         if stale_class.any():
             return None
         costs = mirror.cost[roots]
-        terms = np.zeros(len(edges))
-        terms += costs[:, 0]
+        terms = np.zeros(edges.shape[1])
+        terms += costs[0]
         for j in range(1, width):
-            first = roots[:, j] != roots[:, 0]
+            first = roots[j] != roots[0]
             for i in range(1, j):
-                first &= roots[:, j] != roots[:, i]
-            terms += np.where(first, costs[:, j], 0.0)
+                first &= roots[j] != roots[i]
+            terms += np.where(first, costs[j], 0.0)
         return terms
 
     def evict(
