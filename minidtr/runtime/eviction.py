@@ -150,10 +150,11 @@ class Eviction:
         return out
 
     def _choose_by_table(self, table: CandidateTable) -> tuple:
-        """The same search on the table's columns: the pool as rows (in insertion order),
-        the neighbourhood term computed (per storage, exactly as ``score`` does) only for
-        candidates that may have an evicted neighbour, the scores as one array expression,
-        and the first lowest by ``argmin``."""
+        """The same search on the table's columns: the pool as rows (in insertion order;
+        every row, with holes and locked rows scored +inf, unless ``min_size`` or
+        ``sample`` pick some), the neighbourhood terms (``_neighbourhood_terms``), the
+        scores as one array expression (``Heuristic.scores``), and the first lowest and
+        the runner-up (``lowest``)."""
         runtime = self.runtime
         heuristic: Heuristic = runtime.heuristic
         wanted = SHORTLIST if runtime.events is not None else 2
