@@ -56,7 +56,11 @@ def test_table_behaves_as_an_insertion_ordered_dict():
     assert table.rows <= 2 * len(table) + COMPACT_SLACK + 1
 
 
-def test_columns_follow_the_storages_through_the_dirty_rule():
+@pytest.mark.parametrize("one_by_one", [0, 1000])
+def test_columns_follow_the_storages_through_the_dirty_rule(monkeypatch, one_by_one):
+    from minidtr.runtime import candidates
+
+    monkeypatch.setattr(candidates, "SYNC_ONE_BY_ONE", one_by_one)  # arrays / row by row
     rng = random.Random(1)
     table = CandidateTable()
     storages = [FakeStorage(i) for i in range(200)]

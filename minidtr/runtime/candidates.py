@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 _MISSING = object()
 COMPACT_SLACK = 64  # holes tolerated beyond the number of candidates before squeezing
+SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
 
 
 class CandidateTable:
@@ -60,7 +61,7 @@ class CandidateTable:
         self.frontier = bytearray(1)  # per row: its evicted neighbours may have changed
         self.watching: str | None = None  # the cost term the frontier flags serve
         self.watched_epoch = 0  # the union-find epoch ``edges`` refers to (``eq``)
-        self._locked = np.zeros(0, np.intp)  # rows seen locked at the last sync
+        self._locked: list[int] = []  # rows seen locked at the last sync
         self._capacity = 0
         self.cost = np.zeros(0)
         self.nbytes = np.zeros(0, np.int64)
@@ -116,7 +117,7 @@ class CandidateTable:
     @property
     def locked(self) -> int:
         """How many candidates were locked at the last ``sync``."""
-        return self._locked.size
+        return len(self._locked)
 
     @property
     def rows(self) -> int:
@@ -125,22 +126,53 @@ class CandidateTable:
 
     def sync(self) -> None:
         """Bring the columns up to date: grow them to the rows in use and re-read the rows
-        marked dirty and those seen locked last time."""
+        marked dirty and those seen locked last time (one row at a time when they are a
+        few, as arrays when many)."""
         used = len(self.storages)
         if self._capacity < used:
             self._grow(max(used, 2 * self._capacity, 16))
         if len(self.frontier) < used:  # new rows may have evicted neighbours
             self.frontier.extend(b"\x01" * (used - len(self.frontier)))
-        if self.dirty.find(1, 1) < 0 and not self._locked.size:  # row 0 is scratch
+        find = self.dirty.find
+        rows = []
+        row = find(1, 1)  # row 0 is scratch
+        while row >= 0 and len(rows) < SYNC_ONE_BY_ONE:
+            rows.append(row)
+            row = find(1, row + 1)
+        if row >= 0:
+            self._sync_many()
             return
+        if not rows and not self._locked:
+            return
+        for row in rows:
+            self.dirty[row] = 0
+        storages = self.storages
+        locked = []
+        for row in sorted({*rows, *self._locked}):
+            storage = storages[row]
+            if storage is None:
+                self.active[row] = False
+                self.blocked[row] = True
+                self.frontier[row] = 0
+                self.edges[:, row] = 0
+                continue
+            self.active[row] = True
+            self.cost[row] = storage.cost
+            self.nbytes[row] = storage.nbytes
+            self.size[row] = max(storage.nbytes, 1)
+            self.last_access[row] = storage.last_access
+            self.blocked[row] = storage.locks != 0
+            if storage.locks:
+                locked.append(row)
+        self._locked = locked
+
+    def _sync_many(self) -> None:
         dirty = np.frombuffer(self.dirty, np.uint8)
         rows = np.flatnonzero(dirty)
         dirty[rows] = 0
         del dirty  # release the buffer: the bytearray may grow again
-        if self._locked.size:
+        if self._locked:
             rows = np.union1d(rows, self._locked)
-        if not rows.size:
-            return
         row_list = rows.tolist()
         storages = self.storages
         found = [storages[r] for r in row_list]
@@ -154,7 +186,7 @@ class CandidateTable:
             del frontier
             self.edges[:, holes] = 0
         if not live:
-            self._locked = rows[:0]
+            self._locked = []
             return
         live_rows = rows if len(live) == len(found) else rows[[s is not None for s in found]]
         self.active[live_rows] = True
@@ -165,7 +197,7 @@ class CandidateTable:
         self.last_access[live_rows] = [s.last_access for s in live]
         locked = np.array([s.locks != 0 for s in live], bool)
         self.blocked[live_rows] = locked
-        self._locked = live_rows[locked]
+        self._locked = live_rows[locked].tolist()
 
     def _grow(self, capacity: int) -> None:
         def grown(column: np.ndarray, fill) -> np.ndarray:
@@ -203,7 +235,7 @@ class CandidateTable:
         self.dirty = bytearray(len(keep))
         renumber = np.zeros(self._capacity, np.intp)
         renumber[index] = np.arange(len(keep))
-        self._locked = renumber[self._locked]  # removed rows are never locked after sync
+        self._locked = renumber[self._locked].tolist()  # removed rows are not locked
         self.cost = self.cost[index]
         self.nbytes = self.nbytes[index]
         self.size = self.size[index]
