@@ -4,7 +4,9 @@
 made twice, by the table and by ``_choose_by_loop`` on the same pool (the sampler
 rewound in between), and asserts that both give the same victim, score, runner-up
 and shortlist, float for float. The whole suite runs this way with
-``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` (tests/conftest.py).
+``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` (tests/conftest.py); each search then
+takes the loop's time as well, so a test that runs close to the wall-clock thrash
+guard (``max_wall_slowdown``) may trip it.
 """
 
 from __future__ import annotations
