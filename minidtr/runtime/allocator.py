@@ -92,6 +92,7 @@ class Allocator(Eviction, Lifetime):
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
         self._sampler = random.Random(0)
         self._dead_remats: list[Storage] = []
+        self._kept_dead: dict[Storage, None] = {}  # dead remats kept while useful
         self._dying: deque[Storage] = deque()  # dead storages waiting for the policy
         self._released: list[Cell] = []  # handles that died meanwhile, for the observer
         self._busy = False  # inside an op, a rematerialization or a search: deaths wait

@@ -21,9 +21,24 @@ once, and a storage with many parents (DenseNet's concatenations) would then
 be rebuilt at each parent's death, again and again. Deaths that happen while
 the allocator is busy (an op, a rematerialization, a garbage-collector pass
 inside either) wait in a queue until it is done.
+
+An orphan need not be a direct child: a referenced storage evicted below dead,
+evicted ones (a pending gradient whose inputs, the loss gradient and the
+stacked scores, died and were evicted) comes to need the storage that dies
+just the same, so the search for orphans walks down through evicted dead
+storages.
+
+Dead storages rematerialized to rebuild others (*dead remats*) stay resident,
+as ordinary candidates, only while they are *useful*: while some referenced
+storage below them is evicted with only dead, evicted storages in between, so
+that its rebuild would need them. Once none is (checked when an access is done
+and when deaths are settled), they are freed. A DenseNet layer's inputs are
+rebuilt one after another from the same dead convolution outputs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from .runtime import BudgetError, ThrashError
 from .storage import Cell, Storage
@@ -78,6 +93,7 @@ class Lifetime:
                         self.observer.on_release(cell)
                 if self._dying:
                     self._apply_policy(self._dying.popleft())
+            self._free_dead_remats()  # what only the dead needed is garbage now
         finally:
             self._busy = False
 
@@ -232,34 +248,58 @@ class Lifetime:
             self._on_state_change(storage)
 
     def _free_dead_remats(self) -> None:
-        """Storages nobody references, rematerialized only to recompute others, are freed
-        again once the access that needed them is done (unless dealloc is ``ignore``), so
-        no garbage outlives the operation and a run does not depend on earlier ones."""
-        if not self._dead_remats:
+        """Storages nobody references, rematerialized only to recompute others, stay
+        resident as candidates while they are useful (``useful_dead``) and are freed once
+        the access that needed them is done and they are not (unless dealloc is
+        ``ignore``, or ``keep_dead_remats`` keeps them all): no garbage outlives the
+        operation, and a run does not depend on earlier ones."""
+        kept = self._kept_dead
+        if not self._dead_remats and not kept:
             return
-        dead, self._dead_remats = self._dead_remats, []
+        for storage in self._dead_remats:
+            kept[storage] = None
+        self._dead_remats = []
         if self.runtime.dealloc == "ignore" or self.runtime.keep_dead_remats:
+            kept.clear()
             return
-        for storage in dead:
-            if (
-                storage.buffer is not None
-                and storage.external_refs == 0
-                and not storage.locks
-                and storage.evictable
-            ):
+        for storage in list(kept):
+            if storage.buffer is None or storage.external_refs or not storage.evictable:
+                del kept[storage]
+            elif not storage.locks and not useful_dead(storage):
+                del kept[storage]
                 self.evict(storage, reason="dead")
 
 
+ORPHAN_SEARCH = 256  # storages visited at most when looking below a dead storage
+
+
+def _evicted_below(storage: Storage) -> Iterator[Storage]:
+    """Referenced, recomputable storages that are evicted and reached from ``storage``
+    through its evicted children that nobody references (at most ``ORPHAN_SEARCH``
+    visited): those whose rebuild would need ``storage``."""
+    seen = {id(storage)}
+    stack = [storage]
+    while stack and len(seen) < ORPHAN_SEARCH:
+        for child in stack.pop().live_children():
+            if id(child) in seen or child.buffer is not None:
+                continue
+            seen.add(id(child))
+            if child.banished or child.producer is None:
+                continue
+            if child.external_refs > 0:
+                yield child
+            else:
+                stack.append(child)
+
+
+def useful_dead(storage: Storage) -> bool:
+    """Whether a dead storage would shorten the rebuild of an evicted, referenced one."""
+    return next(_evicted_below(storage), None) is not None
+
+
 def orphans_of(storage: Storage) -> list[Storage]:
-    """Evicted children of ``storage`` that are still referenced (see the module docstring),
+    """Evicted storages that are still referenced and whose rebuild needs ``storage``
+    (its evicted children, and those below evicted dead ones: see the module docstring),
     except those evicted again since they were last rebuilt as orphans without anything
     reading them: rebuilding those once more would only repeat the same eviction."""
-    return [
-        c
-        for c in storage.live_children()
-        if c.buffer is None
-        and not c.banished
-        and c.external_refs > 0
-        and c.producer is not None
-        and c.orphan_rebuilt_at != c.last_access
-    ]
+    return [c for c in _evicted_below(storage) if c.orphan_rebuilt_at != c.last_access]
