@@ -22,18 +22,15 @@ be rebuilt at each parent's death, again and again. Deaths that happen while
 the allocator is busy (an op, a rematerialization, a garbage-collector pass
 inside either) wait in a queue until it is done.
 
-An orphan need not be a direct child: a referenced storage evicted below dead,
-evicted ones (a pending gradient whose inputs, the loss gradient and the
-stacked scores, died and were evicted) comes to need the storage that dies
-just the same, so the search for orphans walks down through evicted dead
-storages.
-
-Dead storages rematerialized to rebuild others (*dead remats*) stay resident,
-as ordinary candidates, only while they are *useful*: while some referenced
-storage below them is evicted with only dead, evicted storages in between, so
-that its rebuild would need them. Once none is (checked when an access is done
-and when deaths are settled), they are freed. A DenseNet layer's inputs are
-rebuilt one after another from the same dead convolution outputs.
+A dead storage is *useful* while some referenced storage below it is evicted
+with only dead, evicted storages in between, so that its rebuild would need
+it: an orphan, or one further down (a pending gradient below the dead loss
+gradient and stacked scores of an LSTM). A useful storage that dies is not
+evicted (after its orphans are rebuilt, those that fit) but stays resident as
+an ordinary candidate, and so do dead storages rematerialized to rebuild
+others (*dead remats*: a DenseNet layer's inputs are rebuilt one after another
+from the same dead convolution outputs). Once it is no longer useful (checked
+when an access is done and when deaths are settled), it is freed.
 """
 
 from __future__ import annotations
@@ -122,6 +119,9 @@ class Lifetime:
                 self.pending_error = error
             if storage.buffer is None or storage.external_refs or storage.locks:
                 return
+        if self.budget is not None and self.runtime.rebuild_orphans and useful_dead(storage):
+            self._kept_dead[storage] = None  # evicted ones below still need it
+            return
         self.evict(storage, reason="dead")
 
     def raise_pending(self) -> None:
@@ -270,16 +270,16 @@ class Lifetime:
                 self.evict(storage, reason="dead")
 
 
-ORPHAN_SEARCH = 256  # storages visited at most when looking below a dead storage
+USEFUL_SEARCH = 256  # storages visited at most when looking below a dead storage
 
 
 def _evicted_below(storage: Storage) -> Iterator[Storage]:
     """Referenced, recomputable storages that are evicted and reached from ``storage``
-    through its evicted children that nobody references (at most ``ORPHAN_SEARCH``
+    through its evicted children that nobody references (at most ``USEFUL_SEARCH``
     visited): those whose rebuild would need ``storage``."""
     seen = {id(storage)}
     stack = [storage]
-    while stack and len(seen) < ORPHAN_SEARCH:
+    while stack and len(seen) < USEFUL_SEARCH:
         for child in stack.pop().live_children():
             if id(child) in seen or child.buffer is not None:
                 continue
@@ -298,8 +298,15 @@ def useful_dead(storage: Storage) -> bool:
 
 
 def orphans_of(storage: Storage) -> list[Storage]:
-    """Evicted storages that are still referenced and whose rebuild needs ``storage``
-    (its evicted children, and those below evicted dead ones: see the module docstring),
+    """Evicted children of ``storage`` that are still referenced (see the module docstring),
     except those evicted again since they were last rebuilt as orphans without anything
     reading them: rebuilding those once more would only repeat the same eviction."""
-    return [c for c in _evicted_below(storage) if c.orphan_rebuilt_at != c.last_access]
+    return [
+        c
+        for c in storage.live_children()
+        if c.buffer is None
+        and not c.banished
+        and c.external_refs > 0
+        and c.producer is not None
+        and c.orphan_rebuilt_at != c.last_access
+    ]
