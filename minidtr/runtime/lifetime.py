@@ -119,7 +119,12 @@ class Lifetime:
                 self.pending_error = error
             if storage.buffer is None or storage.external_refs or storage.locks:
                 return
-        if self.budget is not None and self.runtime.rebuild_orphans and useful_dead(storage):
+        if (
+            self.budget is not None
+            and self.runtime.rebuild_orphans
+            and self.pending_error is None
+            and useful_dead(storage)
+        ):
             self._kept_dead[storage] = None  # evicted ones below still need it
             return
         self.evict(storage, reason="dead")
