@@ -63,3 +63,54 @@ def test_dead_rematerialized_storages_are_freed_unless_kept():
     kept = sim.simulate(trace, budget=300, outputs=False, keep_dead_remats=True)
     assert result.status == kept.status == "ok"
     assert result.dead_evictions == kept.dead_evictions + 1
+
+
+def test_a_dead_remat_stays_while_an_evicted_sibling_needs_it():
+    # b and c are both made from a, which dies; LRU evicts b and c for big2. Reading b
+    # rebuilds a (dead) and b; c is still evicted and its rebuild needs a, so a stays
+    # resident and reading c rebuilds c alone; then nothing below a needs it and it goes.
+    instructions = [
+        Constant("x", 1),
+        Call("f", ("x",), (Result("a", 40),), 1.0),
+        Call("g", ("a",), (Result("b", 20),), 1.0),
+        Call("h", ("a",), (Result("c", 20),), 1.0),
+        Release("a"),
+        Call("k", ("x",), (Result("big", 40),), 1.0),
+        Call("k2", ("x",), (Result("big2", 59),), 1.0),  # 140 > 100: b and c go
+    ]
+    replayer = run(instructions, 100, "lru")
+    assert not replayer.resident("b") and not replayer.resident("c")
+    (a,) = replayer.cells["b"].storage.parents()
+    replayer.step(Call("read", ("b",), (), 0.0))
+    assert replayer.stats.remats == 2 and a.buffer is not None
+    replayer.step(Call("read", ("c",), (), 0.0))
+    assert replayer.stats.remats == 3  # c alone, not a again
+    assert a.buffer is None and replayer.allocator.memory == 41  # x, b, c
+    replayer.close()
+
+
+def test_a_dying_storage_stays_while_an_evicted_grandchild_needs_it():
+    # q (dead, evicted) sits between p and the evicted, referenced r: evicting p when it
+    # dies would make r's rebuild need p's rebuild too, so p stays until r is back.
+    instructions = [
+        Constant("x", 1),
+        Call("f", ("x",), (Result("p", 10),), 1.0),
+        Call("g", ("p",), (Result("q", 10),), 1.0),
+        Call("h", ("q",), (Result("r", 10),), 1.0),
+        Release("q"),
+        Call("tick", ("x",), (), 1.0),
+        Call("touch", ("p",), (), 0.0),  # p is read after r was made: r is the stalest
+        Call("k", ("x",), (Result("big", 80),), 1.0),  # 101 > 100: r, the stalest, goes
+        Release("p"),
+    ]
+    replayer = run(instructions, 100, "lru")
+    p = replayer.cells["r"].storage.parents()[0].parents()[0]
+    assert not replayer.resident("r") and p.buffer is not None and p.external_refs == 0
+    replayer.step(Call("read", ("r",), (), 0.0))
+    assert replayer.stats.remats == 2  # q and r; p was still resident
+    assert p.buffer is None and replayer.allocator.memory == 11  # x, r
+    replayer.close()
+    plain = run(instructions, 100, "lru", rebuild_orphans=False)
+    plain.step(Call("read", ("r",), (), 0.0))
+    assert plain.stats.remats == 3  # p evicted when it died: p, q and r
+    plain.close()
