@@ -97,8 +97,9 @@ class RuntimeOptions:
         rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the
         paper's plain eager eviction.
     keep_dead_remats: storages that nobody references, rematerialized only to rebuild
-        others, stay resident as ordinary candidates after the access that needed them
-        (the paper's simulator) instead of being freed when it ends (the default).
+        others, all stay resident as ordinary candidates after the access that needed
+        them (the paper's simulator); by default they stay only while an evicted,
+        referenced storage below them needs them (``minidtr.runtime.lifetime``).
     """
 
     budget: int | None = None
