@@ -152,14 +152,14 @@ def record_trace(config: TrainConfig):
 
 def simulate_probe(trace, config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
     """``probe``'s question answered by the simulator on ``trace`` (same budget in bytes,
-    same slowdown limit, the config's runtime settings), for comparing it with the live
-    run."""
+    same slowdown limit, checked as the live runtime checks it: the slowdown so far,
+    before each rematerialization; the config's runtime settings), for comparing it with
+    the live run."""
     from . import sim
 
     budget = int(ratio * unbounded.peak)
-    limit = config.max_slowdown if config.max_slowdown is not None else math.inf
     options = config.options.replace(budget=budget)
-    result = sim.simulate(trace, thrash=limit, outputs=False, options=options)
+    result = sim.simulate(trace, thrash=None, outputs=False, options=options, live_guard=True)
     if result.status != "ok":
         return Probe(ratio, budget, result.status)
     return Probe(ratio, budget, "ok", result.slowdown, result.remats)

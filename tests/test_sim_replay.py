@@ -435,3 +435,23 @@ def test_shared_logs_replay(shared_traces):
             assert result.peak_memory <= result.budget
         tight = sim.simulate(trace, ratio=0.05)
         assert tight.status == "oom"
+
+
+def test_the_live_runtimes_thrash_guard_stops_a_replay_where_it_would_stop_the_run():
+    # b is evicted for d, then read: its rebuild needs the dead a too (cost 2 of 4 so far)
+    trace = sim.make_trace(
+        [
+            Constant("x", 10),
+            Call("f", ("x",), (Result("a", 100),), 1.0),
+            Call("g", ("a",), (Result("b", 100),), 1.0),
+            Release("a"),
+            Call("h", ("x",), (Result("c", 100),), 1.0),
+            Call("h2", ("x",), (Result("d", 100),), 1.0),
+            Call("read", ("b",), (), 0.0),
+        ]
+    )
+    free = sim.simulate(trace, budget=300, thrash=None, outputs=False)
+    assert free.status == "ok" and free.slowdown == 1.5
+    for limit, status in ((1.6, "ok"), (1.4, "thrash")):
+        guarded = sim.simulate(trace, budget=300, thrash=None, max_slowdown=limit, outputs=False)
+        assert guarded.status == status

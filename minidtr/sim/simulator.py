@@ -43,7 +43,7 @@ import numpy as np
 
 from ..runtime.allocator import Allocator
 from ..runtime.options import RuntimeOptions
-from ..runtime.runtime import BudgetError, Runtime
+from ..runtime.runtime import BudgetError, Runtime, ThrashError
 from ..runtime.storage import Cell
 from .clairvoyant import make_trace_heuristic
 from .trace import (
@@ -196,7 +196,8 @@ class Replayer:
 
     The runtime's settings are ``options`` with ``budget``, ``heuristic``, ``dealloc`` and
     the other ``REPLAY_SETTINGS`` keywords put over them where given (not None); the
-    simulator's trace heuristics (belady, learned) are allowed here.
+    simulator's trace heuristics (belady, learned) are allowed here. With ``live_guard``
+    the options' ``max_slowdown`` applies as in a live run (``ThrashError``).
     """
 
     def __init__(
@@ -209,6 +210,7 @@ class Replayer:
         measure_floors: bool = False,
         trace: Trace | None = None,
         options: RuntimeOptions | None = None,
+        live_guard: bool = False,
         **settings: Any,
     ):
         options = replay_options(
@@ -222,7 +224,9 @@ class Replayer:
             options.replace(
                 heuristic=self.informed or options.heuristic,
                 cost=trace_cost,
-                max_slowdown=None,  # the replay has its own guard, against the trace's compute
+                # the replay has its own guard, against the trace's compute; live_guard
+                # adds the live runtime's (the slowdown so far, before each remat)
+                max_slowdown=options.max_slowdown if live_guard else None,
                 max_wall_slowdown=None,
             )
         )
@@ -421,6 +425,7 @@ def simulate(
     *,
     outputs: bool = True,
     options: RuntimeOptions | None = None,
+    live_guard: bool = False,
     **settings: Any,
 ) -> SimResult:
     """Replay ``trace`` under ``budget`` bytes, or ``ratio`` x the unbounded replay's peak
@@ -437,6 +442,9 @@ def simulate(
     event log in ``result.extra["events"]``. ``rebuild_orphans=False`` is the paper's plain
     eager eviction (see ``minidtr.runtime.lifetime``); with ``keep_dead_remats`` too, a
     replay keeps dead rematerialized storages as candidates, as the paper's simulator does.
+    ``live_guard`` adds the live runtime's thrash guard, ``options.max_slowdown`` (the
+    slowdown so far, before each rematerialization), status ``"thrash"`` too, so a replay
+    stops where the live run would.
     """
     options = replay_options(
         options, budget=budget, heuristic=heuristic, dealloc=dealloc, **settings
@@ -445,7 +453,10 @@ def simulate(
     total = trace.total_compute
     limit = (thrash - 1.0) * total if thrash is not None and math.isfinite(thrash) else math.inf
     replayer = Replayer(
-        options=options.replace(budget=bytes_budget), thrash_cost=limit, trace=trace
+        options=options.replace(budget=bytes_budget),
+        thrash_cost=limit,
+        trace=trace,
+        live_guard=live_guard,
     )
     status, error, done, output_remats = "ok", None, 0, 0
     started = time.perf_counter()
@@ -455,7 +466,7 @@ def simulate(
             done += 1
         if outputs:
             output_remats = replayer.finish()
-    except Thrashing:
+    except (Thrashing, ThrashError):
         status = "thrash"
     except BudgetError as e:
         status, error = "oom", str(e)
