@@ -139,12 +139,14 @@ class _Capture:
 
 def record_trace(config: TrainConfig):
     """The simulator trace of ``config.steps`` unbounded training steps (a budget does not
-    change what a run records: the same ops, reads and releases in the same order)."""
+    change what a run records: the same ops, reads and releases in the same order).
+    Recording starts before the task is built, so the parameters are constants from the
+    start, resident as in the live run, not from their first use."""
     capture = _Capture(config.device)
     run = dataclasses.replace(config, ratio=None, budget=None, evaluate=False)
     try:
-        with isolated_allocator(config.device):
-            train(run, trace=capture)
+        with isolated_allocator(config.device), capture:
+            train(run)
     finally:
         gc.collect()
     return capture.recorder.trace()
