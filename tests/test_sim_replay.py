@@ -453,5 +453,8 @@ def test_the_live_runtimes_thrash_guard_stops_a_replay_where_it_would_stop_the_r
     free = sim.simulate(trace, budget=300, thrash=None, outputs=False)
     assert free.status == "ok" and free.slowdown == 1.5
     for limit, status in ((1.6, "ok"), (1.4, "thrash")):
-        guarded = sim.simulate(trace, budget=300, thrash=None, max_slowdown=limit, outputs=False)
+        options = md.RuntimeOptions(max_slowdown=limit)
+        guarded = sim.simulate(
+            trace, budget=300, thrash=None, outputs=False, options=options, live_guard=True
+        )
         assert guarded.status == status
