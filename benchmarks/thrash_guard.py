@@ -36,7 +36,7 @@ TRAINABLE = (
     ("treelstm", 0.6, 5),
     ("mlp", 0.8, 10),
 )
-TIGHT = (("treelstm", 0.3), ("lstm", 0.4), ("mlp", 0.3), ("unet", 0.3))
+TIGHT = (("treelstm", 0.2), ("lstm", 0.3), ("mlp", 0.3), ("unet", 0.3))
 
 
 def _trainable(model: str, ratio: float, steps: int) -> dict:
