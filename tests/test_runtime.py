@@ -336,13 +336,17 @@ def test_an_orphan_that_does_not_fit_stays_evicted():
         t = step(p)
         ALLOC.evict(t.storage)
         rt.budget = ALLOC.memory  # no room for t while p, locked for its rebuild, stays
+        p_storage = p.storage
         del p
         gc.collect()
         assert not t.storage.resident
-        assert ALLOC.memory == x.storage.nbytes
+        # p stays resident, a candidate like any other, while its evicted child needs it
+        assert p_storage.resident and ALLOC.memory == x.storage.nbytes + p_storage.nbytes
         assert rt.stats()["orphan_remats"] == 0
         rt.budget = None
         assert t.numpy()[0] == 2
+        assert rt.stats()["remats"] == 1  # t alone, from the resident p
+        assert not p_storage.resident  # nothing below needs p any more
 
 
 def test_ignore_dealloc_leaves_dead_storages_resident_but_evictable():

@@ -125,7 +125,7 @@ def test_grads_of_are_restored_and_captured_inputs_are_not_counted():
         loss.backward()
         return loss
 
-    reports = assert_remat_equivalent(step, budgets=[0.6], grads_of=[w])
+    reports = assert_remat_equivalent(step, budgets=[0.7], grads_of=[w])
     assert reports[0]["status"] == "ok" and reports[0]["remats"] > 0
     assert (w.grad.numpy() == 7.0).all()
     values = run_under(step, md.Runtime(cost="flops"), grads_of=[w])
@@ -356,8 +356,8 @@ def test_a_budget_too_small_raises():
 
 FITS_ITS_BUDGET = """
 def test_training_fits_its_budget():
-    value, stats = train(budget=400_000)  # alone it needs about 361 KB
-    assert stats["peak_memory"] <= 400_000 and stats["evictions"] > 0
+    value, stats = train(budget=480_000)  # alone it trains from about 460 KB
+    assert stats["peak_memory"] <= 480_000 and stats["evictions"] > 0
 """
 
 
@@ -385,7 +385,9 @@ def test_without_the_plugin_the_kept_error_breaks_the_next_test(pytester):
     # the control: the same file fails when the BudgetError test runs first
     first, second = run_in_both_orders(pytester, "-p", "no:minidtr.testing.plugin")
     first.assert_outcomes(passed=1, failed=1)
-    first.stdout.fnmatch_lines(["E *BudgetError: *", "FAILED *test_training_fits_its_budget*"])
+    first.stdout.fnmatch_lines(  # a BudgetError, or its subclass ThrashError
+        ["E *minidtr.runtime.runtime.*Error: *", "FAILED *test_training_fits_its_budget*"]
+    )
     second.assert_outcomes(passed=2)
 
 
