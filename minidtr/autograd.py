@@ -20,9 +20,11 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from .runtime import allocator as allocator_module
+from .tensor import Tensor  # defined before tensor.py imports the ops, which import this
+
 if TYPE_CHECKING:
     from .ops.op import Op
-    from .tensor import Tensor
 
 _grad_enabled = True
 _sequence = itertools.count()
@@ -44,15 +46,41 @@ def no_grad() -> Iterator[None]:
 
 
 class Node:
-    __slots__ = ("op", "edges", "saved_inputs", "saved_outputs", "seq", "freed")
+    """One op application in the backward graph (see the module docstring)."""
 
-    def __init__(self, op: Op, edges: list, saved_inputs: tuple, saved_outputs: tuple):
+    __slots__ = (
+        "op",
+        "edges",
+        "saved_inputs",
+        "saved_outputs",
+        "in_shapes",
+        "in_dtypes",
+        "seq",
+        "freed",
+    )
+
+    def __init__(
+        self,
+        op: Op,
+        edges: list,
+        saved_inputs: tuple,
+        saved_outputs: tuple,
+        in_shapes: tuple,
+        in_dtypes: tuple,
+    ):
         self.op = op
         self.edges = edges  # per input: (Node, output index) | Tensor (a leaf) | None
         self.saved_inputs = saved_inputs
         self.saved_outputs = saved_outputs
+        self.in_shapes = in_shapes
+        self.in_dtypes = in_dtypes
         self.seq = next(_sequence)
         self.freed = False
+
+    @property
+    def needs_grad(self) -> tuple[bool, ...]:
+        """Per input: whether a gradient flows back to it (others may be returned as None)."""
+        return tuple([edge is not None for edge in self.edges])
 
     def __lt__(self, other: Node) -> bool:  # heap order: latest first
         return self.seq > other.seq
@@ -62,29 +90,46 @@ class Node:
 
 
 def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:
-    """Record a backward node for an op application whose inputs need gradients."""
-    from .tensor import Tensor
+    """Record a backward node for an op application whose inputs need gradients.
 
+    Runs once per op with grad on, so it is written for speed: plain loops, no
+    generator expressions, and saved tensors made only for the retained indices."""
+    for t in outputs:
+        if t.cell.dtype.kind == "f":
+            break
+    else:
+        return  # integer and bool results are not differentiable: nothing to attach to
     edges: list = []
+    shapes: list = []
+    dtypes: list = []
     for t in inputs:
+        cell = t.cell
+        shapes.append(cell.shape)
+        dtypes.append(cell.dtype)
         if t.grad_fn is not None:
-            edges.append((t.grad_fn, t.cell.index))
-        elif t.requires_grad:
+            edges.append((t.grad_fn, cell.index))
+        elif t._requires_grad:
             edges.append(t)
         else:
             edges.append(None)
-    saved_inputs = tuple(
-        Tensor(t.cell) if i in op.retain_inputs else None for i, t in enumerate(inputs)
-    )
-    saved_outputs = tuple(
-        Tensor(t.cell) if i in op.retain_outputs else None for i, t in enumerate(outputs)
-    )
-    op.needs_grad = tuple(e is not None for e in edges)
-    node = Node(op, edges, saved_inputs, saved_outputs)
+    saved_inputs = _saved(inputs, op.retain_inputs)
+    saved_outputs = _saved(outputs, op.retain_outputs)
+    node = Node(op, edges, saved_inputs, saved_outputs, tuple(shapes), tuple(dtypes))
+    op.in_shapes, op.in_dtypes, op.needs_grad = node.in_shapes, node.in_dtypes, node.needs_grad
     for t in outputs:
-        if t.dtype.kind == "f":  # integer and bool results are not differentiable
+        if t.cell.dtype.kind == "f":  # integer and bool results are not differentiable
             t.grad_fn = node
-            t.requires_grad = True
+            t._requires_grad = True
+
+
+def _saved(tensors: tuple[Tensor, ...], retain: tuple[int, ...]) -> tuple:
+    """New handles (without a grad_fn, so no cycle) on the retained values, None elsewhere."""
+    if not retain:
+        return (None,) * len(tensors)
+    saved: list = [None] * len(tensors)
+    for i in retain:
+        saved[i] = Tensor(tensors[i].cell)
+    return tuple(saved)
 
 
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = False) -> None:
@@ -137,7 +182,7 @@ def _gradients(
     recomputes that chain.
     """
     from . import ops
-    from .tensor import Tensor, ones_like
+    from .tensor import ones_like
 
     if not root.requires_grad:
         raise RuntimeError(f"{caller}: this tensor does not require grad and has no grad_fn")
@@ -163,6 +208,7 @@ def _gradients(
     pending[root.grad_fn][root.cell.index] = grad.detach()
     leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
     ready = [root.grad_fn]
+    check = allocator_module.CHECK_OPS
     with no_grad():
         while ready:
             node = heapq.heappop(ready)
@@ -185,10 +231,11 @@ def _gradients(
                     leaf_uses[id(edge)] -= 1
                 if edge is None or g is None:
                     continue
-                if g.shape != op.in_shapes[i] or g.dtype != op.in_dtypes[i]:
+                if check and (g.shape != node.in_shapes[i] or g.dtype != node.in_dtypes[i]):
                     raise AssertionError(
                         f"{op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "
-                        f"input {op.in_shapes[i]} {op.in_dtypes[i]} (a bug in the op's backward)"
+                        f"input {node.in_shapes[i]} {node.in_dtypes[i]} (a bug in the op's "
+                        "backward)"
                     )
                 if isinstance(edge, Tensor):
                     key = id(edge)

@@ -56,7 +56,11 @@ class Tensor:
         self._requires_grad = False
         if requires_grad:
             self.requires_grad = True
-        cell.storage.allocator.add_ref(cell)
+        storage = cell.storage
+        storage.external_refs += 1  # Allocator.add_ref, inlined: this runs for every op
+        allocator = storage.allocator
+        if allocator.observer is not None:
+            allocator.observer.on_add_ref(cell)
 
     def __del__(self):
         try:

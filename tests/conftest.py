@@ -8,6 +8,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 # Each test on fresh allocators (also registered by an installed minidtr's entry point).
 pytest_plugins = ["minidtr.testing.plugin"]
 
+# Check every kernel's outputs and every backward's gradients against the shapes and dtypes
+# the op declared: bugs in ops fail here, while ordinary runs skip the cost.
+from minidtr.runtime import allocator as _allocator_module  # noqa: E402
+
+_allocator_module.CHECK_OPS = True
+
 SHARED_TRACES = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 

@@ -106,9 +106,12 @@ def as_constants() -> Iterator[None]:
 
 
 def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
-    """Run ``op`` on tensors under the active runtime and hook it into autograd."""
+    """Run ``op`` on tensors under the active runtime and hook it into autograd.
+
+    Every op takes this path, so it is written for speed (plain loops, no generator
+    expressions); what it costs is what an op costs on a tiny tensor."""
     try:
-        cells = tuple(t.cell for t in inputs)
+        cells = tuple([t.cell for t in inputs])
     except AttributeError:
         bad = next(i for i, t in enumerate(inputs) if not isinstance(t, Tensor))
         raise TypeError(
@@ -126,20 +129,18 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     elif device is None:
         device = "cpu"
     metas = op.infer(*cells)
-    op.in_shapes = tuple(c.shape for c in cells)
-    op.in_dtypes = tuple(c.dtype for c in cells)
-    out_cells = allocator_for(device).compute(op, cells, metas, device, constant=_constant_mode)
-    outputs = tuple(Tensor(c) for c in out_cells)
-    if (
-        op.differentiable
-        and not _constant_mode
-        and autograd.grad_enabled()
-        and any(t.requires_grad for t in inputs)
-        and any(c.dtype.kind == "f" for c in out_cells)
-    ):
-        autograd.attach(op, inputs, outputs)
-    return outputs[0] if op.n_outputs == 1 else outputs
-
+    out_cells = allocator_for(device).compute(op, cells, metas, device, _constant_mode)
+    if op.n_outputs == 1:
+        output = Tensor(out_cells[0])
+        outputs: tuple[Tensor, ...] = (output,)
+    else:
+        output = outputs = tuple([Tensor(c) for c in out_cells])
+    if op.differentiable and autograd._grad_enabled and not _constant_mode:
+        for t in inputs:
+            if t._requires_grad:
+                autograd.attach(op, inputs, outputs)
+                break
+    return output
 
 # ---- helpers shared by infer methods ---------------------------------------------------
 

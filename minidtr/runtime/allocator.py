@@ -23,6 +23,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from .. import backend
@@ -36,6 +37,11 @@ from .storage import Cell, Recipe, Storage
 NOMINAL_FLOPS_PER_NS = 32.0
 NOMINAL_BYTES_PER_NS = 8.0
 
+# Check every kernel's outputs against the shapes and dtypes its op declared (``infer``):
+# catches bugs in ops, at a cost on every op, so the test suite turns it on
+# (tests/conftest.py) and ordinary runs leave it off.
+CHECK_OPS = False
+
 
 def is_c_contiguous(array: Any) -> bool:
     """Layout of a real array (a view's layout decides whether reshape can view it);
@@ -46,6 +52,16 @@ def is_c_contiguous(array: Any) -> bool:
 
 def meta_nbytes(shape: tuple[int, ...], dtype) -> int:
     return math.prod(shape) * dtype.itemsize
+
+
+def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> None:
+    """Raise if a kernel's results differ from the (shape, dtype) its op declared."""
+    for i, ((shape, dtype), r) in enumerate(zip(metas, results, strict=True)):
+        if r.shape != shape or r.dtype != dtype:
+            raise AssertionError(
+                f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
+                f"{shape} {dtype} (a bug in the op)"
+            )
 
 
 def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
@@ -64,12 +80,25 @@ def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
     return total, storage.id
 
 
-def cascade_link(frames: list[list], cascade: int, trigger: str) -> dict[str, Any]:
+@dataclass(slots=True)
+class Frame:
+    """One level of ``Allocator.rematerialize``'s stack: a recipe to replay once its
+    inputs are resident and locked (``recipe`` is None for the access itself, at the
+    bottom of the stack)."""
+
+    recipe: Recipe | None
+    evicted: list[Storage]  # inputs still to rebuild; ``pop()`` yields the one to rebuild next
+    deferred: list[Storage]  # inputs resident when asked for: locked together at the end
+    locked: list[Storage]  # inputs locked so far (unlocked once the recipe has run)
+
+
+def cascade_link(frames: list[Frame], cascade: int, trigger: str) -> dict[str, Any]:
     """Where a replay sits in its access's cascade, for the remat event: the cascade's
     number, the access that started it and ``parent``, an output of the replay whose input
-    this one rebuilds (the target of the frame below, ``_lock``), or None when the access
-    itself needs it."""
-    parent = frames[-2][1][-1].id if len(frames) > 1 else None
+    this one rebuilds (the target of the frame below, see ``Allocator.rematerialize``), or
+    None when the access itself needs it. ``frames`` is the stack without the replay's own
+    frame."""
+    parent = frames[-2].evicted[-1].id if len(frames) > 1 else None
     return {"cascade": cascade, "trigger": trigger, "parent": parent}
 
 
@@ -220,83 +249,100 @@ class Allocator(Eviction, Lifetime):
         that room is made before any buffer exists. With ``constant`` the outputs
         keep no recipe: they are constants, never evicted (optimizer updates,
         running statistics), so no chain of recipes grows from step to step.
+
+        This is the hot path of every op: when all inputs are resident (the common
+        case) ``_lock`` locks them in place and no rematerialization frame is built.
         """
         if self.interrupt_requested:
             raise KeyboardInterrupt
-        self._check_pending()
+        if self.pending_error is not None and not self._busy:
+            self.raise_pending()
         recipe = Recipe(op, inputs, device)
         was_busy, self._busy = self._busy, True
         locked: list[Storage] = []
         self._accesses += 1
         try:
-            locked = self._lock(recipe.parents, trigger=op.name)
-            arrays = [self._array(cell) for cell in inputs]
+            locked = self._lock(recipe.parents, op.name)
+            arrays = [
+                cell.storage.buffer if not cell.is_view else self._array(cell) for cell in inputs
+            ]
             if op.is_view:
-                results = self._run(recipe, arrays, metas)
-                base = inputs[0].storage
-                base.cost += recipe.cost
-                base.last_access = self.clock
-                cells = [
-                    Cell(
-                        base,
-                        recipe,
-                        i,
-                        shape,
-                        dtype,
-                        device,
-                        is_view=True,
-                        contiguous=is_c_contiguous(result),
-                    )
-                    for i, ((shape, dtype), result) in enumerate(zip(metas, results, strict=True))
-                ]
-                if self.observer is not None:
-                    self.observer.on_compute(recipe, cells)
-                return cells
-            sizes = tuple(meta_nbytes(shape, dtype) for shape, dtype in metas)
-            total = sum(sizes)
-            self._reserve(total, op.name)
-            try:
-                results = self._run(recipe, arrays, metas)
-            except BaseException:
-                self.memory -= total
-                raise
-            recipe.out_nbytes = sizes
-            cells = []
-            for i, ((shape, dtype), result) in enumerate(zip(metas, results, strict=True)):
-                storage = self._new_storage(op.name, sizes[i], None if constant else recipe)
-                storage.buffer = result
-                storage.last_access = self.clock
-                if constant:
-                    self.constant_bytes += sizes[i]
-                else:
-                    storage.cost = recipe.cost
-                    recipe.outputs.append(weakref.ref(storage))
-                    self.candidates[storage] = None
-                    for parent in locked:
-                        parent.add_child(storage)
-                cells.append(
-                    Cell(
-                        storage,
-                        None if constant else recipe,
-                        i,
-                        shape,
-                        dtype,
-                        device,
-                        contiguous=is_c_contiguous(result),
-                    )
-                )
-                self._record("alloc", storage, cost=recipe.cost)
-            if self.observer is not None:
-                self.observer.on_compute(recipe, cells)
-            return cells
+                return self._new_views(recipe, arrays, metas)
+            return self._new_storages(recipe, arrays, metas, locked, constant)
         finally:
             self._accesses -= 1
             self._done(locked, was_busy)
 
+    def _new_views(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> list[Cell]:
+        """The cells of a view op: they share their input's storage and allocate nothing."""
+        results = self._run(recipe, arrays, metas)
+        base = recipe.inputs[0].storage
+        base.cost += recipe.cost
+        base.last_access = self.clock
+        device = recipe.device
+        cells = []
+        for i, (shape, dtype) in enumerate(metas):
+            contiguous = is_c_contiguous(results[i])
+            cells.append(Cell(base, recipe, i, shape, dtype, device, True, contiguous))
+        if self.observer is not None:
+            self.observer.on_compute(recipe, cells)
+        return cells
+
+    def _new_storages(
+        self,
+        recipe: Recipe,
+        arrays: list,
+        metas: Sequence[tuple],
+        parents: list[Storage],
+        constant: bool,
+    ) -> list[Cell]:
+        """Make room for a new recipe's outputs, run it and record each output as a new
+        storage (a candidate for eviction, a child of each of ``parents``)."""
+        name = recipe.op.name
+        sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
+        total = sum(sizes)
+        self._reserve(total, name)
+        try:
+            results = self._run(recipe, arrays, metas)
+        except BaseException:
+            self.memory -= total
+            raise
+        recipe.out_nbytes = sizes
+        producer = None if constant else recipe
+        cost, clock, device = recipe.cost, self.clock, recipe.device
+        events = self.runtimes[-1].events
+        cells = []
+        outputs = []
+        for i, (shape, dtype) in enumerate(metas):
+            result = results[i]
+            self.next_id += 1
+            storage = Storage(self, self.next_id, name, sizes[i], producer)
+            storage.buffer = result
+            storage.last_access = clock
+            if constant:
+                self.constant_bytes += sizes[i]
+            else:
+                storage.cost = cost
+                outputs.append(weakref.ref(storage))
+                self.candidates[storage] = None
+                for parent in parents:
+                    parent.add_child(storage)
+            cells.append(Cell(storage, producer, i, shape, dtype, device, False, is_c_contiguous(result)))
+            if events is not None:
+                self._record("alloc", storage, cost=cost)
+        recipe.outputs = outputs
+        if self.observer is not None:
+            self.observer.on_compute(recipe, cells)
+        return cells
+
     def _done(self, locked: list[Storage], was_busy: bool) -> None:
         """The end of an access: unlock, free what only it needed, evict what died meanwhile."""
-        self._unlock(locked)
-        self._free_dead_remats()
+        for storage in locked:
+            storage.locks -= 1
+            if storage.evict_on_unlock and storage.locks == 0:
+                self._unlocked_dead(storage)
+        if self._dead_remats:
+            self._free_dead_remats()
         self._busy = was_busy
         if self._dying or self._released:
             self._settle_dying()
@@ -310,24 +356,24 @@ class Allocator(Eviction, Lifetime):
     def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
         """Execute a new recipe's kernel, measuring or estimating its cost."""
         op = recipe.op
-        xp = backend.xp_for(recipe.device) if recipe.device is not None else None
+        device = recipe.device
+        if device == self.device:
+            xp = self.xp
+        else:
+            xp = backend.xp_for(device) if device is not None else None
         started = time.perf_counter_ns()
         results = op.forward(xp, *arrays)
-        if recipe.device == "cuda":
+        if device == "cuda":
             backend.synchronize(xp)
         elapsed = time.perf_counter_ns() - started
         if op.n_outputs == 1:
             results = (results,)
-        if xp is not None:
-            for i, ((shape, dtype), r) in enumerate(zip(metas, results, strict=True)):
-                if r.shape != shape or r.dtype != dtype:
-                    raise AssertionError(
-                        f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
-                        f"{shape} {dtype} (a bug in the op)"
-                    )
-        mode = self.runtime.cost
+        if CHECK_OPS and xp is not None:
+            check_outputs(op, metas, results)
+        runtime = self.runtimes[-1]
+        mode = runtime.cost
         if mode == "time":
-            cost = float(max(elapsed, 1))
+            cost = float(elapsed) if elapsed > 1 else 1.0
         else:
             in_metas = [(c.shape, c.dtype) for c in recipe.inputs]
             if mode == "flops":
@@ -337,7 +383,7 @@ class Allocator(Eviction, Lifetime):
                 cost = float(mode(op, in_metas, list(metas)))
         recipe.cost = cost
         self.clock += cost
-        stats = self.stats
+        stats = runtime.stats_
         stats.ops += 1
         stats.compute_cost += cost
         return results
@@ -384,80 +430,64 @@ class Allocator(Eviction, Lifetime):
     # ---- locking and rematerialization -------------------------------------------------
 
     def _lock(self, storages: Sequence[Storage], trigger: str = "read") -> list[Storage]:
-        """Lock every storage, rematerializing evicted ones first. Returns what it locked.
+        """Lock every storage for an access; returns what it locked (the access unlocks it
+        when done). The fast path, when everything is resident, only counts the locks;
+        otherwise ``rematerialize`` rebuilds the evicted ones. ``trigger`` names the
+        access (the op, ``read``) in the remat events' cascade links."""
+        for storage in storages:
+            if storage.buffer is None:
+                return self.rematerialize(storages, trigger)
+        clock = self.clock
+        for storage in storages:
+            storage.locks += 1
+            storage.last_access = clock  # an access counts from when it is requested
+        return list(storages)
 
-        Depth-first with an explicit stack (no recursion limit). Each frame (the op asked
-        for, then each recipe replayed for it) rebuilds its evicted inputs one by one,
-        locking each as it comes back, and locks its inputs that were already resident
-        only at the end, all at once (rebuilding any evicted meanwhile). So a long remat
-        chain holds locks only on what it has rebuilt, not on everything resident along
-        the way, and the heuristic stays free to evict what it values least. When several
-        inputs are evicted, the one whose rebuild needs the most memory goes first (as in
+    def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
+        """Lock every storage, rebuilding the evicted ones first (and, before each rebuild,
+        the evicted inputs of its recipe, and so on up). Returns what it locked.
+
+        Depth-first with an explicit stack of ``Frame``s, so a chain of any length needs
+        no recursion: the bottom frame is the access itself, each frame above it a recipe
+        to replay once its inputs are back. A frame rebuilds its evicted inputs one by one,
+        locking each as it comes back, and locks the inputs that were already resident
+        only at the end, all at once (rebuilding any evicted meanwhile). So a long chain
+        holds locks only on what it has rebuilt, not on everything resident along the way,
+        and the heuristic stays free to evict what it values least. When several inputs
+        are evicted, the one whose rebuild needs the most memory goes first (as in
         Sethi-Ullman register allocation), so that little is held while it runs.
-
-        ``trigger`` names the access (the op, ``read``) in the remat events' cascade links.
         """
-        frames: list[list] = [self._frame(None, storages)]
-        cascade = None
+        frames = [self._frame(None, storages)]
+        cascade = None  # this access's number in the remat events, taken at its first replay
         try:
             while True:
-                recipe, evicted, locked, deferred = frames[-1]
-                if not evicted and deferred:
-                    evicted.extend(s for s in deferred if s.buffer is None)
-                    if evicted:
-                        deferred[:] = [s for s in deferred if s.buffer is not None]
-                        evicted.sort(key=rebuild_need)
-                    else:
-                        for storage in deferred:
-                            self._lock_one(storage, locked)
-                        deferred.clear()
-                    continue
-                if evicted:
-                    target = evicted[-1]
+                frame = frames[-1]
+                if frame.evicted:
+                    target = frame.evicted[-1]
                     if target.buffer is not None:  # rebuilt meanwhile, as a sibling
-                        self._lock_one(evicted.pop(), locked)
-                        continue
-                    producer = target.producer
-                    if producer is None:
-                        raise RuntimeError(
-                            f"{target!r} was banished and can no longer be recomputed"
-                        )
-                    frames.append(self._frame(producer, producer.parents))
-                    continue
-                if recipe is None:
-                    return locked
-                frames.pop()
-                link = None
-                if self.runtime.events is not None:
-                    if cascade is None:
-                        self.cascades += 1
-                        cascade = self.cascades
-                    link = cascade_link(frames, cascade, trigger)
-                try:
-                    outermost = self._begin_overhead()
-                    try:
-                        self._replay(recipe, link)
-                    finally:
-                        if outermost:
-                            self._end_overhead()
-                finally:
-                    self._unlock(locked)
-                # the parent frame's input is resident now: lock it before anything else runs
-                for ref in recipe.outputs:
-                    output = ref()
-                    if output is not None and output.buffer is not None:
-                        parent_evicted, parent_locked = frames[-1][1], frames[-1][2]
-                        if output in parent_evicted:
-                            parent_evicted.remove(output)
-                            self._lock_one(output, parent_locked)
+                        self._lock_one(frame.evicted.pop(), frame.locked)
+                    else:
+                        producer = self._producer_of(target)
+                        frames.append(self._frame(producer, producer.parents))
+                elif frame.deferred:
+                    self._lock_deferred(frame)
+                elif frame.recipe is None:
+                    return frame.locked
+                else:
+                    frames.pop()
+                    link = None
+                    if self.runtimes[-1].events is not None:
+                        if cascade is None:
+                            self.cascades += 1
+                            cascade = self.cascades
+                        link = cascade_link(frames, cascade, trigger)
+                    self._replay_frame(frame, frames[-1], link)
         except BaseException:
             for frame in frames:
-                self._unlock(frame[2])
+                self._unlock(frame.locked)
             raise
 
-    def _frame(self, recipe: Recipe | None, inputs: Sequence[Storage]) -> list:
-        """[recipe, evicted inputs (``pop()`` yields the one to rebuild first), locked,
-        resident inputs to lock at the end]."""
+    def _frame(self, recipe: Recipe | None, inputs: Sequence[Storage]) -> Frame:
         evicted: list[Storage] = []
         deferred: list[Storage] = []
         for storage in inputs:
@@ -466,7 +496,44 @@ class Allocator(Eviction, Lifetime):
             (evicted if storage.buffer is None else deferred).append(storage)
         if len(evicted) > 1:
             evicted.sort(key=rebuild_need)
-        return [recipe, evicted, [], deferred]
+        return Frame(recipe, evicted, deferred, [])
+
+    @staticmethod
+    def _producer_of(storage: Storage) -> Recipe:
+        if storage.producer is None:
+            raise RuntimeError(f"{storage!r} was banished and can no longer be recomputed")
+        return storage.producer
+
+    def _lock_deferred(self, frame: Frame) -> None:
+        """A frame's evicted inputs are all back: lock its resident ones now, unless some
+        were evicted meanwhile (to make room for the rebuilds): those are rebuilt first."""
+        evicted = [s for s in frame.deferred if s.buffer is None]
+        if evicted:
+            frame.deferred = [s for s in frame.deferred if s.buffer is not None]
+            evicted.sort(key=rebuild_need)
+            frame.evicted = evicted
+        else:
+            for storage in frame.deferred:
+                self._lock_one(storage, frame.locked)
+            frame.deferred = []
+
+    def _replay_frame(self, frame: Frame, below: Frame, link: dict[str, Any] | None) -> None:
+        """Replay a frame whose inputs are all locked, unlock them, and lock the outputs
+        that the frame below was waiting for before anything else can evict them."""
+        try:
+            outermost = self._begin_overhead()
+            try:
+                self._replay(frame.recipe, link)
+            finally:
+                if outermost:
+                    self._end_overhead()
+        finally:
+            self._unlock(frame.locked)
+        for ref in frame.recipe.outputs:
+            output = ref()
+            if output is not None and output.buffer is not None and output in below.evicted:
+                below.evicted.remove(output)
+                self._lock_one(output, below.locked)
 
     def _lock_one(self, storage: Storage, locked: list[Storage]) -> None:
         storage.locks += 1
@@ -477,10 +544,14 @@ class Allocator(Eviction, Lifetime):
     def _unlock(self, storages: list[Storage]) -> None:
         for storage in storages:
             storage.locks -= 1
-            if storage.locks == 0 and storage.evict_on_unlock:
-                storage.evict_on_unlock = False
-                if storage.external_refs == 0:
-                    self._on_dead(storage)
+            if storage.evict_on_unlock and storage.locks == 0:
+                self._unlocked_dead(storage)
+
+    def _unlocked_dead(self, storage: Storage) -> None:
+        """A storage that died while locked is unlocked: the deallocation policy applies now."""
+        storage.evict_on_unlock = False
+        if storage.external_refs == 0:
+            self._on_dead(storage)
 
     def _replay(self, recipe: Recipe, link: dict[str, Any] | None = None) -> None:
         """Recompute a recipe whose inputs are resident and locked; refill every evicted
@@ -554,8 +625,10 @@ class Allocator(Eviction, Lifetime):
             finally:
                 if outermost:
                     self._end_overhead()
-        self.memory += nbytes
-        self._note_peak()
+        memory = self.memory = self.memory + nbytes
+        stats = self.runtimes[-1].stats_
+        if memory > stats.peak_memory:
+            stats.peak_memory = memory
 
     def _begin_overhead(self) -> bool:
         """Start timing eviction work (making room, rematerializing) unless it is already

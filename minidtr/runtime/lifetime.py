@@ -60,7 +60,17 @@ class Lifetime:
         storage = cell.storage
         storage.external_refs -= 1
         if storage.external_refs == 0:
-            self._on_dead(storage)
+            if self._busy or self._dying:
+                self._on_dead(storage)
+                return
+            # the common case, a temporary dying between ops: apply the policy at once
+            self._busy = True
+            try:
+                self._apply_policy(storage)
+                while self._dying:
+                    self._apply_policy(self._dying.popleft())
+            finally:
+                self._busy = False
 
     def _on_dead(self, storage: Storage) -> None:
         """The last external reference died: apply the deallocation policy, now or, while

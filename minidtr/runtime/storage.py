@@ -45,18 +45,32 @@ class Recipe:
     def __init__(self, op: Any, inputs: tuple[Cell, ...], device: str | None):
         self.op = op
         self.inputs = inputs
-        parents: list[Storage] = []
-        for cell in inputs:
-            if not any(cell.storage is s for s in parents):
-                parents.append(cell.storage)
-        self.parents = tuple(parents)  # the distinct input storages
+        self.parents = distinct_storages(inputs)
         self.device = device
-        self.outputs: list[weakref.ref[Storage]] = []
+        self.outputs: list[weakref.ref[Storage]] = []  # set when the outputs exist
         self.out_nbytes: tuple[int, ...] = ()
         self.cost = 0.0
 
     def __repr__(self) -> str:
         return f"Recipe({self.op.name}, inputs={[c.storage.id for c in self.inputs]})"
+
+
+def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
+    """The storages of ``cells``, each once, in order of first appearance."""
+    if len(cells) == 1:
+        return (cells[0].storage,)
+    if len(cells) == 2:
+        a, b = cells[0].storage, cells[1].storage
+        return (a,) if a is b else (a, b)
+    parents: list[Storage] = []
+    for cell in cells:
+        storage = cell.storage
+        for seen in parents:
+            if seen is storage:
+                break
+        else:
+            parents.append(storage)
+    return tuple(parents)
 
 
 class Storage:
