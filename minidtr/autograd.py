@@ -20,8 +20,9 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from . import ops
 from .runtime import allocator as allocator_module
-from .tensor import Tensor  # defined before tensor.py imports the ops, which import this
+from .tensor import Tensor, ones_like  # defined before tensor.py imports the ops
 
 if TYPE_CHECKING:
     from .ops.op import Op
@@ -46,87 +47,83 @@ def no_grad() -> Iterator[None]:
 
 
 class Node:
-    """One op application in the backward graph (see the module docstring)."""
+    """One op application in the backward graph, and the context its op's ``backward``
+    receives: ``inputs`` / ``outputs`` hold Tensor handles at the indices the op retains
+    (None elsewhere), ``in_shapes`` / ``in_dtypes`` describe its inputs, ``needs_grad``
+    says which inputs a gradient flows back to (the others may get None).
 
-    __slots__ = (
-        "op",
-        "edges",
-        "saved_inputs",
-        "saved_outputs",
-        "in_shapes",
-        "in_dtypes",
-        "seq",
-        "freed",
-    )
+    The op itself stays a description (static attributes only): everything about one
+    application lives here. The input cells are the recipe's own tuple (shared, not
+    copied) and are dropped with the saved handles once the node has run."""
 
-    def __init__(
-        self,
-        op: Op,
-        edges: list,
-        saved_inputs: tuple,
-        saved_outputs: tuple,
-        in_shapes: tuple,
-        in_dtypes: tuple,
-    ):
+    __slots__ = ("op", "edges", "inputs", "outputs", "in_cells", "seq", "freed")
+
+    def __init__(self, op: Op, edges: tuple, inputs: tuple, outputs: tuple, in_cells: tuple):
         self.op = op
         self.edges = edges  # per input: (Node, output index) | Tensor (a leaf) | None
-        self.saved_inputs = saved_inputs
-        self.saved_outputs = saved_outputs
-        self.in_shapes = in_shapes
-        self.in_dtypes = in_dtypes
+        self.inputs = inputs
+        self.outputs = outputs
+        self.in_cells = in_cells
         self.seq = next(_sequence)
         self.freed = False
 
     @property
-    def needs_grad(self) -> tuple[bool, ...]:
-        """Per input: whether a gradient flows back to it (others may be returned as None)."""
-        return tuple([edge is not None for edge in self.edges])
+    def in_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple([cell.shape for cell in self.in_cells])
 
-    def __lt__(self, other: Node) -> bool:  # heap order: latest first
-        return self.seq > other.seq
+    @property
+    def in_dtypes(self) -> tuple:
+        return tuple([cell.dtype for cell in self.in_cells])
+
+    @property
+    def needs_grad(self) -> tuple[bool, ...]:
+        return tuple([edge is not None for edge in self.edges])
 
     def __repr__(self) -> str:
         return f"Node({self.op.name}, seq={self.seq})"
 
 
-def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:
-    """Record a backward node for an op application whose inputs need gradients.
+def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...], cells: tuple) -> None:
+    """Record a backward node for an op application whose inputs need gradients
+    (``cells`` are the inputs' cells, the recipe's tuple).
 
     Runs once per op with grad on, so it is written for speed: plain loops, no
-    generator expressions, and saved tensors made only for the retained indices."""
+    generator expressions, and saved handles made only at the retained indices."""
     for t in outputs:
         if t.cell.dtype.kind == "f":
             break
     else:
         return  # integer and bool results are not differentiable: nothing to attach to
     edges: list = []
-    shapes: list = []
-    dtypes: list = []
     for t in inputs:
-        cell = t.cell
-        shapes.append(cell.shape)
-        dtypes.append(cell.dtype)
         if t.grad_fn is not None:
-            edges.append((t.grad_fn, cell.index))
+            edges.append((t.grad_fn, t.cell.index))
         elif t._requires_grad:
             edges.append(t)
         else:
             edges.append(None)
-    saved_inputs = _saved(inputs, op.retain_inputs)
-    saved_outputs = _saved(outputs, op.retain_outputs)
-    node = Node(op, edges, saved_inputs, saved_outputs, tuple(shapes), tuple(dtypes))
-    op.in_shapes, op.in_dtypes, op.needs_grad = node.in_shapes, node.in_dtypes, node.needs_grad
+    node = Node(
+        op,
+        tuple(edges),
+        _saved(inputs, op.retain_inputs),
+        _saved(outputs, op.retain_outputs),
+        cells,
+    )
     for t in outputs:
         if t.cell.dtype.kind == "f":  # integer and bool results are not differentiable
             t.grad_fn = node
             t._requires_grad = True
 
 
+_NONES = [(None,) * n for n in range(8)]
+
+
 def _saved(tensors: tuple[Tensor, ...], retain: tuple[int, ...]) -> tuple:
     """New handles (without a grad_fn, so no cycle) on the retained values, None elsewhere."""
+    n = len(tensors)
     if not retain:
-        return (None,) * len(tensors)
-    saved: list = [None] * len(tensors)
+        return _NONES[n] if n < len(_NONES) else (None,) * n
+    saved: list = [None] * n
     for i in retain:
         saved[i] = Tensor(tensors[i].cell)
     return tuple(saved)
@@ -181,9 +178,47 @@ def _gradients(
     back through the whole (by then evicted and dead) backward chain, and rebuilding it
     recomputes that chain.
     """
-    from . import ops
-    from .tensor import ones_like
+    grad = _root_gradient(root, grad, caller)
+    if root.grad_fn is None:
+        return {id(root): (root, grad)}
+    start = root.grad_fn
+    consumers, leaf_uses = _count_consumers(start)
+    pending: dict[Node, list] = {start: [None] * start.op.n_outputs}
+    pending[start][root.cell.index] = grad
+    del grad
+    leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
+    ready = [(-start.seq, start)]  # a heap: the latest node first (seqs are unique)
+    with no_grad():
+        while ready:
+            node = heapq.heappop(ready)[1]
+            result = _run_node(node, pending.pop(node), retain_graph, caller)
+            for edge, g in zip(node.edges, result, strict=True):
+                if type(edge) is tuple:
+                    if g is None:
+                        continue
+                    target, index = edge
+                    slots = pending.get(target)
+                    if slots is None:
+                        slots = pending[target] = [None] * target.op.n_outputs
+                    slots[index] = g if slots[index] is None else ops.add(slots[index], g)
+                    consumers[target] -= 1
+                    if consumers[target] == 0:
+                        heapq.heappush(ready, (-target.seq, target))
+                elif edge is not None:  # a leaf
+                    key = id(edge)
+                    leaf_uses[key] -= 1
+                    if g is not None:
+                        if key in leaf_grads:
+                            g = ops.add(leaf_grads[key][1], g)
+                        if finish is not None and leaf_uses[key] == 0:
+                            g = finish(g)
+                        leaf_grads[key] = (edge, g)
+            result = g = None  # let the gradients go as soon as they are used
+    return leaf_grads
 
+
+def _root_gradient(root: Tensor, grad: Tensor | None, caller: str) -> Tensor:
+    """The gradient backward starts from: ``grad`` checked against ``root``, or ones."""
     if not root.requires_grad:
         raise RuntimeError(f"{caller}: this tensor does not require grad and has no grad_fn")
     if grad is None:
@@ -200,61 +235,37 @@ def _gradients(
             f"{caller}: grad has shape {grad.shape} {grad.dtype}, the output {root.shape} "
             f"{root.dtype}"
         )
-    if root.grad_fn is None:
-        return {id(root): (root, grad.detach())}
+    return grad.detach()
 
-    consumers, leaf_uses = _count_consumers(root.grad_fn)
-    pending: dict[Node, list] = {root.grad_fn: [None] * root.grad_fn.op.n_outputs}
-    pending[root.grad_fn][root.cell.index] = grad.detach()
-    leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
-    ready = [root.grad_fn]
-    check = allocator_module.CHECK_OPS
-    with no_grad():
-        while ready:
-            node = heapq.heappop(ready)
-            if node.freed:
-                raise RuntimeError(
-                    f"{caller}: the graph through {node.op.name} was already used and freed; "
-                    "pass retain_graph=True to the first backward to run it twice"
-                )
-            grads = pending.pop(node)
-            op = node.op
-            incoming = grads[0] if op.n_outputs == 1 else tuple(grads)
-            result = op.backward(node.saved_inputs, node.saved_outputs, incoming)
-            if not isinstance(result, tuple):
-                result = (result,)
-            if not retain_graph:
-                node.saved_inputs = node.saved_outputs = ()
-                node.freed = True
-            for i, (edge, g) in enumerate(zip(node.edges, result, strict=True)):
-                if isinstance(edge, Tensor):
-                    leaf_uses[id(edge)] -= 1
-                if edge is None or g is None:
-                    continue
-                if check and (g.shape != node.in_shapes[i] or g.dtype != node.in_dtypes[i]):
-                    raise AssertionError(
-                        f"{op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "
-                        f"input {node.in_shapes[i]} {node.in_dtypes[i]} (a bug in the op's "
-                        "backward)"
-                    )
-                if isinstance(edge, Tensor):
-                    key = id(edge)
-                    if key in leaf_grads:
-                        g = ops.add(leaf_grads[key][1], g)
-                    if finish is not None and leaf_uses[key] == 0:
-                        g = finish(g)
-                    leaf_grads[key] = (edge, g)
-                    continue
-                target, index = edge
-                slots = pending.get(target)
-                if slots is None:
-                    slots = pending[target] = [None] * target.op.n_outputs
-                slots[index] = g if slots[index] is None else ops.add(slots[index], g)
-                consumers[target] -= 1
-                if consumers[target] == 0:
-                    heapq.heappush(ready, target)
-            del result, grads, incoming
-    return leaf_grads
+
+def _run_node(node: Node, grads: list, retain_graph: bool, caller: str) -> tuple:
+    """Call a node's backward with its output gradients; one gradient (or None) per input.
+    Unless the graph is retained, the node then lets go of what it saved."""
+    if node.freed:
+        raise RuntimeError(
+            f"{caller}: the graph through {node.op.name} was already used and freed; "
+            "pass retain_graph=True to the first backward to run it twice"
+        )
+    op = node.op
+    result = op.backward(node, grads[0] if op.n_outputs == 1 else tuple(grads))
+    if not isinstance(result, tuple):
+        result = (result,)
+    if allocator_module.CHECK_OPS:
+        check_gradients(node, result)
+    if not retain_graph:
+        node.inputs = node.outputs = node.in_cells = ()
+        node.freed = True
+    return result
+
+
+def check_gradients(node: Node, result: tuple) -> None:
+    """Raise if a backward returned a gradient unlike its input (``CHECK_OPS``)."""
+    for i, (edge, g, cell) in enumerate(zip(node.edges, result, node.in_cells, strict=True)):
+        if edge is not None and g is not None and (g.shape, g.dtype) != (cell.shape, cell.dtype):
+            raise AssertionError(
+                f"{node.op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "
+                f"input {cell.shape} {cell.dtype} (a bug in the op's backward)"
+            )
 
 
 def _as_constant(g: Tensor) -> Tensor:

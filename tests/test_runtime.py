@@ -49,8 +49,8 @@ class Step(Op):
             out = out + x
         return out
 
-    def backward(self, inputs, outputs, g):
-        return (g,) * len(self.in_shapes)
+    def backward(self, ctx, g):
+        return (g,) * len(ctx.in_shapes)
 
 
 class TwoOutputs(Op):

@@ -252,18 +252,18 @@ class Conv2d(Op):
         (_, c, _, _), (_, _, kh, kw) = in_metas[0][0], in_metas[1][0]
         return 2.0 * math.prod(out_metas[0][0]) * c * kh * kw, nbytes
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .reduce import sum
 
-        x, w = inputs[:2]
+        x, w = ctx.inputs[:2]
         gx = gw = gb = None
-        if self.needs_grad[0]:
-            gx = apply(Conv2dGradInput(self.stride, self.padding, self.in_shapes[0]), g, w)
-        if self.needs_grad[1]:
-            gw = apply(Conv2dGradWeight(self.stride, self.padding, self.in_shapes[1]), x, g)
-        if len(self.needs_grad) > 2 and self.needs_grad[2]:
+        if ctx.needs_grad[0]:
+            gx = apply(Conv2dGradInput(self.stride, self.padding, ctx.in_shapes[0]), g, w)
+        if ctx.needs_grad[1]:
+            gw = apply(Conv2dGradWeight(self.stride, self.padding, ctx.in_shapes[1]), x, g)
+        if len(ctx.needs_grad) > 2 and ctx.needs_grad[2]:
             gb = sum(g, axis=(0, 2, 3))
-        return (gx, gw, gb)[: len(self.in_shapes)]
+        return (gx, gw, gb)[: len(ctx.in_shapes)]
 
 
 class Conv2dGradInput(Op):
@@ -366,8 +366,8 @@ class MaxPool2d(Pool2d):
         patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
         return batch_first(xp, patches.max(axis=(1, 2)))
 
-    def backward(self, inputs, outputs, g):
-        return apply(MaxPool2dGrad(self.window), inputs[0], g)
+    def backward(self, ctx, g):
+        return apply(MaxPool2dGrad(self.window), ctx.inputs[0], g)
 
 
 class MaxPool2dGrad(Op):
@@ -431,8 +431,8 @@ class AvgPool2d(Pool2d):
         out /= float(math.prod(window.kernel))
         return batch_first(xp, out)
 
-    def backward(self, inputs, outputs, g):
-        return apply(AvgPool2dGrad(self.window, self.in_shapes[0]), g)
+    def backward(self, ctx, g):
+        return apply(AvgPool2dGrad(self.window, ctx.in_shapes[0]), g)
 
 
 class AvgPool2dGrad(Op):

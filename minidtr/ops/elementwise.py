@@ -170,7 +170,7 @@ class Neg(Unary):
     def forward(self, xp, x):
         return -x
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         return neg(g)
 
 
@@ -182,8 +182,8 @@ class Exp(Unary):
     def forward(self, xp, x):
         return xp.exp(x)
 
-    def backward(self, inputs, outputs, g):
-        return mul(g, outputs[0])
+    def backward(self, ctx, g):
+        return mul(g, ctx.outputs[0])
 
 
 class Log(Unary):
@@ -194,8 +194,8 @@ class Log(Unary):
     def forward(self, xp, x):
         return xp.log(x)
 
-    def backward(self, inputs, outputs, g):
-        return div(g, inputs[0])
+    def backward(self, ctx, g):
+        return div(g, ctx.inputs[0])
 
 
 class Sqrt(Unary):
@@ -206,8 +206,8 @@ class Sqrt(Unary):
     def forward(self, xp, x):
         return xp.sqrt(x)
 
-    def backward(self, inputs, outputs, g):
-        return div(g, mul(outputs[0], 2.0))
+    def backward(self, ctx, g):
+        return div(g, mul(ctx.outputs[0], 2.0))
 
 
 class Relu(Unary):
@@ -222,8 +222,8 @@ class Relu(Unary):
     def forward(self, xp, x):
         return xp.maximum(x, xp.zeros((), dtype=x.dtype))
 
-    def backward(self, inputs, outputs, g):
-        return apply(ActivationGrad("relu"), outputs[0], g)
+    def backward(self, ctx, g):
+        return apply(ActivationGrad("relu"), ctx.outputs[0], g)
 
 
 class Sigmoid(Unary):
@@ -234,8 +234,8 @@ class Sigmoid(Unary):
     def forward(self, xp, x):
         return xp.tanh(x * 0.5) * 0.5 + 0.5
 
-    def backward(self, inputs, outputs, g):
-        return apply(ActivationGrad("sigmoid"), outputs[0], g)
+    def backward(self, ctx, g):
+        return apply(ActivationGrad("sigmoid"), ctx.outputs[0], g)
 
 
 class Tanh(Unary):
@@ -246,8 +246,8 @@ class Tanh(Unary):
     def forward(self, xp, x):
         return xp.tanh(x)
 
-    def backward(self, inputs, outputs, g):
-        return apply(ActivationGrad("tanh"), outputs[0], g)
+    def backward(self, ctx, g):
+        return apply(ActivationGrad("tanh"), ctx.outputs[0], g)
 
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -274,8 +274,8 @@ class Gelu(Unary):
 
         return 0.5 * x * (1.0 + erf(xp, x * INV_SQRT_2))
 
-    def backward(self, inputs, outputs, g):
-        return apply(ActivationGrad("gelu_" + self.approximate), inputs[0], g)
+    def backward(self, ctx, g):
+        return apply(ActivationGrad("gelu_" + self.approximate), ctx.inputs[0], g)
 
 
 class ActivationGrad(Op):
@@ -330,8 +330,8 @@ class Astype(Op):
     def forward(self, xp, x):
         return x.astype(self.dtype)
 
-    def backward(self, inputs, outputs, g):
-        return astype(g, self.in_dtypes[0])
+    def backward(self, ctx, g):
+        return astype(g, ctx.in_dtypes[0])
 
 
 # ---- binary ----------------------------------------------------------------------------------
@@ -357,8 +357,8 @@ class Add(Binary):
     def forward(self, xp, a, b):
         return a + b
 
-    def backward(self, inputs, outputs, g):
-        return sum_to(g, self.in_shapes[0]), sum_to(g, self.in_shapes[1])
+    def backward(self, ctx, g):
+        return sum_to(g, ctx.in_shapes[0]), sum_to(g, ctx.in_shapes[1])
 
 
 class Sub(Binary):
@@ -378,9 +378,9 @@ class Sub(Binary):
     def forward(self, xp, a, b):
         return a - b
 
-    def backward(self, inputs, outputs, g):
-        gb = sum_to(neg(g), self.in_shapes[1]) if self.needs_grad[1] else None
-        return sum_to(g, self.in_shapes[0]), gb
+    def backward(self, ctx, g):
+        gb = sum_to(neg(g), ctx.in_shapes[1]) if ctx.needs_grad[1] else None
+        return sum_to(g, ctx.in_shapes[0]), gb
 
 
 class Mul(Binary):
@@ -390,10 +390,10 @@ class Mul(Binary):
     def forward(self, xp, a, b):
         return a * b
 
-    def backward(self, inputs, outputs, g):
-        a, b = inputs
-        ga = sum_to(mul(g, b), self.in_shapes[0]) if self.needs_grad[0] else None
-        gb = sum_to(mul(g, a), self.in_shapes[1]) if self.needs_grad[1] else None
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        ga = sum_to(mul(g, b), ctx.in_shapes[0]) if ctx.needs_grad[0] else None
+        gb = sum_to(mul(g, a), ctx.in_shapes[1]) if ctx.needs_grad[1] else None
         return ga, gb
 
 
@@ -407,13 +407,13 @@ class Div(Binary):
     def forward(self, xp, a, b):
         return a / b
 
-    def backward(self, inputs, outputs, g):
-        a, b = inputs
-        ga = sum_to(div(g, b), self.in_shapes[0]) if self.needs_grad[0] else None
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        ga = sum_to(div(g, b), ctx.in_shapes[0]) if ctx.needs_grad[0] else None
         gb = None
-        if self.needs_grad[1]:
+        if ctx.needs_grad[1]:
             # -g * (a / b) / b, not -g * a / b**2: b**2 under- or overflows first
-            gb = sum_to(neg(mul(g, div(div(a, b), b))), self.in_shapes[1])
+            gb = sum_to(neg(mul(g, div(div(a, b), b))), ctx.in_shapes[1])
         return ga, gb
 
 
@@ -444,13 +444,13 @@ class Pow(Binary):
     def forward(self, xp, a, b):
         return a**b
 
-    def backward(self, inputs, outputs, g):
-        a, b = inputs
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
         ga = gb = None
-        if self.needs_grad[0]:
-            ga = sum_to(apply(PowGrad(0), a, b, g), self.in_shapes[0])
-        if self.needs_grad[1]:
-            gb = sum_to(apply(PowGrad(1), a, b, g, outputs[0]), self.in_shapes[1])
+        if ctx.needs_grad[0]:
+            ga = sum_to(apply(PowGrad(0), a, b, g), ctx.in_shapes[0])
+        if ctx.needs_grad[1]:
+            gb = sum_to(apply(PowGrad(1), a, b, g, ctx.outputs[0]), ctx.in_shapes[1])
         return ga, gb
 
 
@@ -487,11 +487,11 @@ class Maximum(Binary):
     def forward(self, xp, a, b):
         return xp.maximum(a, b)
 
-    def backward(self, inputs, outputs, g):
-        a, b = inputs
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
         return tuple(
-            sum_to(apply(MaximumGrad(i), a, b, g), shape) if self.needs_grad[i] else None
-            for i, shape in enumerate(self.in_shapes)
+            sum_to(apply(MaximumGrad(i), a, b, g), shape) if ctx.needs_grad[i] else None
+            for i, shape in enumerate(ctx.in_shapes)
         )
 
 
@@ -545,10 +545,10 @@ class Where(Op):
     def forward(self, xp, cond, a, b):
         return xp.where(cond, a, b)
 
-    def backward(self, inputs, outputs, g):
-        cond = inputs[0]
-        ga = sum_to(where(cond, g, 0.0), self.in_shapes[1]) if self.needs_grad[1] else None
-        gb = sum_to(where(cond, 0.0, g), self.in_shapes[2]) if self.needs_grad[2] else None
+    def backward(self, ctx, g):
+        cond = ctx.inputs[0]
+        ga = sum_to(where(cond, g, 0.0), ctx.in_shapes[1]) if ctx.needs_grad[1] else None
+        gb = sum_to(where(cond, 0.0, g), ctx.in_shapes[2]) if ctx.needs_grad[2] else None
         return None, ga, gb
 
 

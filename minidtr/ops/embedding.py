@@ -45,8 +45,8 @@ class Embedding(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 0.0, nbytes
 
-    def backward(self, inputs, outputs, g):
-        return apply(EmbeddingGrad(self.in_shapes[0]), inputs[1], g), None
+    def backward(self, ctx, g):
+        return apply(EmbeddingGrad(ctx.in_shapes[0]), ctx.inputs[1], g), None
 
 
 class EmbeddingGrad(Op):

@@ -41,15 +41,15 @@ class Matmul(Op):
         nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
         return flops, float(nbytes)
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .elementwise import sum_to
 
-        a, b = inputs
+        a, b = ctx.inputs
         ga = gb = None
-        if self.needs_grad[0]:
-            ga = sum_to(matmul(g, swap_last(b)), self.in_shapes[0])
-        if self.needs_grad[1]:
-            gb = sum_to(matmul(swap_last(a), g), self.in_shapes[1])
+        if ctx.needs_grad[0]:
+            ga = sum_to(matmul(g, swap_last(b)), ctx.in_shapes[0])
+        if ctx.needs_grad[1]:
+            gb = sum_to(matmul(swap_last(a), g), ctx.in_shapes[1])
         return ga, gb
 
 
@@ -115,19 +115,19 @@ class Linear(Op):
         nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
         return flops, float(nbytes)
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .reduce import sum as reduce_sum
 
-        x, weight = inputs[0], inputs[1]
-        gx = matmul(g, weight) if self.needs_grad[0] else None
-        gw = apply(LinearWeightGrad(), g, x) if self.needs_grad[1] else None
+        x, weight = ctx.inputs[0], ctx.inputs[1]
+        gx = matmul(g, weight) if ctx.needs_grad[0] else None
+        gw = apply(LinearWeightGrad(), g, x) if ctx.needs_grad[1] else None
         grads = [gx, gw]
-        if len(self.in_shapes) == 3:
+        if len(ctx.in_shapes) == 3:
             axes = tuple(range(g.ndim - 1))
             grads.append(
                 reduce_sum(g, axis=axes)
-                if self.needs_grad[2] and axes
-                else (g if self.needs_grad[2] else None)
+                if ctx.needs_grad[2] and axes
+                else (g if ctx.needs_grad[2] else None)
             )
         return tuple(grads)
 

@@ -46,8 +46,8 @@ class Softmax(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 12.0 * math.prod(in_metas[0][0]), nbytes
 
-    def backward(self, inputs, outputs, g):
-        return apply(SoftmaxGrad(self.name, self.axis), outputs[0], g)
+    def backward(self, ctx, g):
+        return apply(SoftmaxGrad(self.name, self.axis), ctx.outputs[0], g)
 
 
 class LogSoftmax(Softmax):
@@ -127,8 +127,8 @@ class CrossEntropy(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 10.0 * math.prod(in_metas[0][0]), nbytes
 
-    def backward(self, inputs, outputs, g):
-        return apply(CrossEntropyGrad(), inputs[0], inputs[1], g), None
+    def backward(self, ctx, g):
+        return apply(CrossEntropyGrad(), ctx.inputs[0], ctx.inputs[1], g), None
 
 
 class CrossEntropyGrad(Op):
@@ -169,11 +169,11 @@ class MSELoss(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 3.0 * math.prod(in_metas[0][0]), nbytes
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .elementwise import neg
 
-        da = apply(MSELossGrad(), inputs[0], inputs[1], g)
-        return (da if self.needs_grad[0] else None), (neg(da) if self.needs_grad[1] else None)
+        da = apply(MSELossGrad(), ctx.inputs[0], ctx.inputs[1], g)
+        return (da if ctx.needs_grad[0] else None), (neg(da) if ctx.needs_grad[1] else None)
 
 
 class MSELossGrad(Op):

@@ -99,17 +99,19 @@ class Normalize(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 8.0 * math.prod(in_metas[0][0]), nbytes
 
-    def backward(self, inputs, outputs, grads):
+    def backward(self, ctx, grads):
         g = grads[0]
         if g is None:
             raise RuntimeError(f"{self.name}: mean and var are internal outputs with no gradient")
-        weight = (inputs[1],) if self.has_weight else ()
-        dx, dw, db = apply(NormalizeGrad(self), inputs[0], outputs[1], outputs[2], *weight, g)
-        out = [dx if self.needs_grad[0] else None]
+        weight = (ctx.inputs[1],) if self.has_weight else ()
+        dx, dw, db = apply(
+            NormalizeGrad(self), ctx.inputs[0], ctx.outputs[1], ctx.outputs[2], *weight, g
+        )
+        out = [dx if ctx.needs_grad[0] else None]
         if self.has_weight:
-            out.append(dw if self.needs_grad[1] else None)
+            out.append(dw if ctx.needs_grad[1] else None)
         if self.has_bias:
-            out.append(db if self.needs_grad[-1] else None)
+            out.append(db if ctx.needs_grad[-1] else None)
         return tuple(out)
 
 

@@ -7,16 +7,18 @@ seed, ...) and four methods:
   before anything runs, so the allocator can make room first and a bad input
   fails with a message naming the op, the shapes and the dtypes;
 - ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays;
-- ``backward(inputs, outputs, grad)``: the vector-Jacobian product written in
-  minidtr ops. ``inputs``/``outputs`` hold Tensors at the indices the op
-  declared in ``retain_inputs``/``retain_outputs`` and None elsewhere, so
-  backward can only see what the allocator knows is kept;
+- ``backward(ctx, grad)``: the vector-Jacobian product written in minidtr ops.
+  ``ctx`` is the application's backward node: ``ctx.inputs``/``ctx.outputs``
+  hold Tensors at the indices the op declared in ``retain_inputs``/
+  ``retain_outputs`` and None elsewhere (so backward can only see what the
+  allocator knows is kept), ``ctx.in_shapes``/``ctx.in_dtypes`` describe the
+  inputs and ``ctx.needs_grad`` says which inputs want a gradient;
 - ``cost(in_metas, out_metas)``: (flops, bytes moved), the deterministic cost
   estimate used by ``Runtime(cost="flops")``.
 
-An instance is one application: ``apply`` also records the input shapes on it
-(``in_shapes``, ``in_dtypes``) for backward. View ops (``is_view``) return
-views of their single input and allocate nothing.
+The op object holds only static attributes; nothing about one application is
+stored on it. View ops (``is_view``) return views of their single input and
+allocate nothing.
 """
 
 from __future__ import annotations
@@ -57,9 +59,6 @@ class Op:
     differentiable = True
     retain_inputs: tuple[int, ...] = ()
     retain_outputs: tuple[int, ...] = ()
-    in_shapes: tuple[tuple[int, ...], ...] = ()
-    in_dtypes: tuple[np.dtype, ...] = ()
-    needs_grad: tuple[bool, ...] = ()  # per input, set when a backward node is attached
 
     def infer(self, *inputs: Cell) -> list[Meta]:
         raise NotImplementedError
@@ -67,7 +66,7 @@ class Op:
     def forward(self, xp, *arrays):
         raise NotImplementedError
 
-    def backward(self, inputs: tuple, outputs: tuple, grad):
+    def backward(self, ctx, grad):
         raise RuntimeError(f"{self.name} has no gradient")
 
     def cost(self, in_metas: list[Meta], out_metas: list[Meta]) -> tuple[float, float]:
@@ -81,8 +80,7 @@ class Op:
         return kind(f"{self.name}: {message}{where}")
 
     def attributes(self) -> dict[str, Any]:
-        hidden = ("in_shapes", "in_dtypes", "needs_grad")
-        return {k: v for k, v in vars(self).items() if k not in hidden}
+        return dict(vars(self))
 
     def __repr__(self) -> str:
         attrs = ", ".join(f"{k}={v!r}" for k, v in self.attributes().items())
@@ -138,9 +136,10 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     if op.differentiable and autograd._grad_enabled and not _constant_mode:
         for t in inputs:
             if t._requires_grad:
-                autograd.attach(op, inputs, outputs)
+                autograd.attach(op, inputs, outputs, cells)
                 break
     return output
+
 
 # ---- helpers shared by infer methods ---------------------------------------------------
 

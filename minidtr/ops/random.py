@@ -65,7 +65,7 @@ class Dropout(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 4.0 * math.prod(in_metas[0][0]), nbytes
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         return apply(Dropout(self.p, self.seed), g)
 
 

@@ -35,11 +35,12 @@ class Reduce(Op):
         n = math.prod(shape)
         return float(n), float(n * dtype.itemsize + math.prod(out_metas[0][0]) * dtype.itemsize)
 
-    def expand(self, g: Tensor) -> Tensor:
-        """The output gradient with the reduced axes put back (size 1), ready to broadcast."""
+    def expand(self, g: Tensor, in_shape: tuple[int, ...]) -> Tensor:
+        """The output gradient with the reduced axes of ``in_shape`` put back (size 1),
+        ready to broadcast."""
         from .shape import reshape
 
-        return reshape(g, reduced_shape(self.in_shapes[0], self.axes, True))
+        return reshape(g, reduced_shape(in_shape, self.axes, True))
 
 
 class Sum(Reduce):
@@ -56,10 +57,10 @@ class Sum(Reduce):
     def forward(self, xp, x):
         return xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self.out_dtype(x))
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .shape import broadcast_to
 
-        return broadcast_to(self.expand(g), self.in_shapes[0])
+        return broadcast_to(self.expand(g, ctx.in_shapes[0]), ctx.in_shapes[0])
 
 
 class Mean(Reduce):
@@ -73,12 +74,13 @@ class Mean(Reduce):
     def forward(self, xp, x):
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .elementwise import mul
         from .shape import broadcast_to
 
-        count = math.prod(self.in_shapes[0][a] for a in self.axes)
-        return broadcast_to(self.expand(mul(g, 1.0 / (count or 1))), self.in_shapes[0])
+        shape = ctx.in_shapes[0]
+        count = math.prod(shape[a] for a in self.axes)
+        return broadcast_to(self.expand(mul(g, 1.0 / (count or 1)), shape), shape)
 
 
 class Max(Reduce):
@@ -98,8 +100,10 @@ class Max(Reduce):
     def forward(self, xp, x):
         return xp.max(x, axis=self.axes, keepdims=self.keepdims)
 
-    def backward(self, inputs, outputs, g):
-        return apply(MaxGrad(self.axes), inputs[0], self.expand(outputs[0]), self.expand(g))
+    def backward(self, ctx, g):
+        shape = ctx.in_shapes[0]
+        x, y = ctx.inputs[0], ctx.outputs[0]
+        return apply(MaxGrad(self.axes), x, self.expand(y, shape), self.expand(g, shape))
 
 
 class MaxGrad(Op):

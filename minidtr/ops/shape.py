@@ -49,8 +49,8 @@ class Reshape(View):
     def forward(self, xp, x):
         return x.reshape(self.shape)
 
-    def backward(self, inputs, outputs, g):
-        return reshape(g, self.in_shapes[0])
+    def backward(self, ctx, g):
+        return reshape(g, ctx.in_shapes[0])
 
 
 class Transpose(View):
@@ -72,7 +72,7 @@ class Transpose(View):
     def forward(self, xp, x):
         return x.transpose(self.axes)
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         return transpose(g, tuple(np.argsort(self.axes).tolist()))
 
 
@@ -93,10 +93,10 @@ class BroadcastTo(View):
     def forward(self, xp, x):
         return xp.broadcast_to(x, self.shape)
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         from .reduce import sum_to
 
-        return sum_to(g, self.in_shapes[0])
+        return sum_to(g, ctx.in_shapes[0])
 
 
 class Split(View):
@@ -133,13 +133,13 @@ class Split(View):
             parts.append(x[tuple(index)])
         return tuple(parts) if len(parts) > 1 else parts[0]
 
-    def backward(self, inputs, outputs, grads):
+    def backward(self, ctx, grads):
         grads = grads if isinstance(grads, tuple) else (grads,)
         like = next(g for g in grads if g is not None)
         parts = []
         for g, size in zip(grads, self.sizes, strict=True):
             if g is None:
-                shape = list(self.in_shapes[0])
+                shape = list(ctx.in_shapes[0])
                 shape[self.axis] = size
                 g = zeros_for(tuple(shape), like.dtype, like.device)
             parts.append(g)
@@ -163,7 +163,7 @@ class Copy(Op):
     def forward(self, xp, x):
         return xp.array(x, copy=True, order="C")
 
-    def backward(self, inputs, outputs, g):
+    def backward(self, ctx, g):
         return g
 
 
@@ -193,8 +193,8 @@ class Concat(Op):
     def forward(self, xp, *xs):
         return xp.concatenate(xs, axis=self.axis)
 
-    def backward(self, inputs, outputs, g):
-        return split(g, [s[self.axis] for s in self.in_shapes], self.axis)
+    def backward(self, ctx, g):
+        return split(g, [s[self.axis] for s in ctx.in_shapes], self.axis)
 
 
 # ---- indexing ---------------------------------------------------------------------------------
@@ -244,8 +244,8 @@ class GetItem(View):
     def forward(self, xp, x):
         return x[self.key]
 
-    def backward(self, inputs, outputs, g):
-        return apply(IndexGrad(self.key, self.in_shapes[0]), g)
+    def backward(self, ctx, g):
+        return apply(IndexGrad(self.key, ctx.in_shapes[0]), g)
 
 
 class Gather(Op):
@@ -268,10 +268,10 @@ class Gather(Op):
     def forward(self, xp, x, *indices):
         return x[resolve(self.key, indices)]
 
-    def backward(self, inputs, outputs, g):
-        indices = inputs[1:]
+    def backward(self, ctx, g):
+        indices = ctx.inputs[1:]
         return (
-            apply(IndexGrad(self.key, self.in_shapes[0]), g, *indices),
+            apply(IndexGrad(self.key, ctx.in_shapes[0]), g, *indices),
             *([None] * len(indices)),
         )
 

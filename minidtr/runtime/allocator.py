@@ -327,7 +327,9 @@ class Allocator(Eviction, Lifetime):
                 self.candidates[storage] = None
                 for parent in parents:
                     parent.add_child(storage)
-            cells.append(Cell(storage, producer, i, shape, dtype, device, False, is_c_contiguous(result)))
+            cells.append(
+                Cell(storage, producer, i, shape, dtype, device, False, is_c_contiguous(result))
+            )
             if events is not None:
                 self._record("alloc", storage, cost=cost)
         recipe.outputs = outputs
