@@ -60,7 +60,9 @@ class Node:
 
     def __init__(self, op: Op, edges: tuple, inputs: tuple, outputs: tuple, in_cells: tuple):
         self.op = op
-        self.edges = edges  # per input: (Node, output index) | Tensor (a leaf) | None
+        # per input: the Node that made it (its only output), (Node, output index), the
+        # leaf Tensor itself, or None when no gradient flows to it
+        self.edges = edges
         self.inputs = inputs
         self.outputs = outputs
         self.in_cells = in_cells
@@ -96,8 +98,9 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...], cell
         return  # integer and bool results are not differentiable: nothing to attach to
     edges: list = []
     for t in inputs:
-        if t.grad_fn is not None:
-            edges.append((t.grad_fn, t.cell.index))
+        fn = t.grad_fn
+        if fn is not None:
+            edges.append(fn if fn.op.n_outputs == 1 else (fn, t.cell.index))
         elif t._requires_grad:
             edges.append(t)
         else:
@@ -193,10 +196,11 @@ def _gradients(
             node = heapq.heappop(ready)[1]
             result = _run_node(node, pending.pop(node), retain_graph, caller)
             for edge, g in zip(node.edges, result, strict=True):
-                if type(edge) is tuple:
+                kind = type(edge)
+                if kind is Node or kind is tuple:
                     if g is None:
                         continue
-                    target, index = edge
+                    target, index = (edge, 0) if kind is Node else edge
                     slots = pending.get(target)
                     if slots is None:
                         slots = pending[target] = [None] * target.op.n_outputs
@@ -308,10 +312,10 @@ def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:
         for edge in node.edges:
             if edge is None:
                 continue
-            if not isinstance(edge, tuple):
+            if isinstance(edge, Tensor):
                 leaf_uses[id(edge)] = leaf_uses.get(id(edge), 0) + 1
             else:
-                target = edge[0]
+                target = edge if type(edge) is Node else edge[0]
                 if target in counts:
                     counts[target] += 1
                 else:

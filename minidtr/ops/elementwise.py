@@ -98,7 +98,10 @@ def operands(name: str, *values, device: str | None = None) -> list[Tensor]:
     tensor meeting an int scalar) is converted first. Tensors of differing dtypes are
     left for the op to reject.
     """
-    if all(isinstance(v, Tensor) for v in values):
+    for v in values:
+        if not isinstance(v, Tensor):
+            break
+    else:
         return list(values)
     out: list = []
     for v in values:

@@ -148,15 +148,15 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
 
 def same_dtype(op: Op, *cells: Cell) -> np.dtype:
     dtype = cells[0].dtype
-    for c in cells[1:]:
-        if c.dtype != dtype:
+    for c in cells:
+        if c.dtype is not dtype and c.dtype != dtype:
             raise op.error("dtypes differ; convert one input with astype", *cells, kind=DTypeError)
     return dtype
 
 
 def float_dtype(op: Op, *cells: Cell) -> np.dtype:
     dtype = same_dtype(op, *cells)
-    if dtype not in FLOATS:
+    if dtype is not FLOATS[0] and dtype not in FLOATS:
         raise op.error(
             f"needs floating-point inputs, got {dtype}; convert with astype(md.float32)",
             *cells,
@@ -185,7 +185,10 @@ def axis_in_range(op_name: str, axis, ndim: int, shape: tuple[int, ...]) -> int:
 
 def broadcast_shape(op: Op, *cells: Cell) -> tuple[int, ...]:
     shape = cells[0].shape
-    if all(c.shape == shape for c in cells):
+    for c in cells:
+        if c.shape != shape:
+            break
+    else:
         return shape
     try:
         return tuple(np.broadcast_shapes(*(c.shape for c in cells)))

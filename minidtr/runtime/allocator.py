@@ -263,9 +263,9 @@ class Allocator(Eviction, Lifetime):
         self._accesses += 1
         try:
             locked = self._lock(recipe.parents, op.name)
-            arrays = [
-                cell.storage.buffer if not cell.is_view else self._array(cell) for cell in inputs
-            ]
+            arrays = []
+            for cell in inputs:
+                arrays.append(self._array(cell) if cell.is_view else cell.storage.buffer)
             if op.is_view:
                 return self._new_views(recipe, arrays, metas)
             return self._new_storages(recipe, arrays, metas, locked, constant)
@@ -299,8 +299,12 @@ class Allocator(Eviction, Lifetime):
         """Make room for a new recipe's outputs, run it and record each output as a new
         storage (a candidate for eviction, a child of each of ``parents``)."""
         name = recipe.op.name
-        sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
-        total = sum(sizes)
+        if len(metas) == 1:
+            total = meta_nbytes(*metas[0])
+            sizes: tuple[int, ...] = (total,)
+        else:
+            sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
+            total = sum(sizes)
         self._reserve(total, name)
         try:
             results = self._run(recipe, arrays, metas)
@@ -332,7 +336,7 @@ class Allocator(Eviction, Lifetime):
             )
             if events is not None:
                 self._record("alloc", storage, cost=cost)
-        recipe.outputs = outputs
+        recipe.outputs = tuple(outputs)
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells

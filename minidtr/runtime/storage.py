@@ -47,7 +47,7 @@ class Recipe:
         self.inputs = inputs
         self.parents = distinct_storages(inputs)
         self.device = device
-        self.outputs: list[weakref.ref[Storage]] = []  # set when the outputs exist
+        self.outputs: tuple[weakref.ref[Storage], ...] = ()  # set when the outputs exist
         self.out_nbytes: tuple[int, ...] = ()
         self.cost = 0.0
 
@@ -113,7 +113,7 @@ class Storage:
         self.pinned = False
         self.banished = False
         self.external_refs = 0
-        self.children: list[weakref.ref[Storage]] = []
+        self.children: list[weakref.ref[Storage]] | tuple = ()  # a list from the first child
         self.prune_at = PRUNE_MIN  # prune dead children when the list reaches this length
         self.component = None  # h_DTR^eq's union-find class (neighbourhood.py)
         self.above = None  # cached closures of evicted ancestors / descendants (h_DTR)
@@ -144,6 +144,9 @@ class Storage:
         by every op of an evaluation loop) holds as many entries as it has live
         children, not one per op it ever took part in."""
         children = self.children
+        if not children:
+            self.children = [weakref.ref(child)]
+            return
         children.append(weakref.ref(child))
         if len(children) >= self.prune_at:
             self.children = children = [ref for ref in children if ref() is not None]
