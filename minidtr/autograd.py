@@ -53,29 +53,30 @@ class Node:
     says which inputs a gradient flows back to (the others may get None).
 
     The op itself stays a description (static attributes only): everything about one
-    application lives here. The input cells are the recipe's own tuple (shared, not
-    copied) and are dropped with the saved handles once the node has run."""
+    application lives here. A node keeps the inputs' shapes and dtypes, not their cells:
+    a cell would keep its storage's metadata alive for as long as the graph."""
 
-    __slots__ = ("op", "edges", "inputs", "outputs", "in_cells", "seq", "freed")
+    __slots__ = ("op", "edges", "inputs", "outputs", "in_shapes", "in_dtypes", "seq", "freed")
 
-    def __init__(self, op: Op, edges: tuple, inputs: tuple, outputs: tuple, in_cells: tuple):
+    def __init__(
+        self,
+        op: Op,
+        edges: tuple,
+        inputs: tuple,
+        outputs: tuple,
+        in_shapes: tuple,
+        in_dtypes: tuple,
+    ):
         self.op = op
         # per input: the Node that made it (its only output), (Node, output index), the
         # leaf Tensor itself, or None when no gradient flows to it
         self.edges = edges
         self.inputs = inputs
         self.outputs = outputs
-        self.in_cells = in_cells
+        self.in_shapes = in_shapes
+        self.in_dtypes = in_dtypes
         self.seq = next(_sequence)
         self.freed = False
-
-    @property
-    def in_shapes(self) -> tuple[tuple[int, ...], ...]:
-        return tuple([cell.shape for cell in self.in_cells])
-
-    @property
-    def in_dtypes(self) -> tuple:
-        return tuple([cell.dtype for cell in self.in_cells])
 
     @property
     def needs_grad(self) -> tuple[bool, ...]:
@@ -85,9 +86,8 @@ class Node:
         return f"Node({self.op.name}, seq={self.seq})"
 
 
-def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...], cells: tuple) -> None:
-    """Record a backward node for an op application whose inputs need gradients
-    (``cells`` are the inputs' cells, the recipe's tuple).
+def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:
+    """Record a backward node for an op application whose inputs need gradients.
 
     Runs once per op with grad on, so it is written for speed: plain loops, no
     generator expressions, and saved handles made only at the retained indices."""
@@ -97,10 +97,15 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...], cell
     else:
         return  # integer and bool results are not differentiable: nothing to attach to
     edges: list = []
+    shapes: list = []
+    dtypes: list = []
     for t in inputs:
+        cell = t.cell
+        shapes.append(cell.shape)
+        dtypes.append(cell.dtype)
         fn = t.grad_fn
         if fn is not None:
-            edges.append(fn if fn.op.n_outputs == 1 else (fn, t.cell.index))
+            edges.append(fn if fn.op.n_outputs == 1 else (fn, cell.index))
         elif t._requires_grad:
             edges.append(t)
         else:
@@ -110,7 +115,8 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...], cell
         tuple(edges),
         _saved(inputs, op.retain_inputs),
         _saved(outputs, op.retain_outputs),
-        cells,
+        tuple(shapes),
+        tuple(dtypes),
     )
     for t in outputs:
         if t.cell.dtype.kind == "f":  # integer and bool results are not differentiable
@@ -183,18 +189,18 @@ def _gradients(
     """
     grad = _root_gradient(root, grad, caller)
     if root.grad_fn is None:
-        return {id(root): (root, grad)}
+        return {id(root): (root, grad.detach())}
     start = root.grad_fn
     consumers, leaf_uses = _count_consumers(start)
     pending: dict[Node, list] = {start: [None] * start.op.n_outputs}
-    pending[start][root.cell.index] = grad
-    del grad
+    pending[start][root.cell.index] = grad.detach()
     leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
     ready = [(-start.seq, start)]  # a heap: the latest node first (seqs are unique)
     with no_grad():
         while ready:
             node = heapq.heappop(ready)[1]
-            result = _run_node(node, pending.pop(node), retain_graph, caller)
+            grads = pending.pop(node)
+            result = _run_node(node, grads, retain_graph, caller)
             for edge, g in zip(node.edges, result, strict=True):
                 kind = type(edge)
                 if kind is Node or kind is tuple:
@@ -217,7 +223,7 @@ def _gradients(
                         if finish is not None and leaf_uses[key] == 0:
                             g = finish(g)
                         leaf_grads[key] = (edge, g)
-            result = g = None  # let the gradients go as soon as they are used
+            result = grads = None  # the gradients die here, after their last use
     return leaf_grads
 
 
@@ -239,7 +245,7 @@ def _root_gradient(root: Tensor, grad: Tensor | None, caller: str) -> Tensor:
             f"{caller}: grad has shape {grad.shape} {grad.dtype}, the output {root.shape} "
             f"{root.dtype}"
         )
-    return grad.detach()
+    return grad
 
 
 def _run_node(node: Node, grads: list, retain_graph: bool, caller: str) -> tuple:
@@ -257,18 +263,19 @@ def _run_node(node: Node, grads: list, retain_graph: bool, caller: str) -> tuple
     if allocator_module.CHECK_OPS:
         check_gradients(node, result)
     if not retain_graph:
-        node.inputs = node.outputs = node.in_cells = ()
+        node.inputs = node.outputs = ()
         node.freed = True
     return result
 
 
 def check_gradients(node: Node, result: tuple) -> None:
     """Raise if a backward returned a gradient unlike its input (``CHECK_OPS``)."""
-    for i, (edge, g, cell) in enumerate(zip(node.edges, result, node.in_cells, strict=True)):
-        if edge is not None and g is not None and (g.shape, g.dtype) != (cell.shape, cell.dtype):
+    for i, (edge, g) in enumerate(zip(node.edges, result, strict=True)):
+        shape, dtype = node.in_shapes[i], node.in_dtypes[i]
+        if edge is not None and g is not None and (g.shape != shape or g.dtype != dtype):
             raise AssertionError(
                 f"{node.op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "
-                f"input {cell.shape} {cell.dtype} (a bug in the op's backward)"
+                f"input {shape} {dtype} (a bug in the op's backward)"
             )
 
 

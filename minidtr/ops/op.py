@@ -136,7 +136,7 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     if op.differentiable and autograd._grad_enabled and not _constant_mode:
         for t in inputs:
             if t._requires_grad:
-                autograd.attach(op, inputs, outputs, cells)
+                autograd.attach(op, inputs, outputs)
                 break
     return output
 
