@@ -60,15 +60,14 @@ class Lifetime:
         storage = cell.storage
         storage.external_refs -= 1
         if storage.external_refs == 0:
-            if self._busy or self._dying:
+            if self._busy or self._dying or self._released:
                 self._on_dead(storage)
                 return
-            # the common case, a temporary dying between ops: apply the policy at once
+            # the common case, a temporary dying between ops: no queue to go through
             self._busy = True
             try:
                 self._apply_policy(storage)
-                while self._dying:
-                    self._apply_policy(self._dying.popleft())
+                self._drain_dying()
             finally:
                 self._busy = False
 
@@ -93,16 +92,19 @@ class Lifetime:
             return
         self._busy = True
         try:
-            while self._dying or self._released:
-                released, self._released = self._released, []
-                if self.observer is not None:
-                    for cell in released:
-                        self.observer.on_release(cell)
-                if self._dying:
-                    self._apply_policy(self._dying.popleft())
-            self._free_dead_remats()  # what only the dead needed is garbage now
+            self._drain_dying()
         finally:
             self._busy = False
+
+    def _drain_dying(self) -> None:
+        while self._dying or self._released:
+            released, self._released = self._released, []
+            if self.observer is not None:
+                for cell in released:
+                    self.observer.on_release(cell)
+            if self._dying:
+                self._apply_policy(self._dying.popleft())
+        self._free_dead_remats()  # what only the dead needed is garbage now
 
     def _apply_policy(self, storage: Storage) -> None:
         if storage.external_refs:
