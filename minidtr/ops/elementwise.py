@@ -558,8 +558,26 @@ class Where(Op):
 # ---- functional API ----------------------------------------------------------------------------
 
 
+# Ops without attributes hold no state of their own (an application's state lives in its
+# recipe and its backward node), so one instance of each serves every application.
+_ADD = Add()
+_SUB = Sub()
+_MUL = Mul()
+_DIV = Div()
+_POW = Pow()
+_MAXIMUM = Maximum()
+_NEG = Neg()
+_EXP = Exp()
+_LOG = Log()
+_SQRT = Sqrt()
+_RELU = Relu()
+_SIGMOID = Sigmoid()
+_TANH = Tanh()
+_WHERE = Where()
+
+
 def add(a, b) -> Tensor:
-    return apply(Add(), *operands("add", a, b))
+    return apply(_ADD, *operands("add", a, b))
 
 
 def sub(a, b) -> Tensor:
@@ -569,7 +587,7 @@ def sub(a, b) -> Tensor:
             raise DTypeError(
                 f"sub: subtracting bool values is not supported, got {describe_operand(v)}"
             )
-    return apply(Sub(), *operands("sub", a, b))
+    return apply(_SUB, *operands("sub", a, b))
 
 
 def describe_operand(v) -> str:
@@ -577,7 +595,7 @@ def describe_operand(v) -> str:
 
 
 def mul(a, b) -> Tensor:
-    return apply(Mul(), *operands("mul", a, b))
+    return apply(_MUL, *operands("mul", a, b))
 
 
 def div(a, b) -> Tensor:
@@ -585,43 +603,43 @@ def div(a, b) -> Tensor:
     a, b = operands("div", a, b)
     if a.dtype == b.dtype and a.dtype.kind != "f":
         a, b = astype(a, DEFAULT_DTYPE), astype(b, DEFAULT_DTYPE)
-    return apply(Div(), a, b)
+    return apply(_DIV, a, b)
 
 
 def pow(a, b) -> Tensor:
-    return apply(Pow(), *operands("pow", a, b))
+    return apply(_POW, *operands("pow", a, b))
 
 
 def maximum(a, b) -> Tensor:
-    return apply(Maximum(), *operands("maximum", a, b))
+    return apply(_MAXIMUM, *operands("maximum", a, b))
 
 
 def neg(x: Tensor) -> Tensor:
-    return apply(Neg(), expect_tensor("neg", x))
+    return apply(_NEG, expect_tensor("neg", x))
 
 
 def exp(x: Tensor) -> Tensor:
-    return apply(Exp(), as_float("exp", x))
+    return apply(_EXP, as_float("exp", x))
 
 
 def log(x: Tensor) -> Tensor:
-    return apply(Log(), as_float("log", x))
+    return apply(_LOG, as_float("log", x))
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return apply(Sqrt(), as_float("sqrt", x))
+    return apply(_SQRT, as_float("sqrt", x))
 
 
 def relu(x: Tensor) -> Tensor:
-    return apply(Relu(), expect_tensor("relu", x))
+    return apply(_RELU, expect_tensor("relu", x))
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    return apply(Sigmoid(), as_float("sigmoid", x))
+    return apply(_SIGMOID, as_float("sigmoid", x))
 
 
 def tanh(x: Tensor) -> Tensor:
-    return apply(Tanh(), as_float("tanh", x))
+    return apply(_TANH, as_float("tanh", x))
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -661,4 +679,4 @@ def where(cond: Tensor, a, b) -> Tensor:
     if not isinstance(cond, Tensor):
         raise TypeError(f"where: the condition must be a bool Tensor, got {type(cond).__name__}")
     a, b = operands("where", a, b, device=cond.device)
-    return apply(Where(), cond, a, b)
+    return apply(_WHERE, cond, a, b)

@@ -71,8 +71,13 @@ class Op:
 
     def cost(self, in_metas: list[Meta], out_metas: list[Meta]) -> tuple[float, float]:
         """Default estimate: one flop per output element; every byte read and written once."""
-        flops = sum(math.prod(shape) for shape, _ in out_metas)
-        nbytes = sum(math.prod(s) * d.itemsize for s, d in (*in_metas, *out_metas))
+        flops = nbytes = 0
+        for shape, dtype in out_metas:
+            n = math.prod(shape)
+            flops += n
+            nbytes += n * dtype.itemsize
+        for shape, dtype in in_metas:
+            nbytes += math.prod(shape) * dtype.itemsize
         return float(flops), float(nbytes)
 
     def error(self, message: str, *inputs: Cell, kind: type[Exception] = ShapeError) -> Exception:

@@ -305,7 +305,13 @@ class Allocator(Eviction, Lifetime):
         else:
             sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
             total = sum(sizes)
-        self._reserve(total, name)
+        if self.budget is None:  # nothing to make room for: ``_reserve`` without the check
+            memory = self.memory = self.memory + total
+            stats = self.runtimes[-1].stats_
+            if memory > stats.peak_memory:
+                stats.peak_memory = memory
+        else:
+            self._reserve(total, name)
         try:
             results = self._run(recipe, arrays, metas)
         except BaseException:
@@ -331,9 +337,9 @@ class Allocator(Eviction, Lifetime):
                 self.candidates[storage] = None
                 for parent in parents:
                     parent.add_child(storage)
-            cells.append(
-                Cell(storage, producer, i, shape, dtype, device, False, is_c_contiguous(result))
-            )
+            flags = getattr(result, "flags", None)  # placeholders (simulator) have none
+            contiguous = True if flags is None else flags.c_contiguous
+            cells.append(Cell(storage, producer, i, shape, dtype, device, False, contiguous))
             if events is not None:
                 self._record("alloc", storage, cost=cost)
         recipe.outputs = tuple(outputs)

@@ -109,7 +109,8 @@ class Lifetime:
     def _apply_policy(self, storage: Storage) -> None:
         if storage.external_refs:
             return  # a new handle was made meanwhile
-        policy = self.runtime.dealloc
+        runtime = self.runtimes[-1]
+        policy = runtime.dealloc
         if policy == "ignore" or storage.banished:
             return
         if storage.locks:
@@ -117,11 +118,11 @@ class Lifetime:
             return
         if policy == "banish" and self._banish(storage):
             return
-        if storage.buffer is None or not storage.evictable:
-            return
+        if storage.buffer is None or storage.producer is None or storage.pinned:
+            return  # not resident, or not evictable
         if (
             self.budget is not None
-            and self.runtime.rebuild_orphans
+            and runtime.rebuild_orphans
             and self.pending_error is None
             and orphans_of(storage)
         ):
