@@ -226,7 +226,7 @@ class Relu(Unary):
         return xp.maximum(x, xp.zeros((), dtype=x.dtype))
 
     def backward(self, ctx, g):
-        return apply(ActivationGrad("relu"), ctx.outputs[0], g)
+        return apply(ACTIVATION_GRADS["relu"], ctx.outputs[0], g)
 
 
 class Sigmoid(Unary):
@@ -238,7 +238,7 @@ class Sigmoid(Unary):
         return xp.tanh(x * 0.5) * 0.5 + 0.5
 
     def backward(self, ctx, g):
-        return apply(ActivationGrad("sigmoid"), ctx.outputs[0], g)
+        return apply(ACTIVATION_GRADS["sigmoid"], ctx.outputs[0], g)
 
 
 class Tanh(Unary):
@@ -250,7 +250,7 @@ class Tanh(Unary):
         return xp.tanh(x)
 
     def backward(self, ctx, g):
-        return apply(ActivationGrad("tanh"), ctx.outputs[0], g)
+        return apply(ACTIVATION_GRADS["tanh"], ctx.outputs[0], g)
 
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -278,7 +278,7 @@ class Gelu(Unary):
         return 0.5 * x * (1.0 + erf(xp, x * INV_SQRT_2))
 
     def backward(self, ctx, g):
-        return apply(ActivationGrad("gelu_" + self.approximate), ctx.inputs[0], g)
+        return apply(ACTIVATION_GRADS["gelu_" + self.approximate], ctx.inputs[0], g)
 
 
 class ActivationGrad(Op):
@@ -314,6 +314,12 @@ class ActivationGrad(Op):
         cdf = 0.5 * (1.0 + erf(xp, x * INV_SQRT_2))
         pdf = INV_SQRT_2PI * xp.exp(-0.5 * x * x)
         return g * (cdf + x * pdf)
+
+
+# one instance per kind serves every application (an op holds only static attributes)
+ACTIVATION_GRADS = {
+    kind: ActivationGrad(kind) for kind in ("relu", "sigmoid", "tanh", "gelu_none", "gelu_tanh")
+}
 
 
 class Astype(Op):
