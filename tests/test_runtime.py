@@ -555,3 +555,40 @@ def test_leaving_an_ignore_runtime_frees_what_died_inside_it():
         del y
         assert storage.buffer is not None
     assert storage.buffer is None, "the outer (eager) policy applies on exit"
+
+
+class WrongShape(Op):
+    """Declares its input's shape but returns one element more; its backward returns a
+    gradient of the wrong dtype."""
+
+    name = "wrong_shape"
+
+    def infer(self, x):
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return xp.concatenate([x, x[:1]])
+
+    def backward(self, ctx, g):
+        return md.astype(g, md.float64)
+
+
+class WrongGradient(WrongShape):
+    def forward(self, xp, x):
+        return x * 2
+
+
+def test_check_ops_catches_op_bugs_and_ordinary_runs_skip_the_check(monkeypatch):
+    from minidtr.runtime import allocator as allocator_module
+
+    assert allocator_module.CHECK_OPS  # the suite runs with the checks on (conftest.py)
+    x = md.tensor(np.ones(3, np.float32), requires_grad=True)
+    with pytest.raises(AssertionError, match=r"wrong_shape: output 0 is \(4,\) float32"):
+        apply(WrongShape(), x)
+    y = apply(WrongGradient(), x).sum()
+    with pytest.raises(AssertionError, match="wrong_shape: gradient of input 0 has shape"):
+        y.backward()
+    assert ALLOC.memory == x.nbytes + y.nbytes  # the failed op left nothing behind
+    monkeypatch.setattr(allocator_module, "CHECK_OPS", False)
+    z = apply(WrongShape(), x)  # unchecked: the declared shape is believed
+    assert z.shape == (3,) and ALLOC.memory == x.nbytes + y.nbytes + 12
