@@ -450,9 +450,11 @@ class Allocator(Eviction, Lifetime):
             if storage.buffer is None:
                 return self.rematerialize(storages, trigger)
         clock = self.clock
+        dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
         for storage in storages:
             storage.locks += 1
             storage.last_access = clock  # an access counts from when it is requested
+            dirty[storage.row] = 1
         return list(storages)
 
     def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
