@@ -353,7 +353,7 @@ class Allocator(Eviction, Lifetime):
             storage.locks -= 1
             if storage.evict_on_unlock and storage.locks == 0:
                 self._unlocked_dead(storage)
-        if self._dead_remats:
+        if self._dead_remats or self._kept_dead:
             self._free_dead_remats()
         self._busy = was_busy
         if self._dying or self._released:
