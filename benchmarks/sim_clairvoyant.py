@@ -152,7 +152,7 @@ def summarize(results, traces, heuristics) -> str:
                 continue
             a = r.slowdown if r.status == "ok" else math.inf
             b = base.slowdown if base.status == "ok" else math.inf
-            if a == b or abs(a - b) <= SAME * b:
+            if a == b or (math.isfinite(b) and abs(a - b) <= SAME * b):
                 same += 1
             elif a < b:
                 better += 1
