@@ -305,13 +305,7 @@ class Allocator(Eviction, Lifetime):
         else:
             sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
             total = sum(sizes)
-        if self.budget is None:  # nothing to make room for: ``_reserve`` without the check
-            memory = self.memory = self.memory + total
-            stats = self.runtimes[-1].stats_
-            if memory > stats.peak_memory:
-                stats.peak_memory = memory
-        else:
-            self._reserve(total, name)
+        self._reserve(total, name)
         try:
             results = self._run(recipe, arrays, metas)
         except BaseException:
@@ -337,8 +331,7 @@ class Allocator(Eviction, Lifetime):
                 self.candidates[storage] = None
                 for parent in parents:
                     parent.add_child(storage)
-            flags = getattr(result, "flags", None)  # placeholders (simulator) have none
-            contiguous = True if flags is None else flags.c_contiguous
+            contiguous = is_c_contiguous(result)
             cells.append(Cell(storage, producer, i, shape, dtype, device, False, contiguous))
             if events is not None:
                 self._record("alloc", storage, cost=cost)
