@@ -287,13 +287,31 @@ class Conv2dGradInput(Op):
         return [(self.x_shape, g.dtype)]
 
     def forward(self, xp, g, w):
-        window = Window(self.name, w.shape[2:], self.stride, self.padding)
+        window, w = self.aligned(xp, w)
         n, c, h, wd = self.x_shape
         cols = window.transposed_columns(xp, g, (h, wd))
         phases = window.phase_weight(xp, w) @ cols
         (sh, sw), (_, (q0h, q0w), (q1h, q1w)) = self.stride, window.phase_rows((h, wd))
         phases = phases.reshape(c, sh, sw, q1h - q0h, q1w - q0w, n)
         return batch_first(xp, window.unphase(xp, phases, (h, wd)))
+
+    def aligned(self, xp, w) -> tuple[Window, object]:
+        """The window and weight of the same convolution with the padding raised to a
+        multiple of the stride by zero kernel rows in front: the image then starts on a
+        phase boundary, so no phase row is computed only to be cropped (stride 2, padding 1:
+        a quarter of the products and one copy fewer). Unchanged where the extra rows would
+        lengthen the phase kernel (``reach``)."""
+        kernel, lead = w.shape[2:], [0, 0]
+        for axis, (k, s, p) in enumerate(zip(kernel, self.stride, self.padding, strict=True)):
+            if -(-(k + (-p % s)) // s) == -(-k // s):
+                lead[axis] = -p % s
+        if lead == [0, 0]:
+            return Window(self.name, kernel, self.stride, self.padding), w
+        (eh, ew), (o, c, kh, kw) = lead, w.shape
+        shifted = xp.zeros((o, c, kh + eh, kw + ew), dtype=w.dtype)
+        shifted[:, :, eh:, ew:] = w
+        padding = (self.padding[0] + eh, self.padding[1] + ew)
+        return Window(self.name, shifted.shape[2:], self.stride, padding), shifted
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
