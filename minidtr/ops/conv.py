@@ -117,6 +117,8 @@ class Window:
         kernel positions would."""
         (kh, kw), (sh, sw) = self.kernel, self.stride
         (uh, uw), (q0h, q0w), (q1h, q1w) = self.phase_rows(in_hw)
+        if (uh, uw) == (1, 1):
+            return self.spread(xp, cols, in_hw)
         c, _, _, oh, ow, n = cols.shape
         # row q - u + reach - 1 of ``padded`` holds window row q - u, zeros around it
         rows = (max(q1h, oh) + uh - 1, max(q1w, ow) + uw - 1)
@@ -131,9 +133,21 @@ class Window:
             (c, sh, sw, q1h - q0h, q1w - q0w, uh, uw, n),
             (s_c, s_i, s_j, s_y, s_x, sh * s_i - s_y, sw * s_j - s_x, s_n),
         )
-        if (uh, uw) == (1, 1):  # windows do not overlap: nothing to add
-            return self.unphase(xp, terms[:, :, :, :, :, 0, 0], in_hw)
         return self.unphase(xp, terms.sum(axis=(5, 6)), in_hw)
+
+    def spread(self, xp, cols, in_hw: Pair):
+        """``fold`` for windows that do not overlap (kernel <= stride): one copy of the
+        windows into the image seen as tiles (C, OH, SH, OW, SW, N), padding dropped."""
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        c, _, _, oh, ow, n = cols.shape
+        rows, width = max(oh * sh, ph + in_hw[0]), max(ow * sw, pw + in_hw[1])
+        if (kh, kw, rows, width) == (sh, sw, oh * sh, ow * sw):  # the tiles cover the image
+            image = xp.empty((c, rows, width, n), cols.dtype)
+        else:
+            image = xp.zeros((c, rows, width, n), cols.dtype)
+        tiles = image[:, : oh * sh, : ow * sw].reshape(c, oh, sh, ow, sw, n)
+        tiles[:, :, :kh, :, :kw] = cols.transpose(0, 3, 1, 4, 2, 5)
+        return image[:, ph : ph + in_hw[0], pw : pw + in_hw[1]]
 
     def transposed_columns(self, xp, g, in_hw: Pair):
         """The columns of the gradient g (N, O, OH, OW) of a convolution with this window
@@ -470,21 +484,11 @@ class AvgPool2dGrad(Op):
         return [(self.x_shape, g.dtype)]
 
     def forward(self, xp, g):
-        """Every window gets the same share. Windows that do not overlap (the usual
-        kernel == stride) need no sum, only copies, and these are cheapest in NCHW: the
-        N*C images fold as the channels of a batch of one. Overlapping windows add up
-        faster along the batch."""
+        """Every window gets the same share: a broadcast, folded into the image."""
         window = self.window
         (kh, kw), (n, c, oh, ow) = window.kernel, g.shape
-        share = g * (1.0 / (kh * kw))
-        if window.phase_rows(self.x_shape[2:])[0] == (1, 1):
-            cols = xp.broadcast_to(
-                share.reshape(n * c, 1, 1, oh, ow, 1), (n * c, kh, kw, oh, ow, 1)
-            )
-            return xp.ascontiguousarray(window.fold(xp, cols, self.x_shape[2:])).reshape(
-                self.x_shape
-            )
-        share = share.transpose(1, 2, 3, 0)[:, None, None]
+        share = g.transpose(1, 2, 3, 0) * (1.0 / (kh * kw))
+        share = share[:, None, None]
         cols = xp.broadcast_to(share, (c, kh, kw, oh, ow, n))
         return batch_first(xp, window.fold(xp, cols, self.x_shape[2:]))
 
