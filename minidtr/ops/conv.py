@@ -433,12 +433,16 @@ class MaxPool2dGrad(Op):
         window = self.window
         kh, kw = window.kernel
         axes = (1, 2)
-        places = xp.arange(kh * kw, dtype=rank_dtype(kh * kw)).reshape(1, kh, kw, 1, 1, 1)
         best = patches.max(axis=axes, keepdims=True)
+        passed = patches != best
+        nan_windows = xp.isnan(best)
+        has_nan = bool(nan_windows.any())
+        if not has_nan and int(xp.count_nonzero(passed)) == passed.size - best.size:
+            return passed  # every window has one maximum (the usual case): no tie to break
+        places = xp.arange(kh * kw, dtype=rank_dtype(kh * kw)).reshape(1, kh, kw, 1, 1, 1)
         ranked = (patches == best) * (kh * kw - places)
         passed = ranked != ranked.max(axis=axes, keepdims=True)
-        nan_windows = xp.isnan(best)
-        if nan_windows.any():  # the last NaN (the max is NaN there, so nothing above matched)
+        if has_nan:  # the last NaN (the max is NaN there, so nothing above matched)
             ranked_nan = xp.isnan(patches) * (places + 1)
             not_last_nan = ranked_nan != ranked_nan.max(axis=axes, keepdims=True)
             passed = xp.where(nan_windows, not_last_nan, passed)
