@@ -141,12 +141,14 @@ class Window:
         (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
         c, _, _, oh, ow, n = cols.shape
         rows, width = max(oh * sh, ph + in_hw[0]), max(ow * sw, pw + in_hw[1])
-        if (kh, kw, rows, width) == (sh, sw, oh * sh, ow * sw):  # the tiles cover the image
-            image = xp.empty((c, rows, width, n), cols.dtype)
+        by_tile = cols.transpose(0, 3, 1, 4, 2, 5)
+        covered = (kh, kw, rows, width) == (sh, sw, oh * sh, ow * sw)
+        if covered and by_tile.flags.c_contiguous:  # cols came from a view in image order
+            image = by_tile.reshape(c, rows, width, n)
         else:
-            image = xp.zeros((c, rows, width, n), cols.dtype)
-        tiles = image[:, : oh * sh, : ow * sw].reshape(c, oh, sh, ow, sw, n)
-        tiles[:, :, :kh, :, :kw] = cols.transpose(0, 3, 1, 4, 2, 5)
+            image = (xp.empty if covered else xp.zeros)((c, rows, width, n), cols.dtype)
+            tiles = image[:, : oh * sh, : ow * sw].reshape(c, oh, sh, ow, sw, n)
+            tiles[:, :, :kh, :, :kw] = by_tile
         return image[:, ph : ph + in_hw[0], pw : pw + in_hw[1]]
 
     def transposed_columns(self, xp, g, in_hw: Pair):
