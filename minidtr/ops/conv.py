@@ -303,13 +303,24 @@ class Conv2dGradInput(Op):
         return [(self.x_shape, g.dtype)]
 
     def forward(self, xp, g, w):
-        window, w = self.aligned(xp, w)
         n, c, h, wd = self.x_shape
+        window = Window(self.name, w.shape[2:], self.stride, self.padding)
+        if window.phase_rows((h, wd))[0] == (1, 1):
+            return self.spread(xp, window, g, w)
+        window, w = self.aligned(xp, w)
         cols = window.transposed_columns(xp, g, (h, wd))
         phases = window.phase_weight(xp, w) @ cols
         (sh, sw), (_, (q0h, q0w), (q1h, q1w)) = self.stride, window.phase_rows((h, wd))
         phases = phases.reshape(c, sh, sw, q1h - q0h, q1w - q0w, n)
         return batch_first(xp, window.unphase(xp, phases, (h, wd)))
+
+    def spread(self, xp, window: Window, g, w):
+        """Windows that do not overlap (kernel <= stride, as a 1x1 shortcut with stride 2):
+        each window's columns, w.T times g in one product, copied into the image."""
+        (n, c, h, wd), (o, _, kh, kw), (_, _, oh, ow) = self.x_shape, w.shape, g.shape
+        g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
+        cols = (w.reshape(o, c * kh * kw).T @ g).reshape(c, kh, kw, oh, ow, n)
+        return batch_first(xp, window.fold(xp, cols, (h, wd)))
 
     def aligned(self, xp, w) -> tuple[Window, object]:
         """The window and weight of the same convolution with the padding raised to a
