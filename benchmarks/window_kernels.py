@@ -2,18 +2,22 @@
 
     python benchmarks/window_kernels.py [--rounds N] [--steps N]
 
-1. Each kernel (the op's ``forward``, on NumPy) at the shapes the small presets run:
-   conv2d and its two gradients, batch norm and its gradient, the relu gradient
-   (ResNet-32, batch 256, widths 4/8/16 on 8x8 digits), max and average pooling and
-   their gradients (U-Net / DenseNet shapes). CPU time (``time.process_time``), the
-   minimum over rounds, in microseconds: CPU time rather than wall time because on a
-   shared machine the wall clock mostly measures the other processes.
+1. Each kernel (the op's ``forward``, on NumPy) at the shapes the small presets run, next
+   to PyTorch's CPU kernel (one thread) on the same values when torch is installed:
+   every convolution of the ResNet-32 small step (batch 256, widths 4/8/16 on 8x8 digits:
+   forward and both gradients, and their total over one step), batch norm and its
+   gradient and the relu gradient, max and average pooling and their gradients (U-Net /
+   DenseNet shapes). Inputs are laid out as the network hands them over: batch-last in
+   memory (the layout the window kernels return), except the stem's input, the data. CPU
+   time (``time.process_time``), the minimum over rounds that alternate minidtr and
+   PyTorch, in microseconds: CPU time rather than wall time because on a shared machine
+   the wall clock mostly measures the other processes.
 2. Steps of ``minidtr train resnet`` (small preset, no budget): CPU time per step and
    the share spent inside op kernels (every ``Op.forward``); the rest is the Python
    bookkeeping around them (recipes, storages, autograd, the optimizer's ops).
 
 OpenBLAS runs single-threaded unless OPENBLAS_NUM_THREADS says otherwise (its spinning
-threads make small products many times slower on a loaded machine).
+threads make small products many times slower on a loaded machine); so does PyTorch.
 """
 
 from __future__ import annotations
@@ -44,73 +48,156 @@ from minidtr.ops.elementwise import ActivationGrad
 from minidtr.ops.norm import Normalize, NormalizeGrad
 from minidtr.ops.op import Op
 
+try:
+    import torch
+    import torch.nn.functional as TF
 
-def cpu_us(fn: Callable[[], object], rounds: int) -> float:
-    best = float("inf")
+    torch.set_num_threads(1)
+except ImportError:
+    torch = None
+
+Case = tuple[Callable[[], object], Callable[[], object] | None]  # minidtr, PyTorch
+
+# the ResNet-32 small step's convolutions: (N, C, H=W, O, kernel, stride, calls per step)
+RESNET_CONVS = (
+    (256, 1, 8, 4, 3, 1, 1),
+    (256, 4, 8, 4, 3, 1, 10),
+    (256, 4, 8, 8, 3, 2, 1),
+    (256, 4, 8, 8, 1, 2, 1),
+    (256, 8, 4, 8, 3, 1, 9),
+    (256, 8, 4, 16, 3, 2, 1),
+    (256, 8, 4, 16, 1, 2, 1),
+    (256, 16, 2, 16, 3, 1, 9),
+)
+
+
+def cpu_us(fns: list[Callable[[], object]], rounds: int) -> list[float]:
+    """The minimum CPU time of each function, in rounds that alternate them."""
+    best = [float("inf")] * len(fns)
     for _ in range(rounds):
-        started = time.process_time_ns()
-        fn()
-        best = min(best, time.process_time_ns() - started)
-    return best / 1e3
+        for i, fn in enumerate(fns):
+            started = time.process_time_ns()
+            fn()
+            best[i] = min(best[i], time.process_time_ns() - started)
+    return [b / 1e3 for b in best]
 
 
 def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def resnet_cases(rng, n: int, c: int, hw: int, stride: int) -> dict[str, Callable[[], object]]:
-    """A ResNet-32 stage's kernels: 3x3 convolution (c -> c * stride channels), and at
-    stride 1 its batch norm and relu gradient."""
-    out_c = c * stride
-    x, w = normal(rng, n, c, hw, hw), normal(rng, out_c, c, 3, 3)
-    g = normal(rng, n, out_c, hw // stride, hw // stride)
-    strides = (stride, stride)
-    cases = {
-        "conv2d 3x3": lambda: Conv2d(stride, 1).forward(np, x, w),
-        "conv2d_grad_input": lambda: Conv2dGradInput(strides, (1, 1), x.shape).forward(np, g, w),
-        "conv2d_grad_weight": lambda: Conv2dGradWeight(strides, (1, 1), w.shape).forward(np, x, g),
+def batch_last(a: np.ndarray) -> np.ndarray:
+    """The same (N, C, H, W) values, laid out (C, H, W, N) in memory, as the window
+    kernels, and the elementwise ops after them, hand them to the next op."""
+    return np.ascontiguousarray(a.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
+
+
+def as_torch(a: np.ndarray):
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def conv_cases(rng, n: int, c: int, hw: int, o: int, k: int, s: int) -> dict[str, Case]:
+    """One convolution of the step (padding k // 2): forward and both gradients."""
+    p = k // 2
+    x, w = normal(rng, n, c, hw, hw), normal(rng, o, c, k, k)
+    g = normal(rng, n, o, (hw + 2 * p - k) // s + 1, (hw + 2 * p - k) // s + 1)
+    xt, wt, gt = (as_torch(a) for a in (x, w, g)) if torch else (None, None, None)
+    x = x if c == 1 else batch_last(x)  # the stem reads the data, batch-first
+    g = batch_last(g)
+
+    def torch_grad(mask):
+        if torch is None:
+            return None
+        args = (gt, xt, wt, None, [s, s], [p, p], [1, 1], False, [0, 0], 1, mask)
+        return lambda: torch.ops.aten.convolution_backward(*args)
+
+    torch_forward = (lambda: TF.conv2d(xt, wt, stride=s, padding=p)) if torch else None
+    return {
+        "conv2d": (lambda: Conv2d(s, p).forward(np, x, w), torch_forward),
+        "conv2d_grad_input": (
+            lambda: Conv2dGradInput((s, s), (p, p), x.shape).forward(np, g, w),
+            torch_grad([True, False, False]),
+        ),
+        "conv2d_grad_weight": (
+            lambda: Conv2dGradWeight((s, s), (p, p), w.shape).forward(np, x, g),
+            torch_grad([False, True, False]),
+        ),
     }
-    if stride == 1:
-        bn = Normalize("batch_norm", (0, 2, 3), 1, 1e-5, True, True)
-        ones, zeros = np.ones(c, np.float32), np.zeros(c, np.float32)
-        _, mean, var = bn.forward(np, x, ones, zeros)
-        cases["batch_norm"] = lambda: bn.forward(np, x, ones, zeros)
-        cases["batch_norm_grad"] = lambda: NormalizeGrad(bn).forward(np, x, mean, var, ones, g)
-        cases["relu grad"] = lambda: ActivationGrad("relu").forward(np, x, g)
-    return cases
 
 
-def pool_cases(rng, shape: tuple[int, ...], k: int, s: int, p: int):
+def norm_cases(rng, n: int, c: int, hw: int) -> dict[str, Case]:
+    """Batch norm, its gradient and the relu gradient of a ResNet-32 stage."""
+    x, g = batch_last(normal(rng, n, c, hw, hw)), batch_last(normal(rng, n, c, hw, hw))
+    bn = Normalize("batch_norm", (0, 2, 3), 1, 1e-5, True, True)
+    ones, zeros = np.ones(c, np.float32), np.zeros(c, np.float32)
+    _, mean, var = bn.forward(np, x, ones, zeros)
+    return {
+        "batch_norm": (lambda: bn.forward(np, x, ones, zeros), None),
+        "batch_norm_grad": (lambda: NormalizeGrad(bn).forward(np, x, mean, var, ones, g), None),
+        "relu grad": (lambda: ActivationGrad("relu").forward(np, x, g), None),
+    }
+
+
+def pool_cases(rng, shape: tuple[int, ...], k: int, s: int, p: int) -> dict[str, Case]:
     x = normal(rng, *shape)
     max_pool, avg_pool = MaxPool2d(k, s, p), AvgPool2d(k, s, p)
     g = normal(rng, *max_pool.forward(np, x).shape)
-    return {
-        "max_pool2d": lambda: max_pool.forward(np, x),
-        "max_pool2d_grad": lambda: MaxPool2dGrad(max_pool.window).forward(np, x, g),
-        "avg_pool2d": lambda: avg_pool.forward(np, x),
-        "avg_pool2d_grad": lambda: AvgPool2dGrad(avg_pool.window, shape).forward(np, g),
+    xl, gl = batch_last(x), batch_last(g)
+    cases: dict[str, list] = {
+        "max_pool2d": [lambda: max_pool.forward(np, xl), None],
+        "max_pool2d_grad": [lambda: MaxPool2dGrad(max_pool.window).forward(np, xl, gl), None],
+        "avg_pool2d": [lambda: avg_pool.forward(np, xl), None],
+        "avg_pool2d_grad": [lambda: AvgPool2dGrad(avg_pool.window, shape).forward(np, gl), None],
     }
+    if torch:
+        xt, gt = as_torch(x), as_torch(g)
+        _, indices = torch.ops.aten.max_pool2d_with_indices(xt, [k, k], [s, s], [p, p])
+        cases["max_pool2d"][1] = lambda: TF.max_pool2d(xt, k, s, p)
+        cases["max_pool2d_grad"][1] = lambda: torch.ops.aten.max_pool2d_with_indices_backward(
+            gt, xt, [k, k], [s, s], [p, p], [1, 1], False, indices
+        )
+        cases["avg_pool2d"][1] = lambda: TF.avg_pool2d(xt, k, s, p)
+        cases["avg_pool2d_grad"][1] = lambda: torch.ops.aten.avg_pool2d_backward(
+            gt, xt, [k, k], [s, s], [p, p], False, True, None
+        )
+    return {name: (ours, theirs) for name, (ours, theirs) in cases.items()}
 
 
 def kernels(rounds: int) -> None:
     rng = np.random.default_rng(0)
-    print(f"1. Kernels, CPU us per call (min of {rounds})")
-    print(f"{'shape':>20}  {'kernel':<22}{'us':>9}")
+    print(f"1. Kernels, CPU us per call (min of {rounds}); torch: PyTorch CPU, 1 thread")
+    print(f"{'shape':>28}  {'kernel':<20}{'minidtr':>9}{'torch':>9}{'ratio':>7}")
     groups = []
-    for n, c, hw, stride in ((256, 4, 8, 1), (256, 8, 8, 2), (256, 8, 4, 1), (256, 16, 2, 1)):
-        label = f"({n},{c},{hw},{hw})" + (f" s{stride}" if stride > 1 else "")
-        groups.append((label, resnet_cases(rng, n, c, hw, stride)))
+    step_total = np.zeros(2)
+    for n, c, hw, o, k, s, calls in RESNET_CONVS:
+        label = f"({n},{c},{hw},{hw})->{o} {k}x{k}" + (f" s{s}" if s > 1 else "")
+        cases = conv_cases(rng, n, c, hw, o, k, s)
+        if c == 1:  # the data needs no gradient
+            del cases["conv2d_grad_input"]
+        groups.append((label, cases, calls))
+    for c, hw in ((4, 8), (8, 4), (16, 2)):
+        groups.append((f"(256,{c},{hw},{hw})", norm_cases(rng, 256, c, hw), 0))
     for shape, k, s, p in (
         ((64, 8, 16, 16), 2, 2, 0),
         ((128, 16, 8, 8), 2, 2, 0),
         ((64, 8, 16, 16), 3, 2, 1),
     ):
-        groups.append(
-            (f"({','.join(map(str, shape))}) k{k}s{s}p{p}", pool_cases(rng, shape, k, s, p))
+        label = f"({','.join(map(str, shape))}) k{k}s{s}p{p}"
+        groups.append((label, pool_cases(rng, shape, k, s, p), 0))
+    for label, cases, calls in groups:
+        for name, (ours, theirs) in cases.items():
+            us = cpu_us([ours] if theirs is None else [ours, theirs], rounds)
+            if calls and theirs is not None:
+                step_total += calls * np.array(us)
+            ratio = f"{us[0] / us[1]:7.2f}" if len(us) > 1 else ""
+            theirs_us = f"{us[1]:9.0f}" if len(us) > 1 else f"{'':9}"
+            print(f"{label:>28}  {name:<20}{us[0]:9.0f}{theirs_us}{ratio}")
+    if torch:
+        print(
+            f"every convolution kernel of one ResNet-32 small step: minidtr "
+            f"{step_total[0] / 1e3:.1f} ms, PyTorch {step_total[1] / 1e3:.1f} ms "
+            f"({step_total[0] / step_total[1]:.2f}x)"
         )
-    for label, cases in groups:
-        for name, fn in cases.items():
-            print(f"{label:>20}  {name:<22}{cpu_us(fn, rounds):9.0f}")
 
 
 def all_op_classes(cls: type) -> list[type]:
@@ -182,6 +269,7 @@ def main() -> None:
         f"NumPy {np.__version__}, OPENBLAS_NUM_THREADS="
         f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}, "
         f"load average {os.getloadavg()[0]:.1f}"
+        + (f", torch {torch.__version__}" if torch else ", no torch")
     )
     kernels(args.rounds)
     resnet_steps(args.steps)
