@@ -241,6 +241,38 @@ def test_conv_cost_counts_multiply_adds():
     assert nbytes == 4 * (2 * 3 * 8 * 8 + 4 * 3 * 3 * 3 + 2 * 4 * 8 * 8)
 
 
+def test_window_kernels_keep_the_batch_last_layout_and_their_bits():
+    """conv2d and pooling return NCHW views of batch-last memory, which relu keeps, so the
+    next conv reads its input without a transpose; the layout changes no bit, forward or
+    backward, and upsampling such a tensor adds no copy of it."""
+    rng = np.random.default_rng(0)
+    x = md.tensor(rng.standard_normal((3, 2, 6, 6)).astype(np.float32))
+    w1, w2 = (
+        md.tensor(rng.standard_normal((4, c, 3, 3)).astype(np.float32), requires_grad=True)
+        for c in (2, 4)
+    )
+
+    def run(layout):
+        h = layout(md.relu(md.conv2d(x, w1, padding=1)))
+        y = md.avg_pool2d(md.conv2d(h, w2, stride=2, padding=1), 2)
+        up = md.upsample_nearest2d(md.max_pool2d(h, 2), 2)
+        (y.sum() + (up * up).sum()).backward()
+        grads = [w1.grad.numpy(), w2.grad.numpy()]
+        w1.grad = w2.grad = None
+        return h, [y.numpy(), up.numpy(), *grads]
+
+    h, batch_last = run(lambda t: t)
+    assert not h.cell.contiguous and h.numpy().transpose(1, 2, 3, 0).flags.c_contiguous
+    _, batch_first = run(md.copy)
+    for a, b in zip(batch_last, batch_first, strict=True):
+        assert a.shape == b.shape and np.ascontiguousarray(a).tobytes() == b.tobytes()
+    with md.Runtime() as runtime:
+        t = md.relu(md.conv2d(x, w1, padding=1))
+        before = runtime.stats()["ops"]
+        md.upsample_nearest2d(t, 2)
+        assert runtime.stats()["ops"] - before == 4  # index (a view), broadcast, copy, reshape
+
+
 def test_conv_net_is_bit_identical_under_a_tight_budget():
     """Six same-sized conv layers, so the peak (every activation kept for backward) is far
     above what one op needs and the budgets below force evictions and recomputation."""

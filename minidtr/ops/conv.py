@@ -3,13 +3,16 @@ nearest upsampling.
 
 The kernels work in a batch-last layout (C, H, W, N): windows are a strided view
 (C, KH, KW, OH, OW, N) of the padded image, so every copy, product and reduction
-runs along N contiguous elements. conv2d copies the windows into columns (im2col)
-and multiplies them by the flattened weight, one matrix product for the whole
-batch; its input gradient is a transposed convolution computed by phase (also one
-product, ``Window.transposed_columns``); the pooling gradients add windows back
-into the image with a strided gather (``Window.fold``). No kernel loops over
-pixels or kernel positions in Python. The gradient kernels are ops of their own
-(not differentiable), so backward allocates only the gradients themselves.
+runs along N contiguous elements. Their results keep that layout in memory (an
+NCHW view of a (C, H, W, N) array, ``batch_first``), and so do the elementwise ops
+and batch norm after them, so in a network only the data is ever transposed.
+conv2d copies the windows into columns (im2col) and multiplies them by the
+flattened weight, one matrix product for the whole batch whose result is already
+the output; its input gradient is a transposed convolution computed by phase (also
+one product, ``Window.transposed_columns``); the pooling gradients add windows back
+into the image with a strided gather (``Window.fold``). No kernel loops over pixels
+or kernel positions in Python. The gradient kernels are ops of their own (not
+differentiable), so backward allocates only the gradients themselves.
 """
 
 from __future__ import annotations
@@ -548,5 +551,7 @@ def upsample_nearest2d(x: Tensor, scale_factor) -> Tensor:
     if sh < 1 or sw < 1:
         raise ValueError(f"upsample_nearest2d: scale_factor must be >= 1, got {(sh, sw)}")
     n, c, h, w = x.shape
-    blocks = broadcast_to(reshape(x, (n, c, h, 1, w, 1)), (n, c, h, sh, w, sw))
+    # new axes by indexing where x is laid out batch-last (a reshape would copy it first)
+    spaced = reshape(x, (n, c, h, 1, w, 1)) if x.cell.contiguous else x[:, :, :, None, :, None]
+    blocks = broadcast_to(spaced, (n, c, h, sh, w, sw))
     return reshape(blocks, (n, c, h * sh, w * sw))
