@@ -40,6 +40,8 @@ def as_pair(value, what: str, op_name: str) -> Pair:
 
 
 def is_int(value) -> bool:
+    if type(value) is int:  # the usual case, without the slower ABC check
+        return True
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -310,7 +312,7 @@ class Conv2dGradInput(Op):
         window = Window(self.name, w.shape[2:], self.stride, self.padding)
         if window.phase_rows((h, wd))[0] == (1, 1):
             return self.spread(xp, window, g, w)
-        window, w = self.aligned(xp, w)
+        window, w = self.aligned(xp, window, w)
         cols = window.transposed_columns(xp, g, (h, wd))
         phases = window.phase_weight(xp, w) @ cols
         (sh, sw), (_, (q0h, q0w), (q1h, q1w)) = self.stride, window.phase_rows((h, wd))
@@ -325,7 +327,7 @@ class Conv2dGradInput(Op):
         cols = (w.reshape(o, c * kh * kw).T @ g).reshape(c, kh, kw, oh, ow, n)
         return batch_first(xp, window.fold(xp, cols, (h, wd)))
 
-    def aligned(self, xp, w) -> tuple[Window, object]:
+    def aligned(self, xp, window: Window, w) -> tuple[Window, object]:
         """The window and weight of the same convolution with the padding raised to a
         multiple of the stride by zero kernel rows in front: the image then starts on a
         phase boundary, so no phase row is computed only to be cropped (stride 2, padding 1:
@@ -336,7 +338,7 @@ class Conv2dGradInput(Op):
             if -(-(k + (-p % s)) // s) == -(-k // s):
                 lead[axis] = -p % s
         if lead == [0, 0]:
-            return Window(self.name, kernel, self.stride, self.padding), w
+            return window, w
         (eh, ew), (o, c, kh, kw) = lead, w.shape
         shifted = xp.zeros((o, c, kh + eh, kw + ew), dtype=w.dtype)
         shifted[:, :, eh:, ew:] = w
