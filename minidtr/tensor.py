@@ -1,8 +1,7 @@
 """``Tensor``: the user's handle on a value.
 
-A Tensor is a thin handle: the value lives in a ``Cell`` (a view of a
-``Storage``, with the recipe that made it), and a Tensor adds the autograd
-fields. Each live Tensor object is one *external reference* to its storage:
+A Tensor is a thin handle: the value lives in a cell (its ``Storage``, or a
+``View`` of another value's storage), and a Tensor adds the autograd fields. Each live Tensor object is one *external reference* to its storage:
 when the last one is garbage collected the runtime's deallocation policy runs
 (by default the buffer is evicted at once, and its recipe kept while an
 evicted child may still need it). Ops, recipes and the event log never hold
@@ -56,7 +55,7 @@ class Tensor:
         self._requires_grad = False
         if requires_grad:
             self.requires_grad = True
-        storage = cell.storage
+        storage = cell.storage if cell.is_view else cell
         storage.external_refs += 1  # Allocator.add_ref, inlined: this runs for every op
         allocator = storage.allocator
         if allocator.observer is not None:
@@ -64,7 +63,8 @@ class Tensor:
 
     def __del__(self):
         try:
-            self.cell.storage.allocator.release(self.cell)
+            cell = self.cell
+            (cell.storage if cell.is_view else cell).allocator.release(cell)
         except Exception:  # interpreter shutdown, or a half-built tensor
             pass
 
@@ -371,8 +371,8 @@ def constant(
     (after the allocator has made room for it)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    storage = allocator_for(device).add_constant(make_array, nbytes, name)
-    return Tensor(Cell(storage, None, 0, tuple(shape), dtype, device), requires_grad)
+    storage = allocator_for(device).add_constant(make_array, nbytes, name, tuple(shape), dtype)
+    return Tensor(storage, requires_grad)
 
 
 def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cpu") -> Tensor:

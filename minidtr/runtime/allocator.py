@@ -26,13 +26,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import backend
 from .candidates import CandidateTable
 from .eviction import Eviction
 from .lifetime import Lifetime
 from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
 from .runtime import WALL_GUARD_AFTER, BudgetError, Runtime, Stats, ThrashError
-from .storage import Cell, Recipe, Storage
+from .storage import Cell, Recipe, Storage, View
 
 NOMINAL_FLOPS_PER_NS = 32.0
 NOMINAL_BYTES_PER_NS = 8.0
@@ -41,6 +43,9 @@ NOMINAL_BYTES_PER_NS = 8.0
 # catches bugs in ops, at a cost on every op, so the test suite turns it on
 # (tests/conftest.py) and ordinary runs leave it off.
 CHECK_OPS = False
+
+
+BYTE = np.dtype(np.uint8)
 
 
 def is_c_contiguous(array: Any) -> bool:
@@ -203,17 +208,22 @@ class Allocator(Eviction, Lifetime):
 
     # ---- creating storages ---------------------------------------------------------
 
-    def _new_storage(self, name: str, nbytes: int, producer: Recipe | None) -> Storage:
-        self.next_id += 1
-        return Storage(self, self.next_id, name, nbytes, producer)
-
     def add_constant(
-        self, make_array: Callable[[], Any], nbytes: int, name: str = "constant"
+        self,
+        make_array: Callable[[], Any],
+        nbytes: int,
+        name: str = "constant",
+        shape: tuple[int, ...] | None = None,
+        dtype=None,
     ) -> Storage:
         """Register a buffer with no recipe (an input, a parameter): counted, never
-        evicted. Room is made before ``make_array`` allocates, so the budget holds."""
+        evicted. Room is made before ``make_array`` allocates, so the budget holds.
+        The value's ``shape`` and ``dtype`` default to ``nbytes`` bytes."""
         self._check_pending()
-        storage = self._new_storage(name, nbytes, None)
+        if shape is None:
+            shape, dtype = (nbytes,), BYTE
+        self.next_id += 1
+        storage = Storage(self, self.next_id, name, nbytes, None, shape, dtype, self.device)
         was_busy, self._busy = self._busy, True
         try:
             self._reserve(nbytes, name)
@@ -265,7 +275,7 @@ class Allocator(Eviction, Lifetime):
             locked = self._lock(recipe.parents, op.name)
             arrays = []
             for cell in inputs:
-                arrays.append(self._array(cell) if cell.is_view else cell.storage.buffer)
+                arrays.append(self._array(cell) if cell.is_view else cell.buffer)
             if op.is_view:
                 return self._new_views(recipe, arrays, metas)
             return self._new_storages(recipe, arrays, metas, locked, constant)
@@ -283,7 +293,7 @@ class Allocator(Eviction, Lifetime):
         cells = []
         for i, (shape, dtype) in enumerate(metas):
             contiguous = is_c_contiguous(results[i])
-            cells.append(Cell(base, recipe, i, shape, dtype, device, True, contiguous))
+            cells.append(View(base, recipe, i, shape, dtype, device, contiguous))
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells
@@ -295,9 +305,10 @@ class Allocator(Eviction, Lifetime):
         metas: Sequence[tuple],
         parents: list[Storage],
         constant: bool,
-    ) -> list[Cell]:
+    ) -> list[Storage]:
         """Make room for a new recipe's outputs, run it and record each output as a new
-        storage (a candidate for eviction, a child of each of ``parents``)."""
+        storage (a candidate for eviction, a child of each of ``parents``): the storage
+        is also the output's cell."""
         name = recipe.op.name
         if len(metas) == 1:
             total = meta_nbytes(*metas[0])
@@ -320,7 +331,10 @@ class Allocator(Eviction, Lifetime):
         for i, (shape, dtype) in enumerate(metas):
             result = results[i]
             self.next_id += 1
-            storage = Storage(self, self.next_id, name, sizes[i], producer)
+            storage = Storage(
+                self, self.next_id, name, sizes[i], producer, shape, dtype, device, i,
+                is_c_contiguous(result),
+            )
             storage.buffer = result
             storage.last_access = clock
             if constant:
@@ -331,8 +345,7 @@ class Allocator(Eviction, Lifetime):
                 self.candidates[storage] = None
                 for parent in parents:
                     parent.add_child(storage)
-            contiguous = is_c_contiguous(result)
-            cells.append(Cell(storage, producer, i, shape, dtype, device, False, contiguous))
+            cells.append(storage)
             if events is not None:
                 self._record("alloc", storage, cost=cost)
         recipe.outputs = tuple(outputs)
@@ -419,7 +432,7 @@ class Allocator(Eviction, Lifetime):
     def _array(self, cell: Cell):
         """The array of a cell whose storage is resident: the buffer, or a view of it."""
         if not cell.is_view:
-            return cell.storage.buffer
+            return cell.buffer
         chain = []
         while cell.is_view:
             chain.append(cell)

@@ -44,7 +44,7 @@ from .storage import Cell, Storage
 class Lifetime:
     def add_ref(self, cell: Cell) -> None:
         """A new external handle (a Tensor) to ``cell``'s value."""
-        cell.storage.external_refs += 1
+        (cell.storage if cell.is_view else cell).external_refs += 1
         if self.observer is not None:
             self.observer.on_add_ref(cell)
 
@@ -57,7 +57,7 @@ class Lifetime:
                 self._released.append(cell)
             else:
                 self.observer.on_release(cell)
-        storage = cell.storage
+        storage = cell.storage if cell.is_view else cell
         storage.external_refs -= 1
         if storage.external_refs == 0:
             if self._busy or self._dying or self._released:

@@ -1,12 +1,17 @@
-"""The three records of the spine: Storage (a buffer), Cell (a value), Recipe (how to compute it).
+"""The records of the spine: Storage (a buffer and the value in it), View, Recipe.
 
 A **Storage** is one allocation: the unit of memory and of eviction. It keeps
-the buffer (``None`` while evicted) and the metadata the heuristics read.
+the buffer (``None`` while evicted), the metadata the heuristics read, and the
+value's shape, dtype and device: a storage is also the *cell* of the value it
+holds, the thing a Tensor handle points at. Every output of an op that is not
+a view gets a storage of its own, so one object per op output is enough.
 
-A **Cell** is one tensor value: a storage plus the recipe that produced the
-value. Most cells are the whole of their storage; a *view* cell (reshape,
-transpose, slice, broadcast) shares its input's storage and is recomputed from
-it on every access, which costs no memory.
+A **View** is a value that shares another value's storage (reshape, transpose,
+slice, broadcast): its own shape and recipe (the view op, whose input is the
+viewed cell), recomputed from the storage on every access, which costs no memory.
+
+A *cell* is either: anything with ``storage``, ``shape``, ``dtype``, ``device``,
+``index``, ``is_view``, ``contiguous`` and ``recipe`` (``Cell`` below, for type hints).
 
 A **Recipe** is one application of an op: the op (with its static attributes,
 including any random seed), the input cells and weak references to the output
@@ -56,12 +61,20 @@ class Recipe:
 
 
 def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
-    """The storages of ``cells``, each once, in order of first appearance."""
+    """The storages of ``cells``, each once, in order of first appearance (``cells``
+    itself when they are distinct storages, the common case: no new tuple)."""
     if len(cells) == 1:
-        return (cells[0].storage,)
+        cell = cells[0]
+        return (cell.storage,) if cell.is_view else cells
     if len(cells) == 2:
-        a, b = cells[0].storage, cells[1].storage
-        return (a,) if a is b else (a, b)
+        a, b = cells
+        if a.is_view:
+            a = a.storage
+        if b.is_view:
+            b = b.storage
+        if a is b:
+            return (a,)
+        return cells if a is cells[0] and b is cells[1] else (a, b)
     parents: list[Storage] = []
     for cell in cells:
         storage = cell.storage
@@ -74,7 +87,9 @@ def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
 
 
 class Storage:
-    """One buffer and its eviction metadata (docs/storage.md; docs/dtr.md for the paper's terms)."""
+    """One buffer and its eviction metadata (docs/storage.md; docs/dtr.md for the paper's
+    terms), and the cell of the value it holds: its ``shape``, ``dtype``, ``device``,
+    ``index`` among its recipe's outputs and whether the array is C-contiguous."""
 
     __slots__ = (
         "id",
@@ -97,10 +112,29 @@ class Storage:
         "orphan_rebuilt_at",
         "row",
         "allocator",
+        "shape",
+        "dtype",
+        "device",
+        "index",
+        "contiguous",
         "__weakref__",
     )
 
-    def __init__(self, allocator: Allocator, id: int, name: str, nbytes: int, producer):
+    is_view = False  # a storage is the cell of its own value; views are ``View``s
+
+    def __init__(
+        self,
+        allocator: Allocator,
+        id: int,
+        name: str,
+        nbytes: int,
+        producer: Recipe | None,
+        shape: tuple[int, ...],
+        dtype,
+        device: str | None,
+        index: int = 0,
+        contiguous: bool = True,
+    ):
         self.allocator = allocator
         self.id = id
         self.name = name
@@ -121,6 +155,21 @@ class Storage:
         self.evict_on_unlock = False
         self.orphan_rebuilt_at: float | None = None  # last_access when last rebuilt as an orphan
         self.row = 0  # in the allocator's candidate table (candidates.py); 0: not a candidate
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.index = index  # which output of its recipe
+        self.contiguous = contiguous
+
+    @property
+    def storage(self) -> Storage:
+        """As a cell: the storage of the value is the storage itself."""
+        return self
+
+    @property
+    def recipe(self) -> Recipe | None:
+        """As a cell: the recipe that made the value (None for a constant)."""
+        return self.producer
 
     @property
     def resident(self) -> bool:
@@ -176,49 +225,36 @@ class Storage:
         return f"Storage(#{self.id} {self.name}, {self.nbytes}B, {state})"
 
 
-class Cell:
-    """One tensor value: a (view of a) storage plus the recipe that made it.
+class View:
+    """A value that shares another value's storage (a reshape, transpose, slice,
+    broadcast): its own shape and recipe, the view op whose single input is the viewed
+    cell. Its array is recomputed from the storage's buffer on every access."""
 
-    A view cell keeps its own recipe (the view op, whose input is the viewed cell). Any
-    other cell's recipe is its storage's ``producer``, read through, never copied: when
-    the storage drops its producer (it becomes a constant or is banished) no cell keeps
-    the old recipe, or anything it read, alive.
-    """
+    __slots__ = ("storage", "view_recipe", "index", "shape", "dtype", "device", "contiguous")
 
-    __slots__ = (
-        "storage",
-        "view_recipe",
-        "index",
-        "shape",
-        "dtype",
-        "device",
-        "is_view",
-        "contiguous",
-    )
+    is_view = True
 
     def __init__(
         self,
         storage: Storage,
-        recipe: Recipe | None,
+        recipe: Recipe,
         index: int,
-        shape,
+        shape: tuple[int, ...],
         dtype,
-        device,
-        is_view: bool = False,
-        contiguous: bool = True,
+        device: str | None,
+        contiguous: bool,
     ):
         self.storage = storage
-        self.view_recipe = recipe if is_view else None
+        self.view_recipe = recipe
         self.index = index
         self.shape = shape
         self.dtype = dtype
         self.device = device
-        self.is_view = is_view
         self.contiguous = contiguous
 
     @property
-    def recipe(self) -> Recipe | None:
-        return self.view_recipe if self.is_view else self.storage.producer
+    def recipe(self) -> Recipe:
+        return self.view_recipe
 
     @property
     def nbytes(self) -> int:
@@ -228,5 +264,7 @@ class Cell:
         return n
 
     def __repr__(self) -> str:
-        kind = "view of " if self.is_view else ""
-        return f"Cell({self.shape}, {self.dtype}, {kind}{self.storage!r})"
+        return f"View({self.shape}, {self.dtype}, of {self.storage!r})"
+
+
+Cell = Storage | View  # a value: a storage (the whole of it) or a view of one

@@ -295,7 +295,7 @@ class Replayer:
     def _constant(self, ins: Constant) -> None:
         nbytes = ins.nbytes
         storage = self.allocator.add_constant(lambda: Placeholder(nbytes), nbytes, ins.name)
-        self._define(ins.name, Cell(storage, None, 0, (nbytes,), BYTE, None))
+        self._define(ins.name, storage)
         if self.measure_floors:
             self.constant_floor = max(self.constant_floor, self._constants())
 
