@@ -114,7 +114,13 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     Every op takes this path, so it is written for speed (plain loops, no generator
     expressions); what it costs is what an op costs on a tiny tensor."""
     try:
-        cells = tuple([t.cell for t in inputs])
+        n = len(inputs)
+        if n == 1:
+            cells: tuple[Cell, ...] = (inputs[0].cell,)
+        elif n == 2:
+            cells = (inputs[0].cell, inputs[1].cell)
+        else:
+            cells = tuple([t.cell for t in inputs])
     except AttributeError:
         bad = next(i for i, t in enumerate(inputs) if not isinstance(t, Tensor))
         raise TypeError(

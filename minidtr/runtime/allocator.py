@@ -269,7 +269,7 @@ class Allocator(Eviction, Lifetime):
             self.raise_pending()
         recipe = Recipe(op, inputs, device)
         was_busy, self._busy = self._busy, True
-        locked: list[Storage] = []
+        locked: Sequence[Storage] = ()
         self._accesses += 1
         try:
             locked = self._lock(recipe.parents, op.name)
@@ -286,6 +286,8 @@ class Allocator(Eviction, Lifetime):
     def _new_views(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> list[Cell]:
         """The cells of a view op: they share their input's storage and allocate nothing."""
         results = self._run(recipe, arrays, metas)
+        if recipe.op.n_outputs == 1:
+            results = (results,)
         base = recipe.inputs[0].storage
         base.cost += recipe.cost
         base.last_access = self.clock
@@ -303,7 +305,7 @@ class Allocator(Eviction, Lifetime):
         recipe: Recipe,
         arrays: list,
         metas: Sequence[tuple],
-        parents: list[Storage],
+        parents: Sequence[Storage],
         constant: bool,
     ) -> list[Storage]:
         """Make room for a new recipe's outputs, run it and record each output as a new
@@ -311,7 +313,10 @@ class Allocator(Eviction, Lifetime):
         is also the output's cell."""
         name = recipe.op.name
         if len(metas) == 1:
-            total = meta_nbytes(*metas[0])
+            shape, dtype = metas[0]
+            total = dtype.itemsize
+            for d in shape:
+                total *= d
             sizes: tuple[int, ...] = (total,)
         else:
             sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
@@ -322,9 +327,12 @@ class Allocator(Eviction, Lifetime):
         except BaseException:
             self.memory -= total
             raise
+        if recipe.op.n_outputs == 1:
+            results = (results,)
         recipe.out_nbytes = sizes
         producer = None if constant else recipe
         cost, clock, device = recipe.cost, self.clock, recipe.device
+        real = device is not None  # the simulator's placeholders have no layout
         events = self.runtimes[-1].events
         cells = []
         outputs = []
@@ -332,8 +340,16 @@ class Allocator(Eviction, Lifetime):
             result = results[i]
             self.next_id += 1
             storage = Storage(
-                self, self.next_id, name, sizes[i], producer, shape, dtype, device, i,
-                is_c_contiguous(result),
+                self,
+                self.next_id,
+                name,
+                sizes[i],
+                producer,
+                shape,
+                dtype,
+                device,
+                i,
+                result.flags.c_contiguous if real else True,
             )
             storage.buffer = result
             storage.last_access = clock
@@ -341,10 +357,17 @@ class Allocator(Eviction, Lifetime):
                 self.constant_bytes += sizes[i]
             else:
                 storage.cost = cost
-                outputs.append(weakref.ref(storage))
+                ref = weakref.ref(storage)
+                outputs.append(ref)
                 self.candidates[storage] = None
-                for parent in parents:
-                    parent.add_child(storage)
+                for parent in parents:  # Storage.add_child, inlined: this runs for every op
+                    children = parent.children
+                    if not children:
+                        parent.children = [ref]
+                    else:
+                        children.append(ref)
+                        if len(children) >= parent.prune_at:
+                            parent.prune_children()
             cells.append(storage)
             if events is not None:
                 self._record("alloc", storage, cost=cost)
@@ -353,7 +376,7 @@ class Allocator(Eviction, Lifetime):
             self.observer.on_compute(recipe, cells)
         return cells
 
-    def _done(self, locked: list[Storage], was_busy: bool) -> None:
+    def _done(self, locked: Sequence[Storage], was_busy: bool) -> None:
         """The end of an access: unlock, free what only it needed, evict what died meanwhile."""
         for storage in locked:
             storage.locks -= 1
@@ -372,7 +395,8 @@ class Allocator(Eviction, Lifetime):
             self.raise_pending()
 
     def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
-        """Execute a new recipe's kernel, measuring or estimating its cost."""
+        """Execute a new recipe's kernel, measuring or estimating its cost; returns what
+        ``op.forward`` returns (one array, or a tuple for several outputs)."""
         op = recipe.op
         device = recipe.device
         if device == self.device:
@@ -384,10 +408,8 @@ class Allocator(Eviction, Lifetime):
         if device == "cuda":
             backend.synchronize(xp)
         elapsed = time.perf_counter_ns() - started
-        if op.n_outputs == 1:
-            results = (results,)
         if CHECK_OPS and xp is not None:
-            check_outputs(op, metas, results)
+            check_outputs(op, metas, (results,) if op.n_outputs == 1 else results)
         runtime = self.runtimes[-1]
         mode = runtime.cost
         if mode == "time":
@@ -420,7 +442,7 @@ class Allocator(Eviction, Lifetime):
         """Keep ``storage`` resident and locked for the body (rematerializing it first)."""
         self._check_pending()
         was_busy, self._busy = self._busy, True
-        locked: list[Storage] = []
+        locked: Sequence[Storage] = ()
         self._accesses += 1
         try:
             locked = self._lock([storage])
@@ -447,7 +469,7 @@ class Allocator(Eviction, Lifetime):
 
     # ---- locking and rematerialization -------------------------------------------------
 
-    def _lock(self, storages: Sequence[Storage], trigger: str = "read") -> list[Storage]:
+    def _lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
         """Lock every storage for an access; returns what it locked (the access unlocks it
         when done). The fast path, when everything is resident, only counts the locks;
         otherwise ``rematerialize`` rebuilds the evicted ones. ``trigger`` names the
@@ -461,7 +483,7 @@ class Allocator(Eviction, Lifetime):
             storage.locks += 1
             storage.last_access = clock  # an access counts from when it is requested
             dirty[storage.row] = 1
-        return list(storages)
+        return storages
 
     def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
         """Lock every storage, rebuilding the evicted ones first (and, before each rebuild,
@@ -561,7 +583,7 @@ class Allocator(Eviction, Lifetime):
         self.candidates.dirty[storage.row] = 1
         locked.append(storage)
 
-    def _unlock(self, storages: list[Storage]) -> None:
+    def _unlock(self, storages: Sequence[Storage]) -> None:
         for storage in storages:
             storage.locks -= 1
             if storage.evict_on_unlock and storage.locks == 0:

@@ -357,7 +357,7 @@ class Eviction:
         """Free a resident storage's buffer, keeping its recipe to recompute it later."""
         if storage.buffer is None:
             raise ValueError(f"cannot evict {storage!r}: it is not resident")
-        if not storage.evictable or storage.locks:
+        if storage.producer is None or storage.pinned or storage.locks:
             raise ValueError(
                 f"cannot evict {storage!r}: it is "
                 + ("locked" if storage.locks else "pinned" if storage.pinned else "a constant")
@@ -369,14 +369,15 @@ class Eviction:
             self.neighbourhood.on_change(storage)
         self.memory -= storage.nbytes
         table = self.candidates
-        del table[storage]
+        table.pop(storage)
         if table.watching:
             table.mark_neighbours(storage)
-        stats = self.stats
+        runtime = self.runtimes[-1]
+        stats = runtime.stats_
         stats.evictions += 1
         if reason == "dead":
             stats.dead_evictions += 1
-        if self.runtime.events is not None:
+        if runtime.events is not None:
             extra = {"reason": reason}
             if score is not None:
                 extra["score"] = score

@@ -67,7 +67,10 @@ class Lifetime:
             self._busy = True
             try:
                 self._apply_policy(storage)
-                self._drain_dying()
+                if self._dying or self._released:
+                    self._drain_dying()
+                elif self._dead_remats or self._kept_dead:
+                    self._free_dead_remats()
             finally:
                 self._busy = False
 

@@ -198,8 +198,12 @@ class Storage:
             return
         children.append(weakref.ref(child))
         if len(children) >= self.prune_at:
-            self.children = children = [ref for ref in children if ref() is not None]
-            self.prune_at = max(PRUNE_MIN, 2 * len(children))
+            self.prune_children()
+
+    def prune_children(self) -> None:
+        """Drop the children that died; prune again when the list has doubled."""
+        self.children = children = [ref for ref in self.children if ref() is not None]
+        self.prune_at = max(PRUNE_MIN, 2 * len(children))
 
     def live_children(self) -> list[Storage]:
         alive = [s for ref in self.children if (s := ref()) is not None]
@@ -214,7 +218,9 @@ class Storage:
 
     def __del__(self):
         try:
-            self.allocator.forget(self)
+            allocator = self.allocator
+            if self.buffer is not None or allocator.tracking is not None:
+                allocator.forget(self)  # otherwise there is nothing to forget
         except Exception:  # interpreter shutdown
             pass
 
