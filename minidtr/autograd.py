@@ -54,29 +54,30 @@ class Node:
 
     The op itself stays a description (static attributes only): everything about one
     application lives here. A node keeps the inputs' shapes and dtypes, not their cells:
-    a cell would keep its storage's metadata alive for as long as the graph."""
+    a cell would keep its storage's metadata alive for as long as the graph. They are
+    kept in one flat tuple (shape, dtype, shape, dtype, ...): a node is made for every
+    op with grad on, and each object it holds is one more for the cycle collector."""
 
-    __slots__ = ("op", "edges", "inputs", "outputs", "in_shapes", "in_dtypes", "seq", "freed")
+    __slots__ = ("op", "edges", "inputs", "outputs", "metas", "seq", "freed")
 
-    def __init__(
-        self,
-        op: Op,
-        edges: tuple,
-        inputs: tuple,
-        outputs: tuple,
-        in_shapes: tuple,
-        in_dtypes: tuple,
-    ):
+    def __init__(self, op: Op, edges: tuple, inputs: tuple, outputs: tuple, metas: tuple):
         self.op = op
         # per input: the Node that made it (its only output), (Node, output index), the
         # leaf Tensor itself, or None when no gradient flows to it
         self.edges = edges
         self.inputs = inputs
         self.outputs = outputs
-        self.in_shapes = in_shapes
-        self.in_dtypes = in_dtypes
+        self.metas = metas  # shape and dtype of each input, flat
         self.seq = next(_sequence)
         self.freed = False
+
+    @property
+    def in_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return self.metas[0::2]
+
+    @property
+    def in_dtypes(self) -> tuple:
+        return self.metas[1::2]
 
     @property
     def needs_grad(self) -> tuple[bool, ...]:
@@ -86,37 +87,47 @@ class Node:
         return f"Node({self.op.name}, seq={self.seq})"
 
 
+def _edge(t: Tensor):
+    """Where the gradient of input ``t`` goes (see ``Node.edges``)."""
+    fn = t.grad_fn
+    if fn is not None:
+        return fn if fn.op.n_outputs == 1 else (fn, t.cell.index)
+    return t if t._requires_grad else None
+
+
 def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> None:
     """Record a backward node for an op application whose inputs need gradients.
 
-    Runs once per op with grad on, so it is written for speed: plain loops, no
-    generator expressions, and saved handles made only at the retained indices."""
+    Runs once per op with grad on, so it is written for speed: no generator
+    expressions, the common one- and two-input cases without lists, and saved handles
+    made only at the retained indices."""
     for t in outputs:
         if t.cell.dtype.kind == "f":
             break
     else:
         return  # integer and bool results are not differentiable: nothing to attach to
-    edges: list = []
-    shapes: list = []
-    dtypes: list = []
-    for t in inputs:
-        cell = t.cell
-        shapes.append(cell.shape)
-        dtypes.append(cell.dtype)
-        fn = t.grad_fn
-        if fn is not None:
-            edges.append(fn if fn.op.n_outputs == 1 else (fn, cell.index))
-        elif t._requires_grad:
-            edges.append(t)
-        else:
-            edges.append(None)
+    n = len(inputs)
+    if n == 1:
+        a = inputs[0]
+        cell = a.cell
+        edges: tuple = (_edge(a),)
+        metas: tuple = (cell.shape, cell.dtype)
+    elif n == 2:
+        a, b = inputs
+        ca, cb = a.cell, b.cell
+        edges = (_edge(a), _edge(b))
+        metas = (ca.shape, ca.dtype, cb.shape, cb.dtype)
+    else:
+        edge_list: list = []
+        meta_list: list = []
+        for t in inputs:
+            cell = t.cell
+            edge_list.append(_edge(t))
+            meta_list.append(cell.shape)
+            meta_list.append(cell.dtype)
+        edges, metas = tuple(edge_list), tuple(meta_list)
     node = Node(
-        op,
-        tuple(edges),
-        _saved(inputs, op.retain_inputs),
-        _saved(outputs, op.retain_outputs),
-        tuple(shapes),
-        tuple(dtypes),
+        op, edges, _saved(inputs, op.retain_inputs), _saved(outputs, op.retain_outputs), metas
     )
     for t in outputs:
         if t.cell.dtype.kind == "f":  # integer and bool results are not differentiable
@@ -270,8 +281,9 @@ def _run_node(node: Node, grads: list, retain_graph: bool, caller: str) -> tuple
 
 def check_gradients(node: Node, result: tuple) -> None:
     """Raise if a backward returned a gradient unlike its input (``CHECK_OPS``)."""
+    shapes, dtypes = node.in_shapes, node.in_dtypes
     for i, (edge, g) in enumerate(zip(node.edges, result, strict=True)):
-        shape, dtype = node.in_shapes[i], node.in_dtypes[i]
+        shape, dtype = shapes[i], dtypes[i]
         if edge is not None and g is not None and (g.shape != shape or g.dtype != dtype):
             raise AssertionError(
                 f"{node.op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "

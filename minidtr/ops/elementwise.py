@@ -138,8 +138,9 @@ def operands(name: str, *values, device: str | None = None) -> list[Tensor]:
 
 def as_float(name: str, x) -> Tensor:
     """``x`` for an op with a float result: int and bool tensors become float32."""
-    expect_tensor(name, x)
-    return x if x.dtype.kind == "f" else astype(x, DEFAULT_DTYPE)
+    if isinstance(x, Tensor) and x.cell.dtype.kind == "f":
+        return x
+    return astype(expect_tensor(name, x), DEFAULT_DTYPE)
 
 
 def elements(metas) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
-from ..runtime.allocator import allocator_for
+from ..runtime.allocator import _ALLOCATORS, allocator_for
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 
@@ -138,7 +138,10 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     elif device is None:
         device = "cpu"
     metas = op.infer(*cells)
-    out_cells = allocator_for(device).compute(op, cells, metas, device, _constant_mode)
+    allocator = _ALLOCATORS.get(device)  # allocator_for, inlined
+    if allocator is None:
+        allocator = allocator_for(device)
+    out_cells = allocator.compute(op, cells, metas, device, _constant_mode)
     if op.n_outputs == 1:
         output = Tensor(out_cells[0])
         outputs: tuple[Tensor, ...] = (output,)
@@ -166,6 +169,10 @@ def same_dtype(op: Op, *cells: Cell) -> np.dtype:
 
 
 def float_dtype(op: Op, *cells: Cell) -> np.dtype:
+    if len(cells) == 1:
+        dtype = cells[0].dtype
+        if dtype is FLOATS[0]:
+            return dtype
     dtype = same_dtype(op, *cells)
     if dtype is not FLOATS[0] and dtype not in FLOATS:
         raise op.error(

@@ -329,7 +329,6 @@ class Allocator(Eviction, Lifetime):
             raise
         if recipe.op.n_outputs == 1:
             results = (results,)
-        recipe.out_nbytes = sizes
         producer = None if constant else recipe
         cost, clock, device = recipe.cost, self.clock, recipe.device
         real = device is not None  # the simulator's placeholders have no layout
@@ -360,18 +359,26 @@ class Allocator(Eviction, Lifetime):
                 ref = weakref.ref(storage)
                 outputs.append(ref)
                 self.candidates[storage] = None
-                for parent in parents:  # Storage.add_child, inlined: this runs for every op
+                for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
                     children = parent.children
                     if not children:
-                        parent.children = [ref]
-                    else:
+                        parent.children = ref
+                    elif type(children) is list:
                         children.append(ref)
                         if len(children) >= parent.prune_at:
                             parent.prune_children()
+                    else:
+                        parent.children = [children, ref]
             cells.append(storage)
             if events is not None:
                 self._record("alloc", storage, cost=cost)
-        recipe.outputs = tuple(outputs)
+        if len(sizes) == 1:
+            recipe.sizes = total
+            if outputs:
+                recipe.refs = outputs[0]
+        else:
+            recipe.sizes = sizes
+            recipe.refs = tuple(outputs)
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells

@@ -41,8 +41,8 @@ class Recipe:
         "inputs",
         "parents",
         "device",
-        "outputs",
-        "out_nbytes",
+        "refs",
+        "sizes",
         "cost",
         "__weakref__",
     )
@@ -52,9 +52,22 @@ class Recipe:
         self.inputs = inputs
         self.parents = distinct_storages(inputs)
         self.device = device
-        self.outputs: tuple[weakref.ref[Storage], ...] = ()  # set when the outputs exist
-        self.out_nbytes: tuple[int, ...] = ()
+        # set when the outputs exist: a weak reference to each output storage and its
+        # nbytes, bare for a single output (no tuple to allocate and collect per op)
+        self.refs: weakref.ref[Storage] | tuple[weakref.ref[Storage], ...] = ()
+        self.sizes: int | tuple[int, ...] = ()
         self.cost = 0.0
+
+    @property
+    def outputs(self) -> tuple[weakref.ref[Storage], ...]:
+        """Weak references to the output storages (none for a view or constant outputs)."""
+        refs = self.refs
+        return refs if type(refs) is tuple else (refs,)
+
+    @property
+    def out_nbytes(self) -> tuple[int, ...]:
+        sizes = self.sizes
+        return sizes if type(sizes) is tuple else (sizes,)
 
     def __repr__(self) -> str:
         return f"Recipe({self.op.name}, inputs={[c.storage.id for c in self.inputs]})"
@@ -147,7 +160,9 @@ class Storage:
         self.pinned = False
         self.banished = False
         self.external_refs = 0
-        self.children: list[weakref.ref[Storage]] | tuple = ()  # a list from the first child
+        # () without children, the weak reference itself for one (most storages have one
+        # child: no list to allocate and collect), a list of them from the second on
+        self.children: list[weakref.ref[Storage]] | weakref.ref[Storage] | tuple = ()
         self.prune_at = PRUNE_MIN  # prune dead children when the list reaches this length
         self.component = None  # h_DTR^eq's union-find class (neighbourhood.py)
         self.above = None  # cached closures of evicted ancestors / descendants (h_DTR)
@@ -192,22 +207,34 @@ class Storage:
         the list grows (in order, amortized O(1)), so a long-lived input (a weight read
         by every op of an evaluation loop) holds as many entries as it has live
         children, not one per op it ever took part in."""
+        self.add_child_ref(weakref.ref(child))
+
+    def add_child_ref(self, ref: weakref.ref[Storage]) -> None:
         children = self.children
         if not children:
-            self.children = [weakref.ref(child)]
-            return
-        children.append(weakref.ref(child))
-        if len(children) >= self.prune_at:
-            self.prune_children()
+            self.children = ref
+        elif type(children) is list:
+            children.append(ref)
+            if len(children) >= self.prune_at:
+                self.prune_children()
+        else:
+            self.children = [children, ref]
 
     def prune_children(self) -> None:
-        """Drop the children that died; prune again when the list has doubled."""
+        """Drop the children that died from the list; prune again when it has doubled."""
         self.children = children = [ref for ref in self.children if ref() is not None]
         self.prune_at = max(PRUNE_MIN, 2 * len(children))
 
     def live_children(self) -> list[Storage]:
-        alive = [s for ref in self.children if (s := ref()) is not None]
-        if len(alive) < len(self.children):
+        children = self.children
+        if type(children) is not list:
+            child = children() if children else None
+            if child is None:
+                self.children = ()
+                return []
+            return [child]
+        alive = [s for ref in children if (s := ref()) is not None]
+        if len(alive) < len(children):
             self.children = [weakref.ref(s) for s in alive]
             self.prune_at = max(PRUNE_MIN, 2 * len(alive))
         return alive
