@@ -309,79 +309,88 @@ class Allocator(Eviction, Lifetime):
         constant: bool,
     ) -> list[Storage]:
         """Make room for a new recipe's outputs, run it and record each output as a new
-        storage (a candidate for eviction, a child of each of ``parents``): the storage
-        is also the output's cell."""
-        name = recipe.op.name
-        if len(metas) == 1:
+        storage (``_new_output``), which is also the output's cell."""
+        single = len(metas) == 1
+        if single:
             shape, dtype = metas[0]
             total = dtype.itemsize
             for d in shape:
                 total *= d
-            sizes: tuple[int, ...] = (total,)
+            sizes: int | tuple[int, ...] = total
         else:
             sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
             total = sum(sizes)
-        self._reserve(total, name)
+        self._reserve(total, recipe.op.name)
         try:
             results = self._run(recipe, arrays, metas)
         except BaseException:
             self.memory -= total
             raise
-        if recipe.op.n_outputs == 1:
-            results = (results,)
-        producer = None if constant else recipe
-        cost, clock, device = recipe.cost, self.clock, recipe.device
-        real = device is not None  # the simulator's placeholders have no layout
-        events = self.runtimes[-1].events
-        cells = []
-        outputs = []
-        for i, (shape, dtype) in enumerate(metas):
-            result = results[i]
-            self.next_id += 1
-            storage = Storage(
-                self,
-                self.next_id,
-                name,
-                sizes[i],
-                producer,
-                shape,
-                dtype,
-                device,
-                i,
-                result.flags.c_contiguous if real else True,
-            )
-            storage.buffer = result
-            storage.last_access = clock
-            if constant:
-                self.constant_bytes += sizes[i]
-            else:
-                storage.cost = cost
-                ref = weakref.ref(storage)
-                outputs.append(ref)
-                self.candidates[storage] = None
-                for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
-                    children = parent.children
-                    if not children:
-                        parent.children = ref
-                    elif type(children) is list:
-                        children.append(ref)
-                        if len(children) >= parent.prune_at:
-                            parent.prune_children()
-                    else:
-                        parent.children = [children, ref]
-            cells.append(storage)
-            if events is not None:
-                self._record("alloc", storage, cost=cost)
-        if len(sizes) == 1:
-            recipe.sizes = total
-            if outputs:
-                recipe.refs = outputs[0]
+        recipe.sizes = sizes
+        if single:
+            storage = self._new_output(recipe, 0, results, shape, dtype, total, parents, constant)
+            if not constant:
+                recipe.refs = weakref.ref(storage)
+            cells = [storage]
         else:
-            recipe.sizes = sizes
-            recipe.refs = tuple(outputs)
+            cells = [
+                self._new_output(recipe, i, results[i], shape, dtype, sizes[i], parents, constant)
+                for i, (shape, dtype) in enumerate(metas)
+            ]
+            if not constant:
+                recipe.refs = tuple([weakref.ref(storage) for storage in cells])
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells
+
+    def _new_output(
+        self,
+        recipe: Recipe,
+        index: int,
+        result: Any,
+        shape: tuple[int, ...],
+        dtype,
+        nbytes: int,
+        parents: Sequence[Storage],
+        constant: bool,
+    ) -> Storage:
+        """The storage of output ``index`` of a recipe that just ran: a constant, or a
+        candidate for eviction and a child of each of ``parents``."""
+        self.next_id += 1
+        device = recipe.device
+        storage = Storage(
+            self,
+            self.next_id,
+            recipe.op.name,
+            nbytes,
+            None if constant else recipe,
+            shape,
+            dtype,
+            device,
+            index,
+            True if device is None else result.flags.c_contiguous,  # placeholders: no layout
+            result,
+            0.0 if constant else recipe.cost,
+            self.clock,
+        )
+        if constant:
+            self.constant_bytes += nbytes
+        else:
+            self.candidates[storage] = None
+            ref = weakref.ref(storage)
+            for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
+                children = parent.children
+                if not children:
+                    parent.children = ref
+                elif type(children) is list:
+                    children.append(ref)
+                    if len(children) >= parent.prune_at:
+                        parent.prune_children()
+                else:
+                    parent.children = [children, ref]
+        if self.runtimes[-1].events is not None:
+            self._record("alloc", storage, cost=recipe.cost)
+        return storage
 
     def _done(self, locked: Sequence[Storage], was_busy: bool) -> None:
         """The end of an access: unlock, free what only it needed, evict what died meanwhile."""

@@ -147,15 +147,18 @@ class Storage:
         device: str | None,
         index: int = 0,
         contiguous: bool = True,
+        buffer: Any = None,
+        cost: float = 0.0,
+        last_access: float = 0.0,
     ):
         self.allocator = allocator
         self.id = id
         self.name = name
         self.nbytes = nbytes
-        self.buffer: Any = None
+        self.buffer: Any = buffer
         self.producer: Recipe | None = producer
-        self.cost = 0.0
-        self.last_access = 0.0
+        self.cost = cost
+        self.last_access = last_access
         self.locks = 0
         self.pinned = False
         self.banished = False
