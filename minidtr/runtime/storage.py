@@ -130,10 +130,9 @@ class Storage:
         "device",
         "index",
         "contiguous",
+        "is_view",
         "__weakref__",
     )
-
-    is_view = False  # a storage is the cell of its own value; views are ``View``s
 
     def __init__(
         self,
@@ -178,6 +177,9 @@ class Storage:
         self.device = device
         self.index = index  # which output of its recipe
         self.contiguous = contiguous
+        # a storage is the cell of its own value (views are ``View``s); a slot, not a
+        # class attribute: CPython 3.11 specializes reads of slots, not of class attributes
+        self.is_view = False
 
     @property
     def storage(self) -> Storage:
@@ -266,9 +268,16 @@ class View:
     broadcast): its own shape and recipe, the view op whose single input is the viewed
     cell. Its array is recomputed from the storage's buffer on every access."""
 
-    __slots__ = ("storage", "view_recipe", "index", "shape", "dtype", "device", "contiguous")
-
-    is_view = True
+    __slots__ = (
+        "storage",
+        "view_recipe",
+        "index",
+        "shape",
+        "dtype",
+        "device",
+        "contiguous",
+        "is_view",
+    )
 
     def __init__(
         self,
@@ -287,6 +296,7 @@ class View:
         self.dtype = dtype
         self.device = device
         self.contiguous = contiguous
+        self.is_view = True
 
     @property
     def recipe(self) -> Recipe:
