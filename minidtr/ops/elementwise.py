@@ -368,7 +368,8 @@ class Add(Binary):
         return a + b
 
     def backward(self, ctx, g):
-        return sum_to(g, ctx.in_shapes[0]), sum_to(g, ctx.in_shapes[1])
+        a_shape, b_shape = ctx.in_shapes
+        return sum_to(g, a_shape), sum_to(g, b_shape)
 
 
 class Sub(Binary):
