@@ -65,7 +65,12 @@ class Tensor:
     def __del__(self):
         try:
             cell = self.cell
-            (cell.storage if cell.is_view else cell).allocator.release(cell)
+            storage = cell.storage if cell.is_view else cell
+            allocator = storage.allocator
+            if storage.external_refs > 1 and allocator.observer is None:
+                storage.external_refs -= 1  # another handle lives on: Allocator.release, inlined
+            else:
+                allocator.release(cell)
         except Exception:  # interpreter shutdown, or a half-built tensor
             pass
 

@@ -127,22 +127,18 @@ class Lifetime:
             self.budget is not None
             and runtime.rebuild_orphans
             and self.pending_error is None
-            and orphans_of(storage)
+            and has_evicted_child(storage)  # otherwise it has no orphans and is not useful
         ):
-            try:
-                self._rebuild_orphans(storage)
-            except BaseException as error:  # noqa: BLE001 (kept, raised at a safe point)
-                self.pending_error = error
-            if storage.buffer is None or storage.external_refs or storage.locks:
+            if orphans_of(storage):
+                try:
+                    self._rebuild_orphans(storage)
+                except BaseException as error:  # noqa: BLE001 (kept, raised at a safe point)
+                    self.pending_error = error
+                if storage.buffer is None or storage.external_refs or storage.locks:
+                    return
+            if self.pending_error is None and useful_dead(storage):
+                self._kept_dead[storage] = None  # evicted ones below still need it
                 return
-        if (
-            self.budget is not None
-            and self.runtime.rebuild_orphans
-            and self.pending_error is None
-            and useful_dead(storage)
-        ):
-            self._kept_dead[storage] = None  # evicted ones below still need it
-            return
         self.evict(storage, reason="dead")
 
     def raise_pending(self) -> None:
@@ -311,6 +307,20 @@ def _evicted_below(storage: Storage) -> Iterator[Storage]:
                 yield child
             else:
                 stack.append(child)
+
+
+def has_evicted_child(storage: Storage) -> bool:
+    """Whether a live child of ``storage`` is evicted: what orphans and usefulness need
+    (a quick test on every death under a budget, without building the children's list)."""
+    children = storage.children
+    if type(children) is not list:
+        child = children() if children else None
+        return child is not None and child.buffer is None
+    for ref in children:
+        child = ref()
+        if child is not None and child.buffer is None:
+            return True
+    return False
 
 
 def useful_dead(storage: Storage) -> bool:

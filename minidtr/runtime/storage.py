@@ -50,7 +50,10 @@ class Recipe:
     def __init__(self, op: Any, inputs: tuple[Cell, ...], device: str | None):
         self.op = op
         self.inputs = inputs
-        self.parents = distinct_storages(inputs)
+        if len(inputs) == 1 and not inputs[0].is_view:
+            self.parents = inputs  # distinct_storages(inputs), without the call
+        else:
+            self.parents = distinct_storages(inputs)
         self.device = device
         # set when the outputs exist: a weak reference to each output storage and its
         # nbytes, bare for a single output (no tuple to allocate and collect per op)
