@@ -6,9 +6,11 @@ measure of the per-op bookkeeping (wall-clock figures on a shared machine are no
 Runs itself under ``valgrind --tool=callgrind``, collecting only inside each measured
 chain (the chain runs inside ``functools.reduce``, which callgrind toggles on), and
 prints the instructions per op of each kind: ``add``/``tanh`` chains with autograd off
-(``nog``) and on (``g``), and forward with grad plus backward (``fwdbw``; backward per
-node is the difference to ``g``). Each chain is run once untimed first, and dropped at
-the end of the measurement, so the count includes freeing what the chain made.
+(``nog``) and on (``g``), forward with grad plus backward (``fwdbw``; backward per
+node is the difference to ``g``), and autograd off under a generous budget (``budget``:
+nothing is evicted; the runtime is entered outside the count). Each chain is run once
+uncounted first, and dropped at the end of the measurement, so the count includes
+freeing what the chain made.
 
 The cycle collector's work depends on everything allocated before, so compare two
 versions with the same list of kinds, in the same order.
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-KINDS = ["add-nog", "add-g", "tanh-nog", "tanh-g", "add-fwdbw", "tanh-fwdbw"]
+KINDS = ["add-nog", "add-g", "tanh-nog", "tanh-g", "add-fwdbw", "tanh-fwdbw", "add-budget"]
 
 
 def measure(n: int, kinds: list[str]) -> None:
@@ -42,7 +44,7 @@ def measure(n: int, kinds: list[str]) -> None:
         step = (lambda y: y + one_md) if op == "add" else md.tanh
 
         def run():
-            y = md.tensor(one, requires_grad=(mode != "nog"))
+            y = md.tensor(one, requires_grad=mode in ("g", "fwdbw"))
             for _ in range(n):
                 y = step(y)
             if mode == "fwdbw":
@@ -53,8 +55,13 @@ def measure(n: int, kinds: list[str]) -> None:
 
     for kind in kinds:
         run = make(kind)
+        budget = md.Runtime(budget=1 << 40) if kind.endswith("-budget") else None
+        if budget is not None:
+            budget.__enter__()
         run()
         functools.reduce(lambda acc, f: f(), [run], None)
+        if budget is not None:
+            budget.__exit__(None, None, None)
 
 
 def main() -> None:
@@ -65,7 +72,7 @@ def main() -> None:
     args = p.parse_args()
     for kind in args.kinds:
         op, _, mode = kind.partition("-")
-        if op not in ("add", "tanh") or mode not in ("nog", "g", "fwdbw"):
+        if op not in ("add", "tanh") or mode not in ("nog", "g", "fwdbw", "budget"):
             p.error(f"unknown kind {kind!r} (known: {' '.join(KINDS)})")
     if args.inside:
         measure(args.chain, args.kinds)
