@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
-from ..ops.elementwise import sqrt
-from ..tensor import Tensor, zeros_like
+from ..ops.op import apply
+from ..tensor import Tensor
+from .fused import AdamUpdate
 from .optimizer import Optimizer
 
 
 class Adam(Optimizer):
     """At step t: g = grad + weight_decay * p; m = b1 * m + (1 - b1) * g;
     v = b2 * v + (1 - b2) * g * g; p = p - (lr / (1 - b1^t)) * m /
-    (sqrt(v) / sqrt(1 - b2^t) + eps) (``torch.optim.Adam``, amsgrad off)."""
+    (sqrt(v) / sqrt(1 - b2^t) + eps) (``torch.optim.Adam``, amsgrad off), m and v zero
+    before the first step. Each parameter's update is one fused op, ``AdamUpdate``, which
+    rounds in the order PyTorch's CPU kernels do (m by ``lerp``)."""
 
     def __init__(
         self,
@@ -37,20 +39,15 @@ class Adam(Optimizer):
         self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
-        beta1, beta2 = self.betas
-        if self.exp_avg[index] is None:
-            self.exp_avg[index] = zeros_like(p)
-            self.exp_avg_sq[index] = zeros_like(p)
         self.param_steps[index] += 1
         t = self.param_steps[index]
-        if self.weight_decay:
-            grad = grad + p * self.weight_decay
-        m = self.exp_avg[index] * beta1 + grad * (1.0 - beta1)
-        v = self.exp_avg_sq[index] * beta2 + grad * grad * (1.0 - beta2)
+        op = AdamUpdate(self.lr, self.betas, self.eps, self.weight_decay, t)
+        if t == 1:
+            new_p, m, v = apply(op, p, grad)
+        else:
+            new_p, m, v = apply(op, p, grad, self.exp_avg[index], self.exp_avg_sq[index])
         self.exp_avg[index], self.exp_avg_sq[index] = m, v
-        step_size = self.lr / (1.0 - beta1**t)
-        denom = sqrt(v) / math.sqrt(1.0 - beta2**t) + self.eps
-        return p - m / denom * step_size
+        return new_p
 
     def __repr__(self) -> str:
         return (

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..ops.shape import copy
+from ..ops.op import apply
 from ..tensor import Tensor
+from .fused import SGDUpdate
 from .optimizer import Optimizer
 
 
 class SGD(Optimizer):
     """g = grad + weight_decay * p; with momentum, buf = g on the first step and
     buf = momentum * buf + g after, and g = buf; then p = p - lr * g
-    (``torch.optim.SGD`` with dampening 0, no Nesterov)."""
+    (``torch.optim.SGD`` with dampening 0, no Nesterov). Each parameter's update is one
+    fused op, ``SGDUpdate``."""
 
     def __init__(
         self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
@@ -27,14 +29,13 @@ class SGD(Optimizer):
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
-        if self.weight_decay:
-            grad = grad + p * self.weight_decay
-        if self.momentum:
-            buf = self.momentum_buffers[index]
-            buf = copy(grad) if buf is None else buf * self.momentum + grad
-            self.momentum_buffers[index] = buf
-            grad = buf
-        return p - grad * self.lr
+        if not self.momentum:
+            return apply(SGDUpdate(self.lr, 0.0, self.weight_decay, False), p, grad)
+        buf = self.momentum_buffers[index]
+        first = buf is None
+        op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first)
+        new_p, self.momentum_buffers[index] = apply(op, p, grad) if first else apply(op, p, grad, buf)
+        return new_p
 
     def __repr__(self) -> str:
         return (
