@@ -113,26 +113,28 @@ class AdamUpdate(Op):
             g = p * scalar(self.weight_decay)
             g += grad
         if m is None:
-            m, v = xp.zeros_like(p), xp.zeros_like(p)
+            m = v = xp.zeros_like(p)
         weight = 1.0 - beta1
-        if weight < 0.5:  # torch's lerp: start + w * (end - start), or end - (end - start) * (1 - w)
-            new_m = g - m
+        # lerp_: start + w * (end - start) for w < 0.5, else end - (end - start) * (1 - w)
+        new_m = g - m
+        if weight < 0.5:
             new_m *= scalar(weight)
             new_m += m
         else:
-            new_m = g - m
-            new_m *= scalar(1.0 - weight)
-            new_m = g - new_m
+            new_m *= scalar(1.0) - scalar(weight)  # in the parameter's dtype, as torch's opmath
+            xp.subtract(g, new_m, out=new_m)
         new_v = v * scalar(beta2)
-        new_v += g * scalar(1.0 - beta2) * g  # addcmul: value * t1 * t2
-        bias_correction2_sqrt = (1.0 - beta2**t) ** 0.5
-        step_size = self.lr / (1.0 - beta1**t)
+        square = g * scalar(1.0 - beta2)  # addcmul_: self + value * t1 * t2
+        square *= g
+        new_v += square
+        del square
         denom = xp.sqrt(new_v)
-        denom /= scalar(bias_correction2_sqrt)
+        denom /= scalar((1.0 - beta2**t) ** 0.5)
         denom += scalar(self.eps)
-        update = new_m * scalar(-step_size)  # addcdiv: value * t1 / t2
-        update /= denom
-        return p + update, new_m, new_v
+        new_p = new_m * scalar(-self.lr / (1.0 - beta1**t))  # addcdiv_: self + value * t1 / t2
+        new_p /= denom
+        new_p += p
+        return new_p, new_m, new_v
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
