@@ -73,8 +73,112 @@ def test_steps_match_torch_optim(name, options):
         opt.step()
         ref.step()
         for (pname, p), tp in zip(model.named_parameters(), twin.parameters(), strict=True):
-            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6, atol=1e-12,
+            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-12, atol=1e-14,
                                        err_msg=f"{name} step {step} {pname}")  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name, options", OPTIMIZERS)
+def test_each_update_matches_torch_optim(name, options, dtype):
+    """Update by update on one tensor: both start every step from the same parameter and get
+    the same gradient (their states evolve on their own). float64 agrees to ~1e-15 of the
+    parameter's scale (PyTorch's CPU kernels fuse some multiply-adds, NumPy does not)."""
+    import torch
+
+    rng = np.random.default_rng(7)
+    p = md.tensor(rng.standard_normal((64, 33)).astype(dtype), requires_grad=True)
+    twin = torch.nn.Parameter(torch.from_numpy(p.numpy()))
+    opt = getattr(optim, name)([p], **options)
+    ref = getattr(torch.optim, name)([twin], **options)
+    tol = 1e-13 if dtype == np.float64 else 1e-6
+    for step in range(8):
+        g = rng.standard_normal(p.shape).astype(dtype)
+        with torch.no_grad():
+            twin.copy_(torch.from_numpy(p.numpy()))
+        p.grad, twin.grad = md.tensor(g), torch.from_numpy(g.copy())
+        opt.step()
+        ref.step()
+        ours, theirs = p.numpy(), twin.detach().numpy()
+        assert ours.dtype == dtype
+        scale = np.abs(theirs).max()
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=tol * scale,
+                                   err_msg=f"{name} {options} step {step}")  # fmt: skip
+
+
+def old_sgd(p, grad, buf, lr, momentum=0.0, weight_decay=0.0):
+    """SGD as the separate minidtr ops it was before the fused op (run under updating())."""
+    if weight_decay:
+        grad = grad + p * weight_decay
+    if momentum:
+        buf = md.ops.copy(grad) if buf is None else buf * momentum + grad
+        grad = buf
+    return p - grad * lr, buf
+
+
+@pytest.mark.parametrize("dtype", [md.float64, md.float32])
+@pytest.mark.parametrize("options", [o for n, o in OPTIMIZERS if n == "SGD"])
+def test_fused_sgd_is_bit_identical_to_the_separate_ops(options, dtype):
+    rng = np.random.default_rng(1)
+    p = md.tensor(rng.standard_normal((5, 7)), dtype=dtype, requires_grad=True)
+    opt = optim.SGD([p], **options)
+    expected, buf = p.detach(), None
+    for step in range(4):
+        p.grad = md.tensor(rng.standard_normal((5, 7)), dtype=dtype)
+        with optim.optimizer.updating():
+            expected, buf = old_sgd(expected, p.grad, buf, **options)
+        opt.step()
+        assert p.numpy().tobytes() == expected.numpy().tobytes(), f"step {step}"
+        if buf is not None:
+            assert opt.momentum_buffers[0].numpy().tobytes() == buf.numpy().tobytes()
+
+
+def test_one_update_op_per_parameter_and_step():
+    model = make_model(dtype=md.float32)
+    for opt in (optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1),
+                optim.Adam(model.parameters(), weight_decay=0.1)):  # fmt: skip
+        for step in range(2):
+            opt.zero_grad()
+            loss_of(model, *batch(step, np.float32)).backward()
+            with md.Runtime() as runtime:
+                opt.step()
+            assert runtime.stats()["ops"] == len(model.parameters()), (opt, step)
+
+
+def test_a_bad_gradient_names_the_update_op_and_leaves_the_runtime_usable():
+    p = md.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for opt, name in ((optim.SGD([p], lr=0.1, momentum=0.9), "sgd_update"),
+                      (optim.Adam([p]), "adam_update")):  # fmt: skip
+        p.grad = md.tensor([1.0, 2.0])
+        with pytest.raises(ValueError, match=rf"{name}: .*\(3,\), \(2,\)"):
+            opt.step()
+        p.grad = md.tensor([1.0, 2.0, 3.0], dtype=md.float64)
+        with pytest.raises(TypeError, match=rf"{name}: .*float32, float64"):
+            opt.step()
+        p.grad = md.tensor([1.0, 1.0, 1.0])
+        opt.step()
+        assert np.all(p.numpy() < [1.0, 2.0, 3.0])
+
+
+def test_steps_replace_old_parameters_and_state_in_the_memory_count():
+    """In steady state a step leaves the allocator's count where it was: each new parameter
+    and state constant replaces an old one, which is released."""
+    model = make_model(dtype=md.float32, hidden=32)
+    params = model.parameters()
+    nbytes = sum(p.nbytes for p in params)
+    for opt, copies in ((optim.SGD(params, lr=0.1, momentum=0.9), 2), (optim.Adam(params), 3)):
+        allocator = params[0].storage.allocator
+        counts = []
+        for step in range(3):
+            opt.zero_grad()
+            loss_of(model, *batch(step, np.float32)).backward()
+            opt.step()
+            opt.zero_grad()
+            counts.append(allocator.memory)
+        assert counts[1] == counts[2]
+        state = opt.momentum_buffers if copies == 2 else [*opt.exp_avg, *opt.exp_avg_sq]
+        assert sum(t.nbytes for t in state) == (copies - 1) * nbytes
+        assert all(t.storage.constant for t in [*params, *state])
 
 
 def test_parameters_without_grad_are_skipped():

@@ -39,13 +39,13 @@ class Adam(Optimizer):
         self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
-        self.param_steps[index] += 1
-        t = self.param_steps[index]
+        t = self.param_steps[index] + 1
         op = AdamUpdate(self.lr, self.betas, self.eps, self.weight_decay, t)
         if t == 1:
             new_p, m, v = apply(op, p, grad)
         else:
             new_p, m, v = apply(op, p, grad, self.exp_avg[index], self.exp_avg_sq[index])
+        self.param_steps[index] = t  # only once the update has run: a bad gradient changes nothing
         self.exp_avg[index], self.exp_avg_sq[index] = m, v
         return new_p
 
