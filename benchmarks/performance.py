@@ -152,6 +152,7 @@ def resnet_step(rounds: int) -> None:
     rng = np.random.default_rng(0)
     allocator = allocator_for("cpu")
     kernel_time = [0.0]
+    ops = [0]
     original = Allocator._run
 
     def timed_run(self, recipe, arrays, metas):
@@ -160,11 +161,12 @@ def resnet_step(rounds: int) -> None:
             return original(self, recipe, arrays, metas)
         finally:
             kernel_time[0] += time.perf_counter() - started
+            ops[0] += 1
 
     steps, kernels = [], []
     for i in range(rounds + 1):
         idx = rng.choice(task.n_train, task.batch_size, replace=False)
-        kernel_time[0] = 0.0
+        kernel_time[0], ops[0] = 0.0, 0
         Allocator._run = timed_run
         try:
             started = time.perf_counter()
@@ -181,7 +183,7 @@ def resnet_step(rounds: int) -> None:
     print(
         f"step {step * 1e3:.0f} ms (min {min(steps) * 1e3:.0f}, max {max(steps) * 1e3:.0f}); "
         f"in op kernels {kernel * 1e3:.0f} ms; bookkeeping {100 * (1 - kernel / step):.0f}% "
-        "of the step"
+        f"of the step; {ops[0]} ops per step"
     )
 
 

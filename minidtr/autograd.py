@@ -299,15 +299,14 @@ def _as_constant(g: Tensor) -> Tensor:
     which copy-on-write leaves in place). A gradient that is a view (a transpose, a
     broadcast) is copied, so optimizers work on arrays in the parameter's own layout.
     """
-    from . import ops
-    from .ops.op import as_constants
+    if g.cell.is_view or not g.cell.contiguous:
+        from . import ops  # imported on this rare path only; every parameter gradient ends here
+        from .ops.op import as_constants
 
-    with no_grad():
-        if g.cell.is_view or not g.cell.contiguous:
-            with as_constants():
-                return ops.copy(g)
-        g.cell.storage.allocator.make_constant(g.cell.storage)
-        return g
+        with no_grad(), as_constants():
+            return ops.copy(g)
+    g.cell.storage.allocator.make_constant(g.cell.storage)
+    return g
 
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
