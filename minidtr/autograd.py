@@ -311,9 +311,9 @@ def _as_constant(g: Tensor) -> Tensor:
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
     """``leaf.grad += g``, stored as a constant (``g`` usually is one already)."""
-    from . import ops
-
     if leaf.grad is not None:
+        from . import ops  # only when gradients accumulate over backward calls
+
         with no_grad():
             g = ops.add(leaf.grad, g)
     leaf.grad = _as_constant(g)
