@@ -32,9 +32,9 @@ class SGD(Optimizer):
         if not self.momentum:
             return apply(SGDUpdate(self.lr, 0.0, self.weight_decay, False), p, grad)
         buf = self.momentum_buffers[index]
-        first = buf is None
-        op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first)
-        new_p, self.momentum_buffers[index] = apply(op, p, grad) if first else apply(op, p, grad, buf)
+        op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first=buf is None)
+        state = () if buf is None else (buf,)
+        new_p, self.momentum_buffers[index] = apply(op, p, grad, *state)
         return new_p
 
     def __repr__(self) -> str:

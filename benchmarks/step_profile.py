@@ -1,0 +1,135 @@
+"""Where a training step's CPU time goes, by phase: kernels, op bookkeeping, the rest.
+
+    python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8]
+
+Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
+forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
+kernels (every ``Op.forward``), in the rest of ``apply`` (checking the inputs,
+the allocator's recipe, storage and cell, the Tensor handles, the autograd node)
+and outside any op (module code, the autograd engine's own loop, releasing
+tensors). Then the ops per step by name. CPU time of this thread rather than wall
+time, so that other processes on a shared machine do not count; the timers add a
+few microseconds per op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
+
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+
+from minidtr.models.tasks import make_task
+from minidtr.ops import op as op_module
+from minidtr.runtime.allocator import Allocator
+
+PHASES = ("batch", "forward", "backward", "step", "zero_grad")
+
+
+def instrument(spent: Counter, ops: Counter):
+    """Count kernel and outermost-apply CPU time into ``spent``, ops by name into ``ops``;
+    returns a function that undoes it."""
+    run, apply = Allocator._run, op_module.apply
+    clock = time.thread_time_ns
+    depth = [0]
+
+    def timed_run(self, recipe, arrays, metas):
+        started = clock()
+        try:
+            return run(self, recipe, arrays, metas)
+        finally:
+            spent["kernels"] += clock() - started
+            ops[recipe.op.name] += 1
+
+    def timed_apply(op, *inputs, **kwargs):
+        depth[0] += 1
+        started = clock()
+        try:
+            return apply(op, *inputs, **kwargs)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                spent["apply"] += clock() - started
+
+    modules = [m for name, m in sys.modules.items() if name.startswith("minidtr.")]
+    patched = [m for m in modules if getattr(m, "apply", None) is apply]
+    Allocator._run = timed_run
+    for m in patched:
+        m.apply = timed_apply
+
+    def undo():
+        Allocator._run = run
+        for m in patched:
+            m.apply = apply
+
+    return undo
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet")
+    p.add_argument("--size", default="small")
+    p.add_argument("--steps", type=int, default=8)
+    args = p.parse_args()
+    task = make_task(args.model, args.size, 0)
+    optimizer = task.make_optimizer(task.model.parameters())
+    rng = np.random.default_rng(0)
+    spent: Counter = Counter()
+    ops: Counter = Counter()
+    totals: Counter = Counter()
+    undo = instrument(spent, ops)
+
+    def phase(name, fn, *args):
+        spent.clear()
+        started = time.thread_time_ns()
+        result = fn(*args)
+        totals[name, "total"] += time.thread_time_ns() - started
+        totals[name, "kernels"] += spent["kernels"]
+        totals[name, "apply"] += spent["apply"]
+        return result
+
+    try:
+        for i in range(args.steps + 1):
+            if i == 1:  # the first step creates the optimizer state
+                totals.clear()
+                ops.clear()
+            indices = rng.choice(task.n_train, task.batch_size, replace=False)
+            model_input, targets = phase("batch", task.batch, indices)
+            loss, _ = phase("forward", task.loss, model_input, targets)
+            phase("backward", loss.backward)
+            phase("step", optimizer.step)
+            phase("zero_grad", optimizer.zero_grad)
+            del loss
+    finally:
+        undo()
+    n = args.steps
+
+    def ms(name, what):
+        return totals[name, what] / n / 1e6
+
+    print(f"{args.model} ({args.size}, batch {task.batch_size}), {optimizer!r}")
+    print(f"CPU ms per step, mean of {n} steps     total  kernels  op bookkeeping  other")
+    for name in PHASES:
+        total, kernels, apply = ms(name, "total"), ms(name, "kernels"), ms(name, "apply")
+        row = f"{total:6.1f} {kernels:8.1f} {apply - kernels:15.1f} {total - apply:6.1f}"
+        print(f"  {name:34s} {row}")
+    total = sum(ms(name, "total") for name in PHASES)
+    kernels = sum(ms(name, "kernels") for name in PHASES)
+    apply = sum(ms(name, "apply") for name in PHASES)
+    print(f"  {'all':34s} {total:6.1f} {kernels:8.1f} {apply - kernels:15.1f} {total - apply:6.1f}")
+    per_step = sum(ops.values()) / n
+    print(
+        f"bookkeeping {100 * (1 - kernels / total):.0f}% of the step; {per_step:.0f} ops per step, "
+        f"{1e3 * (total - kernels) / per_step:.0f} us of bookkeeping per op"
+    )
+    print("ops per step: " + ", ".join(f"{name} {c / n:.0f}" for name, c in ops.most_common()))
+
+
+if __name__ == "__main__":
+    main()
