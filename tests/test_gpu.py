@@ -56,3 +56,31 @@ def test_device_out_of_memory_evicts_and_retries():
         victims = allocator.free_device_memory(0)
         assert victims and any(not y.is_resident for y in ys)
         assert isinstance(allocator.read(ys[0].cell), cupy.ndarray)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fused_optimizer_updates_match_the_cpu(dtype):
+    """SGDUpdate and AdamUpdate run their kernels through ``xp``: on CuPy they give the
+    CPU's parameters and state to rounding (bit for bit is not promised across devices)."""
+
+    def train(device):
+        rng = np.random.default_rng(1)
+        params = [
+            md.tensor(rng.standard_normal((16, 8)).astype(dtype), requires_grad=True, device=device)
+            for _ in range(2)
+        ]
+        opts = [
+            md.optim.SGD(params[:1], lr=0.1, momentum=0.9, weight_decay=0.01),
+            md.optim.Adam(params[1:], lr=0.01, weight_decay=0.01),
+        ]
+        for _ in range(3):
+            for p in params:
+                p.grad = md.tensor(rng.standard_normal((16, 8)).astype(dtype), device=device)
+            for opt in opts:
+                opt.step()
+        return [p.numpy() for p in params] + [opts[1].exp_avg_sq[0].numpy()]
+
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for a, b in zip(train("cuda"), train("cpu"), strict=True):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
