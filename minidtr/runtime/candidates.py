@@ -8,9 +8,12 @@ access and lock state, so that an eviction decision is a few array operations
 (``eviction.py``) rather than a Python call per candidate.
 
 Rows are appended and never reordered: a removed row becomes a hole, and holes are
-squeezed out (keeping the order) once they outnumber the candidates. So row order
-is insertion order, and the first lowest score in row order is the candidate the
-reference loop would pick.
+squeezed out (keeping the order) once they pass an eighth of the candidates (and
+``COMPACT_SLACK``), so a decision scans at most about 9/8 of a row per candidate. So
+row order is insertion order, and the first lowest score in row order is the
+candidate the reference loop would pick. A *blocked* row (a hole, or a candidate
+seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the cost term ``none``),
+so every score computed from them is +inf without a mask.
 
 Keeping the columns true costs the allocator almost nothing per op. It does not
 copy values; it marks rows *dirty* (``table.dirty[storage.row] = 1``, a byte write)
@@ -41,6 +44,7 @@ array per position, ``edge_width`` of them in use.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from math import inf
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,7 +53,8 @@ if TYPE_CHECKING:
     from .storage import Storage
 
 _MISSING = object()
-COMPACT_SLACK = 64  # holes tolerated beyond the number of candidates before squeezing
+COMPACT_SLACK = 64  # holes tolerated beyond an eighth of the candidates before squeezing
+COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
 
 
@@ -63,7 +68,8 @@ class CandidateTable:
         self.watched_epoch = 0  # the union-find epoch ``edges`` refers to (``eq``)
         self._locked: list[int] = []  # rows seen locked at the last sync
         self._capacity = 0
-        self.cost = np.zeros(0)
+        self.cost = np.zeros(0)  # +inf where blocked
+        self.unit = np.zeros(0)  # 1.0, +inf where blocked
         self.nbytes = np.zeros(0, np.int64)
         self.size = np.zeros(0)  # max(nbytes, 1) as a float: the size term's divisor
         self.last_access = np.zeros(0)
@@ -108,7 +114,7 @@ class CandidateTable:
         self.dirty[row] = 1
         storage.row = 0
         self.count -= 1
-        if len(self.storages) > 2 * self.count + COMPACT_SLACK:
+        if len(self.storages) > self.count + (self.count >> COMPACT_SHIFT) + COMPACT_SLACK:
             self._compact()
         return None
 
@@ -153,17 +159,22 @@ class CandidateTable:
             if storage is None:
                 self.active[row] = False
                 self.blocked[row] = True
+                self.cost[row] = self.unit[row] = inf
                 self.frontier[row] = 0
                 self.edges[:, row] = 0
                 continue
             self.active[row] = True
-            self.cost[row] = storage.cost
             self.nbytes[row] = storage.nbytes
             self.size[row] = max(storage.nbytes, 1)
             self.last_access[row] = storage.last_access
-            self.blocked[row] = storage.locks != 0
             if storage.locks:
+                self.blocked[row] = True
+                self.cost[row] = self.unit[row] = inf
                 locked.append(row)
+            else:
+                self.blocked[row] = False
+                self.cost[row] = storage.cost
+                self.unit[row] = 1.0
         self._locked = locked
 
     def _sync_many(self) -> None:
@@ -179,6 +190,8 @@ class CandidateTable:
         live = [s for s in found if s is not None]
         self.active[rows] = False
         self.blocked[rows] = True
+        self.cost[rows] = inf
+        self.unit[rows] = inf
         if len(live) < len(found):  # holes: nothing to watch
             holes = rows[[s is None for s in found]]
             frontier = np.frombuffer(self.frontier, np.uint8)
@@ -190,7 +203,6 @@ class CandidateTable:
             return
         live_rows = rows if len(live) == len(found) else rows[[s is not None for s in found]]
         self.active[live_rows] = True
-        self.cost[live_rows] = [s.cost for s in live]
         nbytes = np.array([s.nbytes for s in live], np.int64)
         self.nbytes[live_rows] = nbytes
         self.size[live_rows] = np.maximum(nbytes, 1)
@@ -198,6 +210,9 @@ class CandidateTable:
         locked = np.array([s.locks != 0 for s in live], bool)
         self.blocked[live_rows] = locked
         self._locked = live_rows[locked].tolist()
+        open_rows = live_rows[~locked]
+        self.cost[open_rows] = [s.cost for s in live if not s.locks]
+        self.unit[open_rows] = 1.0
 
     def _grow(self, capacity: int) -> None:
         def grown(column: np.ndarray, fill) -> np.ndarray:
@@ -205,7 +220,8 @@ class CandidateTable:
             out[: len(column)] = column
             return out
 
-        self.cost = grown(self.cost, 0.0)
+        self.cost = grown(self.cost, inf)
+        self.unit = grown(self.unit, inf)
         self.nbytes = grown(self.nbytes, 0)
         self.size = grown(self.size, 1.0)
         self.last_access = grown(self.last_access, 0.0)
@@ -237,6 +253,7 @@ class CandidateTable:
         renumber[index] = np.arange(len(keep))
         self._locked = renumber[self._locked].tolist()  # removed rows are not locked
         self.cost = self.cost[index]
+        self.unit = self.unit[index]
         self.nbytes = self.nbytes[index]
         self.size = self.size[index]
         self.last_access = self.last_access[index]

@@ -167,18 +167,17 @@ class Eviction:
             scored = rows.size
         mode = heuristic.cost
         self.track(mode if mode in MODES else None)
-        if rows is None:
-            cost, size = table.cost[:used], table.size[:used]
-            staleness = self.clock - table.last_access[:used]
-        else:
-            cost, size = table.cost[rows], table.size[rows]
-            staleness = self.clock - table.last_access[rows]
+        # over every row, holes and locked rows score +inf: their cost and unit are +inf
+        pick = slice(0, used) if rows is None else rows
+        staleness = None
+        if heuristic.staleness:
+            staleness = self.clock - table.last_access[pick]
         neighbourhood = None
         if mode in NEIGHBOURHOOD_COST:
             neighbourhood = self._neighbourhood_terms(table, mode, rows, used)
-        values = heuristic.scores(cost, neighbourhood, size, staleness)
-        if rows is None:
-            np.copyto(values, np.inf, where=table.blocked[:used])
+        values = heuristic.scores(
+            table.cost[pick], neighbourhood, table.size[pick], staleness, table.unit[pick]
+        )
         order = lowest(values, wanted)
         scores = [values.item(i) for i in order] if order is not None else []
         if order is None or (rows is None and any(math.isinf(v) for v in scores)):

@@ -95,26 +95,35 @@ class Heuristic:
     def scores(
         self,
         cost: np.ndarray,
-        neighbourhood: np.ndarray | float,
+        neighbourhood: np.ndarray | float | None,
         size: np.ndarray,
-        staleness: np.ndarray,
+        staleness: np.ndarray | None,
+        unit: np.ndarray | None = None,
     ) -> np.ndarray:
         """``score`` of many storages at once, from arrays of their cost c, neighbourhood
         cost (``NEIGHBOURHOOD_COST``'s term, ignored when the cost term has none), size as
-        a float ``max(m, 1)`` and staleness ``clock - last_access`` (overwritten). The
-        same floating-point operations in the same order as ``score``, so the same
-        floats (eviction.py's fast path; ``score`` stays the definition)."""
+        a float ``max(m, 1)``, staleness ``clock - last_access`` (overwritten; ignored
+        without the staleness term) and ``unit``, the cost term ``none``'s 1.0 per storage
+        (ones when omitted; the candidate table's has +inf for rows it does not score).
+        The same floating-point operations in the same order as ``score``, so the same
+        floats (eviction.py's fast path; ``score`` stays the definition); the arrays
+        given are not modified, except ``staleness``."""
         if self.cost == "none":
-            value = np.ones(len(cost))
-        elif self.cost == "local":
-            value = np.array(cost, float)
+            top = np.ones(len(cost)) if unit is None else unit
+        elif self.cost == "local" or (type(neighbourhood) is float and neighbourhood == 0.0):
+            top = cost  # c + 0.0 is c (costs are not -0.0)
         else:
-            value = cost + neighbourhood
-        if self.size:
-            value /= size
+            top = cost + neighbourhood
         if self.staleness:
-            value /= np.maximum(staleness, MIN_STALENESS, out=staleness)
-        return value
+            staleness = np.maximum(staleness, MIN_STALENESS, out=staleness)
+            if self.size:
+                value = top / size
+                value /= staleness
+                return value
+            return top / staleness
+        if self.size:
+            return top / size
+        return np.array(top, float)
 
     @property
     def formula(self) -> str:
