@@ -263,8 +263,10 @@ class CandidateTable:
         self._capacity = len(keep)
 
     def watch(self, mode: str, epoch: int = 0) -> None:
-        """Serve cost term ``mode`` from now on: every row is flagged."""
-        self.frontier = bytearray(b"\x01") * len(self.storages)
+        """Serve cost term ``mode`` from now on: every candidate's row is flagged (as of
+        the last ``sync``; holes are not)."""
+        used = len(self.storages)
+        self.frontier = bytearray(self.active[:used].tobytes()).ljust(used, b"\x01")
         self.watching = mode
         self.watched_epoch = epoch
 

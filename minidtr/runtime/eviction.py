@@ -290,11 +290,14 @@ class Eviction:
         self, table: CandidateTable, rows: np.ndarray | None, used: int
     ) -> np.ndarray | float | None:
         """h_DTR^eq's ``c(eq(t))`` for the scored rows from ``edges``: re-read the flagged
-        rows' evicted neighbours, find every class root at once in the mirror, and sum
-        each row's distinct roots' costs in neighbour order (adding 0.0 for a repeat or
-        padding, so the same floats as ``EquivalenceClasses.cost``). None when a
+        rows' evicted neighbours, read every class label and cost at once from the mirror,
+        and sum each row's distinct classes' costs in neighbour order (adding 0.0 for a
+        repeat or padding, so the same floats as ``EquivalenceClasses.cost``). None when a
         neighbour's class must be rebuilt first (the per-storage path does that, in the
-        reference's order)."""
+        reference's order; the row stays flagged).
+
+        Only re-read rows can name a class of an old epoch: a new epoch flags every row
+        (``CandidateTable.watch``), and a class of the current epoch stays current."""
         eq = self.eq_classes
         mirror = eq.mirror
         if mirror.size > 8 * (used + MIRROR_SLACK):  # indices of long-gone classes pile up
@@ -302,19 +305,15 @@ class Eviction:
             table.edges[:] = 0
             table.edge_width = 0
             table.watch("eq", eq.epoch)
-        frontier = np.frombuffer(table.frontier, np.uint8)
-        if rows is None:
-            stale = np.flatnonzero(frontier[:used] > table.blocked[:used]).tolist()
-        else:
-            stale = rows[frontier[rows].astype(bool)].tolist()
-        del frontier  # release the buffer: the bytearray may grow again
+        stale = flagged_rows(table, rows, used)
         storages = table.storages
+        epoch = eq.epoch
         for row in stale:
             storage = storages[row]
             nodes = []
             for neighbour in evicted_parents(storage) + evicted_children(storage):
                 node = neighbour.component
-                if node is None:
+                if node is None or node.root().epoch != epoch:
                     return None
                 nodes.append(mirror.index_of(node))
             if len(nodes) > len(table.edges):
@@ -328,21 +327,15 @@ class Eviction:
         if not width:
             return 0.0  # cost + 0.0, as the reference adds
         edges = table.edges[:width, :used] if rows is None else table.edges[:width, rows]
-        roots = mirror.roots(edges)
-        mirror.epoch[0] = eq.epoch  # padding is never stale
-        stale_class = (mirror.epoch[roots] != eq.epoch).any(axis=0)
-        if rows is None:
-            stale_class &= ~table.blocked[:used]
-        if stale_class.any():
-            return None
-        costs = mirror.cost[roots]
-        terms = np.zeros(edges.shape[1])
-        terms += costs[0]
+        labels = mirror.label.take(edges)
+        costs = mirror.cost.take(labels)
+        terms = costs[0]  # 0.0 + c is c
         for j in range(1, width):
-            first = roots[j] != roots[0]
+            repeat = labels[j] == labels[0]
             for i in range(1, j):
-                first &= roots[j] != roots[i]
-            terms += np.where(first, costs[j], 0.0)
+                repeat |= labels[j] == labels[i]
+            np.copyto(costs[j], 0.0, where=repeat)
+            terms += costs[j]
         return terms
 
     def evict(
@@ -394,6 +387,32 @@ class Eviction:
             victim, score=score, runner_up=runner_up, reason="device-oom", candidates=shortlist
         )
         return True
+
+
+FLAGS_ONE_BY_ONE = 64  # up to this many flagged rows, ``flagged_rows`` finds them one at a time
+
+
+def flagged_rows(table: CandidateTable, rows: np.ndarray | None, used: int) -> list[int]:
+    """The rows flagged in ``table.frontier`` among the scored ones (``rows``, or every
+    unblocked row), in row order."""
+    flags = table.frontier
+    if rows is None:
+        blocked = table.blocked
+        found = []
+        row = flags.find(1, 1)  # row 0 is scratch
+        while 0 <= row < used and len(found) < FLAGS_ONE_BY_ONE:
+            if not blocked[row]:
+                found.append(row)
+            row = flags.find(1, row + 1)
+        if not 0 <= row < used:
+            return found
+    frontier = np.frombuffer(flags, np.uint8)
+    if rows is None:
+        stale = np.flatnonzero(frontier[:used] > table.blocked[:used]).tolist()
+    else:
+        stale = rows[frontier[rows].astype(bool)].tolist()
+    del frontier  # release the buffer: the bytearray may grow again
+    return stale
 
 
 def lowest(values: np.ndarray, k: int) -> list[int] | None:

@@ -162,63 +162,96 @@ def union(a: Component, b: Component) -> Component:
 
 
 class ClassMirror:
-    """The union-find forest in NumPy arrays (each mirrored component's parent index,
-    cost and epoch) so that the roots of many components are found at once. A component
-    is mirrored when first asked for (``index_of``), with the ancestors it has then;
-    ``EquivalenceClasses`` keeps mirrored ones up to date. Path halving is not mirrored:
-    it changes no root. Index 0 is *none*, a root of cost 0.0 (padding). ``reset``
-    forgets every index (they are handed out afresh)."""
+    """The union-find classes in NumPy arrays, so that the classes of many components and
+    their costs are read at once. A component gets an *index* when first asked for
+    (``index_of``); every mirrored component's class has a *label*, the index of one of
+    its members, and ``label[index]`` is always the label of the component's class (no
+    path to walk: when two mirrored classes merge, the members of the one with fewer
+    mirrored members are relabelled, so each index is relabelled O(log n) times).
+    ``cost[label]`` and ``epoch[label]`` are the class's summed cost and epoch, kept up
+    to date by ``EquivalenceClasses``. Index 0 is *none*, a class of cost 0.0 (padding).
+    ``reset`` forgets every index (they are handed out afresh)."""
 
     def __init__(self):
         self.generation = 0
         self.size = 1
-        self.parent = np.full(64, -1, np.int64)  # -1: a root
+        self.label = np.zeros(64, np.int64)
         self.cost = np.zeros(64)
         self.epoch = np.zeros(64, np.int64)
+        self.members: dict[int, list[int]] = {}  # label -> the indices it labels
 
     def reset(self) -> None:
         self.generation += 1
         self.size = 1
+        self.members = {}
 
     def mirrored(self, node: Component) -> bool:
         return node.generation == self.generation
 
-    def index_of(self, node: Component) -> int:
-        chain = []
-        while node is not None and node.generation != self.generation:
-            chain.append(node)
-            node = node.parent
-        above = -1 if node is None else node.index
-        for member in reversed(chain):  # from the one nearest the root down
-            if self.size == len(self.parent):
-                grow = max(64, 2 * self.size)
-                self.parent = np.concatenate([self.parent, np.full(grow, -1, np.int64)])
-                self.cost = np.concatenate([self.cost, np.zeros(grow)])
-                self.epoch = np.concatenate([self.epoch, np.zeros(grow, np.int64)])
-            index = self.size
-            self.size += 1
-            self.parent[index] = above
-            self.cost[index] = member.cost
-            self.epoch[index] = member.epoch
-            member.index, member.generation = index, self.generation
-            above = index
-        return above if not chain else chain[0].index
+    def _add(self, node: Component, label: int) -> int:
+        """Give ``node`` the next index, in the class labelled ``label`` (-1: its own)."""
+        if self.size == len(self.label):
+            grow = max(64, self.size)
+            self.label = np.concatenate([self.label, np.zeros(grow, np.int64)])
+            self.cost = np.concatenate([self.cost, np.zeros(grow)])
+            self.epoch = np.concatenate([self.epoch, np.zeros(grow, np.int64)])
+        index = self.size
+        self.size += 1
+        node.index, node.generation = index, self.generation
+        if label < 0:
+            label = index
+            self.members[index] = [index]
+            self.cost[index] = node.cost
+            self.epoch[index] = node.epoch
+        else:
+            self.members[label].append(index)
+        self.label[index] = label
+        return index
 
-    def roots(self, indices: np.ndarray) -> np.ndarray:
-        """The root index of each mirrored component, in an array shaped like ``indices``
-        (compressing the paths it walks)."""
-        parent = self.parent
-        current = indices
-        while True:
-            up = parent[current]
-            moving = up >= 0
-            if not moving.any():
-                break
-            current = np.where(moving, up, current)
-        below = current != indices
-        if below.any():
-            parent[indices[below]] = current[below]
-        return current
+    def index_of(self, node: Component) -> int:
+        """``node``'s index, mirroring it (and its root, if need be) on first use."""
+        if node.generation == self.generation:
+            return node.index
+        root = node.root()
+        if root.generation != self.generation:
+            self._add(root, -1)
+        if root is node:
+            return node.index
+        return self._add(node, int(self.label[root.index]))
+
+    def on_union(self, merged: Component, absorbed: Component) -> None:
+        """``absorbed``'s class was merged into root ``merged``'s (``merged.cost`` is the sum)."""
+        current = self.generation
+        if absorbed.generation == current:
+            gone = int(self.label[absorbed.index])
+            if merged.generation != current:
+                self._add(merged, gone)
+                keep = gone
+            else:
+                keep = int(self.label[merged.index])
+                moved = self.members.pop(gone)
+                kept = self.members[keep]
+                if len(moved) > len(kept):
+                    keep, moved, kept = gone, kept, moved
+                    self.members[gone] = kept
+                    del self.members[int(self.label[merged.index])]
+                self.label[moved] = keep
+                kept.extend(moved)
+        elif merged.generation == current:
+            keep = int(self.label[merged.index])
+        else:
+            return
+        self.cost[keep] = merged.cost
+        self.epoch[keep] = merged.epoch
+
+    def on_cost(self, root: Component) -> None:
+        """Root ``root``'s class changed cost."""
+        if root.generation == self.generation:
+            self.cost[self.label[root.index]] = root.cost
+
+    def labels(self, indices: np.ndarray) -> np.ndarray:
+        """The class label of each mirrored index, in an array shaped like ``indices``."""
+        return self.label[indices]
 
 
 class EquivalenceClasses:
@@ -262,11 +295,8 @@ class EquivalenceClasses:
         for n in evicted_neighbours(storage):
             other = self.root_of(n)
             merged = union(root, other)
-            absorbed = other if merged is root else root
-            if absorbed is not merged and mirror.mirrored(absorbed):
-                mirror.parent[absorbed.index] = mirror.index_of(merged)
-            if mirror.mirrored(merged):
-                mirror.cost[merged.index] = merged.cost
+            if other is not root:
+                mirror.on_union(merged, other if merged is root else root)
             root = merged
         storage.component = root
 
@@ -279,8 +309,7 @@ class EquivalenceClasses:
             if root.epoch == self.epoch:
                 root.cost -= storage.cost
                 root.size -= 1
-                if self.mirror.mirrored(root):
-                    self.mirror.cost[root.index] = root.cost
+                self.mirror.on_cost(root)
         if self.on_neighbours_changed is not None:
             self.on_neighbours_changed(storage)
 
