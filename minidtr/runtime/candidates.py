@@ -239,28 +239,36 @@ class CandidateTable:
         self.edges = edges
 
     def _compact(self) -> None:
-        """Squeeze out the holes, keeping the order (amortized O(1) per removal)."""
-        self.sync()
-        keep = [0] + [r for r, s in enumerate(self.storages) if s is not None]
-        index = np.array(keep, np.intp)
-        self.storages = [self.storages[r] for r in keep]
+        """Squeeze out the holes, keeping the order and each row's flags (amortized O(1) per
+        removal). The columns keep their capacity; rows past the candidates are scratch
+        until appended (and then read afresh: they are dirty and flagged)."""
+        used = len(self.storages)
+        if self._capacity < used:
+            self._grow(max(used, 2 * self._capacity, 16))
+        if len(self.frontier) < used:
+            self.frontier.extend(b"\x01" * (used - len(self.frontier)))
+        storages: list[Storage | None] = [None]
+        keep = [0]
         for row, storage in enumerate(self.storages):
             if storage is not None:
-                storage.row = row
+                storage.row = len(storages)
+                storages.append(storage)
+                keep.append(row)
+        self.storages = storages
+        index = np.array(keep, np.intp)
+        n = len(keep)
         self.frontier = bytearray(np.frombuffer(self.frontier, np.uint8)[index].tobytes())
-        self.dirty = bytearray(len(keep))
-        renumber = np.zeros(self._capacity, np.intp)
-        renumber[index] = np.arange(len(keep))
-        self._locked = renumber[self._locked].tolist()  # removed rows are not locked
-        self.cost = self.cost[index]
-        self.unit = self.unit[index]
-        self.nbytes = self.nbytes[index]
-        self.size = self.size[index]
-        self.last_access = self.last_access[index]
-        self.active = self.active[index]
-        self.blocked = self.blocked[index]
-        self.edges = self.edges[:, index]
-        self._capacity = len(keep)
+        self.dirty = bytearray(np.frombuffer(self.dirty, np.uint8)[index].tobytes())
+        if self._locked:
+            renumber = np.zeros(used, np.intp)
+            renumber[index] = np.arange(n)
+            locked = renumber[self._locked]
+            self._locked = locked[locked > 0].tolist()  # 0: removed since
+        for name in ("cost", "unit", "nbytes", "size", "last_access", "active", "blocked"):
+            column = getattr(self, name)
+            column[:n] = column[index]
+        self.edges[:, :n] = self.edges[:, index]
+        self.edges[:, n:used] = 0
 
     def watch(self, mode: str, epoch: int = 0) -> None:
         """Serve cost term ``mode`` from now on: every candidate's row is flagged (as of
