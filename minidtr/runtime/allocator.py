@@ -671,6 +671,8 @@ class Allocator(Eviction, Lifetime):
             self.neighbourhood.on_change(storage)
         elif self.tracking == "eq":
             self.eq_classes.on_leave(storage)
+        if self.candidates.watching == "ancestors":
+            self.candidates.mark_descendants(storage)
 
     # ---- making room ----------------------------------------------------------------------
 

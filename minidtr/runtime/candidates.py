@@ -28,17 +28,19 @@ about to be made. The rule for code that changes a candidate's score inputs:
   to its locked base);
 - inserting (``table[s] = None``) reads everything afresh.
 
-``frontier`` flags rows whose evicted neighbours may have changed: new rows (rows
+``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows
 past its length count as flagged) and, while a neighbourhood heuristic is in use
-(``watching`` names its cost term), the resident neighbours of each storage that
-is evicted or, for ``eq``, leaves the evicted set. Under ``estar`` and
-``ancestors`` a flag means "may have an evicted neighbour" (the only rows whose
-term can be non-zero) and is cleared by a decision that finds none; under ``eq``
-it means "``edges`` is stale" and is cleared when a decision re-reads the row's
-evicted neighbours into ``edges``: the mirrored union-find indices
-(``neighbourhood.ClassMirror``) of their classes, parents first, padded with 0
-(the mirror's empty class). ``edges[j, row]`` is the row's j-th: one contiguous
-array per position, ``edge_width`` of them in use.
+(``watching`` names its cost term), the rows next to each storage that is evicted or
+leaves the evicted set, and under ``estar`` and ``ancestors`` the rows below (and,
+for ``estar``, above) it through evicted storages, whose closures changed with it
+(``EvictedNeighbourhood``'s invalidation walk; ``mark_descendants``). Under
+``estar`` and ``ancestors`` a decision recomputes the term of each flagged row into
+``term`` and clears the flag, so the other rows' terms are read from the column;
+under ``eq`` a flag means "``edges`` is stale" and is cleared when a decision
+re-reads the row's evicted neighbours into ``edges``: the mirrored union-find
+indices (``neighbourhood.ClassMirror``) of their classes, parents first, padded
+with 0 (the mirror's empty class). ``edges[j, row]`` is the row's j-th: one
+contiguous array per position, ``edge_width`` of them in use.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class CandidateTable:
         self.last_access = np.zeros(0)
         self.active = np.zeros(0, bool)  # a candidate, not a hole
         self.blocked = np.zeros(0, bool)  # a hole or a locked candidate: not scored
+        self.term = np.zeros(0)  # the neighbourhood term under estar and ancestors
         self.edges = np.zeros((1, 0), np.int64)  # see the module docstring
         self.edge_width = 0  # the most evicted neighbours written for a row
 
@@ -225,6 +228,7 @@ class CandidateTable:
         self.nbytes = grown(self.nbytes, 0)
         self.size = grown(self.size, 1.0)
         self.last_access = grown(self.last_access, 0.0)
+        self.term = grown(self.term, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
         edges = np.zeros((len(self.edges), capacity), np.int64)
@@ -264,7 +268,8 @@ class CandidateTable:
             renumber[index] = np.arange(n)
             locked = renumber[self._locked]
             self._locked = locked[locked > 0].tolist()  # 0: removed since
-        for name in ("cost", "unit", "nbytes", "size", "last_access", "active", "blocked"):
+        columns = ("cost", "unit", "nbytes", "size", "last_access", "term", "active", "blocked")
+        for name in columns:
             column = getattr(self, name)
             column[:n] = column[index]
         self.edges[:, :n] = self.edges[:, index]
@@ -277,6 +282,23 @@ class CandidateTable:
         self.frontier = bytearray(self.active[:used].tobytes()).ljust(used, b"\x01")
         self.watching = mode
         self.watched_epoch = epoch
+
+    def mark_descendants(self, storage: Storage) -> None:
+        """``storage`` was evicted or left the evicted set: flag the rows whose evicted
+        ancestors it may be among (resident children of it and of its evicted
+        descendants: the ``ancestors`` term)."""
+        frontier = self.frontier
+        known = len(frontier)
+        seen = {id(storage)}
+        stack = [storage]
+        while stack:
+            for child in stack.pop().live_children():
+                if child.buffer is None:
+                    if not child.banished and id(child) not in seen:
+                        seen.add(id(child))
+                        stack.append(child)
+                elif child.row < known:
+                    frontier[child.row] = 1
 
     def mark_neighbours(self, storage: Storage) -> None:
         """``storage`` was evicted or left the evicted set: flag its neighbours' rows."""

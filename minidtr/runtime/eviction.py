@@ -220,15 +220,19 @@ class Eviction:
         row): what ``heuristic.score`` adds, 0.0 where no neighbour is evicted.
 
         ``eq`` is computed from the table's ``edges`` and the union-find's mirror
-        (``_eq_terms``); ``estar`` and ``ancestors`` per storage, for the rows flagged as
-        possibly next to an evicted storage. Whatever the table cannot do exactly (a
-        class to rebuild after a mode switch) is done per storage for every row, in
-        insertion order, as the reference loop does, so that the union-find classes
-        and cached closures built along the way are the same."""
+        (``_eq_terms``); ``estar`` and ``ancestors`` per storage for the flagged rows
+        only, into the table's ``term`` column, which keeps every other row's term (a
+        row is flagged whenever a closure or walk its term read may have changed:
+        candidates.py). Whatever the table cannot do exactly (a class to rebuild after a
+        mode switch) is done per storage for every row, in insertion order, as the
+        reference loop does, so that the union-find classes and cached closures built
+        along the way are the same."""
         eq = self.eq_classes
-        if table.watching != mode or (mode == "eq" and table.watched_epoch != eq.epoch):
-            table.watch(mode, eq.epoch)
+        epoch = {"eq": eq.epoch, "estar": self.neighbourhood.epoch}.get(mode, 0)
+        if table.watching != mode or table.watched_epoch != epoch:
+            table.watch(mode, epoch)
             eq.on_neighbours_changed = table.mark_neighbours if mode == "eq" else None
+            self.neighbourhood.on_dropped = table.mark_neighbours if mode == "estar" else None
         if mode == "eq":
             self._scoring = True
             try:
@@ -237,50 +241,39 @@ class Eviction:
                 self._scoring = False
             if terms is not None:
                 return terms
-            return self._terms_by_storage(table, mode, rows, used, flagged_only=False)
-        if table.frontier.find(1, 1) < 0:  # row 0 is scratch
-            return 0.0  # cost + 0.0, as the reference adds
-        return self._terms_by_storage(table, mode, rows, used, flagged_only=True)
+            return self._terms_by_storage(table, mode, rows, used)
+        stale = flagged_rows(table, rows, used)
+        if stale:
+            storages, term, frontier = table.storages, table.term, table.frontier
+            self._scoring = True
+            try:
+                for row in stale:
+                    value = neighbourhood_term(mode, self, storages[row])
+                    term[row] = 0.0 if value is None else value
+                    frontier[row] = 0
+            finally:
+                self._scoring = False
+        return table.term[:used] if rows is None else table.term[rows]
 
     def _terms_by_storage(
-        self,
-        table: CandidateTable,
-        mode: str,
-        rows: np.ndarray | None,
-        used: int,
-        flagged_only: bool,
+        self, table: CandidateTable, mode: str, rows: np.ndarray | None, used: int
     ) -> np.ndarray:
-        """Terms per storage (``neighbourhood_term``), in row order; with ``flagged_only``
-        only for flagged rows, clearing the flags of those with no evicted neighbour."""
+        """Terms per storage (``neighbourhood_term``) for every scored row, in row order."""
         if rows is None:
-            candidates = ~table.blocked[:used]
-            if flagged_only:
-                frontier = np.frombuffer(table.frontier, np.uint8)
-                candidates &= frontier[:used].astype(bool)
-                del frontier  # release the buffer: the bytearray may grow again
-            positions = np.flatnonzero(candidates)
+            positions = np.flatnonzero(~table.blocked[:used])
             terms = np.zeros(used)
             chosen = positions.tolist()
         else:
-            if flagged_only:
-                frontier = np.frombuffer(table.frontier, np.uint8)
-                positions = np.flatnonzero(frontier[rows])
-                del frontier
-            else:
-                positions = np.arange(rows.size)
+            positions = np.arange(rows.size)
             terms = np.zeros(rows.size)
-            chosen = rows[positions].tolist()
+            chosen = rows.tolist()
         storages = table.storages
         values = []
         self._scoring = True
         try:
             for row in chosen:
                 value = neighbourhood_term(mode, self, storages[row])
-                if value is None:
-                    if flagged_only:
-                        table.frontier[row] = 0
-                    value = 0.0
-                values.append(value)
+                values.append(0.0 if value is None else value)
         finally:
             self._scoring = False
         terms[positions] = values
@@ -364,6 +357,8 @@ class Eviction:
         table.pop(storage)
         if table.watching:
             table.mark_neighbours(storage)
+            if table.watching == "ancestors":
+                table.mark_descendants(storage)
         runtime = self.runtimes[-1]
         stats = runtime.stats_
         stats.evictions += 1

@@ -54,6 +54,7 @@ class EvictedNeighbourhood:
 
     def __init__(self):
         self.epoch = 1
+        self.on_dropped = None  # called with each storage whose closures are dropped
 
     def invalidate_all(self) -> None:
         self.epoch += 1
@@ -112,15 +113,20 @@ class EvictedNeighbourhood:
         """``storage`` was evicted, rematerialized, banished or freed: drop the caches that
         may include it (those of evicted storages connected to it in either direction)."""
         storage.above = storage.below = None
+        if self.on_dropped is not None:
+            self.on_dropped(storage)
         self._invalidate(evicted_children(storage), "above", evicted_children)
         self._invalidate(evicted_parents(storage), "below", evicted_parents)
 
     def _invalidate(self, start: list[Storage], side: str, step) -> None:
         stack = start
+        dropped = self.on_dropped
         while stack:
             node = stack.pop()
             if self._valid(getattr(node, side)):
                 setattr(node, side, None)
+                if dropped is not None:
+                    dropped(node)
                 stack.extend(step(node))
 
 
