@@ -242,3 +242,73 @@ def test_eq_decisions_survive_mirror_resets(monkeypatch):
         with md.Runtime(budget=1 << 30, heuristic="dtr_eq", cost="flops"):
             drive(rng, tensors, 120)
         assert counter["checked"] - before >= 60
+
+
+def test_class_mirror_labels_follow_the_union_find():
+    """Every mirrored component's label is its class's, and the class's cost is its
+    root's; a merge or a cost change names the labels it touched."""
+    from minidtr.runtime.neighbourhood import ClassMirror, Component, union
+
+    rng = random.Random(6)
+    mirror = ClassMirror()
+    nodes = [Component(float(rng.randint(1, 9)), 1, 1) for _ in range(300)]
+    for step in range(1500):
+        a, b = rng.choice(nodes), rng.choice(nodes)
+        if rng.random() < 0.3:
+            mirror.index_of(a)
+        ra, rb = a.root(), b.root()
+        labels_before = {
+            n.index: int(mirror.label[n.index]) for n in nodes if mirror.mirrored(n)
+        }
+        costs_before = mirror.cost.copy()
+        mirror.touched = set()
+        if ra is not rb:
+            merged = union(ra, rb)
+            mirror.on_union(merged, rb if merged is ra else ra)
+        elif rng.random() < 0.5:
+            ra.cost -= 0.5
+            mirror.on_cost(ra)
+        for n in nodes:
+            if mirror.mirrored(n):
+                label = int(mirror.label[n.index])
+                root = n.root()
+                assert mirror.mirrored(root) and int(mirror.label[root.index]) == label
+                assert mirror.cost[label] == root.cost
+                old = labels_before.get(n.index)
+                if old is not None and (old != label or costs_before[old] != mirror.cost[old]):
+                    assert {old, label} <= mirror.touched
+        if step % 500 == 499:
+            mirror.reset()
+            assert not any(mirror.mirrored(n) for n in nodes)
+
+
+@pytest.mark.parametrize("heuristics", [("dtr", "msps"), ("dtr_eq", "dtr"), ("msps", "dtr_eq")])
+def test_cached_terms_follow_long_evicted_runs(heuristics):
+    """A chain with long runs of evicted storages, rebuilt and evicted again at random:
+    the table's cached neighbourhood terms (e*, classes, ancestors) stay the loop's,
+    also across a switch of heuristic."""
+    from minidtr.runtime.allocator import allocator_for
+
+    rng = random.Random(heuristics[0])
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        chain = [md.tensor(np.ones(3, np.float32))]
+        with md.Runtime(cost="flops"):
+            for _ in range(120):
+                chain.append(chain[-1] * 1.5 if rng.random() < 0.5 else chain[-1] + 1.0)
+        allocator = allocator_for("cpu")
+        for heuristic in heuristics:
+            with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops"):
+                for _ in range(150):
+                    action = rng.random()
+                    if action < 0.55:
+                        victim = allocator._choose_victim()[0]
+                        if victim is not None:
+                            allocator.evict(victim)
+                    elif action < 0.75:
+                        storage = rng.choice(chain[1:]).cell.storage
+                        if storage.buffer is not None and not storage.locks:
+                            allocator.evict(storage)
+                    else:
+                        rng.choice(chain).numpy()
+        assert counter["checked"] - before >= 100

@@ -40,7 +40,10 @@ under ``eq`` a flag means "``edges`` is stale" and is cleared when a decision
 re-reads the row's evicted neighbours into ``edges``: the mirrored union-find
 indices (``neighbourhood.ClassMirror``) of their classes, parents first, padded
 with 0 (the mirror's empty class). ``edges[j, row]`` is the row's j-th: one
-contiguous array per position, ``edge_width`` of them in use.
+contiguous array per position, ``edge_width`` of them in use; ``labels`` holds
+their class labels as of the row's last ``term``, so that a decision recomputes the
+term of the re-read rows and of those naming a class that changed since (the
+mirror's ``touched`` labels) only.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class CandidateTable:
         self.blocked = np.zeros(0, bool)  # a hole or a locked candidate: not scored
         self.term = np.zeros(0)  # the neighbourhood term under estar and ancestors
         self.edges = np.zeros((1, 0), np.int64)  # see the module docstring
+        self.labels = np.zeros((1, 0), np.int64)  # (eq) edges' class labels, for ``term``
         self.edge_width = 0  # the most evicted neighbours written for a row
 
     # ---- the set interface -----------------------------------------------------------------
@@ -165,6 +169,7 @@ class CandidateTable:
                 self.cost[row] = self.unit[row] = inf
                 self.frontier[row] = 0
                 self.edges[:, row] = 0
+                self.labels[:, row] = 0
                 continue
             self.active[row] = True
             self.nbytes[row] = storage.nbytes
@@ -201,6 +206,7 @@ class CandidateTable:
             frontier[holes] = 0
             del frontier
             self.edges[:, holes] = 0
+            self.labels[:, holes] = 0
         if not live:
             self._locked = []
             return
@@ -231,16 +237,20 @@ class CandidateTable:
         self.term = grown(self.term, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
-        edges = np.zeros((len(self.edges), capacity), np.int64)
-        edges[:, : self.edges.shape[1]] = self.edges
-        self.edges = edges
+        for name in ("edges", "labels"):
+            old = getattr(self, name)
+            new = np.zeros((len(old), capacity), np.int64)
+            new[:, : old.shape[1]] = old
+            setattr(self, name, new)
         self._capacity = capacity
 
     def widen(self, width: int) -> None:
         """Room for ``width`` evicted neighbours per row in ``edges``."""
-        edges = np.zeros((max(width, 2 * len(self.edges)), self.edges.shape[1]), np.int64)
-        edges[: len(self.edges)] = self.edges
-        self.edges = edges
+        for name in ("edges", "labels"):
+            old = getattr(self, name)
+            new = np.zeros((max(width, 2 * len(old)), old.shape[1]), np.int64)
+            new[: len(old)] = old
+            setattr(self, name, new)
 
     def _compact(self) -> None:
         """Squeeze out the holes, keeping the order and each row's flags (amortized O(1) per
@@ -272,8 +282,9 @@ class CandidateTable:
         for name in columns:
             column = getattr(self, name)
             column[:n] = column[index]
-        self.edges[:, :n] = self.edges[:, index]
-        self.edges[:, n:used] = 0
+        for pairs in (self.edges, self.labels):
+            pairs[:, :n] = pairs[:, index]
+            pairs[:, n:used] = 0
 
     def watch(self, mode: str, epoch: int = 0) -> None:
         """Serve cost term ``mode`` from now on: every candidate's row is flagged (as of

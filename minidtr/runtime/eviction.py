@@ -282,12 +282,12 @@ class Eviction:
     def _eq_terms(
         self, table: CandidateTable, rows: np.ndarray | None, used: int
     ) -> np.ndarray | float | None:
-        """h_DTR^eq's ``c(eq(t))`` for the scored rows from ``edges``: re-read the flagged
-        rows' evicted neighbours, read every class label and cost at once from the mirror,
-        and sum each row's distinct classes' costs in neighbour order (adding 0.0 for a
-        repeat or padding, so the same floats as ``EquivalenceClasses.cost``). None when a
-        neighbour's class must be rebuilt first (the per-storage path does that, in the
-        reference's order; the row stays flagged).
+        """h_DTR^eq's ``c(eq(t))`` for the scored rows from the table's ``term`` column:
+        re-read the flagged rows' evicted neighbours into ``edges``, find the rows whose
+        classes changed since the last decision (the mirror's ``touched`` labels among
+        the table's ``labels``) and recompute the terms of both (``_eq_recompute``). None
+        when a neighbour's class must be rebuilt first (the per-storage path does that,
+        in the reference's order; the rows re-read meanwhile are flagged again).
 
         Only re-read rows can name a class of an old epoch: a new epoch flags every row
         (``CandidateTable.watch``), and a class of the current epoch stays current."""
@@ -296,17 +296,20 @@ class Eviction:
         if mirror.size > 8 * (used + MIRROR_SLACK):  # indices of long-gone classes pile up
             mirror.reset()
             table.edges[:] = 0
+            table.labels[:] = 0
             table.edge_width = 0
             table.watch("eq", eq.epoch)
         stale = flagged_rows(table, rows, used)
-        storages = table.storages
+        storages, frontier = table.storages, table.frontier
         epoch = eq.epoch
-        for row in stale:
+        for done, row in enumerate(stale):
             storage = storages[row]
             nodes = []
             for neighbour in evicted_parents(storage) + evicted_children(storage):
                 node = neighbour.component
                 if node is None or node.root().epoch != epoch:
+                    for again in stale[:done]:
+                        frontier[again] = 1
                     return None
                 nodes.append(mirror.index_of(node))
             if len(nodes) > len(table.edges):
@@ -315,12 +318,32 @@ class Eviction:
             edges = table.edges[:, row]
             edges[: len(nodes)] = nodes
             edges[len(nodes) :] = 0
-            table.frontier[row] = 0
+            frontier[row] = 0
         width = table.edge_width
         if not width:
+            mirror.touched = set()
+            table.term[stale] = 0.0
             return 0.0  # cost + 0.0, as the reference adds
-        edges = table.edges[:width, :used] if rows is None else table.edges[:width, rows]
-        labels = mirror.label.take(edges)
+        changed = stale
+        if mirror.touched:
+            labels = table.labels[:width, :used]
+            hit = np.zeros(used, bool)
+            for label in mirror.touched:
+                for j in range(width):
+                    hit |= labels[j] == label
+            mirror.touched = set()
+            changed = np.union1d(stale, np.flatnonzero(hit)).astype(np.intp)
+        if len(changed):
+            self._eq_recompute(table, np.asarray(changed, np.intp), width)
+        return table.term[:used] if rows is None else table.term[rows]
+
+    def _eq_recompute(self, table: CandidateTable, rows: np.ndarray, width: int) -> None:
+        """``c(eq)`` of ``rows`` into ``term`` (their labels into ``labels``): each row's
+        distinct classes' costs summed in neighbour order, adding 0.0 for a repeat or
+        padding, so the same floats as ``EquivalenceClasses.cost``."""
+        mirror = self.eq_classes.mirror
+        labels = mirror.label.take(table.edges[:width, rows])
+        table.labels[:width, rows] = labels
         costs = mirror.cost.take(labels)
         terms = costs[0]  # 0.0 + c is c
         for j in range(1, width):
@@ -329,7 +352,7 @@ class Eviction:
                 repeat |= labels[j] == labels[i]
             np.copyto(costs[j], 0.0, where=repeat)
             terms += costs[j]
-        return terms
+        table.term[rows] = terms
 
     def evict(
         self,

@@ -175,8 +175,10 @@ class ClassMirror:
     path to walk: when two mirrored classes merge, the members of the one with fewer
     mirrored members are relabelled, so each index is relabelled O(log n) times).
     ``cost[label]`` and ``epoch[label]`` are the class's summed cost and epoch, kept up
-    to date by ``EquivalenceClasses``. Index 0 is *none*, a class of cost 0.0 (padding).
-    ``reset`` forgets every index (they are handed out afresh)."""
+    to date by ``EquivalenceClasses``; ``touched`` collects the labels whose cost or
+    members changed (the candidate table takes them at each decision). Index 0 is
+    *none*, a class of cost 0.0 (padding). ``reset`` forgets every index (they are
+    handed out afresh)."""
 
     def __init__(self):
         self.generation = 0
@@ -185,11 +187,13 @@ class ClassMirror:
         self.cost = np.zeros(64)
         self.epoch = np.zeros(64, np.int64)
         self.members: dict[int, list[int]] = {}  # label -> the indices it labels
+        self.touched: set[int] = set()
 
     def reset(self) -> None:
         self.generation += 1
         self.size = 1
         self.members = {}
+        self.touched = set()
 
     def mirrored(self, node: Component) -> bool:
         return node.generation == self.generation
@@ -235,6 +239,7 @@ class ClassMirror:
                 keep = gone
             else:
                 keep = int(self.label[merged.index])
+                self.touched.add(keep)
                 moved = self.members.pop(gone)
                 kept = self.members[keep]
                 if len(moved) > len(kept):
@@ -243,17 +248,21 @@ class ClassMirror:
                     del self.members[int(self.label[merged.index])]
                 self.label[moved] = keep
                 kept.extend(moved)
+            self.touched.add(gone)
         elif merged.generation == current:
             keep = int(self.label[merged.index])
         else:
             return
+        self.touched.add(keep)
         self.cost[keep] = merged.cost
         self.epoch[keep] = merged.epoch
 
     def on_cost(self, root: Component) -> None:
         """Root ``root``'s class changed cost."""
         if root.generation == self.generation:
-            self.cost[self.label[root.index]] = root.cost
+            label = int(self.label[root.index])
+            self.cost[label] = root.cost
+            self.touched.add(label)
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
         """The class label of each mirrored index, in an array shaped like ``indices``."""
