@@ -257,9 +257,7 @@ def test_class_mirror_labels_follow_the_union_find():
         if rng.random() < 0.3:
             mirror.index_of(a)
         ra, rb = a.root(), b.root()
-        labels_before = {
-            n.index: int(mirror.label[n.index]) for n in nodes if mirror.mirrored(n)
-        }
+        labels_before = {n.index: int(mirror.label[n.index]) for n in nodes if mirror.mirrored(n)}
         costs_before = mirror.cost.copy()
         mirror.touched = set()
         if ra is not rb:
