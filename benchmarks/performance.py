@@ -199,13 +199,16 @@ def wide_mlp(rounds: int) -> None:
 
 def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> None:
     """Time one victim search (``Allocator._choose_victim``, min over ``rounds``) among ``n``
-    evictable storages, on an allocator of its own, in two graphs:
+    evictable storages, on an allocator of its own, in three graphs:
 
     - *fan*: the outputs of ``n`` ops on one constant, all resident: no candidate has an
       evicted neighbour, so every score is one array expression;
     - *chain*: a chain of ``2n`` ops with every other output evicted: every candidate has
-      evicted neighbours, whose cost h_DTR and h_MSPS add per candidate in Python (h_DTR^eq
-      from the table's union-find mirror).
+      evicted neighbours, whose costs the table keeps per candidate (recomputed only for
+      those next to a change);
+    - *churn*: the same chain, where before each timed decision one evicted storage is
+      rebuilt and evicted again (untimed), so that each decision recomputes what an
+      eviction and a rematerialization change, as decisions in a run do.
 
     ``loop`` is the reference loop (one ``score`` call per candidate, what every search did
     before the candidate table) with dtr_eq, for comparison."""
@@ -216,13 +219,14 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
     print(f"{'graph':>6}{'candidates':>11}" + "".join(f"{h:>10}" for h in columns))
     saved = allocator_module._ALLOCATORS.get("cpu")
     try:
-        for graph in ("fan", "chain"):
+        for graph in ("fan", "chain", "churn"):
             for n in counts:
                 allocator = allocator_module._ALLOCATORS["cpu"] = Allocator("cpu")
                 keep = _decision_graph(allocator, graph, n)
+                evicted = keep[1::2] if graph == "churn" else []
                 cells = []
                 for h in columns:
-                    if h == "loop" and n > 10_000:
+                    if h == "loop" and (n > 10_000 or graph == "churn"):
                         cells.append("")
                         continue
                     heuristic = "dtr_eq" if h == "loop" else h
@@ -237,7 +241,11 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
                         allocator.clock += 1.0
                         choose()  # builds whatever the heuristic caches
                         times = []
-                        for _ in range(rounds if n <= 10_000 else max(1, rounds // 3)):
+                        for i in range(rounds if n <= 10_000 else max(1, rounds // 3)):
+                            if evicted:  # rebuild one, evict it again: untimed
+                                cell = evicted[(i * 7919) % len(evicted)].cell
+                                allocator.read(cell)
+                                allocator.evict(cell.storage)
                             started = time.perf_counter()
                             choose()
                             times.append(time.perf_counter() - started)
@@ -257,6 +265,7 @@ def _decision_graph(allocator: Allocator, graph: str, n: int) -> list:
     base = md.tensor(np.ones(4, np.float32))
     if graph == "fan":
         return [base, *(base * float(i) for i in range(n))]
+    # chain and churn
     keep = [base]
     for _ in range(2 * n):
         keep.append(keep[-1] + 1.0)

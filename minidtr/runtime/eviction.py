@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .candidates import CandidateTable
+from .candidates import SYNC_ONE_BY_ONE, CandidateTable
 from .heuristics import NEIGHBOURHOOD_COST, Heuristic
 from .neighbourhood import MODES, evicted_children, evicted_parents, neighbourhood_term
 from .runtime import BudgetError
@@ -328,22 +328,39 @@ class Eviction:
         if mirror.touched:
             labels = table.labels[:width, :used]
             hit = np.zeros(used, bool)
+            hit[stale] = True
             for label in mirror.touched:
                 for j in range(width):
                     hit |= labels[j] == label
             mirror.touched = set()
-            changed = np.union1d(stale, np.flatnonzero(hit)).astype(np.intp)
-        if len(changed):
-            self._eq_recompute(table, np.asarray(changed, np.intp), width)
+            changed = np.flatnonzero(hit).tolist()
+        if changed:
+            self._eq_recompute(table, changed, width)
         return table.term[:used] if rows is None else table.term[rows]
 
-    def _eq_recompute(self, table: CandidateTable, rows: np.ndarray, width: int) -> None:
+    def _eq_recompute(self, table: CandidateTable, rows: list[int], width: int) -> None:
         """``c(eq)`` of ``rows`` into ``term`` (their labels into ``labels``): each row's
         distinct classes' costs summed in neighbour order, adding 0.0 for a repeat or
-        padding, so the same floats as ``EquivalenceClasses.cost``."""
+        padding, so the same floats as ``EquivalenceClasses.cost`` (row by row when they
+        are a few, as arrays when many)."""
         mirror = self.eq_classes.mirror
-        labels = mirror.label.take(table.edges[:width, rows])
-        table.labels[:width, rows] = labels
+        if len(rows) <= SYNC_ONE_BY_ONE:
+            label, cost = mirror.label, mirror.cost
+            edges, labels, term = table.edges, table.labels, table.term
+            for row in rows:
+                seen = []
+                total = 0.0
+                for j in range(width):
+                    found = int(label[edges[j, row]])
+                    labels[j, row] = found
+                    if found not in seen:
+                        seen.append(found)
+                        total += float(cost[found])
+                term[row] = total
+            return
+        index = np.array(rows, np.intp)
+        labels = mirror.label.take(table.edges[:width, index])
+        table.labels[:width, index] = labels
         costs = mirror.cost.take(labels)
         terms = costs[0]  # 0.0 + c is c
         for j in range(1, width):
@@ -352,7 +369,7 @@ class Eviction:
                 repeat |= labels[j] == labels[i]
             np.copyto(costs[j], 0.0, where=repeat)
             terms += costs[j]
-        table.term[rows] = terms
+        table.term[index] = terms
 
     def evict(
         self,
