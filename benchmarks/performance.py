@@ -9,8 +9,9 @@
    step spent in op kernels; the rest is bookkeeping), and the wide MLP of
    benchmarks/overhead_mlp.py against hand-written NumPy and PyTorch.
 3. One eviction decision (``Allocator._choose_victim``) with 10^2 .. 10^5 candidates, per
-   heuristic, in a graph where no candidate borders an evicted storage and in one where
-   every candidate does, next to the reference loop (``--decisions`` runs only this).
+   heuristic, in a graph where no candidate borders an evicted storage, in one where
+   every candidate does, and in the same one right after an eviction and a rebuild, next
+   to the reference loop (``--decisions`` runs only this).
 
 Every figure of 1. and 2. is a median over interleaved rounds (min and max in brackets
 where it helps), so that load on the machine affects the contenders alike; 3. gives the
