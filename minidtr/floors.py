@@ -28,6 +28,9 @@ class Floors:
     constants: int  # the most bytes of constants alive at once
     floor: int  # the most bytes one op needs at once: constants alive + its inputs + outputs
     floor_op: str = ""  # the op that needs it
+    # the compute of the run's first step in the cost model (0 when not measured): what a
+    # budgeted run of the same program expects its first step to compute (the thrash guard)
+    first_step_cost: float = 0.0
 
     @property
     def constant_ratio(self) -> float:

@@ -160,10 +160,14 @@ def measure_unbounded(config: TrainConfig, steps: int = MEASURE_STEPS) -> Floors
     optimizer = task.make_optimizer(task.model.parameters())
     batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
     runtime = Runtime(cost=config.cost, device=config.device)
+    first_step_cost = 0.0
     with runtime, measure_floors(config.device) as meter:
-        for _ in range(steps):
+        for i in range(steps):
             train_step(task, optimizer, next(batches))
-    floors = Floors(runtime.stats()["peak_memory"], meter.constants, meter.floor, meter.floor_op)
+            if i == 0:
+                first_step_cost = runtime.stats_.compute_cost
+    peak = runtime.stats()["peak_memory"]
+    floors = Floors(peak, meter.constants, meter.floor, meter.floor_op, first_step_cost)
     del task, optimizer
     gc.collect()
     return floors
@@ -235,8 +239,9 @@ def train(
         steps = progress(steps)
     losses = []
     started = time.perf_counter()
+    first_step_cost = None if unbounded is None else unbounded.first_step_cost
     with runtime, trace or nullcontext(), watch(runtime) if watch else nullcontext():
-        _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime)
+        _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, first_step_cost)
     seconds = time.perf_counter() - started
     accuracy_end = accuracy(task, cost=config.cost) if config.evaluate else math.nan
     return TrainResult(
@@ -254,9 +259,12 @@ def train(
     )
 
 
-def _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime) -> None:
+def _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, first_step_cost) -> None:
+    """The training loop. The first step is expected to compute what the unbounded run's
+    first step did (the thrash guard's measure, ``Runtime.mark_step``), each later one
+    what the step before it did."""
     for i in steps:
-        runtime.mark_step(i)
+        runtime.mark_step(i, expected_cost=first_step_cost if i == 0 else None)
         losses.append(train_step(task, optimizer, next(batches)))
         if on_loss is not None:
             on_loss(steps, losses[-1])

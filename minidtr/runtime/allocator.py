@@ -617,14 +617,26 @@ class Allocator(Eviction, Lifetime):
         goes into the remat events (``cascade_link``).
 
         The cost-model thrash guard is checked first, on every replay: a replay that
-        would take the slowdown past ``max_slowdown`` raises ``ThrashError`` instead, so
-        the slowdown of a run never exceeds its limit."""
+        would take the recomputation past ``max_slowdown - 1`` times the larger of the
+        compute so far and the compute expected by the end of the step
+        (``Runtime.mark_step``) raises ``ThrashError`` instead."""
         stats = self.stats
-        limit = self.runtime.max_slowdown
-        if limit is not None and stats.compute_cost > 0:
-            slowdown = 1.0 + (stats.remat_cost + recipe.cost) / stats.compute_cost
-            if slowdown > limit:
-                raise ThrashError(recipe.op.name, slowdown, limit, self.budget)
+        runtime = self.runtime
+        limit = runtime.max_slowdown
+        if limit is not None:
+            compute = stats.compute_cost
+            expected = runtime.expected_compute
+            base = compute if compute >= expected else expected
+            if base > 0:
+                slowdown = 1.0 + (stats.remat_cost + recipe.cost) / base
+                if slowdown > limit:
+                    raise ThrashError(
+                        recipe.op.name,
+                        slowdown,
+                        limit,
+                        self.budget,
+                        expected=compute < expected,
+                    )
         arrays = [self._array(cell) for cell in recipe.inputs]
         total = sum(recipe.out_nbytes)
         self._reserve(total, recipe.op.name)

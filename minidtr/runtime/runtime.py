@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -72,6 +73,8 @@ class ThrashError(BudgetError):
         *,
         wall: bool = False,
         detail: str = "",
+        expected: bool = False,
+        step_end: bool = False,
     ):
         self.op, self.slowdown, self.limit, self.budget = op, slowdown, limit, budget
         self.wall = wall
@@ -81,10 +84,17 @@ class ThrashError(BudgetError):
                 f"eviction work ({detail}) has made this run {slowdown:.1f}x slower in wall "
                 f"time than without it, past max_wall_slowdown={limit:g}"
             )
+        elif step_end:
+            what = (
+                f"recomputation has made this run {slowdown:.2f}x slower than without "
+                f"eviction (cost model) at the end of a step that computed less than "
+                f"expected, past max_slowdown={limit:g}"
+            )
         else:
+            against = ", counting the compute expected by the end of this step" if expected else ""
             what = (
                 f"recomputing {op} would make this run {slowdown:.2f}x slower than without "
-                f"eviction (cost model), past max_slowdown={limit:g}"
+                f"eviction (cost model{against}), past max_slowdown={limit:g}"
             )
         MemoryError.__init__(
             self,
@@ -228,6 +238,10 @@ class Runtime:
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if options.record_events else None
         self._steps_marked = 0
+        self._step_start: float | None = None  # compute_cost when the current step began
+        # the compute the run is expected to have done by the end of the current step: the
+        # cost-model guard measures recomputation against max(compute so far, this)
+        self.expected_compute = 0.0
         self.allocator = None
         self._entered_at: Stats | None = None
         self._active_since = 0.0  # perf_counter() when last entered
@@ -278,6 +292,7 @@ class Runtime:
         allocator.pop(self)
         if exc[0] is None:
             allocator.raise_pending()  # e.g. a ThrashError met while a tensor died
+            self.check_slowdown()
         else:
             allocator.pending_error = None  # the run already fails with its own error
 
@@ -309,19 +324,55 @@ class Runtime:
     def record(self, kind: str, **fields: Any) -> None:
         self.events.append({"event": kind, **fields})
 
-    def mark_step(self, step: int | None = None) -> None:
-        """Record the start of a training step in the event log (nothing when events are
-        not recorded), so that ``minidtr explain`` and the plots can mark step boundaries.
-        ``step`` defaults to the number of steps marked so far."""
-        if self.events is None:
-            return
-        if step is None:
-            step = self._steps_marked
-        self._steps_marked = step + 1
+    def mark_step(self, step: int | None = None, expected_cost: float | None = None) -> None:
+        """Mark the start of a training step: for the cost-model thrash guard, and in the
+        event log when events are recorded (``minidtr explain`` and the plots show step
+        boundaries). ``step`` defaults to the number of steps marked so far.
+
+        From a mark on, ``max_slowdown`` measures recomputation against the larger of the
+        compute so far and the compute expected by the end of this step: what the run had
+        computed at the mark plus ``expected_cost`` (the step's compute in the cost
+        model's units), or, when it is not given, plus the previous step's compute (the
+        compute between the last two marks; nothing at the first mark). So a step is not
+        stopped early for recomputing before much of its compute has run, and every step
+        that computes at least what was expected ends with the run's slowdown within the
+        limit (``RuntimeOptions.max_slowdown`` says it exactly)."""
+        if expected_cost is not None and (
+            isinstance(expected_cost, bool)
+            or not isinstance(expected_cost, numbers.Real)
+            or not math.isfinite(expected_cost)
+            or expected_cost < 0
+        ):
+            raise ValueError(
+                f"mark_step: expected_cost must be a finite number >= 0 (the step's compute "
+                f"in the cost model), got {expected_cost!r}"
+            )
+        self.check_slowdown()
         from .allocator import allocator_for
 
         allocator = self.allocator or allocator_for(self.device)
-        self.record("step", step=step, clock=allocator.clock, memory=allocator.memory)
+        compute = self.stats_.compute_cost
+        if expected_cost is None:
+            expected_cost = 0.0 if self._step_start is None else compute - self._step_start
+        self._step_start = compute
+        self.expected_compute = compute + expected_cost
+        if step is None:
+            step = self._steps_marked
+        self._steps_marked = step + 1
+        observer = allocator.observer
+        if observer is not None and hasattr(observer, "on_step"):
+            observer.on_step()
+        if self.events is not None:
+            self.record("step", step=step, clock=allocator.clock, memory=allocator.memory)
+
+    def check_slowdown(self) -> None:
+        """Raise ``ThrashError`` when the run's slowdown so far passes ``max_slowdown``:
+        checked at each ``mark_step`` and when the runtime exits without an error, which
+        catches a step that recomputed against an expected compute it did not reach."""
+        limit = self.max_slowdown
+        slowdown = self.stats_.slowdown
+        if limit is not None and slowdown > limit:
+            raise ThrashError("step", slowdown, limit, self._budget, step_end=True)
 
     def export_events(self, path: str) -> None:
         """Write the event log as JSON lines (one event per line)."""

@@ -24,6 +24,7 @@ same decisions. The mapping:
 - a handle that dies while the allocator is busy (a garbage-collector pass inside
   an op) is reported by the allocator when that access is done, where its death
   takes effect, so its ``RELEASE`` follows the op's ``CALL``;
+- a training step's start (``Runtime.mark_step``) is an ``ANNOTATE STEP``;
 - a value that existed before recording began is recorded as a ``CONSTANT``
   when it is first used (an approximation: start recording before the program
   creates its tensors). Pinning is not recorded.
@@ -39,6 +40,7 @@ from collections.abc import Iterator
 from ..runtime.allocator import allocator_for
 from ..runtime.storage import Cell, Recipe, Storage
 from .trace import (
+    STEP,
     Annotate,
     Call,
     Constant,
@@ -134,6 +136,10 @@ class Recorder:
         self.instructions.append(Release(names.pop()))
         if not names:
             del self._held[key]
+
+    def on_step(self) -> None:
+        """The runtime marked the start of a training step (``Runtime.mark_step``)."""
+        self.instructions.append(Annotate(STEP))
 
     def on_make_constant(self, storage: Storage, if_resident: bool = False) -> None:
         for cell, names in self._held.values():

@@ -47,6 +47,7 @@ from ..runtime.runtime import BudgetError, Runtime, ThrashError
 from ..runtime.storage import Cell
 from .clairvoyant import make_trace_heuristic
 from .trace import (
+    STEP,
     Annotate,
     Call,
     Constant,
@@ -197,7 +198,11 @@ class Replayer:
     The runtime's settings are ``options`` with ``budget``, ``heuristic``, ``dealloc`` and
     the other ``REPLAY_SETTINGS`` keywords put over them where given (not None); the
     simulator's trace heuristics (belady, learned) are allowed here. With ``live_guard``
-    the options' ``max_slowdown`` applies as in a live run (``ThrashError``).
+    the options' ``max_slowdown`` applies as in a live run (``ThrashError``), each
+    ``ANNOTATE STEP`` of the trace marking a step as ``minidtr train`` does
+    (``Runtime.mark_step``): the first step is expected to compute what it computes in
+    ``trace`` (a budgeted ``train`` measures the unbounded run first), each later one
+    what the step before it did.
     """
 
     def __init__(
@@ -234,6 +239,7 @@ class Replayer:
         self.cells: dict[str, Cell] = {}
         self.guard = ThrashGuard(self.runtime.stats_, thrash_cost)
         self.measure_floors = measure_floors
+        self._first_step_cost = trace.step_costs[0] if trace and trace.step_costs else None
         # constants only because they were resident when a trace said IF_RESIDENT: a budget
         # can evict them before, so no floor counts them as constants
         self.conditional: weakref.WeakSet = weakref.WeakSet()
@@ -249,7 +255,7 @@ class Replayer:
             Copy: self._copy,
             CopyFrom: self._copy_from,
             Release: self._release,
-            Annotate: _ignore,
+            Annotate: self._annotate,
             MakeConstant: self._make_constant,
         }
 
@@ -377,6 +383,11 @@ class Replayer:
         elif self.measure_floors:
             self.constant_floor = max(self.constant_floor, self._constants())
 
+    def _annotate(self, ins: Annotate) -> None:
+        if ins.annotation == STEP:
+            expected, self._first_step_cost = self._first_step_cost, None
+            self.runtime.mark_step(expected_cost=expected)
+
     def _release(self, ins: Release) -> None:
         self.allocator.release(self.cells.pop(ins.name))
 
@@ -442,9 +453,11 @@ def simulate(
     event log in ``result.extra["events"]``. ``rebuild_orphans=False`` is the paper's plain
     eager eviction (see ``minidtr.runtime.lifetime``); with ``keep_dead_remats`` too, a
     replay keeps dead rematerialized storages as candidates, as the paper's simulator does.
-    ``live_guard`` adds the live runtime's thrash guard, ``options.max_slowdown`` (the
-    slowdown so far, before each rematerialization), status ``"thrash"`` too, so a replay
-    stops where the live run would.
+    ``live_guard`` adds the live runtime's thrash guard, ``options.max_slowdown``
+    (before each rematerialization, against the compute expected by the end of the step,
+    the trace's ``ANNOTATE STEP`` marks standing for ``minidtr train``'s, see
+    ``Replayer``; at each mark and at the end, the slowdown so far), status ``"thrash"``
+    too, so a replay stops where the live run would.
     """
     options = replay_options(
         options, budget=budget, heuristic=heuristic, dealloc=dealloc, **settings
@@ -466,6 +479,7 @@ def simulate(
             done += 1
         if outputs:
             output_remats = replayer.finish()
+        replayer.runtime.check_slowdown()  # the live guard's check at exit (live_guard only)
     except (Thrashing, ThrashError):
         status = "thrash"
     except BudgetError as e:

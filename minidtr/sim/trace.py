@@ -127,6 +127,10 @@ class Release:
     line: int = 0
 
 
+# The annotation a recorder writes where a live run marked the start of a training step.
+STEP = "STEP"
+
+
 @dataclass(frozen=True, slots=True)
 class Annotate:
     annotation: str
@@ -157,14 +161,21 @@ class Trace:
     accesses: int = field(init=False)  # CALLs without results
     total_compute: float = field(init=False)  # sum of TIME
     constant_bytes: int = field(init=False)  # all CONSTANTs and constant results
+    # the compute of each step: from each ANNOTATE STEP (a live run's ``mark_step``) to
+    # the next, or to the end
+    step_costs: tuple[float, ...] = field(init=False)
     _baseline: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         ops = accesses = 0
         compute = 0.0
         constants = 0
+        step_starts = []
         for ins in self.instructions:
-            if isinstance(ins, Call):
+            if isinstance(ins, Annotate):
+                if ins.annotation == STEP:
+                    step_starts.append(compute)
+            elif isinstance(ins, Call):
                 compute += ins.time
                 if ins.results:
                     ops += 1
@@ -179,6 +190,8 @@ class Trace:
                 constants += ins.nbytes
         self.ops, self.accesses = ops, accesses
         self.total_compute, self.constant_bytes = compute, constants
+        ends = [*step_starts[1:], compute]
+        self.step_costs = tuple(end - start for start, end in zip(step_starts, ends, strict=True))
 
     def __len__(self) -> int:
         return len(self.instructions)
