@@ -190,7 +190,7 @@ class Trace:
                 constants += ins.nbytes
         self.ops, self.accesses = ops, accesses
         self.total_compute, self.constant_bytes = compute, constants
-        ends = [*step_starts[1:], compute]
+        ends = [*step_starts[1:], compute] if step_starts else []
         self.step_costs = tuple(end - start for start, end in zip(step_starts, ends, strict=True))
 
     def __len__(self) -> int:
