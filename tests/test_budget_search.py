@@ -1,11 +1,15 @@
 """Floors, the budget search and the live runtime against the simulator on model traces."""
 
+import dataclasses
 import gc
 import math
 
 import pytest
 
+from minidtr import sim
 from minidtr.budget_search import find_budget, probe, record_trace, simulate_probe
+from minidtr.runtime import allocator as allocator_module
+from minidtr.sim.trace import STEP, Annotate
 from minidtr.testing import isolated_allocator
 from minidtr.training import TrainConfig, measure_unbounded
 
@@ -48,6 +52,40 @@ def test_live_runtime_and_simulator_agree(name):
     below = 0.95 * floors.floor_ratio
     assert probe(config, below, floors).status == "below floor"
     assert simulate_probe(trace, config, below, floors).status in ("oom", "thrash")
+
+
+def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(monkeypatch):
+    """A run whose slowdown so far passes the limit only inside a step (here the tiny
+    LSTM, 3.3x mid-run, 3.05x at the end) trains with a limit between the two, live and
+    replayed alike: both measure recomputation against the compute expected by the end of
+    the step (the first step's from the unbounded run, marked ANNOTATE STEP in the
+    trace). Without the marks the replay stops it, as the guard used to."""
+    config = TrainConfig("lstm", size="tiny", steps=2, cost="flops")
+    floors = measure_unbounded(config)
+    trace = record_trace(config)
+    assert len(trace.step_costs) == 2 and trace.step_costs[0] == floors.first_step_cost
+    assert sum(trace.step_costs) == trace.total_compute
+    budget = int((floors.floor_ratio + 0.2 * (1 - floors.floor_ratio)) * floors.peak)
+    seen: list[float] = []
+    replay = allocator_module.Allocator._replay
+
+    def noting(self, recipe, *args, **kwargs):
+        replay(self, recipe, *args, **kwargs)
+        seen.append(self.stats.slowdown)
+
+    monkeypatch.setattr(allocator_module.Allocator, "_replay", noting)
+    free = sim.simulate(trace, budget=budget, thrash=None, outputs=False)
+    monkeypatch.undo()
+    worst, final = max(seen), free.slowdown
+    assert free.status == "ok" and worst > final * 1.02
+    config = dataclasses.replace(config, max_slowdown=(worst + final) / 2)
+    ratio = budget / floors.peak
+    live = probe(config, ratio, floors)
+    replayed = simulate_probe(trace, config, ratio, floors)
+    assert live.status == replayed.status == "ok"
+    assert live.slowdown == pytest.approx(final) and replayed.slowdown == pytest.approx(final)
+    unmarked = sim.make_trace([i for i in trace.instructions if i != Annotate(STEP)])
+    assert simulate_probe(unmarked, config, ratio, floors).status == "thrash"
 
 
 def test_find_budget_brackets_the_lowest_ratio():

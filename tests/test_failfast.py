@@ -154,6 +154,80 @@ def test_max_slowdown_is_honoured_exactly(monkeypatch):
     assert "max_slowdown" in str(info.value) and "raise it" in str(info.value)
 
 
+def program_then_more_compute():
+    """``program()``, then twenty matmuls that recompute nothing: the slowdown so far is
+    highest in the middle (during ``program``'s backward) and lower at the end."""
+    out = program()
+    x = md.tensor(np.ones((8, 16), np.float32))
+    w = md.tensor(np.ones((16, 16), np.float32))
+    for _ in range(20):
+        x @ w
+    return out
+
+
+def test_a_marked_step_is_guarded_against_its_expected_compute(monkeypatch):
+    """After ``mark_step(expected_cost=E)`` the guard measures recomputation against the
+    compute expected by the end of the step: a run whose slowdown so far passes the limit
+    only mid-step completes (bit-identical, its slowdown within the limit), where the
+    unmarked run stops; a step that computes less than expected is caught at exit."""
+    unbounded = md.Runtime(cost="flops")
+    with unbounded:
+        program_then_more_compute()
+    step_cost = unbounded.stats_.compute_cost
+    budget = int(0.6 * unbounded.stats()["peak_memory"])
+    seen = recording_slowdowns(monkeypatch)
+
+    def run(limit, expected_cost=None):
+        gc.collect()
+        runtime = md.Runtime(budget=budget, cost="flops", max_slowdown=limit)
+        with isolated_allocator(), runtime:
+            if expected_cost is not None:
+                runtime.mark_step(expected_cost=expected_cost)
+            return program_then_more_compute(), runtime.stats()
+
+    expected, stats = run(None)
+    worst, final = max(seen), stats["slowdown"]
+    assert worst > final + 0.05 > 1.05
+    limit = (worst + final) / 2
+    with pytest.raises(md.ThrashError, match="recomputing"):
+        run(limit)
+    got, guarded = run(limit, expected_cost=step_cost)
+    np.testing.assert_array_equal(got, expected)
+    assert guarded["slowdown"] == final <= limit
+    # expecting far more compute than the step does: the exit check stops it
+    with pytest.raises(md.ThrashError, match="computed less than expected") as info:
+        run((1 + final) / 2, expected_cost=10 * step_cost)
+    assert info.value.slowdown == pytest.approx(final)
+
+
+def test_mark_step_expects_the_previous_steps_compute(fresh_allocator):
+    runtime = md.Runtime(cost="flops")
+    x = md.tensor(np.ones((8, 16), np.float32))
+    w = md.tensor(np.ones((16, 16), np.float32))
+    with runtime:
+        runtime.mark_step()
+        assert runtime.expected_compute == 0.0  # the first mark knows nothing
+        x @ w
+        one = runtime.stats_.compute_cost
+        runtime.mark_step()
+        assert runtime.expected_compute == 2 * one
+        x @ w
+        x @ w
+        runtime.mark_step(expected_cost=5.0)
+        assert runtime.expected_compute == 3 * one + 5.0
+        runtime.mark_step()
+        assert runtime.expected_compute == 3 * one  # the step before computed nothing
+
+
+@pytest.mark.parametrize("value", [-1.0, math.nan, math.inf, "1", True])
+def test_mark_step_checks_the_expected_cost(value):
+    runtime = md.Runtime()
+    with pytest.raises(ValueError, match="expected_cost must be a finite number >= 0"):
+        runtime.mark_step(expected_cost=value)
+    runtime.mark_step(expected_cost=np.float32(3.0))
+    assert runtime.expected_compute == runtime.stats_.compute_cost + 3.0
+
+
 def test_the_wall_clock_guard_sees_eviction_work(monkeypatch):
     budget = int(0.6 * unbounded_peak())
     # judge from the start, and call any eviction work at all too much

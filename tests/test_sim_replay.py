@@ -10,6 +10,7 @@ import minidtr as md
 from minidtr import sim
 from minidtr.runtime import allocator as allocator_module
 from minidtr.sim.trace import (
+    STEP,
     Annotate,
     Call,
     Constant,
@@ -458,3 +459,50 @@ def test_the_live_runtimes_thrash_guard_stops_a_replay_where_it_would_stop_the_r
             trace, budget=300, thrash=None, outputs=False, options=options, live_guard=True
         )
         assert guarded.status == status
+
+
+def test_the_live_guard_expects_each_marked_steps_compute(tmp_path):
+    """The same rematerializations as above (2 of 4 so far when b is read) in a step that
+    computes 8: marked ANNOTATE STEP, the live guard measures them against the step's 8
+    (1.25x), not the 4 computed so far (1.5x); a second step is expected to compute what
+    the first did, and the end of the trace is checked against the run's slowdown."""
+    body = [
+        Call("f", ("x",), (Result("a", 100),), 1.0),
+        Call("g", ("a",), (Result("b", 100),), 1.0),
+        Release("a"),
+        Call("h", ("x",), (Result("c", 100),), 1.0),
+        Call("h2", ("x",), (Result("d", 100),), 1.0),
+        Call("read", ("b",), (), 0.0),
+        Call("k", ("x",), (), 4.0),
+        Release("b"),
+        Release("c"),
+        Release("d"),
+    ]
+    marked = sim.make_trace([Constant("x", 10), Annotate(STEP), *body])
+    unmarked = sim.make_trace([Constant("x", 10), *body])
+    assert marked.step_costs == (8.0,) and unmarked.step_costs == ()
+    path = tmp_path / "marked.log"
+    sim.write_log(marked, path)
+    assert sim.load_log(path).step_costs == (8.0,)
+
+    def status(trace, limit):
+        options = md.RuntimeOptions(max_slowdown=limit)
+        return sim.simulate(
+            trace, budget=300, thrash=None, outputs=False, options=options, live_guard=True
+        )
+
+    assert status(unmarked, 1.4).status == "thrash"
+    done = status(marked, 1.4)
+    assert done.status == "ok" and done.slowdown == 1.25
+    assert status(marked, 1.2).status == "thrash"
+    two = sim.make_trace([Constant("x", 10), Annotate(STEP), *body, Annotate(STEP), *body])
+    assert two.step_costs == (8.0, 8.0)
+    both = status(two, 1.3)
+    assert both.status == "ok" and both.slowdown == 1.25
+    # a second step without k computes 4 of the 8 expected: its remats pass mid-step
+    # (1 + 4 / 16), and the end of the trace finds the run 16 / 12 = 1.33x slow
+    short = [i for i in body if not (isinstance(i, Call) and i.op == "k")]
+    uneven = sim.make_trace([Constant("x", 10), Annotate(STEP), *body, Annotate(STEP), *short])
+    assert uneven.step_costs == (8.0, 4.0)
+    assert status(uneven, 1.3).status == "thrash"
+    assert status(uneven, 1.34).slowdown == pytest.approx(16 / 12)
