@@ -154,9 +154,9 @@ def record_trace(config: TrainConfig):
 
 def simulate_probe(trace, config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
     """``probe``'s question answered by the simulator on ``trace`` (same budget in bytes,
-    same slowdown limit, checked as the live runtime checks it: the slowdown so far,
-    before each rematerialization; the config's runtime settings), for comparing it with
-    the live run."""
+    same slowdown limit, checked as the live runtime checks it, against the compute
+    expected by the end of each step (the trace's STEP marks); the config's runtime
+    settings), for comparing it with the live run."""
     from . import sim
 
     budget = int(ratio * unbounded.peak)

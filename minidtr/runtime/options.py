@@ -82,9 +82,14 @@ class RuntimeOptions:
     seed: seeds the random heuristic and candidate sampling.
     device: ``cpu`` or ``cuda``: the allocator the runtime applies to.
     max_slowdown: the thrash guard in the cost model: raise ``ThrashError`` instead of
-        running a rematerialization that would take the slowdown so far, (compute +
-        remat) / compute, past this (checked before every one, so the slowdown a run
-        reports never exceeds it). Default 4; None disables it. Must be > 1.
+        running a rematerialization that would take the recompute cost so far past
+        (this - 1) x the larger of the compute so far and the compute expected by the
+        end of the current step (``Runtime.mark_step``; nothing is expected before the
+        first mark, so there the slowdown so far, (compute + remat) / compute, is
+        what is limited), and when the slowdown so far passes this at a step mark or
+        when the runtime exits. So a run that ends without the error, and every prefix
+        of it that ends at a step mark, has a slowdown within this. Default 4; None
+        disables it. Must be > 1.
     max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
         runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work
         (searching for victims, evicting, recomputing) has made its wall time more

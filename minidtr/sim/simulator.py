@@ -230,7 +230,7 @@ class Replayer:
                 heuristic=self.informed or options.heuristic,
                 cost=trace_cost,
                 # the replay has its own guard, against the trace's compute; live_guard
-                # adds the live runtime's (the slowdown so far, before each remat)
+                # adds the live runtime's (against the compute expected by each step's end)
                 max_slowdown=options.max_slowdown if live_guard else None,
                 max_wall_slowdown=None,
             )
