@@ -392,10 +392,6 @@ class Replayer:
         self.allocator.release(self.cells.pop(ins.name))
 
 
-def _ignore(ins) -> None:
-    pass
-
-
 def measure_baseline(trace: Trace) -> Baseline:
     """Replay without a budget: the peak (what ratios are relative to) and the two floors
     below which no policy can run the trace."""
