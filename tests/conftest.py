@@ -58,3 +58,18 @@ def _check_decisions_against_loop():
 
     with checked_decisions():
         yield
+
+
+@pytest.fixture
+def replay_slowdowns(monkeypatch) -> list[float]:
+    """A list to which every allocator appends the slowdown so far, (compute + remat) /
+    compute, after each rematerialization (``monkeypatch.undo()`` stops it)."""
+    seen: list[float] = []
+    replay = _allocator_module.Allocator._replay
+
+    def noting(self, recipe, *args, **kwargs):
+        replay(self, recipe, *args, **kwargs)
+        seen.append(self.stats.slowdown)
+
+    monkeypatch.setattr(_allocator_module.Allocator, "_replay", noting)
+    return seen

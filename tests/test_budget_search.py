@@ -8,7 +8,6 @@ import pytest
 
 from minidtr import sim
 from minidtr.budget_search import find_budget, probe, record_trace, simulate_probe
-from minidtr.runtime import allocator as allocator_module
 from minidtr.sim.trace import STEP, Annotate
 from minidtr.testing import isolated_allocator
 from minidtr.training import TrainConfig, measure_unbounded
@@ -54,7 +53,9 @@ def test_live_runtime_and_simulator_agree(name):
     assert simulate_probe(trace, config, below, floors).status in ("oom", "thrash")
 
 
-def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(monkeypatch):
+def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(
+    monkeypatch, replay_slowdowns
+):
     """A run whose slowdown so far passes the limit only inside a step (here the tiny
     LSTM, 3.3x mid-run, 3.05x at the end) trains with a limit between the two, live and
     replayed alike: both measure recomputation against the compute expected by the end of
@@ -66,14 +67,7 @@ def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(monkeypa
     assert len(trace.step_costs) == 2 and trace.step_costs[0] == floors.first_step_cost
     assert sum(trace.step_costs) == trace.total_compute
     budget = int((floors.floor_ratio + 0.2 * (1 - floors.floor_ratio)) * floors.peak)
-    seen: list[float] = []
-    replay = allocator_module.Allocator._replay
-
-    def noting(self, recipe, *args, **kwargs):
-        replay(self, recipe, *args, **kwargs)
-        seen.append(self.stats.slowdown)
-
-    monkeypatch.setattr(allocator_module.Allocator, "_replay", noting)
+    seen = replay_slowdowns
     free = sim.simulate(trace, budget=budget, thrash=None, outputs=False)
     monkeypatch.undo()
     worst, final = max(seen), free.slowdown

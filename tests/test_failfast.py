@@ -119,26 +119,12 @@ def budgeted(runtime: md.Runtime):
         return program(), runtime.stats()
 
 
-def recording_slowdowns(monkeypatch) -> list[float]:
-    """Make every allocator note the slowdown so far, (compute + remat) / compute, after
-    each rematerialization, in the returned list."""
-    seen: list[float] = []
-    replay = allocator_module.Allocator._replay
-
-    def noting(self, recipe, *args, **kwargs):
-        replay(self, recipe, *args, **kwargs)
-        seen.append(self.stats.slowdown)
-
-    monkeypatch.setattr(allocator_module.Allocator, "_replay", noting)
-    return seen
-
-
-def test_max_slowdown_is_honoured_exactly(monkeypatch):
+def test_max_slowdown_is_honoured_exactly(replay_slowdowns):
     """The guard stops a run before the rematerialization that would take its slowdown so
     far past the limit: at the limit the run completes, a hair below it stops, on every
     remat (not after the first 100)."""
     budget = int(0.6 * unbounded_peak())
-    seen = recording_slowdowns(monkeypatch)
+    seen = replay_slowdowns
     expected, stats = budgeted(md.Runtime(budget=budget, cost="flops", max_slowdown=None))
     worst = max(seen)
     assert worst >= stats["slowdown"] > 1.05 and 0 < stats["remats"] < 100
@@ -165,7 +151,7 @@ def program_then_more_compute():
     return out
 
 
-def test_a_marked_step_is_guarded_against_its_expected_compute(monkeypatch):
+def test_a_marked_step_is_guarded_against_its_expected_compute(replay_slowdowns):
     """After ``mark_step(expected_cost=E)`` the guard measures recomputation against the
     compute expected by the end of the step: a run whose slowdown so far passes the limit
     only mid-step completes (bit-identical, its slowdown within the limit), where the
@@ -175,7 +161,7 @@ def test_a_marked_step_is_guarded_against_its_expected_compute(monkeypatch):
         program_then_more_compute()
     step_cost = unbounded.stats_.compute_cost
     budget = int(0.6 * unbounded.stats()["peak_memory"])
-    seen = recording_slowdowns(monkeypatch)
+    seen = replay_slowdowns
 
     def run(limit, expected_cost=None):
         gc.collect()
