@@ -133,16 +133,46 @@ def test_fused_sgd_is_bit_identical_to_the_separate_ops(options, dtype):
             assert opt.momentum_buffers[0].numpy().tobytes() == buf.numpy().tobytes()
 
 
-def test_one_update_op_per_parameter_and_step():
+def test_one_update_op_per_group_and_step():
     model = make_model(dtype=md.float32)
-    for opt in (optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1),
-                optim.Adam(model.parameters(), weight_decay=0.1)):  # fmt: skip
+    params = model.parameters()
+    for opt in (optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1),
+                optim.Adam(params, weight_decay=0.1)):  # fmt: skip
+        assert sorted(i for group in opt.groups for i in group) == list(range(len(params)))
+        assert len(opt.groups) < len(params)
+        largest = max(p.nbytes for p in params)
+        assert all(sum(params[i].nbytes for i in group) <= largest for group in opt.groups)
         for step in range(2):
             opt.zero_grad()
             loss_of(model, *batch(step, np.float32)).backward()
             with md.Runtime() as runtime:
                 opt.step()
-            assert runtime.stats()["ops"] == len(model.parameters()), (opt, step)
+            assert runtime.stats()["ops"] == len(opt.groups), (opt, step)
+
+
+def one_op_per_parameter(opt):
+    """``opt`` with its groups cut into single parameters (one op each, as before groups)."""
+    opt.groups = [[i] for group in opt.groups for i in group]
+    return opt
+
+
+@pytest.mark.parametrize("name, options", OPTIMIZERS)
+def test_grouped_updates_are_bit_identical_to_one_op_per_parameter(name, options):
+    """Also when a group's parameters are in different states: a parameter with no gradient
+    in the first step starts its state a step later (a separate op of the same group)."""
+    models = [make_model(dtype=md.float32, hidden=7) for _ in range(2)]
+    opts = [getattr(optim, name)(m.parameters(), **options) for m in models]
+    one_op_per_parameter(opts[1])
+    assert len(opts[0].groups) < len(opts[1].groups)
+    for step in range(4):
+        for model, opt in zip(models, opts, strict=True):
+            opt.zero_grad()
+            loss_of(model, *batch(step, np.float32)).backward()
+            if step == 0:
+                model.parameters()[1].grad = None  # the first layer's bias skips a step
+            opt.step()
+        for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+            assert p.numpy().tobytes() == q.numpy().tobytes(), (name, step)
 
 
 def test_a_bad_gradient_names_the_update_op_and_leaves_the_runtime_usable():

@@ -17,6 +17,7 @@ differentiable), so backward allocates only the gradients themselves.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -27,6 +28,8 @@ from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .elementwise import zero_where
 from .op import DTypeError, Op, apply, expect_tensor, float_dtype
+from .reduce import mean as reduce_mean
+from .reduce import sum as reduce_sum
 
 Pair = tuple[int, int]
 
@@ -96,12 +99,7 @@ class Window:
     def phase_rows(self, in_hw: Pair) -> tuple[Pair, Pair, Pair]:
         """(reach, first, last) per axis: phase rows q in [first, last) cover the image's
         rows (padded rows padding .. padding + H - 1)."""
-        reach = tuple(-(-k // s) for k, s in zip(self.kernel, self.stride, strict=True))
-        first = tuple(p // s for p, s in zip(self.padding, self.stride, strict=True))
-        last = tuple(
-            -(-(p + n) // s) for p, n, s in zip(self.padding, in_hw, self.stride, strict=True)
-        )
-        return reach, first, last
+        return phase_rows(self.kernel, self.stride, self.padding, tuple(in_hw))
 
     def unphase(self, xp, phases, in_hw: Pair):
         """Images (C, H, W, N), a view, from ``phases`` (C, SH, SW, QH, QW, N) of the rows
@@ -223,6 +221,26 @@ class Window:
         return out
 
 
+# Caches of window geometry, so that an op's Python work per call does not grow with the
+# arithmetic of its window: a network reuses a few windows on a few shapes. Bounded (LRU);
+# what they hold is a few small tuples each (and Window objects, immutable by convention).
+
+
+@functools.lru_cache(maxsize=256)
+def window_of(op_name: str, kernel: Pair, stride: Pair, padding: Pair) -> Window:
+    """The ``Window`` of these pairs, shared (validated once)."""
+    return Window(op_name, kernel, stride, padding)
+
+
+@functools.lru_cache(maxsize=512)
+def phase_rows(kernel: Pair, stride: Pair, padding: Pair, in_hw: Pair):
+    """``Window.phase_rows``, cached per window and input size."""
+    reach = tuple(-(-k // s) for k, s in zip(kernel, stride, strict=True))
+    first = tuple(p // s for p, s in zip(padding, stride, strict=True))
+    last = tuple(-(-(p + n) // s) for p, n, s in zip(padding, in_hw, stride, strict=True))
+    return reach, first, last
+
+
 def check_image(op: Op, x: Cell, *others: Cell) -> None:
     if len(x.shape) != 4:
         raise op.error(f"expects an NCHW input with 4 dimensions, got {len(x.shape)}", x, *others)
@@ -242,7 +260,7 @@ class Conv2d(Op):
         self.padding = as_pair(padding, "padding", self.name)
 
     def window(self, w_shape) -> Window:
-        return Window(self.name, w_shape[2:], self.stride, self.padding)
+        return window_of(self.name, w_shape[2:], self.stride, self.padding)
 
     def infer(self, x: Cell, w: Cell, *bias: Cell):
         dtype = float_dtype(self, x, w, *bias)
@@ -279,17 +297,16 @@ class Conv2d(Op):
         return 2.0 * math.prod(out_metas[0][0]) * c * kh * kw, nbytes
 
     def backward(self, ctx, g):
-        from .reduce import sum
-
         x, w = ctx.inputs[:2]
+        needs_grad, shapes = ctx.needs_grad, ctx.in_shapes
         gx = gw = gb = None
-        if ctx.needs_grad[0]:
-            gx = apply(Conv2dGradInput(self.stride, self.padding, ctx.in_shapes[0]), g, w)
-        if ctx.needs_grad[1]:
-            gw = apply(Conv2dGradWeight(self.stride, self.padding, ctx.in_shapes[1]), x, g)
-        if len(ctx.needs_grad) > 2 and ctx.needs_grad[2]:
-            gb = sum(g, axis=(0, 2, 3))
-        return (gx, gw, gb)[: len(ctx.in_shapes)]
+        if needs_grad[0]:
+            gx = apply(Conv2dGradInput(self.stride, self.padding, shapes[0]), g, w)
+        if needs_grad[1]:
+            gw = apply(Conv2dGradWeight(self.stride, self.padding, shapes[1]), x, g)
+        if len(needs_grad) > 2 and needs_grad[2]:
+            gb = reduce_sum(g, axis=(0, 2, 3))
+        return (gx, gw, gb)[: len(shapes)]
 
 
 class Conv2dGradInput(Op):
@@ -309,7 +326,7 @@ class Conv2dGradInput(Op):
 
     def forward(self, xp, g, w):
         n, c, h, wd = self.x_shape
-        window = Window(self.name, w.shape[2:], self.stride, self.padding)
+        window = window_of(self.name, w.shape[2:], self.stride, self.padding)
         if window.phase_rows((h, wd))[0] == (1, 1):
             return self.spread(xp, window, g, w)
         window, w = self.aligned(xp, window, w)
@@ -343,7 +360,7 @@ class Conv2dGradInput(Op):
         shifted = xp.zeros((o, c, kh + eh, kw + ew), dtype=w.dtype)
         shifted[:, :, eh:, ew:] = w
         padding = (self.padding[0] + eh, self.padding[1] + ew)
-        return Window(self.name, shifted.shape[2:], self.stride, padding), shifted
+        return window_of(self.name, shifted.shape[2:], self.stride, padding), shifted
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -368,7 +385,7 @@ class Conv2dGradWeight(Op):
 
     def forward(self, xp, x, g):
         n, o, oh, ow = g.shape
-        window = Window(self.name, self.w_shape[2:], self.stride, self.padding)
+        window = window_of(self.name, self.w_shape[2:], self.stride, self.padding)
         cols = window.columns(xp, x, (oh, ow))
         g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
         return (g @ cols.T).reshape(self.w_shape)
@@ -520,26 +537,41 @@ class AvgPool2dGrad(Op):
 
 def conv2d(x: Tensor, w: Tensor, b: Tensor | None = None, stride=1, padding=0) -> Tensor:
     """2-D cross-correlation (PyTorch's conv2d): x (N, C, H, W), w (O, C, KH, KW), b (O,)."""
-    return apply(Conv2d(stride, padding), x, w, *(() if b is None else (b,)))
+    if type(stride) is int and type(padding) is int:
+        op = shared_op(Conv2d, stride, padding)
+    else:
+        op = Conv2d(stride, padding)
+    return apply(op, x, w, *(() if b is None else (b,)))
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding: int = 0) -> Tensor:
-    return apply(MaxPool2d(kernel_size, stride, padding), x)
+    return apply(pool_op(MaxPool2d, kernel_size, stride, padding), x)
 
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding: int = 0) -> Tensor:
-    return apply(AvgPool2d(kernel_size, stride, padding), x)
+    return apply(pool_op(AvgPool2d, kernel_size, stride, padding), x)
+
+
+@functools.lru_cache(maxsize=128)
+def shared_op(cls: type[Op], *args: int | None) -> Op:
+    """One op object per class and int arguments: ops hold static attributes only, so
+    a layer's every call can share one (and skip checking its arguments again)."""
+    return cls(*args)
+
+
+def pool_op(cls: type[Pool2d], kernel_size, stride, padding) -> Pool2d:
+    if type(kernel_size) is type(padding) is int and (stride is None or type(stride) is int):
+        return shared_op(cls, kernel_size, stride, padding)
+    return cls(kernel_size, stride, padding)
 
 
 def global_avg_pool2d(x: Tensor) -> Tensor:
     """The mean over H and W: (N, C, H, W) -> (N, C)."""
-    from .reduce import mean
-
     if expect_tensor("global_avg_pool2d", x).ndim != 4:
         raise ValueError(f"global_avg_pool2d: expects an NCHW input, got shape {x.shape}")
     if x.dtype.kind != "f":
         raise DTypeError(f"global_avg_pool2d: needs a floating-point input, got {x.dtype}")
-    return mean(x, axis=(2, 3))
+    return reduce_mean(x, axis=(2, 3))
 
 
 def upsample_nearest2d(x: Tensor, scale_factor) -> Tensor:

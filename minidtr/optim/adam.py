@@ -14,8 +14,8 @@ class Adam(Optimizer):
     """At step t: g = grad + weight_decay * p; m = b1 * m + (1 - b1) * g;
     v = b2 * v + (1 - b2) * g * g; p = p - (lr / (1 - b1^t)) * m /
     (sqrt(v) / sqrt(1 - b2^t) + eps) (``torch.optim.Adam``, amsgrad off), m and v zero
-    before the first step. Each parameter's update is one fused op, ``AdamUpdate``, which
-    rounds in the order PyTorch's CPU kernels do (m by ``lerp``)."""
+    before the first step. Each group of parameters is updated by one fused op,
+    ``AdamUpdate``, which rounds in the order PyTorch's CPU kernels do (m by ``lerp``)."""
 
     def __init__(
         self,
@@ -38,16 +38,25 @@ class Adam(Optimizer):
         self.exp_avg: list[Tensor | None] = [None] * len(self.params)
         self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)
 
+    def state_key(self, index: int) -> object:
+        return self.param_steps[index]
+
+    def update_group(self, indices: list[int]) -> list[Tensor]:
+        t = self.param_steps[indices[0]] + 1
+        op = AdamUpdate(self.lr, self.betas, self.eps, self.weight_decay, t, len(indices))
+        inputs: list[Tensor] = []
+        for i in indices:
+            inputs += (self.params[i], self.params[i].grad)
+            if t > 1:
+                inputs += (self.exp_avg[i], self.exp_avg_sq[i])
+        out = apply(op, *inputs)
+        for k, i in enumerate(indices):  # only once the update has run: a bad gradient
+            self.param_steps[i] = t  # changes nothing
+            self.exp_avg[i], self.exp_avg_sq[i] = out[3 * k + 1], out[3 * k + 2]
+        return list(out[0::3])
+
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
-        t = self.param_steps[index] + 1
-        op = AdamUpdate(self.lr, self.betas, self.eps, self.weight_decay, t)
-        if t == 1:
-            new_p, m, v = apply(op, p, grad)
-        else:
-            new_p, m, v = apply(op, p, grad, self.exp_avg[index], self.exp_avg_sq[index])
-        self.param_steps[index] = t  # only once the update has run: a bad gradient changes nothing
-        self.exp_avg[index], self.exp_avg_sq[index] = m, v
-        return new_p
+        return self.update_group([index])[0]
 
     def __repr__(self) -> str:
         return (

@@ -1,7 +1,8 @@
-"""The optimizers' fused update ops: one op per parameter per step.
+"""The optimizers' fused update ops: one op per group of parameters per step.
 
-Each takes a parameter, its gradient and its state and returns the new
-parameter and the new state, computed in one kernel. Written as separate
+Each takes parameters, their gradients and their state and returns the new
+parameters and the new state, computed in one kernel (a loop over the group's
+parameters, each updated on its own: the group changes no rounding). Written as separate
 elementwise ops, an SGD-with-momentum update was four ops and two scalar
 constants per parameter, more than half of a small ResNet step's ops, each
 costing the allocator's bookkeeping; fused, it is one. The kernels do the same
@@ -30,30 +31,73 @@ def _check_like(op: Op, cells: tuple[Cell, ...]) -> None:
     float_dtype(op, *cells)
 
 
+def _check_group(op: Op, cells: tuple[Cell, ...], per_param: int, count: int) -> list:
+    """Inputs ``per_param`` per parameter (parameter first), each parameter's alike;
+    returns one output (shape, dtype) per parameter."""
+    if len(cells) != per_param * count:
+        what = f"{per_param} inputs" + (f" for each of {count} parameters" if count > 1 else "")
+        raise TypeError(f"{op.name}: expects {what}, got {len(cells)}")
+    metas = []
+    for start in range(0, len(cells), per_param):
+        chunk = cells[start : start + per_param]
+        _check_like(op, chunk)
+        metas.append((chunk[0].shape, chunk[0].dtype))
+    return metas
+
+
+def _elements(in_metas, per_param: int) -> int:
+    n = 0
+    for shape, _ in in_metas[::per_param]:
+        size = 1
+        for d in shape:
+            size *= d
+        n += size
+    return n
+
+
 class SGDUpdate(Op):
-    """(p, grad[, buf]) -> (new p[, new buf]): g = grad + weight_decay * p; with momentum,
-    buf = g on the first step (no buf given) and momentum * buf + g after, and g = buf;
-    new p = p - lr * g."""
+    """(p, grad[, buf]) -> (new p[, new buf]) for each of ``count`` parameters (inputs and
+    outputs in that order, parameter after parameter): g = grad + weight_decay * p; with
+    momentum, buf = g on the first step (no buf given) and momentum * buf + g after, and
+    g = buf; new p = p - lr * g."""
 
     name = "sgd_update"
     differentiable = False
 
-    def __init__(self, lr: float, momentum: float, weight_decay: float, first: bool):
+    def __init__(
+        self, lr: float, momentum: float, weight_decay: float, first: bool, count: int = 1
+    ):
         self.lr = float(lr)
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
         self.first = first
-        self.n_outputs = 2 if momentum else 1
+        self.count = int(count)
+        self.n_outputs = (2 if momentum else 1) * self.count
+
+    @property
+    def per_param(self) -> int:
+        return 2 if (not self.momentum or self.first) else 3
 
     def infer(self, *cells: Cell):
-        expected = 2 if (not self.momentum or self.first) else 3
-        if len(cells) != expected:
-            raise TypeError(f"{self.name}: expects {expected} inputs, got {len(cells)}")
-        _check_like(self, cells)
-        meta = (cells[0].shape, cells[0].dtype)
-        return [meta] * self.n_outputs
+        metas = _check_group(self, cells, self.per_param, self.count)
+        if not self.momentum:
+            return metas
+        return [meta for meta in metas for _ in range(2)]
 
-    def forward(self, xp, p, grad, buf=None):
+    def forward(self, xp, *arrays):
+        k = self.per_param
+        if self.count == 1:
+            return self.update(*arrays)
+        out: list = []
+        for start in range(0, len(arrays), k):
+            result = self.update(*arrays[start : start + k])
+            if self.momentum:
+                out += result
+            else:
+                out.append(result)
+        return tuple(out)
+
+    def update(self, p, grad, buf=None):
         scalar = p.dtype.type
         g = grad
         if self.weight_decay:
@@ -71,40 +115,56 @@ class SGDUpdate(Op):
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         flops_per_element = 2 + (2 if self.weight_decay else 0) + (2 if self.momentum else 0)
-        n = 1
-        for d in in_metas[0][0]:
-            n *= d
-        return float(flops_per_element * n), nbytes
+        return float(flops_per_element * _elements(in_metas, self.per_param)), nbytes
 
 
 class AdamUpdate(Op):
-    """(p, grad[, m, v]) -> (new p, new m, new v) at step ``t`` (m = v = 0 before the first):
-    g = grad + weight_decay * p; m = lerp(m, g, 1 - beta1); v = beta2 * v + (1 - beta2) * g * g;
+    """(p, grad[, m, v]) -> (new p, new m, new v) at step ``t`` (m = v = 0 before the first)
+    for each of ``count`` parameters (parameter after parameter): g = grad + weight_decay
+    * p; m = lerp(m, g, 1 - beta1); v = beta2 * v + (1 - beta2) * g * g;
     new p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), each step in
     the order ``torch.optim.Adam`` computes it (``lerp_``, ``addcmul_``, ``addcdiv_``)."""
 
     name = "adam_update"
-    n_outputs = 3
     differentiable = False
 
     def __init__(
-        self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, step: int
+        self,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        step: int,
+        count: int = 1,
     ):
         self.lr = float(lr)
         self.betas = (float(betas[0]), float(betas[1]))
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
         self.step = int(step)
+        self.count = int(count)
+        self.n_outputs = 3 * self.count
+
+    @property
+    def per_param(self) -> int:
+        return 2 if self.step == 1 else 4
 
     def infer(self, *cells: Cell):
-        expected = 2 if self.step == 1 else 4
-        if len(cells) != expected:
-            raise TypeError(f"{self.name}: expects {expected} inputs at step {self.step}, "
-                            f"got {len(cells)}")  # fmt: skip
-        _check_like(self, cells)
-        return [(cells[0].shape, cells[0].dtype)] * 3
+        if len(cells) != self.per_param * self.count:
+            what = f" for each of {self.count} parameters" if self.count > 1 else ""
+            raise TypeError(f"{self.name}: expects {self.per_param} inputs at step "
+                            f"{self.step}{what}, got {len(cells)}")  # fmt: skip
+        metas = _check_group(self, cells, self.per_param, self.count)
+        return [meta for meta in metas for _ in range(3)]
 
-    def forward(self, xp, p, grad, m=None, v=None):
+    def forward(self, xp, *arrays):
+        k = self.per_param
+        out: list = []
+        for start in range(0, len(arrays), k):
+            out += self.update(xp, *arrays[start : start + k])
+        return tuple(out)
+
+    def update(self, xp, p, grad, m=None, v=None):
         scalar = p.dtype.type
         beta1, beta2 = self.betas
         t = self.step
@@ -138,7 +198,4 @@ class AdamUpdate(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        n = 1
-        for d in in_metas[0][0]:
-            n *= d
-        return float(12 * n), nbytes
+        return float(12 * _elements(in_metas, self.per_param)), nbytes

@@ -6,6 +6,12 @@ Every update computes a parameter's new value with minidtr ops under
 old value (an activation still alive, evicted or not) recomputes exactly what
 it computed before the step. New values and optimizer state are constants:
 they keep no recipe, so no chain of recipes grows from step to step.
+
+The built-in optimizers update several parameters with one op (``update_group``):
+the parameters are packed into groups (``update_groups``) no larger together than
+the largest parameter, so a step never needs more room at once than the largest
+parameter's own update did, while a network of many small tensors (a ResNet's
+batch-norm scales and shifts) pays the per-op bookkeeping once per group.
 """
 
 from __future__ import annotations
@@ -25,12 +31,40 @@ def updating() -> Iterator[None]:
         yield
 
 
+def update_groups(params: list[Tensor]) -> list[list[int]]:
+    """The parameters' indices packed into groups that one op updates: same device and
+    dtype, at most as many bytes together as the largest parameter (first fit, largest
+    first; each group in parameter order). Deterministic: it depends on the shapes only."""
+    capacity = max(p.nbytes for p in params)
+    order = sorted(range(len(params)), key=lambda i: -params[i].nbytes)  # stable: ties by index
+    groups: list[list[int]] = []
+    room: list[int] = []
+    kinds: list[tuple] = []
+    for i in order:
+        p = params[i]
+        kind = (p.device, p.dtype)
+        for g, group in enumerate(groups):
+            if kinds[g] == kind and room[g] >= p.nbytes:
+                group.append(i)
+                room[g] -= p.nbytes
+                break
+        else:
+            groups.append([i])
+            room.append(capacity - p.nbytes)
+            kinds.append(kind)
+    for group in groups:
+        group.sort()
+    groups.sort(key=lambda group: group[0])
+    return groups
+
+
 class Optimizer:
     def __init__(self, params: Iterable[Tensor], lr: float):
         self.params = self._check_params(params)
         if lr < 0.0:
             raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {lr}")
         self.lr = lr
+        self.groups = update_groups(self.params)
 
     def _check_params(self, params: Iterable[Tensor]) -> list[Tensor]:
         name = type(self).__name__
@@ -62,11 +96,29 @@ class Optimizer:
             p.grad = None
 
     def step(self) -> None:
-        """Update every parameter that has a gradient; skip those whose grad is None."""
+        """Update every parameter that has a gradient; skip those whose grad is None.
+        Within a group, parameters whose state differs (a first step, say) are updated
+        by separate ops, one per kind of state (``state_key``)."""
+        params = self.params
         with updating():
-            for index, p in enumerate(self.params):
-                if p.grad is not None:
-                    p.assign(self.update(index, p, p.grad))
+            for group in self.groups:
+                by_state: dict = {}
+                for index in group:
+                    if params[index].grad is not None:
+                        by_state.setdefault(self.state_key(index), []).append(index)
+                for indices in by_state.values():
+                    new = self.update_group(indices)
+                    for index, value in zip(indices, new, strict=True):
+                        params[index].assign(value)
+
+    def state_key(self, index: int) -> object:
+        """Parameters of one group with equal keys are updated by one op."""
+        return index
+
+    def update_group(self, indices: list[int]) -> list[Tensor]:
+        """The new values of the parameters at ``indices`` (equal ``state_key``s), in
+        order; by default one ``update`` each (runs inside ``updating()``)."""
+        return [self.update(i, self.params[i], self.params[i].grad) for i in indices]
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
         """The new value of parameter ``index`` (runs inside ``updating()``)."""

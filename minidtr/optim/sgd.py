@@ -13,8 +13,8 @@ from .optimizer import Optimizer
 class SGD(Optimizer):
     """g = grad + weight_decay * p; with momentum, buf = g on the first step and
     buf = momentum * buf + g after, and g = buf; then p = p - lr * g
-    (``torch.optim.SGD`` with dampening 0, no Nesterov). Each parameter's update is one
-    fused op, ``SGDUpdate``."""
+    (``torch.optim.SGD`` with dampening 0, no Nesterov). Each group of parameters
+    (``update_groups``) is updated by one fused op, ``SGDUpdate``."""
 
     def __init__(
         self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
@@ -27,6 +27,25 @@ class SGD(Optimizer):
         self.momentum = momentum
         self.weight_decay = weight_decay
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
+
+    def state_key(self, index: int) -> object:
+        return self.momentum_buffers[index] is None
+
+    def update_group(self, indices: list[int]) -> list[Tensor]:
+        params, buffers = self.params, self.momentum_buffers
+        first = buffers[indices[0]] is None
+        op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first, len(indices))
+        inputs: list[Tensor] = []
+        for i in indices:
+            inputs += (params[i], params[i].grad)
+            if self.momentum and not first:
+                inputs.append(buffers[i])
+        out = apply(op, *inputs)
+        if not self.momentum:
+            return [out] if len(indices) == 1 else list(out)
+        for k, i in enumerate(indices):
+            buffers[i] = out[2 * k + 1]
+        return list(out[0::2])
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
         if not self.momentum:
