@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import minidtr as md
-from minidtr.ops.conv import Conv2d, Conv2dGradInput, Window
+from minidtr.ops.conv import Conv2d, Conv2dGradInput, MaxPool2d, MaxPool2dGrad, Window
 from minidtr.ops.elementwise import zero_where
 from minidtr.testing import assert_remat_equivalent
 from op_harness import HAS_TORCH, OpCase, define_tests
@@ -230,6 +230,39 @@ def test_max_pool_ties_send_the_gradient_to_the_first_max_like_torch():
     tx = torch.tensor(x, requires_grad=True)
     torch.nn.functional.max_pool2d(tx, 2, stride=2, padding=1).backward(torch.tensor(g))
     np.testing.assert_array_equal(xt.grad.numpy(), tx.grad.numpy())
+
+
+@pytest.mark.parametrize("kernel", [2, (2, 3)])
+@pytest.mark.parametrize("batch_last", [False, True])
+def test_max_pool_gradient_of_tiling_windows_matches_the_general_path(kernel, batch_last):
+    """Windows that tile the image (kernel = stride, no padding) take a shortcut in the
+    image's layout; it gives the general path's bits, with sizes that leave rows and
+    columns out, infinite gradients (dropped as +0.0, not NaN), and it hands windows with
+    ties or NaN to the general path."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 2, 7, 8)).astype(np.float32)
+    if batch_last:
+        x = np.ascontiguousarray(x.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
+    op = MaxPool2dGrad(MaxPool2d(kernel, None, 0).window)
+    oh, ow = op.window.out_hw(x.shape[2:])
+    g = rng.standard_normal((3, 2, oh, ow)).astype(np.float32)
+    g[0, 0, 0, 0], g[1, 1, 1, 1] = np.inf, -np.inf
+
+    class GeneralPath(MaxPool2dGrad):
+        def tiled(self, xp, x, g):
+            return None
+
+    general = GeneralPath(op.window)
+    tied, with_nan = x.copy(), x.copy()
+    tied[0, 0, :2, :2] = 1.0
+    with_nan[1, 0, 2, 2] = np.nan
+    assert op.tiled(np, x, g) is not None
+    assert op.tiled(np, tied, g) is None and op.tiled(np, with_nan, g) is None
+    for values in (x, tied, with_nan):
+        ours, theirs = op.forward(np, values, g), general.forward(np, values, g)
+        assert ours.shape == theirs.shape == x.shape
+        assert np.ascontiguousarray(ours).tobytes() == np.ascontiguousarray(theirs).tobytes()
+    assert not np.isnan(op.forward(np, x, g)).any()
 
 
 def test_conv_cost_counts_multiply_adds():

@@ -454,11 +454,35 @@ class MaxPool2dGrad(Op):
 
     def forward(self, xp, x, g):
         window = self.window
+        if window.kernel == window.stride and window.padding == (0, 0):
+            tiled = self.tiled(xp, x, g)
+            if tiled is not None:
+                return tiled
         out_hw = g.shape[2:]
         patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
         passed = self.not_chosen(xp, patches, x.shape[2:])
         g = g.transpose(1, 2, 3, 0)[:, None, None]  # (C, 1, 1, OH, OW, N)
         return batch_first(xp, window.fold(xp, zero_where(xp, passed, g), x.shape[2:]))
+
+    def tiled(self, xp, x, g):
+        """The gradient for windows that tile the image (kernel = stride, no padding, as
+        U-Net's 2x2 pooling), in the image's own layout: x batch-last seen as
+        (C, OH, KH, OW, KW, N), so the mask and the result need no window copies or fold.
+        None when a window holds a NaN or ties for its maximum (the general path then
+        breaks the tie as PyTorch does)."""
+        (kh, kw), (n, c, h, w), (oh, ow) = self.window.kernel, x.shape, g.shape[2:]
+        tiles = x.transpose(1, 2, 3, 0)[:, : oh * kh, : ow * kw].reshape(c, oh, kh, ow, kw, n)
+        best = tiles.max(axis=2).max(axis=3)  # KH first: about 1.5x faster than both at once
+        passed = tiles != best[:, :, None, :, None]
+        if bool(xp.isnan(best).any()) or int(xp.count_nonzero(passed)) != passed.size - best.size:
+            return None
+        grad = zero_where(xp, passed, g.transpose(1, 2, 3, 0)[:, :, None, :, None])
+        grad = grad.reshape(c, oh * kh, ow * kw, n)
+        if (oh * kh, ow * kw) != (h, w):  # rows and columns past the last window get nothing
+            image = xp.zeros((c, h, w, n), dtype=grad.dtype)
+            image[:, : oh * kh, : ow * kw] = grad
+            grad = image
+        return grad.transpose(3, 0, 1, 2)
 
     def not_chosen(self, xp, patches, in_hw: Pair):
         """A bool mask (C, KH, KW, OH, OW, N), False at the one element of each window
