@@ -243,14 +243,17 @@ def batch_norm(
     """
     if expect_tensor("batch_norm", x).ndim < 2:
         raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
-    channels = x.shape[1]
-    for what, p in (
-        ("weight", weight),
-        ("bias", bias),
-        ("running_mean", running_mean),
-        ("running_var", running_var),
-    ):
-        _check_param("batch_norm", what, p, x, channels)
+    channels, dtype = x.shape[1], x.dtype
+    expected = (channels,)
+    for p in (weight, bias, running_mean, running_var):
+        if p is not None and (type(p) is not Tensor or p.shape != expected or p.dtype != dtype):
+            for what, q in (
+                ("weight", weight),
+                ("bias", bias),
+                ("running_mean", running_mean),
+                ("running_var", running_var),
+            ):
+                _check_param("batch_norm", what, q, x, channels)
     if (running_mean is None) != (running_var is None):
         raise ValueError("batch_norm: give both running_mean and running_var, or neither")
     if not training:

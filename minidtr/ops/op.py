@@ -23,9 +23,7 @@ allocate nothing.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -95,17 +93,26 @@ class Op:
 _constant_mode = False
 
 
-@contextlib.contextmanager
-def as_constants() -> Iterator[None]:
+class ConstantMode:
+    """The context manager of ``as_constants`` (a class: entered on every batch-norm
+    layer's running statistics, where a generator-based one cost several microseconds)."""
+
+    __slots__ = ("previous",)
+
+    def __enter__(self) -> None:
+        global _constant_mode
+        self.previous, _constant_mode = _constant_mode, True
+
+    def __exit__(self, *exc_info) -> None:
+        global _constant_mode
+        _constant_mode = self.previous
+
+
+def as_constants() -> ConstantMode:
     """Ops inside produce constants: values with no recipe that are never evicted and
     keep no graph alive. Optimizers and running statistics update through this, so
     every step's new parameters do not chain back to the previous step."""
-    global _constant_mode
-    previous, _constant_mode = _constant_mode, True
-    try:
-        yield
-    finally:
-        _constant_mode = previous
+    return ConstantMode()
 
 
 def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
