@@ -1,15 +1,16 @@
 """Where a training step's CPU time goes, by phase: kernels, op bookkeeping, the rest.
 
-    python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8]
+    python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8] [--by-op]
 
 Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
 forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
 kernels (every ``Op.forward``), in the rest of ``apply`` (checking the inputs,
 the allocator's recipe, storage and cell, the Tensor handles, the autograd node)
 and outside any op (module code, the autograd engine's own loop, releasing
-tensors). Then the ops per step by name. CPU time of this thread rather than wall
-time, so that other processes on a shared machine do not count; the timers add a
-few microseconds per op.
+tensors). Then the ops per step by name; with ``--by-op``, each op's kernel time and
+bookkeeping (its ``apply`` minus its kernel) per call. CPU time of this thread rather
+than wall time, so that other processes on a shared machine do not count; the timers
+add a few microseconds per op.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from minidtr.runtime.allocator import Allocator
 PHASES = ("batch", "forward", "backward", "step", "zero_grad")
 
 
-def instrument(spent: Counter, ops: Counter):
-    """Count kernel and outermost-apply CPU time into ``spent``, ops by name into ``ops``;
-    returns a function that undoes it."""
+def instrument(spent: Counter, ops: Counter, by_op: Counter):
+    """Count kernel and outermost-apply CPU time into ``spent``, ops by name into ``ops``,
+    and per op name into ``by_op`` (keys (name, "kernel") and (name, "apply")); returns
+    a function that undoes it."""
     run, apply = Allocator._run, op_module.apply
     clock = time.thread_time_ns
     depth = [0]
@@ -44,8 +46,10 @@ def instrument(spent: Counter, ops: Counter):
         try:
             return run(self, recipe, arrays, metas)
         finally:
-            spent["kernels"] += clock() - started
+            elapsed = clock() - started
+            spent["kernels"] += elapsed
             ops[recipe.op.name] += 1
+            by_op[recipe.op.name, "kernel"] += elapsed
 
     def timed_apply(op, *inputs, **kwargs):
         depth[0] += 1
@@ -55,7 +59,9 @@ def instrument(spent: Counter, ops: Counter):
         finally:
             depth[0] -= 1
             if depth[0] == 0:
-                spent["apply"] += clock() - started
+                elapsed = clock() - started
+                spent["apply"] += elapsed
+                by_op[op.name, "apply"] += elapsed
 
     modules = [m for name, m in sys.modules.items() if name.startswith("minidtr.")]
     patched = [m for m in modules if getattr(m, "apply", None) is apply]
@@ -76,6 +82,7 @@ def main() -> None:
     p.add_argument("--model", default="resnet")
     p.add_argument("--size", default="small")
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--by-op", action="store_true", help="kernel and bookkeeping per op name")
     args = p.parse_args()
     task = make_task(args.model, args.size, 0)
     optimizer = task.make_optimizer(task.model.parameters())
@@ -83,7 +90,8 @@ def main() -> None:
     spent: Counter = Counter()
     ops: Counter = Counter()
     totals: Counter = Counter()
-    undo = instrument(spent, ops)
+    by_op: Counter = Counter()
+    undo = instrument(spent, ops, by_op)
 
     def phase(name, fn, *args):
         spent.clear()
@@ -99,6 +107,7 @@ def main() -> None:
             if i == 1:  # the first step creates the optimizer state
                 totals.clear()
                 ops.clear()
+                by_op.clear()
             indices = rng.choice(task.n_train, task.batch_size, replace=False)
             model_input, targets = phase("batch", task.batch, indices)
             loss, _ = phase("forward", task.loss, model_input, targets)
@@ -129,6 +138,13 @@ def main() -> None:
         f"{1e3 * (total - kernels) / per_step:.0f} us of bookkeeping per op"
     )
     print("ops per step: " + ", ".join(f"{name} {c / n:.0f}" for name, c in ops.most_common()))
+    if args.by_op:
+        # an op applied inside another op's apply would count its bookkeeping in the outer
+        # op's (none of the bundled models' ops does)
+        print(f"per call, us{'':16s} {'per step':>8s} {'kernel':>10s} {'bookkeeping':>15s}")
+        for name, c in ops.most_common():
+            kernel, outer = by_op[name, "kernel"] / c / 1e3, by_op[name, "apply"] / c / 1e3
+            print(f"  {name:26s} {c / n:8.0f} {kernel:10.1f} {outer - kernel:15.1f}")
 
 
 if __name__ == "__main__":
