@@ -18,7 +18,8 @@ class LSTMCell(Module):
     gates = x @ weight_ih.T + bias_ih + h @ weight_hh.T + bias_hh, split into
     i, f, g, o (input, forget, cell, output; weight_ih (4H, I), weight_hh
     (4H, H)); c' = sigmoid(f) * c + sigmoid(i) * tanh(g); h' = sigmoid(o) *
-    tanh(c'). A missing state is zeros. Every parameter starts U(-1/sqrt(H),
+    tanh(c'). Two fused ops (``lstm_gates``, ``lstm_cell``): a step keeps only
+    its gate pre-activations and states for backward. A missing state is zeros. Every parameter starts U(-1/sqrt(H),
     1/sqrt(H)). Input (batch, I) or unbatched (I,).
     """
 
@@ -66,12 +67,8 @@ class LSTMCell(Module):
                     f"{self!r}: the state must be two tensors of shape {shape} "
                     f"for input {x.shape}, got {h.shape} and {c.shape}"
                 )
-        gates = F.linear(x, self.weight_ih, self.bias_ih) + F.linear(
-            h, self.weight_hh, self.bias_hh
-        )
-        i, f, g, o = F.split(gates, 4, axis=1)
-        c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
-        h = F.sigmoid(o) * F.tanh(c)
+        gates = F.lstm_gates(x, h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
+        h, c = F.lstm_cell(gates, c)
         if not batched:
             h, c = F.reshape(h, (self.hidden_size,)), F.reshape(c, (self.hidden_size,))
         return h, c

@@ -1,0 +1,230 @@
+"""The LSTM's two fused ops: ``lstm_gates`` (both gate linears as one op) and ``lstm_cell``
+(the four gate nonlinearities and the cell update as one op, with a fused backward).
+
+Written as separate ops, one LSTM step makes two (batch, 4H) linear outputs, their sum
+and four activations, and only the activations are kept for backward: the linears and
+their sum are dead once the gates are computed, so rebuilding an evicted activation
+under a budget needs three matrix-sized ops and the memory of all three. Fused, a step
+keeps one (batch, 4H) value, the gate pre-activations, whose rebuild is one product of
+the step's input and hidden state; ``lstm_cell``'s backward recomputes the activations
+from it (elementwise, cheap), as cuDNN's and PyTorch's fused LSTM cells do.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..runtime.storage import Cell
+from ..tensor import Tensor
+from .linalg import LinearWeightGrad
+from .op import Op, apply, expect_tensor, float_dtype
+
+# cost-model flops per hidden element, the same per-element rates as the unfused ops
+# (a sigmoid or tanh 8, a multiply or add 1): three sigmoids, two tanh and the update
+CELL_FLOPS = 45
+# the backward recomputes the activations and tanh(c') (40 + 8), then the products
+CELL_GRAD_FLOPS = 66
+
+
+def _sigmoid(xp, x):
+    return xp.tanh(x * 0.5) * 0.5 + 0.5
+
+
+def _activations(xp, gates):
+    """i, f, g, o of the (..., 4H) pre-activations in PyTorch's gate order."""
+    h = gates.shape[-1] // 4
+    i = _sigmoid(xp, gates[..., :h])
+    f = _sigmoid(xp, gates[..., h : 2 * h])
+    g = xp.tanh(gates[..., 2 * h : 3 * h])
+    o = _sigmoid(xp, gates[..., 3 * h :])
+    return i, f, g, o
+
+
+class LSTMCell(Op):
+    """(gates (..., 4H), c (..., H)) -> (h', c'): c' = sigmoid(f) * c + sigmoid(i) * tanh(g),
+    h' = sigmoid(o) * tanh(c'). Keeps its two inputs for backward, nothing else."""
+
+    name = "lstm_cell"
+    n_outputs = 2
+    retain_inputs = (0, 1)
+
+    def infer(self, gates: Cell, c: Cell):
+        dtype = float_dtype(self, gates, c)
+        if not c.shape or gates.shape[:-1] != c.shape[:-1] or gates.shape[-1] != 4 * c.shape[-1]:
+            raise self.error(
+                "gates must have shape (..., 4H) for a cell state (..., H), the same leading "
+                "dimensions",
+                gates,
+                c,
+            )
+        return [(c.shape, dtype), (c.shape, dtype)]
+
+    def forward(self, xp, gates, c):
+        i, f, g, o = _activations(xp, gates)
+        c_new = f * c
+        c_new += i * g
+        h_new = xp.tanh(c_new)
+        h_new *= o
+        return h_new, c_new
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return float(CELL_FLOPS * math.prod(out_metas[0][0])), nbytes
+
+    def backward(self, ctx, grads):
+        dh, dc = grads
+        if dh is None and dc is None:
+            return None, None
+        given = tuple(g for g in (dh, dc) if g is not None)
+        grad_op = LSTMCellGrad(dh is not None, dc is not None, ctx.needs_grad[1])
+        out = apply(grad_op, ctx.inputs[0], ctx.inputs[1], *given)
+        if not ctx.needs_grad[1]:
+            return (out if ctx.needs_grad[0] else None), None
+        return (out[0] if ctx.needs_grad[0] else None), out[1]
+
+
+class LSTMCellGrad(Op):
+    """(dgates, dc) of ``lstm_cell`` from its inputs and its outputs' gradients (either
+    may be absent), recomputing the activations from the pre-activations:
+    dc' = dc + dh * o * (1 - tanh(c')^2); di = dc' * g * i(1 - i), df = dc' * c * f(1 - f),
+    dg = dc' * i * (1 - g^2), do = dh * tanh(c') * o(1 - o); dc_prev = dc' * f."""
+
+    name = "lstm_cell_grad"
+    differentiable = False
+
+    def __init__(self, has_dh: bool, has_dc: bool, wants_dc: bool):
+        self.has_dh = has_dh
+        self.has_dc = has_dc
+        self.wants_dc = wants_dc
+        self.n_outputs = 2 if wants_dc else 1
+
+    def infer(self, gates: Cell, c: Cell, *grads: Cell):
+        metas = [(gates.shape, gates.dtype)]
+        return metas + [(c.shape, c.dtype)] if self.wants_dc else metas
+
+    def forward(self, xp, gates, c, *grads):
+        dh = grads[0] if self.has_dh else None
+        dc = grads[-1] if self.has_dc else None
+        i, f, g, o = _activations(xp, gates)
+        h = c.shape[-1]
+        dgates = xp.empty_like(gates)
+        di, df = dgates[..., :h], dgates[..., h : 2 * h]
+        dg, do = dgates[..., 2 * h : 3 * h], dgates[..., 3 * h :]
+        if dh is not None:
+            tanh_c = f * c
+            tanh_c += i * g
+            tanh_c = xp.tanh(tanh_c)
+            xp.multiply(dh, tanh_c, out=do)
+            do *= o * (1.0 - o)
+            total = dh * o
+            total *= 1.0 - tanh_c * tanh_c
+            if dc is not None:
+                total += dc
+        else:
+            do[...] = 0.0
+            total = dc.copy()
+        xp.multiply(total, g, out=di)
+        di *= i * (1.0 - i)
+        xp.multiply(total, c, out=df)
+        df *= f * (1.0 - f)
+        xp.multiply(total, i, out=dg)
+        dg *= 1.0 - g * g
+        if not self.wants_dc:
+            return dgates
+        total *= f
+        return dgates, total
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return float(CELL_GRAD_FLOPS * math.prod(in_metas[1][0])), nbytes
+
+
+class LSTMGates(Op):
+    """``x @ weight_ih.T + h @ weight_hh.T (+ bias_ih) (+ bias_hh)``: the LSTM's two gate
+    linears and their sum as one op, one (..., 4H) output."""
+
+    name = "lstm_gates"
+    retain_inputs = (0, 1, 2, 3)
+
+    def __init__(self, has_bias_ih: bool, has_bias_hh: bool):
+        self.has_bias_ih = has_bias_ih
+        self.has_bias_hh = has_bias_hh
+
+    def infer(self, x: Cell, h: Cell, w_ih: Cell, w_hh: Cell, *biases: Cell):
+        cells = (x, h, w_ih, w_hh, *biases)
+        dtype = float_dtype(self, *cells)
+        if len(w_ih.shape) != 2 or len(w_hh.shape) != 2 or w_ih.shape[0] != w_hh.shape[0]:
+            raise self.error(
+                "weight_ih and weight_hh must be (G, input) and (G, hidden) with one G", *cells
+            )
+        if not x.shape or x.shape[-1] != w_ih.shape[1]:
+            raise self.error("x's last axis must match weight_ih's second", *cells)
+        if h.shape[:-1] != x.shape[:-1] or h.shape[-1] != w_hh.shape[1]:
+            raise self.error(
+                "h must have x's leading dimensions and weight_hh's second as its last", *cells
+            )
+        for b in biases:
+            if b.shape != (w_ih.shape[0],):
+                raise self.error(f"biases must have shape ({w_ih.shape[0]},)", *cells)
+        return [((*x.shape[:-1], w_ih.shape[0]), dtype)]
+
+    def forward(self, xp, x, h, w_ih, w_hh, *biases):
+        y = xp.matmul(x, w_ih.T)
+        y += xp.matmul(h, w_hh.T)
+        for b in biases:
+            y += b
+        return y
+
+    def cost(self, in_metas, out_metas):
+        (x_shape, dtype), (h_shape, _), (w_shape, _), *_ = in_metas
+        flops = 2.0 * (math.prod(x_shape) + math.prod(h_shape)) * w_shape[0]
+        nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
+        return flops, float(nbytes)
+
+    def backward(self, ctx, g):
+        from .linalg import matmul
+        from .reduce import sum as reduce_sum
+
+        x, h, w_ih, w_hh = ctx.inputs[:4]
+        need = ctx.needs_grad
+        grads = [
+            matmul(g, w_ih) if need[0] else None,
+            matmul(g, w_hh) if need[1] else None,
+            apply(LinearWeightGrad(), g, x) if need[2] else None,
+            apply(LinearWeightGrad(), g, h) if need[3] else None,
+        ]
+        n_bias = len(ctx.in_shapes) - 4
+        if n_bias:
+            axes = tuple(range(g.ndim - 1))
+            db = reduce_sum(g, axis=axes) if axes else g
+            grads += [db if need[4 + k] else None for k in range(n_bias)]
+        return tuple(grads)
+
+
+def lstm_gates(
+    x: Tensor,
+    h: Tensor,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+) -> Tensor:
+    """The LSTM's gate pre-activations ``linear(x, weight_ih, bias_ih) + linear(h, weight_hh,
+    bias_hh)`` as one op (weights (4H, input) and (4H, hidden), PyTorch's layout)."""
+    tensors = [expect_tensor("lstm_gates", v, w) for v, w in ((x, "x"), (h, "h"))]
+    tensors += [expect_tensor("lstm_gates", weight_ih, "weight_ih")]
+    tensors += [expect_tensor("lstm_gates", weight_hh, "weight_hh")]
+    if bias_ih is not None:
+        tensors.append(expect_tensor("lstm_gates", bias_ih, "bias_ih"))
+    if bias_hh is not None:
+        tensors.append(expect_tensor("lstm_gates", bias_hh, "bias_hh"))
+    return apply(LSTMGates(bias_ih is not None, bias_hh is not None), *tensors)
+
+
+def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """One LSTM cell update from the gate pre-activations (..., 4H), split i, f, g, o in
+    PyTorch's order, and the cell state (..., H): returns (h', c') with
+    c' = sigmoid(f) * c + sigmoid(i) * tanh(g) and h' = sigmoid(o) * tanh(c')."""
+    expect_tensor("lstm_cell", gates, "gates")
+    expect_tensor("lstm_cell", c, "c")
+    return apply(LSTMCell(), gates, c)

@@ -1,0 +1,197 @@
+"""lstm_gates and lstm_cell (the LSTM's fused ops) through the generic harness, plus each
+output's gradient alone (the last step's c' has none) and the unrolled cell under budgets."""
+
+import numpy as np
+import pytest
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minidtr as md
+from minidtr.testing.strategies import budget_fractions, deallocs, heuristics
+from op_harness import HAS_TORCH, OpCase, define_tests
+from test_remat_properties import check_between_minimal_and_peak
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def cell_reference(gates, c):
+    i, f, g, o = np.split(gates.astype(np.float64), 4, axis=-1)
+    c_new = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    h_new = sigmoid(o) * np.tanh(c_new)
+    return h_new.astype(gates.dtype), c_new.astype(gates.dtype)
+
+
+def torch_cell(t, gates, c):
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c_new = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c_new.tanh(), c_new
+
+
+def gates_reference(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    y = x.astype(np.float64) @ w_ih.T + h.astype(np.float64) @ w_hh.T
+    for b in (b_ih, b_hh):
+        if b is not None:
+            y = y + b
+    return y.astype(x.dtype)
+
+
+def torch_gates(t, x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    F = t.nn.functional
+    return F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
+
+
+CASES = [
+    OpCase(
+        "lstm_cell",
+        md.lstm_cell,
+        cell_reference,
+        [((5, 12), (5, 3)), ((2, 3, 8), (2, 3, 2)), ((8,), (2,)), ((0, 8), (0, 2))],
+        torch_fn=torch_cell,
+        bad=[((5, 12), (5, 4)), ((5, 12), (4, 3)), ((12,), ()), ((5, 12), (3,))],
+    ),
+    OpCase(
+        "lstm_cell[h only]",
+        lambda gates, c: md.lstm_cell(gates, c)[0],
+        lambda gates, c: cell_reference(gates, c)[0],
+        [((4, 8), (4, 2))],
+        torch_fn=lambda t, gates, c: torch_cell(t, gates, c)[0],
+    ),
+    OpCase(
+        "lstm_cell[c only]",
+        lambda gates, c: md.lstm_cell(gates, c)[1],
+        lambda gates, c: cell_reference(gates, c)[1],
+        [((4, 8), (4, 2))],
+        torch_fn=lambda t, gates, c: torch_cell(t, gates, c)[1],
+    ),
+    OpCase(
+        "lstm_cell[constant state]",
+        md.lstm_cell,
+        cell_reference,
+        [((4, 8), (4, 2))],
+        grad_inputs=(0,),
+        torch_fn=torch_cell,
+    ),
+    OpCase(
+        "lstm_gates",
+        md.lstm_gates,
+        gates_reference,
+        [
+            ((5, 3), (5, 2), (8, 3), (8, 2), (8,), (8,)),
+            ((2, 3, 4), (2, 3, 2), (8, 4), (8, 2), (8,), (8,)),
+            ((3,), (2,), (8, 3), (8, 2), (8,), (8,)),
+        ],
+        torch_fn=torch_gates,
+        bad=[
+            ((5, 3), (5, 2), (8, 4), (8, 2), (8,), (8,)),
+            ((5, 3), (4, 2), (8, 3), (8, 2), (8,), (8,)),
+            ((5, 3), (5, 2), (8, 3), (7, 2), (8,), (8,)),
+            ((5, 3), (5, 2), (8, 3), (8, 2), (8,), (7,)),
+        ],
+    ),
+    OpCase(
+        "lstm_gates[no bias]",
+        md.lstm_gates,
+        gates_reference,
+        [((5, 3), (5, 2), (8, 3), (8, 2))],
+        torch_fn=torch_gates,
+    ),
+    OpCase(
+        "lstm_gates[bias_hh only]",
+        lambda x, h, w_ih, w_hh, b: md.lstm_gates(x, h, w_ih, w_hh, None, b),
+        lambda x, h, w_ih, w_hh, b: gates_reference(x, h, w_ih, w_hh, None, b),
+        [((5, 3), (5, 2), (8, 3), (8, 2), (8,))],
+        torch_fn=lambda t, x, h, w_ih, w_hh, b: torch_gates(t, x, h, w_ih, w_hh, None, b),
+    ),
+]
+
+test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs = define_tests(CASES)
+
+
+def test_lstm_cell_errors_name_the_op_and_shapes():
+    with pytest.raises(md.ShapeError, match=r"lstm_cell: .*\(5, 12\), \(5, 4\)"):
+        md.lstm_cell(md.zeros((5, 12)), md.zeros((5, 4)))
+    with pytest.raises(md.DTypeError, match="lstm_cell"):
+        md.lstm_cell(md.zeros((5, 12)), md.zeros((5, 3), md.float64))
+    with pytest.raises(TypeError, match="lstm_cell: c must be a Tensor"):
+        md.lstm_cell(md.zeros((5, 12)), np.zeros((5, 3)))
+    with pytest.raises(md.ShapeError, match=r"lstm_gates: .*\(5, 3\), \(5, 2\), \(8, 4\)"):
+        md.lstm_gates(md.zeros((5, 3)), md.zeros((5, 2)), md.zeros((8, 4)), md.zeros((8, 2)))
+
+
+def test_lstm_cell_keeps_only_its_inputs_for_backward():
+    """The point of fusing: no activation or output is saved, only the pre-activations and
+    the previous cell state."""
+    gates = md.randn((3, 8), seed=0, requires_grad=True)
+    c = md.randn((3, 2), seed=1, requires_grad=True)
+    h, c_new = md.lstm_cell(gates, c)
+    node = h.grad_fn
+    assert node is c_new.grad_fn
+    assert node.inputs[0] is not None and node.inputs[1] is not None
+    assert all(o is None for o in node.outputs)
+
+
+def fused_lstm_program(length: int, hidden: int, seed: int):
+    """nn.LSTMCell (the fused ops) unrolled over ``length`` steps, a loss on every h."""
+
+    def run():
+        rng = np.random.default_rng(seed)
+        xs = rng.standard_normal((length, 3, 4))
+        cell = md.nn.LSTMCell(4, hidden, dtype=md.float64, rng=seed)
+        state, loss = None, None
+        for x in xs:
+            state = cell(md.tensor(x), state)
+            term = md.mean(state[0] * state[0])
+            loss = term if loss is None else loss + term
+        loss.backward()
+        return {"loss": loss, "grads": [p.grad for p in cell.parameters()]}
+
+    return run
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_unrolled_fused_cell_matches_torch():
+    """Twelve steps with a loss on every step's h: loss and parameter gradients equal
+    PyTorch's LSTMCell in float64."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((12, 4, 3))
+    cell = md.nn.LSTMCell(3, 5, dtype=md.float64, rng=0)
+    ref = torch.nn.LSTMCell(3, 5, dtype=torch.float64)
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            p.copy_(torch.tensor(getattr(cell, name).numpy()))
+    state = ref_state = None
+    loss = total = 0
+    for x in xs:
+        state = cell(md.tensor(x), state)
+        ref_state = ref(torch.tensor(x), ref_state)
+        loss = loss + (state[0] * state[0]).sum()
+        total = total + (ref_state[0] * ref_state[0]).sum()
+    loss.backward()
+    total.backward()
+    assert abs(loss.item() - total.item()) <= 1e-10 * abs(total.item())
+    for name, p in ref.named_parameters():
+        np.testing.assert_allclose(
+            getattr(cell, name).grad.numpy(), p.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=name
+        )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(2, 8),
+    st.integers(1, 4),
+    st.integers(0, 3),
+    heuristics(),
+    deallocs(),
+    budget_fractions(),
+)
+def test_fused_lstm_is_bit_identical_under_any_budget(
+    length, hidden, seed, heuristic, dealloc, fraction
+):
+    check_between_minimal_and_peak(
+        fused_lstm_program(length, hidden, seed), heuristic, dealloc, fraction
+    )
