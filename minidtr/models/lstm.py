@@ -11,6 +11,8 @@ hold all of them twice, both large working sets for a single op.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from .. import nn
 from .. import ops as F
 from ..nn.init import Rng
@@ -33,11 +35,26 @@ class LSTMModel(nn.Module):
         self.cell = b.lstm_cell(embed, hidden)
         self.head = b.linear(hidden, vocab)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """(N, T) int tokens -> (N, T, vocab) scores for the next token at each position."""
+    def step_scores(self, tokens: Tensor) -> Iterator[Tensor]:
+        """(N, T) int tokens -> each step's (N, vocab) scores for the next token, in order."""
         state = None
-        scores = []
         for t in range(tokens.shape[1]):
             state = self.cell(self.embedding(tokens[:, t]), state)
-            scores.append(self.head(state[0]))
-        return F.stack(scores, axis=1)
+            yield self.head(state[0])
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """(N, T) int tokens -> (N, T, vocab) scores for the next token at each position."""
+        return F.stack(list(self.step_scores(tokens)), axis=1)
+
+    def loss(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy over every position, (N * T,) targets in (N, T) row order,
+        taken step by step: each step's scores go into that step's cross-entropy, whose
+        backward runs when the backward reaches the step, instead of one loss over the
+        stacked scores, whose gradient is cut into T slices at the start of the backward."""
+        n, length = tokens.shape
+        by_step = F.reshape(targets, (n, length))
+        total = None
+        for t, scores in enumerate(self.step_scores(tokens)):
+            term = F.cross_entropy(scores, by_step[:, t])
+            total = term if total is None else total + term
+        return total * (1.0 / length)

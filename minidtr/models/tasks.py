@@ -56,6 +56,8 @@ class Task:
     inputs: Callable[[Any, np.ndarray, str], Any]  # (examples, indices, device) -> model input
     metric: str = "accuracy"
     device: str = "cpu"
+    # (model input, targets) -> mean loss, for a model that computes its loss its own way
+    loss_fn: Callable[[Any, Tensor], Tensor] | None = None
 
     def batch(self, indices: np.ndarray, train: bool = True) -> tuple[Any, Tensor]:
         """Model input and int64 target rows for the examples at ``indices``."""
@@ -72,7 +74,10 @@ class Task:
             out = F.transpose(out, (0, 2, 3, 1))
         return F.reshape(out, (-1, out.shape[-1]))
 
-    def loss(self, model_input: Any, targets: Tensor) -> tuple[Tensor, Tensor]:
+    def loss(self, model_input: Any, targets: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The mean loss and the score rows it came from (None from a ``loss_fn``)."""
+        if self.loss_fn is not None:
+            return self.loss_fn(model_input, targets), None
         rows = self.scores(model_input)
         return F.cross_entropy(rows, targets), rows
 
@@ -184,6 +189,7 @@ def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
         _tokens,
         metric="next-token accuracy",
         device=device,
+        loss_fn=model.loss,
     )
 
 
