@@ -3,14 +3,13 @@ output's gradient alone (the last step's c' has none) and the unrolled cell unde
 
 import numpy as np
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_remat_properties import check_between_minimal_and_peak
 
 import minidtr as md
 from minidtr.testing.strategies import budget_fractions, deallocs, heuristics
 from op_harness import HAS_TORCH, OpCase, define_tests
-from test_remat_properties import check_between_minimal_and_peak
 
 
 def sigmoid(x):

@@ -19,8 +19,9 @@ class LSTMCell(Module):
     i, f, g, o (input, forget, cell, output; weight_ih (4H, I), weight_hh
     (4H, H)); c' = sigmoid(f) * c + sigmoid(i) * tanh(g); h' = sigmoid(o) *
     tanh(c'). Two fused ops (``lstm_gates``, ``lstm_cell``): a step keeps only
-    its gate pre-activations and states for backward. A missing state is zeros. Every parameter starts U(-1/sqrt(H),
-    1/sqrt(H)). Input (batch, I) or unbatched (I,).
+    its gate pre-activations and states for backward. A missing state is zeros.
+    Every parameter starts U(-1/sqrt(H), 1/sqrt(H)). Input (batch, I) or
+    unbatched (I,).
     """
 
     def __init__(
