@@ -187,3 +187,17 @@ def test_accuracy_is_a_fraction_of_the_test_set():
     task = make_task("mlp", "tiny")
     value = accuracy(task, examples=50)
     assert 0.0 <= value <= 1.0 and math.isclose(value * 50, round(value * 50))
+
+
+def test_lstm_loss_per_step_equals_the_loss_over_stacked_scores():
+    """The LSTM task's loss, a cross-entropy per step averaged, is the mean cross-entropy
+    of the stacked scores (to rounding), with the same gradients."""
+    task = make_task("lstm", "tiny")
+    model_input, targets = task.batch(np.arange(8))
+    params = task.model.parameters()
+    per_step, rows = task.loss(model_input, targets)
+    assert rows is None
+    stacked = md.cross_entropy(task.scores(model_input), targets)
+    np.testing.assert_allclose(per_step.item(), stacked.item(), rtol=1e-6)
+    for a, b in zip(md.grad(per_step, params), md.grad(stacked, params), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-7)

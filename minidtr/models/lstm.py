@@ -3,10 +3,10 @@
 Unrolling in Python makes the graph as long as the sequence: each step's
 state is an input to the next, and backward needs every step's gates, so
 memory grows linearly with the length (the case the paper's LSTM measures).
-Tokens are embedded and scored one step at a time, and only the (small) scores
-are stacked: embedding the whole sequence at once would make backward sum a
-full-size gradient per step, and stacking the hidden states would make one op
-hold all of them twice, both large working sets for a single op.
+Tokens are embedded and scored one step at a time: embedding the whole
+sequence at once would make backward sum a full-size gradient per step. The
+training loss (``loss``) is a cross-entropy per step, so no op holds every
+step's scores; ``forward`` stacks the (small) scores for evaluation.
 """
 
 from __future__ import annotations
