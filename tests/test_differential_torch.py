@@ -205,6 +205,20 @@ CONV_SHAPES = [
 ]
 IMAGES = [((2, 3, 6, 7),), ((1, 2, 5, 5),), ((0, 2, 4, 4),)]
 
+
+def torch_lstm_cell(gates, c):
+    """PyTorch's LSTM cell update from gate pre-activations (i, f, g, o) and c."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c_new = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c_new.tanh(), c_new
+
+
+def torch_child_sum_cell(iou, c_in):
+    i, o, u = iou.chunk(3, dim=-1)
+    c_new = i.sigmoid() * u.tanh() + c_in
+    return o.sigmoid() * c_new.tanh(), c_new
+
+
 CASES: list[Case] = [
     binary("add", md.add, torch.add),
     binary("sub", md.sub, torch.sub),
@@ -418,6 +432,30 @@ CASES: list[Case] = [
         md.linear,
         TF.linear,
         [((5, 4), (3, 4)), ((2, 1, 4), (2, 4))],
+        ("normal", "normal"),
+    ),
+    Case(
+        "lstm_gates",
+        md.lstm_gates,
+        lambda x, h, wi, wh, bi, bh: TF.linear(x, wi, bi) + TF.linear(h, wh, bh),
+        [
+            ((5, 3), (5, 2), (8, 3), (8, 2), (8,), (8,)),
+            ((0, 3), (0, 2), (8, 3), (8, 2), (8,), (8,)),
+        ],
+        ("normal",) * 6,
+    ),
+    Case(
+        "lstm_cell",
+        md.lstm_cell,
+        lambda gates, c: torch_lstm_cell(gates, c),
+        [((5, 12), (5, 3)), ((2, 3, 8), (2, 3, 2))],
+        ("normal", "normal"),
+    ),
+    Case(
+        "child_sum_cell",
+        md.child_sum_cell,
+        lambda iou, c_in: torch_child_sum_cell(iou, c_in),
+        [((5, 9), (5, 3)), ((6,), (2,))],
         ("normal", "normal"),
     ),
     Case("conv2d", md.conv2d, TF.conv2d, CONV_SHAPES, ("normal", "normal", "normal")),

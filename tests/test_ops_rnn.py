@@ -1,5 +1,6 @@
-"""lstm_gates and lstm_cell (the LSTM's fused ops) through the generic harness, plus each
-output's gradient alone (the last step's c' has none) and the unrolled cell under budgets."""
+"""lstm_gates, lstm_cell and child_sum_cell (the LSTMs' fused ops) through the generic
+harness, plus each output's gradient alone (the last step's c' has none) and the unrolled
+cell against PyTorch and under budgets."""
 
 import numpy as np
 import pytest
@@ -26,6 +27,18 @@ def cell_reference(gates, c):
 def torch_cell(t, gates, c):
     i, f, g, o = gates.chunk(4, dim=-1)
     c_new = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c_new.tanh(), c_new
+
+
+def child_sum_reference(iou, c_in):
+    i, o, u = np.split(iou.astype(np.float64), 3, axis=-1)
+    c_new = sigmoid(i) * np.tanh(u) + c_in
+    return (sigmoid(o) * np.tanh(c_new)).astype(iou.dtype), c_new.astype(iou.dtype)
+
+
+def torch_child_sum(t, iou, c_in):
+    i, o, u = iou.chunk(3, dim=-1)
+    c_new = i.sigmoid() * u.tanh() + c_in
     return o.sigmoid() * c_new.tanh(), c_new
 
 
@@ -74,6 +87,29 @@ CASES = [
         torch_fn=torch_cell,
     ),
     OpCase(
+        "child_sum_cell",
+        md.child_sum_cell,
+        child_sum_reference,
+        [((5, 9), (5, 3)), ((2, 3, 6), (2, 3, 2)), ((6,), (2,)), ((0, 6), (0, 2))],
+        torch_fn=torch_child_sum,
+        bad=[((5, 12), (5, 3)), ((5, 9), (4, 3)), ((9,), ())],
+    ),
+    OpCase(
+        "child_sum_cell[h only]",
+        lambda iou, c_in: md.child_sum_cell(iou, c_in)[0],
+        lambda iou, c_in: child_sum_reference(iou, c_in)[0],
+        [((4, 6), (4, 2))],
+        torch_fn=lambda t, iou, c_in: torch_child_sum(t, iou, c_in)[0],
+    ),
+    OpCase(
+        "child_sum_cell[c only, constant c_in]",
+        lambda iou, c_in: md.child_sum_cell(iou, c_in)[1],
+        lambda iou, c_in: child_sum_reference(iou, c_in)[1],
+        [((4, 6), (4, 2))],
+        grad_inputs=(0,),
+        torch_fn=lambda t, iou, c_in: torch_child_sum(t, iou, c_in)[1],
+    ),
+    OpCase(
         "lstm_gates",
         md.lstm_gates,
         gates_reference,
@@ -116,6 +152,8 @@ def test_lstm_cell_errors_name_the_op_and_shapes():
         md.lstm_cell(md.zeros((5, 12)), md.zeros((5, 3), md.float64))
     with pytest.raises(TypeError, match="lstm_cell: c must be a Tensor"):
         md.lstm_cell(md.zeros((5, 12)), np.zeros((5, 3)))
+    with pytest.raises(md.ShapeError, match=r"child_sum_cell: .*\(5, 12\), \(5, 3\)"):
+        md.child_sum_cell(md.zeros((5, 12)), md.zeros((5, 3)))
     with pytest.raises(md.ShapeError, match=r"lstm_gates: .*\(5, 3\), \(5, 2\), \(8, 4\)"):
         md.lstm_gates(md.zeros((5, 3)), md.zeros((5, 2)), md.zeros((8, 4)), md.zeros((8, 2)))
 

@@ -8,6 +8,10 @@ any number of children with states (h_k, c_k)::
     f_k = sigmoid(W_f x + U_f h_k)                  one forget gate per child
     c = i * u + sum_k f_k * c_k,   h = o * tanh(c)
 
+``lstm_gates`` computes W x + U h~ for i, o, u as one op and ``child_sum_cell``
+the gates' nonlinearities and the update of c and h as one (fused backward too);
+the forget gates, one per child, stay separate ops.
+
 The graph follows the trees: a batch of differently shaped trees gives a
 different graph every step, which static checkpointing cannot plan for. For
 speed the nodes of a tree at the same height are computed together: level 0
@@ -153,7 +157,6 @@ class TreeLSTM(nn.Module):
         states: list[tuple[Tensor, Tensor]] = []
         for level in levels:
             x = self.embedding(tensor(level.tokens, device=device))
-            i, o, u = F.split(self.input_iou(x), 3, axis=1)
             if level.child_level:
                 f = self.input_f(x)
                 pairs = [
@@ -162,14 +165,19 @@ class TreeLSTM(nn.Module):
                 h_kids = F.concat([states[g][0][r] for g, r in pairs])
                 c_kids = F.concat([states[g][1][r] for g, r in pairs])
                 slots = index(child_slots(level.child_parent, len(level.tokens)))
-                hi, ho, hu = F.split(self.hidden_iou(sum_children(h_kids, slots)), 3, axis=1)
-                i, o, u = i + hi, o + ho, u + hu
+                iou = F.lstm_gates(
+                    x,
+                    sum_children(h_kids, slots),
+                    self.input_iou.weight,
+                    self.hidden_iou.weight,
+                    self.input_iou.bias,
+                )
                 forget = F.sigmoid(f[index(level.child_parent)] + self.hidden_f(h_kids))
-                c = F.sigmoid(i) * F.tanh(u) + sum_children(forget * c_kids, slots)
+                c_in = sum_children(forget * c_kids, slots)
             else:
-                c = F.sigmoid(i) * F.tanh(u)
-            h = F.sigmoid(o) * F.tanh(c)
-            states.append((h, c))
+                iou = self.input_iou(x)
+                c_in = zeros((len(level.tokens), self.hidden), x.dtype, device=device)
+            states.append(F.child_sum_cell(iou, c_in))
         if len(trees) == 1:
             return states[int(root_level[0])][0][int(root_row[0]) : int(root_row[0]) + 1]
         order = np.argsort(np.lexsort((root_row, root_level)), kind="stable")

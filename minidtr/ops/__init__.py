@@ -33,5 +33,5 @@ from .norm import batch_norm, layer_norm
 from .op import DTypeError, Op, ShapeError, apply, as_constants
 from .random import dropout, rand, randn
 from .reduce import max, mean, sum, sum_to
-from .rnn import lstm_cell, lstm_gates
+from .rnn import child_sum_cell, lstm_cell, lstm_gates
 from .shape import broadcast_to, concat, copy, flatten, getitem, reshape, split, stack, transpose

@@ -24,6 +24,9 @@ from .op import Op, apply, expect_tensor, float_dtype
 CELL_FLOPS = 45
 # the backward recomputes the activations and tanh(c') (40 + 8), then the products
 CELL_GRAD_FLOPS = 66
+# the child-sum cell: two sigmoids and two tanh, the update; its backward likewise
+CHILD_SUM_FLOPS = 35
+CHILD_SUM_GRAD_FLOPS = 52
 
 
 def _sigmoid(xp, x):
@@ -139,6 +142,111 @@ class LSTMCellGrad(Op):
         return float(CELL_GRAD_FLOPS * math.prod(in_metas[1][0])), nbytes
 
 
+class ChildSumCell(Op):
+    """The child-sum Tree-LSTM's cell (Tai et al., 2015) from (iou (..., 3H), c_in (..., H)),
+    where c_in is the children's forget-gated cell states, summed:
+    c' = sigmoid(i) * tanh(u) + c_in, h' = sigmoid(o) * tanh(c'). Keeps its two inputs."""
+
+    name = "child_sum_cell"
+    n_outputs = 2
+    retain_inputs = (0, 1)
+
+    def infer(self, iou: Cell, c_in: Cell):
+        dtype = float_dtype(self, iou, c_in)
+        if (
+            not c_in.shape
+            or iou.shape[:-1] != c_in.shape[:-1]
+            or iou.shape[-1] != 3 * c_in.shape[-1]
+        ):
+            raise self.error(
+                "iou must have shape (..., 3H) for a cell input (..., H), the same leading "
+                "dimensions",
+                iou,
+                c_in,
+            )
+        return [(c_in.shape, dtype), (c_in.shape, dtype)]
+
+    def forward(self, xp, iou, c_in):
+        i, o, u = _child_sum_activations(xp, iou)
+        c_new = i * u
+        c_new += c_in
+        h_new = xp.tanh(c_new)
+        h_new *= o
+        return h_new, c_new
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return float(CHILD_SUM_FLOPS * math.prod(out_metas[0][0])), nbytes
+
+    def backward(self, ctx, grads):
+        dh, dc = grads
+        if dh is None and dc is None:
+            return None, None
+        given = tuple(g for g in (dh, dc) if g is not None)
+        grad_op = ChildSumCellGrad(dh is not None, dc is not None, ctx.needs_grad[1])
+        out = apply(grad_op, ctx.inputs[0], ctx.inputs[1], *given)
+        if not ctx.needs_grad[1]:
+            return (out if ctx.needs_grad[0] else None), None
+        return (out[0] if ctx.needs_grad[0] else None), out[1]
+
+
+def _child_sum_activations(xp, iou):
+    h = iou.shape[-1] // 3
+    i = _sigmoid(xp, iou[..., :h])
+    o = _sigmoid(xp, iou[..., h : 2 * h])
+    u = xp.tanh(iou[..., 2 * h :])
+    return i, o, u
+
+
+class ChildSumCellGrad(Op):
+    """(diou, dc_in) of ``child_sum_cell``: dc' = dc + dh * o * (1 - tanh(c')^2);
+    di = dc' * u * i(1 - i), do = dh * tanh(c') * o(1 - o), du = dc' * i * (1 - u^2);
+    dc_in = dc'."""
+
+    name = "child_sum_cell_grad"
+    differentiable = False
+
+    def __init__(self, has_dh: bool, has_dc: bool, wants_dc: bool):
+        self.has_dh = has_dh
+        self.has_dc = has_dc
+        self.wants_dc = wants_dc
+        self.n_outputs = 2 if wants_dc else 1
+
+    def infer(self, iou: Cell, c_in: Cell, *grads: Cell):
+        metas = [(iou.shape, iou.dtype)]
+        return metas + [(c_in.shape, c_in.dtype)] if self.wants_dc else metas
+
+    def forward(self, xp, iou, c_in, *grads):
+        dh = grads[0] if self.has_dh else None
+        dc = grads[-1] if self.has_dc else None
+        i, o, u = _child_sum_activations(xp, iou)
+        h = c_in.shape[-1]
+        diou = xp.empty_like(iou)
+        di, do, du = diou[..., :h], diou[..., h : 2 * h], diou[..., 2 * h :]
+        if dh is not None:
+            tanh_c = i * u
+            tanh_c += c_in
+            tanh_c = xp.tanh(tanh_c)
+            xp.multiply(dh, tanh_c, out=do)
+            do *= o * (1.0 - o)
+            total = dh * o
+            total *= 1.0 - tanh_c * tanh_c
+            if dc is not None:
+                total += dc
+        else:
+            do[...] = 0.0
+            total = dc.copy()
+        xp.multiply(total, u, out=di)
+        di *= i * (1.0 - i)
+        xp.multiply(total, i, out=du)
+        du *= 1.0 - u * u
+        return (diou, total) if self.wants_dc else diou
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return float(CHILD_SUM_GRAD_FLOPS * math.prod(in_metas[1][0])), nbytes
+
+
 class LSTMGates(Op):
     """``x @ weight_ih.T + h @ weight_hh.T (+ bias_ih) (+ bias_hh)``: the LSTM's two gate
     linears and their sum as one op, one (..., 4H) output."""
@@ -228,3 +336,13 @@ def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     expect_tensor("lstm_cell", gates, "gates")
     expect_tensor("lstm_cell", c, "c")
     return apply(LSTMCell(), gates, c)
+
+
+def child_sum_cell(iou: Tensor, c_in: Tensor) -> tuple[Tensor, Tensor]:
+    """The child-sum Tree-LSTM's cell update from the (..., 3H) pre-activations, split
+    i, o, u, and ``c_in`` (..., H), the sum of the children's forget-gated cell states
+    (zeros at a leaf): returns (h', c') with c' = sigmoid(i) * tanh(u) + c_in and
+    h' = sigmoid(o) * tanh(c')."""
+    expect_tensor("child_sum_cell", iou, "iou")
+    expect_tensor("child_sum_cell", c_in, "c_in")
+    return apply(ChildSumCell(), iou, c_in)
