@@ -30,13 +30,13 @@ def torch_cell(t, gates, c):
     return o.sigmoid() * c_new.tanh(), c_new
 
 
-def child_sum_reference(iou, c_in):
+def child_sum_reference(iou, c_in=0.0):
     i, o, u = np.split(iou.astype(np.float64), 3, axis=-1)
     c_new = sigmoid(i) * np.tanh(u) + c_in
     return (sigmoid(o) * np.tanh(c_new)).astype(iou.dtype), c_new.astype(iou.dtype)
 
 
-def torch_child_sum(t, iou, c_in):
+def torch_child_sum(t, iou, c_in=0.0):
     i, o, u = iou.chunk(3, dim=-1)
     c_new = i.sigmoid() * u.tanh() + c_in
     return o.sigmoid() * c_new.tanh(), c_new
@@ -93,6 +93,21 @@ CASES = [
         [((5, 9), (5, 3)), ((2, 3, 6), (2, 3, 2)), ((6,), (2,)), ((0, 6), (0, 2))],
         torch_fn=torch_child_sum,
         bad=[((5, 12), (5, 3)), ((5, 9), (4, 3)), ((9,), ())],
+    ),
+    OpCase(
+        "child_sum_cell[leaf]",
+        md.child_sum_cell,
+        child_sum_reference,
+        [((5, 9),), ((6,),)],
+        torch_fn=torch_child_sum,
+        bad=[((5, 8),), ((),)],
+    ),
+    OpCase(
+        "child_sum_cell[leaf, c only]",
+        lambda iou: md.child_sum_cell(iou)[1],
+        lambda iou: child_sum_reference(iou)[1],
+        [((4, 6),)],
+        torch_fn=lambda t, iou: torch_child_sum(t, iou)[1],
     ),
     OpCase(
         "child_sum_cell[h only]",

@@ -175,8 +175,7 @@ class TreeLSTM(nn.Module):
                 forget = F.sigmoid(f[index(level.child_parent)] + self.hidden_f(h_kids))
                 c_in = sum_children(forget * c_kids, slots)
             else:
-                iou = self.input_iou(x)
-                c_in = zeros((len(level.tokens), self.hidden), x.dtype, device=device)
+                iou, c_in = self.input_iou(x), None
             states.append(F.child_sum_cell(iou, c_in))
         if len(trees) == 1:
             return states[int(root_level[0])][0][int(root_row[0]) : int(root_row[0]) + 1]

@@ -143,33 +143,34 @@ class LSTMCellGrad(Op):
 
 
 class ChildSumCell(Op):
-    """The child-sum Tree-LSTM's cell (Tai et al., 2015) from (iou (..., 3H), c_in (..., H)),
-    where c_in is the children's forget-gated cell states, summed:
-    c' = sigmoid(i) * tanh(u) + c_in, h' = sigmoid(o) * tanh(c'). Keeps its two inputs."""
+    """The child-sum Tree-LSTM's cell (Tai et al., 2015) from iou (..., 3H) and c_in
+    (..., H), the children's forget-gated cell states summed (absent at a leaf):
+    c' = sigmoid(i) * tanh(u) + c_in, h' = sigmoid(o) * tanh(c'). Keeps its inputs."""
 
     name = "child_sum_cell"
     n_outputs = 2
-    retain_inputs = (0, 1)
 
-    def infer(self, iou: Cell, c_in: Cell):
-        dtype = float_dtype(self, iou, c_in)
-        if (
-            not c_in.shape
-            or iou.shape[:-1] != c_in.shape[:-1]
-            or iou.shape[-1] != 3 * c_in.shape[-1]
-        ):
+    def __init__(self, has_c_in: bool):
+        self.has_c_in = has_c_in
+        self.retain_inputs = (0, 1) if has_c_in else (0,)
+
+    def infer(self, iou: Cell, *c_in: Cell):
+        dtype = float_dtype(self, iou, *c_in)
+        hidden = iou.shape[-1] // 3 if iou.shape else 0
+        shape = (*iou.shape[:-1], hidden)
+        if not iou.shape or iou.shape[-1] != 3 * hidden or (c_in and c_in[0].shape != shape):
             raise self.error(
-                "iou must have shape (..., 3H) for a cell input (..., H), the same leading "
-                "dimensions",
+                "iou must have shape (..., 3H) and c_in (..., H), the same leading dimensions",
                 iou,
-                c_in,
+                *c_in,
             )
-        return [(c_in.shape, dtype), (c_in.shape, dtype)]
+        return [(shape, dtype), (shape, dtype)]
 
-    def forward(self, xp, iou, c_in):
+    def forward(self, xp, iou, *c_in):
         i, o, u = _child_sum_activations(xp, iou)
         c_new = i * u
-        c_new += c_in
+        if c_in:
+            c_new += c_in[0]
         h_new = xp.tanh(c_new)
         h_new *= o
         return h_new, c_new
@@ -180,12 +181,15 @@ class ChildSumCell(Op):
 
     def backward(self, ctx, grads):
         dh, dc = grads
+        wants_dc = self.has_c_in and ctx.needs_grad[1]
         if dh is None and dc is None:
-            return None, None
+            return (None, None) if self.has_c_in else None
         given = tuple(g for g in (dh, dc) if g is not None)
-        grad_op = ChildSumCellGrad(dh is not None, dc is not None, ctx.needs_grad[1])
-        out = apply(grad_op, ctx.inputs[0], ctx.inputs[1], *given)
-        if not ctx.needs_grad[1]:
+        grad_op = ChildSumCellGrad(dh is not None, dc is not None, self.has_c_in, wants_dc)
+        out = apply(grad_op, *ctx.inputs, *given)
+        if not self.has_c_in:
+            return out if ctx.needs_grad[0] else None
+        if not wants_dc:
             return (out if ctx.needs_grad[0] else None), None
         return (out[0] if ctx.needs_grad[0] else None), out[1]
 
@@ -206,26 +210,31 @@ class ChildSumCellGrad(Op):
     name = "child_sum_cell_grad"
     differentiable = False
 
-    def __init__(self, has_dh: bool, has_dc: bool, wants_dc: bool):
+    def __init__(self, has_dh: bool, has_dc: bool, has_c_in: bool, wants_dc: bool):
         self.has_dh = has_dh
         self.has_dc = has_dc
+        self.has_c_in = has_c_in
         self.wants_dc = wants_dc
         self.n_outputs = 2 if wants_dc else 1
 
-    def infer(self, iou: Cell, c_in: Cell, *grads: Cell):
+    def infer(self, iou: Cell, *rest: Cell):
+        shape = (*iou.shape[:-1], iou.shape[-1] // 3)
         metas = [(iou.shape, iou.dtype)]
-        return metas + [(c_in.shape, c_in.dtype)] if self.wants_dc else metas
+        return metas + [(shape, iou.dtype)] if self.wants_dc else metas
 
-    def forward(self, xp, iou, c_in, *grads):
+    def forward(self, xp, iou, *rest):
+        c_in = rest[0] if self.has_c_in else None
+        grads = rest[1:] if self.has_c_in else rest
         dh = grads[0] if self.has_dh else None
         dc = grads[-1] if self.has_dc else None
         i, o, u = _child_sum_activations(xp, iou)
-        h = c_in.shape[-1]
+        h = iou.shape[-1] // 3
         diou = xp.empty_like(iou)
         di, do, du = diou[..., :h], diou[..., h : 2 * h], diou[..., 2 * h :]
         if dh is not None:
             tanh_c = i * u
-            tanh_c += c_in
+            if c_in is not None:
+                tanh_c += c_in
             tanh_c = xp.tanh(tanh_c)
             xp.multiply(dh, tanh_c, out=do)
             do *= o * (1.0 - o)
@@ -244,7 +253,7 @@ class ChildSumCellGrad(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(CHILD_SUM_GRAD_FLOPS * math.prod(in_metas[1][0])), nbytes
+        return float(CHILD_SUM_GRAD_FLOPS * math.prod(in_metas[0][0]) / 3), nbytes
 
 
 class LSTMGates(Op):
@@ -338,11 +347,13 @@ def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     return apply(LSTMCell(), gates, c)
 
 
-def child_sum_cell(iou: Tensor, c_in: Tensor) -> tuple[Tensor, Tensor]:
+def child_sum_cell(iou: Tensor, c_in: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The child-sum Tree-LSTM's cell update from the (..., 3H) pre-activations, split
     i, o, u, and ``c_in`` (..., H), the sum of the children's forget-gated cell states
-    (zeros at a leaf): returns (h', c') with c' = sigmoid(i) * tanh(u) + c_in and
-    h' = sigmoid(o) * tanh(c')."""
+    (None at a leaf, which has no children): returns (h', c') with
+    c' = sigmoid(i) * tanh(u) + c_in and h' = sigmoid(o) * tanh(c')."""
     expect_tensor("child_sum_cell", iou, "iou")
+    if c_in is None:
+        return apply(ChildSumCell(False), iou)
     expect_tensor("child_sum_cell", c_in, "c_in")
-    return apply(ChildSumCell(), iou, c_in)
+    return apply(ChildSumCell(True), iou, c_in)
