@@ -110,7 +110,7 @@ def main() -> None:
                 by_op.clear()
             indices = rng.choice(task.n_train, task.batch_size, replace=False)
             model_input, targets = phase("batch", task.batch, indices)
-            loss, _ = phase("forward", task.loss, model_input, targets)
+            loss = phase("forward", task.loss, model_input, targets)
             phase("backward", loss.backward)
             phase("step", optimizer.step)
             phase("zero_grad", optimizer.zero_grad)

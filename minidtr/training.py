@@ -138,7 +138,7 @@ def train_step(task: Task, optimizer, indices: np.ndarray) -> float:
     next to the new ones until the next step.
     """
     model_input, targets = task.batch(indices)
-    loss, _ = task.loss(model_input, targets)
+    loss = task.loss(model_input, targets)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()

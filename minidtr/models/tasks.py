@@ -74,12 +74,12 @@ class Task:
             out = F.transpose(out, (0, 2, 3, 1))
         return F.reshape(out, (-1, out.shape[-1]))
 
-    def loss(self, model_input: Any, targets: Tensor) -> tuple[Tensor, Tensor | None]:
-        """The mean loss and the score rows it came from (None from a ``loss_fn``)."""
+    def loss(self, model_input: Any, targets: Tensor) -> Tensor:
+        """The mean loss. Only the loss is returned: a caller that held the score rows
+        too would keep them resident, and rebuildable, until the end of the step."""
         if self.loss_fn is not None:
-            return self.loss_fn(model_input, targets), None
-        rows = self.scores(model_input)
-        return F.cross_entropy(rows, targets), rows
+            return self.loss_fn(model_input, targets)
+        return F.cross_entropy(self.scores(model_input), targets)
 
     @property
     def n_train(self) -> int:
