@@ -1,7 +1,7 @@
 """``Tensor``: the user's handle on a value.
 
 A Tensor is a thin handle: the value lives in a cell (its ``Storage``, or a
-``View`` of another value's storage), and a Tensor adds the autograd fields.
+``ViewCell`` of another value's storage), and a Tensor adds the autograd fields.
 Each live Tensor object is one *external reference* to its storage: when the
 last one is garbage collected the runtime's deallocation policy runs
 (by default the buffer is evicted at once, and its recipe kept while an

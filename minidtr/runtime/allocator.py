@@ -34,7 +34,7 @@ from .eviction import Eviction
 from .lifetime import Lifetime
 from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
 from .runtime import WALL_GUARD_AFTER, BudgetError, Runtime, Stats, ThrashError
-from .storage import Cell, Recipe, Storage, View
+from .storage import Cell, Recipe, Storage, ViewCell
 
 NOMINAL_FLOPS_PER_NS = 32.0
 NOMINAL_BYTES_PER_NS = 8.0
@@ -295,7 +295,7 @@ class Allocator(Eviction, Lifetime):
         cells = []
         for i, (shape, dtype) in enumerate(metas):
             contiguous = is_c_contiguous(results[i])
-            cells.append(View(base, recipe, i, shape, dtype, device, contiguous))
+            cells.append(ViewCell(base, recipe, i, shape, dtype, device, contiguous))
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells

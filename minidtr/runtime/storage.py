@@ -1,4 +1,4 @@
-"""The records of the spine: Storage (a buffer and the value in it), View, Recipe.
+"""The records of the spine: Storage (a buffer and the value in it), ViewCell, Recipe.
 
 A **Storage** is one allocation: the unit of memory and of eviction. It keeps
 the buffer (``None`` while evicted), the metadata the heuristics read, and the
@@ -6,7 +6,7 @@ value's shape, dtype and device: a storage is also the *cell* of the value it
 holds, the thing a Tensor handle points at. Every output of an op that is not
 a view gets a storage of its own, so one object per op output is enough.
 
-A **View** is a value that shares another value's storage (reshape, transpose,
+A **ViewCell** is a value that shares another value's storage (reshape, transpose,
 slice, broadcast): its own shape and recipe (the view op, whose input is the
 viewed cell), recomputed from the storage on every access, which costs no memory.
 
@@ -180,7 +180,7 @@ class Storage:
         self.device = device
         self.index = index  # which output of its recipe
         self.contiguous = contiguous
-        # a storage is the cell of its own value (views are ``View``s); a slot, not a
+        # a storage is the cell of its own value (views are ``ViewCell``s); a slot, not a
         # class attribute: CPython 3.11 specializes reads of slots, not of class attributes
         self.is_view = False
 
@@ -266,7 +266,7 @@ class Storage:
         return f"Storage(#{self.id} {self.name}, {self.nbytes}B, {state})"
 
 
-class View:
+class ViewCell:
     """A value that shares another value's storage (a reshape, transpose, slice,
     broadcast): its own shape and recipe, the view op whose single input is the viewed
     cell. Its array is recomputed from the storage's buffer on every access."""
@@ -313,7 +313,7 @@ class View:
         return n
 
     def __repr__(self) -> str:
-        return f"View({self.shape}, {self.dtype}, of {self.storage!r})"
+        return f"ViewCell({self.shape}, {self.dtype}, of {self.storage!r})"
 
 
-Cell = Storage | View  # a value: a storage (the whole of it) or a view of one
+Cell = Storage | ViewCell  # a value: a storage (the whole of it) or a view of one
