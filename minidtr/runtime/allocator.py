@@ -23,7 +23,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -33,8 +33,9 @@ from .candidates import CandidateTable
 from .eviction import Eviction
 from .lifetime import Lifetime
 from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
+from .remat import Rematerialization
 from .runtime import WALL_GUARD_AFTER, BudgetError, Runtime, Stats, ThrashError
-from .storage import Cell, Recipe, Storage, ViewCell
+from .storage import Cell, Recipe, Storage, ViewCell, distinct_storages, resident_storages
 
 NOMINAL_FLOPS_PER_NS = 32.0
 NOMINAL_BYTES_PER_NS = 8.0
@@ -69,45 +70,7 @@ def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> No
             )
 
 
-def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
-    """Roughly how much memory rematerializing ``storage`` takes: the bytes of its evicted
-    ancestry (walked through evicted parents, at most ``limit`` storages); then newest first."""
-    total = 0
-    seen: set[int] = set()
-    stack = [storage]
-    while stack and len(seen) < limit:
-        s = stack.pop()
-        if s.id in seen:
-            continue
-        seen.add(s.id)
-        total += s.nbytes
-        stack.extend(p for p in s.parents() if p.buffer is None)
-    return total, storage.id
-
-
-@dataclass(slots=True)
-class Frame:
-    """One level of ``Allocator.rematerialize``'s stack: a recipe to replay once its
-    inputs are resident and locked (``recipe`` is None for the access itself, at the
-    bottom of the stack)."""
-
-    recipe: Recipe | None
-    evicted: list[Storage]  # inputs still to rebuild; ``pop()`` yields the one to rebuild next
-    deferred: list[Storage]  # inputs resident when asked for: locked together at the end
-    locked: list[Storage]  # inputs locked so far (unlocked once the recipe has run)
-
-
-def cascade_link(frames: list[Frame], cascade: int, trigger: str) -> dict[str, Any]:
-    """Where a replay sits in its access's cascade, for the remat event: the cascade's
-    number, the access that started it and ``parent``, an output of the replay whose input
-    this one rebuilds (the target of the frame below, see ``Allocator.rematerialize``), or
-    None when the access itself needs it. ``frames`` is the stack without the replay's own
-    frame."""
-    parent = frames[-2].evicted[-1].id if len(frames) > 1 else None
-    return {"cascade": cascade, "trigger": trigger, "parent": parent}
-
-
-class Allocator(Eviction, Lifetime):
+class Allocator(Rematerialization, Eviction, Lifetime):
     """Budgeted memory for one device, with the DTR eviction manager built in."""
 
     def __init__(self, device: str | None = "cpu", default: Runtime | None = None):
@@ -206,7 +169,7 @@ class Allocator(Eviction, Lifetime):
                 self._done([], was_busy)
         self._note_peak()
 
-    # ---- creating storages ---------------------------------------------------------
+    # ---- constants -----------------------------------------------------------------
 
     def add_constant(
         self,
@@ -245,6 +208,8 @@ class Allocator(Eviction, Lifetime):
         self._record("alloc", storage)
         return storage
 
+    # ---- running ops ---------------------------------------------------------------
+
     def compute(
         self,
         op: Any,
@@ -260,25 +225,109 @@ class Allocator(Eviction, Lifetime):
         keep no recipe: they are constants, never evicted (optimizer updates,
         running statistics), so no chain of recipes grows from step to step.
 
-        This is the hot path of every op: when all inputs are resident (the common
-        case) ``_lock`` locks them in place and no rematerialization frame is built.
+        This is the hot path of every op, in two parts. Most ops take the fast path
+        (``_compute_resident``): one output that is not a view, every input resident,
+        room without evicting. The others take ``_compute_general``, which
+        rematerializes evicted inputs, evicts to make room, and makes views, several
+        outputs and constants.
         """
         if self.interrupt_requested:
             raise KeyboardInterrupt
-        if self.pending_error is not None and not self._busy:
-            self.raise_pending()
-        recipe = Recipe(op, inputs, device)
+        if not self._busy:
+            if self.pending_error is not None:
+                self.raise_pending()
+            if not constant and len(metas) == 1 and not op.is_view:
+                storage = self._compute_resident(op, inputs, metas, device)
+                if storage is not None:
+                    return [storage]
+        return self._compute_general(op, inputs, metas, device, constant)
+
+    def _compute_resident(
+        self, op: Any, inputs: tuple[Cell, ...], metas: Sequence[tuple], device: str | None
+    ) -> Storage | None:
+        """``compute``'s fast path: an op with one output that is not a view, whose inputs
+        are all resident and whose output fits the budget without evicting, while nothing
+        watches (no observer, no event log) and the cost is the measured time. Nothing can
+        evict an input meanwhile, so locking them is a count each: no rematerialization
+        frame, no search, no event. Returns None, having changed nothing, when the op is
+        not such a case."""
+        shape, dtype = metas[0]
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d
+        budget = self.budget
+        runtime = self.runtimes[-1]
+        if (
+            (budget is not None and self.memory + nbytes > budget)
+            or self.observer is not None
+            or runtime.events is not None
+            or runtime.cost != "time"
+            or device != self.device
+        ):
+            return None
+        parents = resident_storages(inputs)
+        if parents is None:
+            return None
+        self._busy = True
+        clock = self.clock
+        dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
+        for storage in parents:
+            storage.locks += 1
+            storage.last_access = clock  # an access counts from when it is requested
+            dirty[storage.row] = 1
+        try:
+            arrays = []
+            for cell in inputs:
+                arrays.append(self._array(cell) if cell.is_view else cell.buffer)
+            memory = self.memory = self.memory + nbytes  # fits: checked above
+            stats = runtime.stats_
+            if memory > stats.peak_memory:
+                stats.peak_memory = memory
+            try:
+                result, cost = self._run_kernel(op, device, arrays, metas)
+            except BaseException:
+                self.memory -= nbytes
+                raise
+            self.clock += cost
+            stats.ops += 1
+            stats.compute_cost += cost
+            recipe = Recipe(op, inputs, parents, device)
+            recipe.cost = cost
+            recipe.sizes = nbytes
+            output = self._new_evictable(recipe, 0, result, shape, dtype, nbytes, parents)
+            recipe.refs = weakref.ref(output)
+        finally:
+            for storage in parents:
+                storage.locks -= 1
+            self._busy = False
+            if self._dying or self._released or self._kept_dead:
+                self._done((), False)  # deaths during the op, dead storages kept meanwhile
+        return output
+
+    def _compute_general(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        metas: Sequence[tuple],
+        device: str | None,
+        constant: bool,
+    ) -> list[Cell]:
+        """``compute`` for every case: lock the inputs (``_lock``, which rematerializes
+        the evicted ones), make room for the outputs (``_reserve``, which evicts), run
+        the kernel, record the outputs, unlock."""
+        parents = distinct_storages(inputs)
+        recipe = Recipe(op, inputs, parents, device)
         was_busy, self._busy = self._busy, True
         locked: Sequence[Storage] = ()
         self._accesses += 1
         try:
-            locked = self._lock(recipe.parents, op.name)
+            locked = self._lock(parents, op.name)
             arrays = []
             for cell in inputs:
                 arrays.append(self._array(cell) if cell.is_view else cell.buffer)
             if op.is_view:
                 return self._new_views(recipe, arrays, metas)
-            return self._new_storages(recipe, arrays, metas, locked, constant)
+            return self._new_storages(recipe, arrays, metas, parents, constant)
         finally:
             self._accesses -= 1
             self._done(locked, was_busy)
@@ -354,42 +403,54 @@ class Allocator(Eviction, Lifetime):
         parents: Sequence[Storage],
         constant: bool,
     ) -> Storage:
-        """The storage of output ``index`` of a recipe that just ran: a constant, or a
-        candidate for eviction and a child of each of ``parents``."""
-        self.next_id += 1
-        device = recipe.device
-        storage = Storage(
-            self,
-            self.next_id,
-            recipe.op.name,
-            nbytes,
-            None if constant else recipe,
-            shape,
-            dtype,
-            device,
-            index,
-            True if device is None else result.flags.c_contiguous,  # placeholders: no layout
-            result,
-            0.0 if constant else recipe.cost,
-            self.clock,
-        )
-        if constant:
-            self.constant_bytes += nbytes
+        """The storage of output ``index`` of a recipe that just ran: a constant, or an
+        evictable storage (``_new_evictable``)."""
+        if not constant:
+            storage = self._new_evictable(recipe, index, result, shape, dtype, nbytes, parents)
         else:
-            self.candidates[storage] = None
-            ref = weakref.ref(storage)
-            for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
-                children = parent.children
-                if not children:
-                    parent.children = ref
-                elif type(children) is list:
-                    children.append(ref)
-                    if len(children) >= parent.prune_at:
-                        parent.prune_children()
-                else:
-                    parent.children = [children, ref]
+            self.next_id += 1
+            device = recipe.device
+            contiguous = True if device is None else result.flags.c_contiguous
+            storage = Storage(
+                self, self.next_id, recipe.op.name, nbytes, None, shape, dtype, device, index,
+                contiguous, result, 0.0, self.clock,
+            )  # fmt: skip
+            self.constant_bytes += nbytes
         if self.runtimes[-1].events is not None:
             self._record("alloc", storage, cost=recipe.cost)
+        return storage
+
+    def _new_evictable(
+        self,
+        recipe: Recipe,
+        index: int,
+        result: Any,
+        shape: tuple[int, ...],
+        dtype,
+        nbytes: int,
+        parents: Sequence[Storage],
+    ) -> Storage:
+        """The storage of output ``index`` of a recipe that just ran: a candidate for
+        eviction and a child of each of ``parents``."""
+        self.next_id += 1
+        device = recipe.device
+        contiguous = True if device is None else result.flags.c_contiguous  # placeholders
+        storage = Storage(
+            self, self.next_id, recipe.op.name, nbytes, recipe, shape, dtype, device, index,
+            contiguous, result, recipe.cost, self.clock,
+        )  # fmt: skip
+        self.candidates[storage] = None
+        ref = weakref.ref(storage)
+        for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
+            children = parent.children
+            if not children:
+                parent.children = ref
+            elif type(children) is list:
+                children.append(ref)
+                if len(children) >= parent.prune_at:
+                    parent.prune_children()
+            else:
+                parent.children = [children, ref]
         return storage
 
     def _done(self, locked: Sequence[Storage], was_busy: bool) -> None:
@@ -414,22 +475,11 @@ class Allocator(Eviction, Lifetime):
         """Execute a new recipe's kernel, measuring or estimating its cost; returns what
         ``op.forward`` returns (one array, or a tuple for several outputs)."""
         op = recipe.op
-        device = recipe.device
-        if device == self.device:
-            xp = self.xp
-        else:
-            xp = backend.xp_for(device) if device is not None else None
-        started = time.perf_counter_ns()
-        results = op.forward(xp, *arrays)
-        if device == "cuda":
-            backend.synchronize(xp)
-        elapsed = time.perf_counter_ns() - started
-        if CHECK_OPS and xp is not None:
-            check_outputs(op, metas, (results,) if op.n_outputs == 1 else results)
+        results, elapsed = self._run_kernel(op, recipe.device, arrays, metas)
         runtime = self.runtimes[-1]
         mode = runtime.cost
         if mode == "time":
-            cost = float(elapsed) if elapsed > 1 else 1.0
+            cost = elapsed
         else:
             in_metas = [(c.shape, c.dtype) for c in recipe.inputs]
             if mode == "flops":
@@ -443,6 +493,24 @@ class Allocator(Eviction, Lifetime):
         stats.ops += 1
         stats.compute_cost += cost
         return results
+
+    def _run_kernel(
+        self, op: Any, device: str | None, arrays: list, metas: Sequence[tuple]
+    ) -> tuple[Any, float]:
+        """Run a kernel; returns what ``op.forward`` returns and the nanoseconds it took
+        (at least 1: the cost under ``Runtime(cost="time")``)."""
+        if device == self.device:
+            xp = self.xp
+        else:
+            xp = backend.xp_for(device) if device is not None else None
+        started = perf_counter_ns()
+        results = op.forward(xp, *arrays)
+        if device == "cuda":
+            backend.synchronize(xp)
+        elapsed = perf_counter_ns() - started
+        if CHECK_OPS and xp is not None:
+            check_outputs(op, metas, (results,) if op.n_outputs == 1 else results)
+        return results, (float(elapsed) if elapsed > 1 else 1.0)
 
     # ---- reading values --------------------------------------------------------------
 
@@ -482,190 +550,6 @@ class Allocator(Eviction, Lifetime):
             out = recipe.op.forward(xp, array)
             array = out if recipe.op.n_outputs == 1 else out[view.index]
         return array
-
-    # ---- locking and rematerialization -------------------------------------------------
-
-    def _lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
-        """Lock every storage for an access; returns what it locked (the access unlocks it
-        when done). The fast path, when everything is resident, only counts the locks;
-        otherwise ``rematerialize`` rebuilds the evicted ones. ``trigger`` names the
-        access (the op, ``read``) in the remat events' cascade links."""
-        for storage in storages:
-            if storage.buffer is None:
-                return self.rematerialize(storages, trigger)
-        clock = self.clock
-        dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
-        for storage in storages:
-            storage.locks += 1
-            storage.last_access = clock  # an access counts from when it is requested
-            dirty[storage.row] = 1
-        return storages
-
-    def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
-        """Lock every storage, rebuilding the evicted ones first (and, before each rebuild,
-        the evicted inputs of its recipe, and so on up). Returns what it locked.
-
-        Depth-first with an explicit stack of ``Frame``s, so a chain of any length needs
-        no recursion: the bottom frame is the access itself, each frame above it a recipe
-        to replay once its inputs are back. A frame rebuilds its evicted inputs one by one,
-        locking each as it comes back, and locks the inputs that were already resident
-        only at the end, all at once (rebuilding any evicted meanwhile). So a long chain
-        holds locks only on what it has rebuilt, not on everything resident along the way,
-        and the heuristic stays free to evict what it values least. When several inputs
-        are evicted, the one whose rebuild needs the most memory goes first (as in
-        Sethi-Ullman register allocation), so that little is held while it runs.
-        """
-        frames = [self._frame(None, storages)]
-        cascade = None  # this access's number in the remat events, taken at its first replay
-        try:
-            while True:
-                frame = frames[-1]
-                if frame.evicted:
-                    target = frame.evicted[-1]
-                    if target.buffer is not None:  # rebuilt meanwhile, as a sibling
-                        self._lock_one(frame.evicted.pop(), frame.locked)
-                    else:
-                        producer = self._producer_of(target)
-                        frames.append(self._frame(producer, producer.parents))
-                elif frame.deferred:
-                    self._lock_deferred(frame)
-                elif frame.recipe is None:
-                    return frame.locked
-                else:
-                    frames.pop()
-                    link = None
-                    if self.runtimes[-1].events is not None:
-                        if cascade is None:
-                            self.cascades += 1
-                            cascade = self.cascades
-                        link = cascade_link(frames, cascade, trigger)
-                    self._replay_frame(frame, frames[-1], link)
-        except BaseException:
-            for frame in frames:
-                self._unlock(frame.locked)
-            raise
-
-    def _frame(self, recipe: Recipe | None, inputs: Sequence[Storage]) -> Frame:
-        evicted: list[Storage] = []
-        deferred: list[Storage] = []
-        for storage in inputs:
-            storage.last_access = self.clock  # an access counts from when it is requested
-            self.candidates.dirty[storage.row] = 1
-            (evicted if storage.buffer is None else deferred).append(storage)
-        if len(evicted) > 1:
-            evicted.sort(key=rebuild_need)
-        return Frame(recipe, evicted, deferred, [])
-
-    @staticmethod
-    def _producer_of(storage: Storage) -> Recipe:
-        if storage.producer is None:
-            raise RuntimeError(f"{storage!r} was banished and can no longer be recomputed")
-        return storage.producer
-
-    def _lock_deferred(self, frame: Frame) -> None:
-        """A frame's evicted inputs are all back: lock its resident ones now, unless some
-        were evicted meanwhile (to make room for the rebuilds): those are rebuilt first."""
-        evicted = [s for s in frame.deferred if s.buffer is None]
-        if evicted:
-            frame.deferred = [s for s in frame.deferred if s.buffer is not None]
-            evicted.sort(key=rebuild_need)
-            frame.evicted = evicted
-        else:
-            for storage in frame.deferred:
-                self._lock_one(storage, frame.locked)
-            frame.deferred = []
-
-    def _replay_frame(self, frame: Frame, below: Frame, link: dict[str, Any] | None) -> None:
-        """Replay a frame whose inputs are all locked, unlock them, and lock the outputs
-        that the frame below was waiting for before anything else can evict them."""
-        try:
-            outermost = self._begin_overhead()
-            try:
-                self._replay(frame.recipe, link)
-            finally:
-                if outermost:
-                    self._end_overhead()
-        finally:
-            self._unlock(frame.locked)
-        for ref in frame.recipe.outputs:
-            output = ref()
-            if output is not None and output.buffer is not None and output in below.evicted:
-                below.evicted.remove(output)
-                self._lock_one(output, below.locked)
-
-    def _lock_one(self, storage: Storage, locked: list[Storage]) -> None:
-        storage.locks += 1
-        storage.last_access = self.clock
-        self.candidates.dirty[storage.row] = 1
-        locked.append(storage)
-
-    def _unlock(self, storages: Sequence[Storage]) -> None:
-        for storage in storages:
-            storage.locks -= 1
-            if storage.evict_on_unlock and storage.locks == 0:
-                self._unlocked_dead(storage)
-
-    def _unlocked_dead(self, storage: Storage) -> None:
-        """A storage that died while locked is unlocked: the deallocation policy applies now."""
-        storage.evict_on_unlock = False
-        if storage.external_refs == 0:
-            self._on_dead(storage)
-
-    def _replay(self, recipe: Recipe, link: dict[str, Any] | None = None) -> None:
-        """Recompute a recipe whose inputs are resident and locked; refill every evicted
-        output (siblings included) and drop the duplicates of resident ones. ``link``
-        goes into the remat events (``cascade_link``).
-
-        The cost-model thrash guard is checked first, on every replay: a replay that
-        would take the recomputation past ``max_slowdown - 1`` times the larger of the
-        compute so far and the compute expected by the end of the step
-        (``Runtime.mark_step``) raises ``ThrashError`` instead."""
-        stats = self.stats
-        runtime = self.runtime
-        limit = runtime.max_slowdown
-        if limit is not None:
-            compute = stats.compute_cost
-            expected = runtime.expected_compute
-            base = compute if compute >= expected else expected
-            if base > 0:
-                slowdown = 1.0 + (stats.remat_cost + recipe.cost) / base
-                if slowdown > limit:
-                    raise ThrashError(
-                        recipe.op.name,
-                        slowdown,
-                        limit,
-                        self.budget,
-                        expected=compute < expected,
-                    )
-        arrays = [self._array(cell) for cell in recipe.inputs]
-        total = sum(recipe.out_nbytes)
-        self._reserve(total, recipe.op.name)
-        try:
-            xp = backend.xp_for(recipe.device) if recipe.device is not None else None
-            results = recipe.op.forward(xp, *arrays)
-        except BaseException:
-            self.memory -= total
-            raise
-        if recipe.op.n_outputs == 1:
-            results = (results,)
-        self.clock += recipe.cost
-        stats.remats += 1
-        stats.remat_cost += recipe.cost
-        for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
-            storage = ref()
-            if storage is not None and storage.buffer is None and not storage.banished:
-                storage.buffer = result
-                self._on_state_change(storage)
-                storage.last_access = self.clock
-                if storage.evictable:
-                    self.candidates[storage] = None
-                if storage.external_refs == 0:
-                    self._dead_remats.append(storage)
-                self._record(
-                    "remat", storage, cost=recipe.cost, replay=stats.remats, **(link or {})
-                )
-            else:
-                self.memory -= nbytes
 
     def track(self, mode: str | None) -> None:
         """Maintain the neighbourhood structure a heuristic needs ("estar", "eq") or none.

@@ -47,13 +47,16 @@ class Recipe:
         "__weakref__",
     )
 
-    def __init__(self, op: Any, inputs: tuple[Cell, ...], device: str | None):
+    def __init__(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        parents: tuple[Storage, ...],
+        device: str | None,
+    ):
         self.op = op
         self.inputs = inputs
-        if len(inputs) == 1 and not inputs[0].is_view:
-            self.parents = inputs  # distinct_storages(inputs), without the call
-        else:
-            self.parents = distinct_storages(inputs)
+        self.parents = parents  # distinct_storages(inputs)
         self.device = device
         # set when the outputs exist: a weak reference to each output storage and its
         # nbytes, bare for a single output (no tuple to allocate and collect per op)
@@ -100,6 +103,26 @@ def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
         else:
             parents.append(storage)
     return tuple(parents)
+
+
+def resident_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...] | None:
+    """``distinct_storages(cells)`` when every one of them is resident, else None (the
+    one- and two-storage cases first, without a loop: this runs for every op)."""
+    n = len(cells)
+    if n == 1:
+        cell = cells[0]
+        if not cell.is_view:
+            return cells if cell.buffer is not None else None
+    elif n == 2:
+        a, b = cells
+        if not a.is_view and not b.is_view:
+            if a.buffer is None or b.buffer is None:
+                return None
+            return cells if a is not b else (a,)
+    for cell in cells:
+        if (cell.storage if cell.is_view else cell).buffer is None:
+            return None
+    return distinct_storages(cells)
 
 
 class Storage:
