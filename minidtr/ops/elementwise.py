@@ -21,6 +21,7 @@ import numpy as np
 from ..runtime.storage import Cell
 from ..tensor import DEFAULT_DTYPE, Tensor, int64, tensor
 from .op import (
+    FLOAT32,
     DTypeError,
     Op,
     apply,
@@ -156,7 +157,10 @@ class Unary(Op):
     flops = 1
 
     def infer(self, x: Cell):
-        return [(x.shape, float_dtype(self, x))]
+        dtype = x.dtype
+        if dtype is not FLOAT32:
+            dtype = float_dtype(self, x)
+        return [(x.shape, dtype)]
 
     def cost(self, in_metas, out_metas):
         flops, nbytes = super().cost(in_metas, out_metas)
@@ -349,7 +353,12 @@ class Astype(Op):
 
 class Binary(Op):
     def infer(self, a: Cell, b: Cell):
-        return [(broadcast_shape(self, a, b), same_dtype(self, a, b))]
+        shape, dtype = a.shape, a.dtype
+        if b.shape != shape:
+            shape = broadcast_shape(self, a, b)
+        if b.dtype is not dtype:
+            dtype = same_dtype(self, a, b)
+        return [(shape, dtype)]
 
 
 def sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -584,18 +593,27 @@ _TANH = Tanh()
 _WHERE = Where()
 
 
+# The binary ops below call ``operands`` only when an operand is not a Tensor: two
+# tensors need no promotion, and this runs for every op.
+
+
 def add(a, b) -> Tensor:
-    return apply(_ADD, *operands("add", a, b))
+    if type(a) is not Tensor or type(b) is not Tensor:
+        a, b = operands("add", a, b)
+    return apply(_ADD, a, b)
 
 
 def sub(a, b) -> Tensor:
-    """``a - b``; bool operands are refused (as PyTorch: use not_equal for xor)."""
-    for v in (a, b):
-        if (isinstance(v, Tensor) and v.dtype == np.bool_) or isinstance(v, bool | np.bool_):
-            raise DTypeError(
-                f"sub: subtracting bool values is not supported, got {describe_operand(v)}"
-            )
-    return apply(_SUB, *operands("sub", a, b))
+    """``a - b``; bool operands are refused (as PyTorch: use not_equal for xor; two bool
+    tensors are refused by ``Sub.infer``)."""
+    if type(a) is not Tensor or type(b) is not Tensor:
+        for v in (a, b):
+            if (isinstance(v, Tensor) and v.dtype == np.bool_) or isinstance(v, bool | np.bool_):
+                raise DTypeError(
+                    f"sub: subtracting bool values is not supported, got {describe_operand(v)}"
+                )
+        a, b = operands("sub", a, b)
+    return apply(_SUB, a, b)
 
 
 def describe_operand(v) -> str:
@@ -603,7 +621,9 @@ def describe_operand(v) -> str:
 
 
 def mul(a, b) -> Tensor:
-    return apply(_MUL, *operands("mul", a, b))
+    if type(a) is not Tensor or type(b) is not Tensor:
+        a, b = operands("mul", a, b)
+    return apply(_MUL, a, b)
 
 
 def div(a, b) -> Tensor:

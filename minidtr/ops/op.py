@@ -149,22 +149,20 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     if allocator is None:
         allocator = allocator_for(device)
     out_cells = allocator.compute(op, cells, metas, device, _constant_mode)
-    if op.n_outputs == 1:
-        output = Tensor(out_cells[0])
-        outputs: tuple[Tensor, ...] = (output,)
-    else:
-        output = outputs = tuple([Tensor(c) for c in out_cells])
+    single = op.n_outputs == 1
+    output = Tensor(out_cells[0]) if single else tuple([Tensor(c) for c in out_cells])
     if op.differentiable and autograd._grad_enabled and not _constant_mode:
         for t in inputs:
             if t._requires_grad:
-                autograd.attach(op, inputs, outputs)
+                autograd.attach(op, inputs, (output,) if single else output)
                 break
     return output
 
 
 # ---- helpers shared by infer methods ---------------------------------------------------
 
-FLOATS = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
+FLOAT32 = np.dtype(np.float32)
+FLOATS = (FLOAT32, np.dtype(np.float64), np.dtype(np.float16))
 
 
 def same_dtype(op: Op, *cells: Cell) -> np.dtype:
