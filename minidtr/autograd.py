@@ -101,11 +101,16 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> N
     Runs once per op with grad on, so it is written for speed: no generator
     expressions, the common one- and two-input cases without lists, and saved handles
     made only at the retained indices."""
-    for t in outputs:
-        if t.cell.dtype.kind == "f":
-            break
+    single = len(outputs) == 1
+    if single:
+        if outputs[0].cell.dtype.kind != "f":
+            return  # an integer or bool result is not differentiable: nothing to attach to
     else:
-        return  # integer and bool results are not differentiable: nothing to attach to
+        for t in outputs:
+            if t.cell.dtype.kind == "f":
+                break
+        else:
+            return
     n = len(inputs)
     if n == 1:
         a = inputs[0]
@@ -126,24 +131,39 @@ def attach(op: Op, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> N
             meta_list.append(cell.shape)
             meta_list.append(cell.dtype)
         edges, metas = tuple(edge_list), tuple(meta_list)
+    retain_in, retain_out = op.retain_inputs, op.retain_outputs
     node = Node(
-        op, edges, _saved(inputs, op.retain_inputs), _saved(outputs, op.retain_outputs), metas
+        op,
+        edges,
+        _saved(inputs, retain_in) if retain_in else _NONES[n],
+        _saved(outputs, retain_out) if retain_out else _NONES[len(outputs)],
+        metas,
     )
+    if single:
+        output = outputs[0]
+        output.grad_fn = node
+        output._requires_grad = True
+        return
     for t in outputs:
         if t.cell.dtype.kind == "f":  # integer and bool results are not differentiable
             t.grad_fn = node
             t._requires_grad = True
 
 
-_NONES = [(None,) * n for n in range(8)]
+class _Nones(dict):
+    """n -> a tuple of n Nones, made once per n."""
+
+    def __missing__(self, n: int) -> tuple:
+        nones = self[n] = (None,) * n
+        return nones
+
+
+_NONES = _Nones()
 
 
 def _saved(tensors: tuple[Tensor, ...], retain: tuple[int, ...]) -> tuple:
     """New handles (without a grad_fn, so no cycle) on the retained values, None elsewhere."""
-    n = len(tensors)
-    if not retain:
-        return _NONES[n] if n < len(_NONES) else (None,) * n
-    saved: list = [None] * n
+    saved: list = [None] * len(tensors)
     for i in retain:
         saved[i] = Tensor(tensors[i].cell)
     return tuple(saved)

@@ -439,7 +439,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             self, self.next_id, recipe.op.name, nbytes, recipe, shape, dtype, device, index,
             contiguous, result, recipe.cost, self.clock,
         )  # fmt: skip
-        self.candidates[storage] = None
+        self.candidates.add(storage)
         ref = weakref.ref(storage)
         for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
             children = parent.children

@@ -99,6 +99,10 @@ class CandidateTable:
         return iter([s for s in self.storages if s is not None])
 
     def __setitem__(self, storage: Storage, value: None) -> None:
+        self.add(storage)
+
+    def add(self, storage: Storage) -> None:
+        """``table[storage] = None`` as a plain method call (cheaper: it runs for every op)."""
         row = storage.row
         if row:
             self.dirty[row] = 1  # already a candidate: keeps its place, as in a dict
