@@ -50,6 +50,12 @@ def describe(cells: tuple[Cell, ...] | list[Cell]) -> str:
     return f"input shapes [{shapes}], dtypes [{dtypes}]"
 
 
+# The class attributes every application reads (``apply``, the allocator, autograd). Each
+# op instance gets its own copy when it is made: CPython 3.11 specializes reads of an
+# instance's attributes, not reads of its class's through it.
+FLAGS = ("name", "n_outputs", "is_view", "differentiable", "retain_inputs", "retain_outputs")
+
+
 class Op:
     name = "op"
     n_outputs = 1
@@ -57,6 +63,16 @@ class Op:
     differentiable = True
     retain_inputs: tuple[int, ...] = ()
     retain_outputs: tuple[int, ...] = ()
+
+    def __new__(cls, *args, **kwargs):
+        op = super().__new__(cls)
+        op.name = cls.name  # FLAGS (an ``__init__`` may set its own)
+        op.n_outputs = cls.n_outputs
+        op.is_view = cls.is_view
+        op.differentiable = cls.differentiable
+        op.retain_inputs = cls.retain_inputs
+        op.retain_outputs = cls.retain_outputs
+        return op
 
     def infer(self, *inputs: Cell) -> list[Meta]:
         raise NotImplementedError
@@ -83,7 +99,9 @@ class Op:
         return kind(f"{self.name}: {message}{where}")
 
     def attributes(self) -> dict[str, Any]:
-        return dict(vars(self))
+        """The static attributes (the ``FLAGS`` only where this op's differ from its class's)."""
+        cls = type(self)
+        return {k: v for k, v in vars(self).items() if k not in FLAGS or v != getattr(cls, k)}
 
     def __repr__(self) -> str:
         attrs = ", ".join(f"{k}={v!r}" for k, v in self.attributes().items())
