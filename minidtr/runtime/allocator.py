@@ -299,9 +299,12 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         finally:
             for storage in parents:
                 storage.locks -= 1
-            self._busy = False
+                if storage.evict_on_unlock and storage.locks == 0:
+                    self._unlocked_dead(storage)
             if self._dying or self._released or self._kept_dead:
                 self._done((), False)  # deaths during the op, dead storages kept meanwhile
+            else:
+                self._busy = False
         return output
 
     def _compute_general(

@@ -66,7 +66,17 @@ class Lifetime:
             # the common case, a temporary dying between ops: no queue to go through
             self._busy = True
             try:
-                self._apply_policy(storage)
+                if (
+                    self.budget is None  # no orphans to rebuild, no dead storage to keep
+                    and self.runtimes[-1].dealloc == "eager"
+                    and storage.buffer is not None
+                    and storage.producer is not None
+                    and not storage.pinned
+                    and not storage.locks
+                ):
+                    self.evict(storage, reason="dead")  # what _apply_policy would do
+                else:
+                    self._apply_policy(storage)
                 if self._dying or self._released:
                     self._drain_dying()
                 elif self._dead_remats or self._kept_dead:
