@@ -162,7 +162,14 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
                 )
     elif device is None:
         device = "cpu"
-    metas = op.infer(*cells)
+    # op.infer(*cells), spelled out for one and two inputs: CPython 3.11 specializes a
+    # method call, but not the attribute read that a call with *args compiles to
+    if n == 1:
+        metas = op.infer(cells[0])
+    elif n == 2:
+        metas = op.infer(cells[0], cells[1])
+    else:
+        metas = op.infer(*cells)
     allocator = _ALLOCATORS.get(device)  # allocator_for, inlined
     if allocator is None:
         allocator = allocator_for(device)

@@ -14,6 +14,7 @@ deallocation policies in ``lifetime.py`` (mixins of ``Allocator``).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import random
@@ -129,7 +130,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         runtime.allocator = self
         runtime._active_since = time.perf_counter()
         self.runtimes.append(runtime)
-        self._snapshots.append(Stats(**vars(runtime.stats_)))
+        self._snapshots.append(dataclasses.replace(runtime.stats_))
         self._sampler.seed(runtime.seed)
         try:
             self.apply_budget()
@@ -507,7 +508,13 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         else:
             xp = backend.xp_for(device) if device is not None else None
         started = perf_counter_ns()
-        results = op.forward(xp, *arrays)
+        n = len(arrays)  # one and two inputs without *args: see ops.op.apply
+        if n == 1:
+            results = op.forward(xp, arrays[0])
+        elif n == 2:
+            results = op.forward(xp, arrays[0], arrays[1])
+        else:
+            results = op.forward(xp, *arrays)
         if device == "cuda":
             backend.synchronize(xp)
         elapsed = perf_counter_ns() - started
