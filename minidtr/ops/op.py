@@ -170,8 +170,9 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
         metas = op.infer(cells[0], cells[1])
     else:
         metas = op.infer(*cells)
-    allocator = _ALLOCATORS.get(device)  # allocator_for, inlined
-    if allocator is None:
+    try:
+        allocator = _ALLOCATORS[device]  # allocator_for, inlined
+    except KeyError:
         allocator = allocator_for(device)
     out_cells = allocator.compute(op, cells, metas, device, _constant_mode)
     single = op.n_outputs == 1
