@@ -3,13 +3,16 @@
 Every op goes through ``compute``: lock its inputs (rematerializing evicted
 ones first, depth-first with an explicit stack), make room for its outputs by
 evicting the lowest-scoring unlocked storages until they fit the budget, run
-the kernel, record the outputs with their recipe, unlock. Reading a value
-(``read``) takes the same path. The kernel is whatever the recipe's op does,
-so the simulator drives this same class with ops that only return
-placeholders: the live runtime and the simulator share every policy decision.
+the kernel, record the outputs with their recipe, unlock. Most ops need
+neither a rematerialization nor an eviction, and take the fast path
+(``_compute_resident``) straight through. Reading a value (``read``) takes the
+same path. The kernel is whatever the recipe's op does, so the simulator
+drives this same class with ops that only return placeholders: the live
+runtime and the simulator share every policy decision.
 
-Choosing and evicting victims lives in ``eviction.py``, references and the
-deallocation policies in ``lifetime.py`` (mixins of ``Allocator``).
+Locking and rematerializing live in ``remat.py``, choosing and evicting
+victims in ``eviction.py``, references and the deallocation policies in
+``lifetime.py`` (mixins of ``Allocator``).
 """
 
 from __future__ import annotations
