@@ -2,6 +2,7 @@
 measure of the per-op bookkeeping (wall-clock figures on a shared machine are not).
 
     python benchmarks/op_instructions.py [--chain N] [kinds ...]   # needs valgrind
+    python benchmarks/op_instructions.py --calls [kinds ...]       # Python calls per op
 
 Runs itself under ``valgrind --tool=callgrind``, collecting only inside each measured
 chain (the chain runs inside ``functools.reduce``, which callgrind toggles on), and
@@ -14,6 +15,9 @@ freeing what the chain made.
 
 The cycle collector's work depends on everything allocated before, so compare two
 versions with the same list of kinds, in the same order.
+
+``--calls`` counts Python function calls per op instead (a ``sys.setprofile`` hook on
+the same chains, no valgrind): how many frames the bookkeeping runs through.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ import tempfile
 KINDS = ["add-nog", "add-g", "tanh-nog", "tanh-g", "add-fwdbw", "tanh-fwdbw", "add-budget"]
 
 
-def measure(n: int, kinds: list[str]) -> None:
-    """The measured process: each chain inside ``functools.reduce``."""
+def chains(n: int, kinds: list[str]):
+    """(kind, run, runtime) for each kind: ``run()`` builds and drops one chain; the
+    runtime (None when unbudgeted) is to be entered around it."""
     import numpy as np
 
     import minidtr as md
@@ -54,8 +59,13 @@ def measure(n: int, kinds: list[str]) -> None:
         return run
 
     for kind in kinds:
-        run = make(kind)
         budget = md.Runtime(budget=1 << 40) if kind.endswith("-budget") else None
+        yield kind, make(kind), budget
+
+
+def measure(n: int, kinds: list[str]) -> None:
+    """The measured process: each chain inside ``functools.reduce``."""
+    for _, run, budget in chains(n, kinds):
         if budget is not None:
             budget.__enter__()
         run()
@@ -64,10 +74,36 @@ def measure(n: int, kinds: list[str]) -> None:
             budget.__exit__(None, None, None)
 
 
+def count_calls(n: int, kinds: list[str]) -> None:
+    """Python function calls per op in each kind's chain (run once uncounted first)."""
+    import collections
+
+    print(f"Python calls per op, chains of {n} 1-element float32 tensors")
+    calls: collections.Counter[str] = collections.Counter()
+
+    def hook(frame, event, arg):
+        if event == "call":
+            calls[frame.f_code.co_qualname] += 1
+
+    for kind, run, budget in chains(n, kinds):
+        if budget is not None:
+            budget.__enter__()
+        run()
+        calls.clear()
+        sys.setprofile(hook)
+        run()
+        sys.setprofile(None)
+        if budget is not None:
+            budget.__exit__(None, None, None)
+        total = sum(calls.values()) - calls["chains.<locals>.make.<locals>.run"]
+        print(f"{kind:12}{total / n:10.1f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("kinds", nargs="*", default=KINDS, help=f"default: {' '.join(KINDS)}")
     p.add_argument("--chain", type=int, default=2000, help="ops per chain (default 2000)")
+    p.add_argument("--calls", action="store_true", help="count Python calls per op instead")
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     for kind in args.kinds:
@@ -76,6 +112,9 @@ def main() -> None:
             p.error(f"unknown kind {kind!r} (known: {' '.join(KINDS)})")
     if args.inside:
         measure(args.chain, args.kinds)
+        return
+    if args.calls:
+        count_calls(args.chain, args.kinds)
         return
     if shutil.which("valgrind") is None:
         sys.exit("op_instructions: valgrind is not installed")
