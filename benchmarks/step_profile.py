@@ -37,19 +37,19 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
     """Count kernel and outermost-apply CPU time into ``spent``, ops by name into ``ops``,
     and per op name into ``by_op`` (keys (name, "kernel") and (name, "apply")); returns
     a function that undoes it."""
-    run, apply = Allocator._run, op_module.apply
+    run, apply = Allocator._run_kernel, op_module.apply  # every op's kernel runs through it
     clock = time.thread_time_ns
     depth = [0]
 
-    def timed_run(self, recipe, arrays, metas):
+    def timed_run(self, op, device, arrays, metas):
         started = clock()
         try:
-            return run(self, recipe, arrays, metas)
+            return run(self, op, device, arrays, metas)
         finally:
             elapsed = clock() - started
             spent["kernels"] += elapsed
-            ops[recipe.op.name] += 1
-            by_op[recipe.op.name, "kernel"] += elapsed
+            ops[op.name] += 1
+            by_op[op.name, "kernel"] += elapsed
 
     def timed_apply(op, *inputs, **kwargs):
         depth[0] += 1
@@ -65,12 +65,12 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
 
     modules = [m for name, m in sys.modules.items() if name.startswith("minidtr.")]
     patched = [m for m in modules if getattr(m, "apply", None) is apply]
-    Allocator._run = timed_run
+    Allocator._run_kernel = timed_run
     for m in patched:
         m.apply = timed_apply
 
     def undo():
-        Allocator._run = run
+        Allocator._run_kernel = run
         for m in patched:
             m.apply = apply
 
