@@ -10,7 +10,7 @@ import pytest
 from decision_check import checked_decisions
 
 import minidtr as md
-from minidtr.runtime.candidates import COMPACT_SLACK, CandidateTable
+from minidtr.runtime.candidates import COMPACT_SLACK, LAZY_SLACK, CandidateTable
 from minidtr.runtime.eviction import lowest
 from minidtr.runtime.heuristics import HEURISTIC_NAMES, ablation_names
 from minidtr.testing import isolated_allocator
@@ -52,8 +52,35 @@ def test_table_behaves_as_an_insertion_ordered_dict():
         if step % 97 == 0:
             assert list(table) == list(reference)
     assert list(table) == list(reference)
-    # holes are squeezed out once they pass an eighth of the candidates
+    # between decisions, holes are squeezed out once they outnumber the candidates ...
+    assert table.rows <= 2 * len(table) + LAZY_SLACK + 1
+    # ... and before one, once they pass an eighth of them
+    table.sync()
     assert table.rows <= len(table) + len(table) // 8 + COMPACT_SLACK + 1
+    assert list(table) == list(reference)
+
+
+def test_holes_are_squeezed_lazily_between_decisions():
+    table = CandidateTable()
+    storages = [FakeStorage(i) for i in range(4000)]
+    for s in storages:
+        table[s] = None
+    for s in storages[:2500]:  # more holes than an eighth, fewer than the candidates + slack
+        table.pop(s)
+    assert table.rows == 4001  # not squeezed yet
+    table.sync()
+    assert table.rows == 1501
+    assert list(table) == storages[2500:]
+    assert [s.row for s in storages[2500:]] == list(range(1, 1501))
+    assert LAZY_SLACK == 1024  # the counts below assume it
+    for s in storages[2500:3500]:
+        table.pop(s)
+    assert table.rows == 1501  # 1000 holes, 500 candidates: within 2 * 500 + 1024 rows
+    for s in storages[3500:3900]:
+        table.pop(s)
+    # squeezed when the 1501 rows passed 2 * 238 + 1024, at 238 candidates
+    assert table.rows == 239
+    assert list(table) == storages[3900:]
 
 
 @pytest.mark.parametrize("one_by_one", [0, 1000])

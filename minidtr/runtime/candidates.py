@@ -8,8 +8,13 @@ access and lock state, so that an eviction decision is a few array operations
 (``eviction.py``) rather than a Python call per candidate.
 
 Rows are appended and never reordered: a removed row becomes a hole, and holes are
-squeezed out (keeping the order) once they pass an eighth of the candidates (and
-``COMPACT_SLACK``), so a decision scans at most about 9/8 of a row per candidate. So
+squeezed out (keeping the order) when a decision is about to read the columns and they
+pass an eighth of the candidates (and ``COMPACT_SLACK``), so a decision scans at most
+about 9/8 of a row per candidate. Between decisions (and in a run without a budget,
+which makes none) holes are squeezed out only once they outnumber the candidates (and
+``LAZY_SLACK``): a backward pass frees two values per node and an unbudgeted chain one
+per op, and squeezing at an eighth cost those a Python loop over some 16 rows per
+removal. So
 row order is insertion order, and the first lowest score in row order is the
 candidate the reference loop would pick. A *blocked* row (a hole, or a candidate
 seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the cost term ``none``),
@@ -60,6 +65,7 @@ if TYPE_CHECKING:
 _MISSING = object()
 COMPACT_SLACK = 64  # holes tolerated beyond an eighth of the candidates before squeezing
 COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
+LAZY_SLACK = 1024  # holes tolerated beyond the candidates' count between decisions
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
 
 
@@ -125,7 +131,7 @@ class CandidateTable:
         self.dirty[row] = 1
         storage.row = 0
         self.count -= 1
-        if len(self.storages) > self.count + (self.count >> COMPACT_SHIFT) + COMPACT_SLACK:
+        if len(self.storages) > 2 * self.count + LAZY_SLACK:
             self._compact()
         return None
 
@@ -144,7 +150,9 @@ class CandidateTable:
     def sync(self) -> None:
         """Bring the columns up to date: grow them to the rows in use and re-read the rows
         marked dirty and those seen locked last time (one row at a time when they are a
-        few, as arrays when many)."""
+        few, as arrays when many), after squeezing out the holes if they pass an eighth."""
+        if len(self.storages) > self.count + (self.count >> COMPACT_SHIFT) + COMPACT_SLACK:
+            self._compact()
         used = len(self.storages)
         if self._capacity < used:
             self._grow(max(used, 2 * self._capacity, 16))
