@@ -34,14 +34,24 @@ from .op import (
 Scalar = int | float | bool | np.number | np.bool_
 
 
+SMALL_WHERE = 1024  # elements up to which ``zero_where`` uses ``where``
+SAME_SIZE_INT = {2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
+
+
 def zero_where(xp, drop, values):
     """``where(drop, +0.0, values)`` for a float array, as bit operations: the bits of
     ``values`` ANDed with all zeros or all ones. Gradient masks (relu, max pooling) are
     unpredictable, and ``where`` branches per element: this is ~6x faster on NumPy, and
-    exact (+0.0 where dropped, even next to an inf or NaN that a product would spread)."""
-    bits = np.dtype(f"i{values.dtype.itemsize}")
-    shape = np.broadcast_shapes(drop.shape, values.shape)
-    mask = xp.broadcast_to(drop, shape).astype(bits)
+    exact (+0.0 where dropped, even next to an inf or NaN that a product would spread).
+    Small arrays, where the call overhead outweighs the branches, take ``where`` itself
+    (the same bits)."""
+    if drop.shape == values.shape:
+        if values.size <= SMALL_WHERE:
+            return xp.where(drop, xp.zeros((), dtype=values.dtype), values)
+    else:
+        drop = xp.broadcast_to(drop, np.broadcast_shapes(drop.shape, values.shape))
+    bits = SAME_SIZE_INT[values.dtype.itemsize]
+    mask = drop.astype(bits)
     mask -= 1  # dropped 1 -> 0, kept 0 -> -1 (every bit set)
     mask &= values.view(bits)
     return mask.view(values.dtype)
