@@ -225,7 +225,7 @@ class Sqrt(Unary):
         return xp.sqrt(x)
 
     def backward(self, ctx, g):
-        return div(g, mul(ctx.outputs[0], 2.0))
+        return apply(ACTIVATION_GRADS["sqrt"], ctx.outputs[0], g)
 
 
 class Relu(Unary):
@@ -297,7 +297,10 @@ class Gelu(Unary):
 
 
 class ActivationGrad(Op):
-    """dL/dx of an activation, from the saved output (relu, sigmoid, tanh) or input (gelu)."""
+    """dL/dx of an activation, from the saved output (relu, sigmoid, tanh, sqrt) or input
+    (gelu): one op per backward node, where the chain rule in ops would take two to four
+    (and a scalar constant). Each computes what that chain computed, in the same order,
+    so the gradients are the same floats."""
 
     name = "activation_grad"
     differentiable = False
@@ -318,6 +321,8 @@ class ActivationGrad(Op):
             return g * y * (1.0 - y)
         if kind == "tanh":
             return g * (1.0 - y * y)
+        if kind == "sqrt":
+            return g / (y * 2.0)
         x = y
         if kind == "gelu_tanh":
             inner = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
@@ -333,8 +338,29 @@ class ActivationGrad(Op):
 
 # one instance per kind serves every application (an op holds only static attributes)
 ACTIVATION_GRADS = {
-    kind: ActivationGrad(kind) for kind in ("relu", "sigmoid", "tanh", "gelu_none", "gelu_tanh")
+    kind: ActivationGrad(kind)
+    for kind in ("relu", "sigmoid", "tanh", "sqrt", "gelu_none", "gelu_tanh")
 }
+
+
+class Scale(Op):
+    """``x * factor`` for a constant ``factor`` (an attribute, not a scalar tensor): the
+    gradient of a mean, in one op. The product is ``mul``'s with a 0-d operand of x's
+    dtype, so the same floats."""
+
+    name = "scale"
+
+    def __init__(self, factor: float):
+        self.factor = factor
+
+    def infer(self, x: Cell):
+        return [(x.shape, float_dtype(self, x))]
+
+    def forward(self, xp, x):
+        return x * xp.asarray(self.factor, dtype=x.dtype)
+
+    def backward(self, ctx, g):
+        return apply(Scale(self.factor), g)
 
 
 class Astype(Op):
@@ -422,8 +448,9 @@ class Mul(Binary):
 
     def backward(self, ctx, g):
         a, b = ctx.inputs
-        ga = sum_to(mul(g, b), ctx.in_shapes[0]) if ctx.needs_grad[0] else None
-        gb = sum_to(mul(g, a), ctx.in_shapes[1]) if ctx.needs_grad[1] else None
+        needs = ctx.needs_grad
+        ga = sum_to(mul(g, b), ctx.in_shapes[0]) if needs[0] else None
+        gb = sum_to(mul(g, a), ctx.in_shapes[1]) if needs[1] else None
         return ga, gb
 
 
@@ -439,12 +466,24 @@ class Div(Binary):
 
     def backward(self, ctx, g):
         a, b = ctx.inputs
-        ga = sum_to(div(g, b), ctx.in_shapes[0]) if ctx.needs_grad[0] else None
-        gb = None
-        if ctx.needs_grad[1]:
-            # -g * (a / b) / b, not -g * a / b**2: b**2 under- or overflows first
-            gb = sum_to(neg(mul(g, div(div(a, b), b))), ctx.in_shapes[1])
+        needs = ctx.needs_grad
+        ga = sum_to(div(g, b), ctx.in_shapes[0]) if needs[0] else None
+        gb = sum_to(apply(_DIV_GRAD, a, b, g), ctx.in_shapes[1]) if needs[1] else None
         return ga, gb
+
+
+class DivisorGrad(Op):
+    """dL/db of ``a / b``: ``-(g * ((a / b) / b))`` in one op (not -g * a / b**2: b**2
+    under- or overflows first)."""
+
+    name = "div_grad"
+    differentiable = False
+
+    def infer(self, a: Cell, b: Cell, g: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, a, b, g):
+        return -(g * (a / b / b))
 
 
 class Pow(Binary):
@@ -601,6 +640,7 @@ _RELU = Relu()
 _SIGMOID = Sigmoid()
 _TANH = Tanh()
 _WHERE = Where()
+_DIV_GRAD = DivisorGrad()
 
 
 # The binary ops below call ``operands`` only when an operand is not a Tensor: two

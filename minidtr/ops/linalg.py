@@ -45,20 +45,45 @@ class Matmul(Op):
         from .elementwise import sum_to
 
         a, b = ctx.inputs
-        ga = gb = None
-        if ctx.needs_grad[0]:
-            ga = sum_to(matmul(g, swap_last(b)), ctx.in_shapes[0])
-        if ctx.needs_grad[1]:
-            gb = sum_to(matmul(swap_last(a), g), ctx.in_shapes[1])
+        needs = ctx.needs_grad
+        ga = sum_to(apply(MATMUL_GRADS[0], g, b), ctx.in_shapes[0]) if needs[0] else None
+        gb = sum_to(apply(MATMUL_GRADS[1], a, g), ctx.in_shapes[1]) if needs[1] else None
         return ga, gb
 
 
-def swap_last(x: Tensor) -> Tensor:
-    from .shape import transpose
+class MatmulGrad(Op):
+    """dL/da (``wrt=0``: ``g @ b^T``, inputs g and b) or dL/db (``wrt=1``: ``a^T @ g``,
+    inputs a and g) of ``matmul``, before summing over broadcast batch axes: one op where
+    a transpose view and a product would take two, and the same product, so the same
+    floats."""
 
-    axes = list(range(x.ndim))
-    axes[-1], axes[-2] = axes[-2], axes[-1]
-    return transpose(x, axes)
+    name = "matmul_grad"
+    differentiable = False
+
+    def __init__(self, wrt: int):
+        self.wrt = wrt
+
+    def infer(self, left: Cell, right: Cell):
+        ls, rs = left.shape, right.shape
+        # wrt 0: g (..., n, p) @ b^T (..., p, m); wrt 1: a^T (..., m, n) @ g (..., n, p)
+        inner = (ls[-2], rs[-2]) if self.wrt == 0 else (ls[-1], rs[-1])
+        batch = np.broadcast_shapes(ls[:-2], rs[:-2])
+        return [((*batch, *inner), left.dtype)]
+
+    def forward(self, xp, left, right):
+        if self.wrt == 0:
+            return xp.matmul(left, xp.swapaxes(right, -1, -2))
+        return xp.matmul(xp.swapaxes(left, -1, -2), right)
+
+    def cost(self, in_metas, out_metas):
+        (l_shape, dtype), _ = in_metas
+        inner = l_shape[-1] if self.wrt == 0 else l_shape[-2]
+        flops = 2.0 * math.prod(out_metas[0][0]) * inner
+        nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
+        return flops, float(nbytes)
+
+
+MATMUL_GRADS = (MatmulGrad(0), MatmulGrad(1))
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

@@ -75,12 +75,13 @@ class Mean(Reduce):
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, ctx, g):
-        from .elementwise import mul
+        from .elementwise import Scale
         from .shape import broadcast_to
 
         shape = ctx.in_shapes[0]
         count = math.prod(shape[a] for a in self.axes)
-        return broadcast_to(self.expand(mul(g, 1.0 / (count or 1)), shape), shape)
+        scaled = apply(Scale(1.0 / (count or 1)), g)
+        return broadcast_to(self.expand(scaled, shape), shape)
 
 
 class Max(Reduce):
