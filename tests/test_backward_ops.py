@@ -42,6 +42,12 @@ def test_fused_gradients_are_the_chain_rule_in_ops_bit_for_bit(dtype):
     with md.no_grad():
         assert same_bits(ga, (g / b).numpy())
         assert same_bits(gb, md.sum_to(-(g * ((a / b) / b)), b.shape).numpy())
+    # a broadcast gradient summed back: the sum with kept axes, reshaped
+    a, b, g = leaf(4, 1, 3, dtype=dtype), leaf(2, 3, dtype=dtype), plain(4, 2, 3, dtype=dtype)
+    ga, gb = grads_of(a + b, g, a, b)
+    with md.no_grad():
+        assert same_bits(ga, md.sum(g, axis=1, keepdims=True).numpy())
+        assert same_bits(gb, md.reshape(md.sum(g, axis=0, keepdims=True), (2, 3)).numpy())
     # sqrt: g / (2 y); mean: g * (1 / count), broadcast back
     x, g = leaf(3, 4, dtype=dtype), plain(3, 4, dtype=dtype)
     (gx,) = grads_of(md.sqrt(x), g, x)
@@ -77,6 +83,7 @@ def backward_ops(fn, *inputs: md.Tensor) -> int:
     "name, fn, shapes, ops",
     [
         ("add", lambda a, b: a + b, [(3,), (3,)], 0),  # the gradient passes through
+        ("bias add", lambda a, b: a + b, [(2, 3), (3,)], 1),  # b's: one sum_to
         ("tanh", md.tanh, [(3,)], 1),
         ("sigmoid", md.sigmoid, [(3,)], 1),
         ("relu", md.relu, [(3,)], 1),

@@ -63,6 +63,30 @@ class Sum(Reduce):
         return broadcast_to(self.expand(g, ctx.in_shapes[0]), ctx.in_shapes[0])
 
 
+class SumTo(Sum):
+    """Sum over ``axes`` (kept) straight into ``shape``: a broadcast gradient summed back
+    to its input's shape in one op, where a sum and a reshape view would take two (the
+    same sum, so the same floats)."""
+
+    name = "sum_to"
+
+    def __init__(self, axes: tuple[int, ...], shape: tuple[int, ...]):
+        super().__init__(axes, keepdims=True)
+        self.axes = axes
+        self.shape = shape
+
+    def infer(self, x: Cell):
+        return [(self.shape, self.out_dtype(x))]
+
+    def forward(self, xp, x):
+        return super().forward(xp, x).reshape(self.shape)
+
+    def backward(self, ctx, g):
+        from .shape import broadcast_to
+
+        return broadcast_to(g, ctx.in_shapes[0])
+
+
 class Mean(Reduce):
     """Mean over axes, of floating-point inputs only (as PyTorch; convert ints first)."""
 
@@ -154,5 +178,4 @@ def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1
     )
-    out = sum(x, axis=axes, keepdims=True) if axes else x
-    return reshape(out, shape)
+    return apply(SumTo(axes, shape), x) if axes else reshape(x, shape)
