@@ -311,7 +311,10 @@ class ActivationGrad(Op):
     def infer(self, y: Cell, g: Cell):
         if y.shape != g.shape:
             raise self.error("value and gradient shapes differ", y, g)
-        return [(y.shape, float_dtype(self, y, g))]
+        dtype = y.dtype
+        if g.dtype is not dtype or dtype.kind != "f":
+            dtype = float_dtype(self, y, g)  # the full check, raising on a mismatch
+        return [(y.shape, dtype)]
 
     def forward(self, xp, y, g):
         kind = self.kind
