@@ -61,26 +61,23 @@ def test_table_behaves_as_an_insertion_ordered_dict():
 
 
 def test_holes_are_squeezed_lazily_between_decisions():
+    assert LAZY_SLACK == 64  # the counts below assume it
     table = CandidateTable()
     storages = [FakeStorage(i) for i in range(4000)]
     for s in storages:
         table[s] = None
-    for s in storages[:2500]:  # more holes than an eighth, fewer than the candidates + slack
+    for s in storages[:2000]:  # more holes than an eighth, not more than the candidates
         table.pop(s)
     assert table.rows == 4001  # not squeezed yet
     table.sync()
-    assert table.rows == 1501
-    assert list(table) == storages[2500:]
-    assert [s.row for s in storages[2500:]] == list(range(1, 1501))
-    assert LAZY_SLACK == 1024  # the counts below assume it
-    for s in storages[2500:3500]:
+    assert table.rows == 2001
+    assert list(table) == storages[2000:]
+    assert [s.row for s in storages[2000:]] == list(range(1, 2001))
+    for s in storages[2000:3050]:
         table.pop(s)
-    assert table.rows == 1501  # 1000 holes, 500 candidates: within 2 * 500 + 1024 rows
-    for s in storages[3500:3900]:
-        table.pop(s)
-    # squeezed when the 1501 rows passed 2 * 238 + 1024, at 238 candidates
-    assert table.rows == 239
-    assert list(table) == storages[3900:]
+    # squeezed when the 2001 rows passed 2 * 968 + 64, at 968 candidates
+    assert table.rows == 969
+    assert list(table) == storages[3050:]
 
 
 @pytest.mark.parametrize("one_by_one", [0, 1000])

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 _MISSING = object()
 COMPACT_SLACK = 64  # holes tolerated beyond an eighth of the candidates before squeezing
 COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
-LAZY_SLACK = 1024  # holes tolerated beyond the candidates' count between decisions
+LAZY_SLACK = 64  # holes tolerated beyond the candidates' count between decisions
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
 
 
