@@ -7,11 +7,14 @@ measure of the per-op bookkeeping (wall-clock figures on a shared machine are no
 Runs itself under ``valgrind --tool=callgrind``, collecting only inside each measured
 chain (the chain runs inside ``functools.reduce``, which callgrind toggles on), and
 prints the instructions per op of each kind: ``add``/``tanh`` chains with autograd off
-(``nog``) and on (``g``), forward with grad plus backward (``fwdbw``; backward per
-node is the difference to ``g``), and autograd off under a generous budget (``budget``:
-nothing is evicted; the runtime is entered outside the count). Each chain is run once
-uncounted first, and dropped at the end of the measurement, so the count includes
-freeing what the chain made.
+(``nog``) and on (``g``), forward with grad plus backward (``fwdbw``), the backward
+alone (``bw``: the chain is built outside the count, which covers ``backward()`` and
+dropping what is left of the chain after it, as benchmarks/performance.py times it),
+and autograd off under a generous budget (``budget``: nothing is evicted; the runtime
+is entered outside the count). Kinds are OP-MODE; the default list covers add and tanh,
+and ``OPS`` names the other chains (``python benchmarks/op_instructions.py --chain 500
+relu-g relu-bw``). Each chain is run once uncounted first, and dropped at the end of
+the measurement, so the count includes freeing what the chain made.
 
 The cycle collector's work depends on everything allocated before, so compare two
 versions with the same list of kinds, in the same order.
@@ -31,31 +34,65 @@ import subprocess
 import sys
 import tempfile
 
-KINDS = ["add-nog", "add-g", "tanh-nog", "tanh-g", "add-fwdbw", "tanh-fwdbw", "add-budget"]
+# chains y = f(y) of 1-element tensors; mul, matmul and linear by a constant, mean over
+# a kept axis of size 1, stack of one tensor and then [0]
+OPS = ("add", "mul", "tanh", "sigmoid", "relu", "exp", "mean", "matmul", "linear", "stack")
+KINDS = [
+    "add-nog",
+    "add-g",
+    "tanh-nog",
+    "tanh-g",
+    "add-fwdbw",
+    "tanh-fwdbw",
+    "add-bw",
+    "tanh-bw",
+    "add-budget",
+]
 
 
 def chains(n: int, kinds: list[str]):
-    """(kind, run, runtime) for each kind: ``run()`` builds and drops one chain; the
-    runtime (None when unbudgeted) is to be entered around it."""
+    """(kind, run, runtime) for each kind: ``run()`` builds and drops one chain (for
+    ``bw``, runs backward on one built beforehand by ``run.build``); the runtime (None
+    when unbudgeted) is to be entered around it."""
     import numpy as np
 
     import minidtr as md
 
     one = np.ones(1, np.float32)
     one_md = md.tensor(one)
+    w = md.tensor(np.ones((1, 1), np.float32))
+    steps = {
+        "add": lambda y: y + one_md,
+        "mul": lambda y: y * one_md,
+        "tanh": md.tanh,
+        "sigmoid": md.sigmoid,
+        "relu": md.relu,
+        "exp": md.exp,
+        "mean": lambda y: md.mean(y, axis=0, keepdims=True),
+        "matmul": lambda y: md.matmul(y, w),
+        "linear": lambda y: md.linear(y, w),
+        "stack": lambda y: md.stack([y], axis=0)[0],
+    }
+    built: list = []
 
     def make(kind: str):
         op, mode = kind.split("-")
-        step = (lambda y: y + one_md) if op == "add" else md.tanh
+        step = steps[op]
+        start = np.ones((1, 1), np.float32) if op in ("matmul", "linear") else one
 
-        def run():
-            y = md.tensor(one, requires_grad=mode in ("g", "fwdbw"))
+        def build():
+            y = md.tensor(start, requires_grad=mode in ("g", "fwdbw", "bw"))
             for _ in range(n):
                 y = step(y)
-            if mode == "fwdbw":
+            return y
+
+        def run():
+            y = built.pop() if mode == "bw" else build()
+            if mode in ("fwdbw", "bw"):
                 y.backward()
             del y
 
+        run.build = (lambda: built.append(build())) if mode == "bw" else (lambda: None)
         return run
 
     for kind in kinds:
@@ -68,7 +105,9 @@ def measure(n: int, kinds: list[str]) -> None:
     for _, run, budget in chains(n, kinds):
         if budget is not None:
             budget.__enter__()
+        run.build()  # outside the count
         run()
+        run.build()
         functools.reduce(lambda acc, f: f(), [run], None)
         if budget is not None:
             budget.__exit__(None, None, None)
@@ -88,7 +127,9 @@ def count_calls(n: int, kinds: list[str]) -> None:
     for kind, run, budget in chains(n, kinds):
         if budget is not None:
             budget.__enter__()
+        run.build()
         run()
+        run.build()
         calls.clear()
         sys.setprofile(hook)
         run()
@@ -108,8 +149,8 @@ def main() -> None:
     args = p.parse_args()
     for kind in args.kinds:
         op, _, mode = kind.partition("-")
-        if op not in ("add", "tanh") or mode not in ("nog", "g", "fwdbw", "budget"):
-            p.error(f"unknown kind {kind!r} (known: {' '.join(KINDS)})")
+        if op not in OPS or mode not in ("nog", "g", "fwdbw", "bw", "budget"):
+            p.error(f"unknown kind {kind!r}: OP-MODE, OP one of {' '.join(OPS)}")
     if args.inside:
         measure(args.chain, args.kinds)
         return
@@ -143,10 +184,10 @@ def main() -> None:
             total = next(int(line.split()[1]) for line in lines if line.startswith("summary:"))
             counts[kind] = total / args.chain
             print(f"{kind:12}{counts[kind]:10,.0f}")
-        for op in ("add", "tanh"):
+        for op in OPS:
             if f"{op}-fwdbw" in counts and f"{op}-g" in counts:
                 node = counts[f"{op}-fwdbw"] - counts[f"{op}-g"]
-                print(f"{op + ' backward':12}{node:10,.0f}  (per node: fwdbw - g)")
+                print(f"{op + ' fwdbw - g':16}{node:10,.0f}  (backward per node, with the freeing)")
 
 
 if __name__ == "__main__":
