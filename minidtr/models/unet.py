@@ -1,6 +1,7 @@
 """U-Net (Ronneberger et al., 2015) for per-pixel classification.
 
-The encoder applies a block of two conv3x3-BN-ReLU at each level and halves
+The encoder applies a block of ``convs`` conv3x3-BN-ReLU (two in the paper's
+U-Net) at each level and halves
 the resolution with 2x2 max pooling, doubling the width; the decoder
 upsamples (nearest neighbour, then a 3x3 convolution that halves the width),
 concatenates the encoder's output of the same level (the skip connection) and
@@ -19,16 +20,16 @@ from .build import Build
 
 
 class ConvBlock(nn.Module):
-    def __init__(self, b: Build, c_in: int, c_out: int):
+    def __init__(self, b: Build, c_in: int, c_out: int, convs: int = 2):
         super().__init__()
-        self.layers = nn.Sequential(
-            b.conv(c_in, c_out, 3, padding=1, bias=False),
-            b.batch_norm(c_out),
-            nn.ReLU(),
-            b.conv(c_out, c_out, 3, padding=1, bias=False),
-            b.batch_norm(c_out),
-            nn.ReLU(),
-        )
+        layers: list[nn.Module] = []
+        for i in range(convs):
+            layers += [
+                b.conv(c_in if i == 0 else c_out, c_out, 3, padding=1, bias=False),
+                b.batch_norm(c_out),
+                nn.ReLU(),
+            ]
+        self.layers = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x)
@@ -37,10 +38,10 @@ class ConvBlock(nn.Module):
 class Up(nn.Module):
     """Upsample 2x, conv3x3 to ``c_out`` channels, concatenate the skip, ConvBlock."""
 
-    def __init__(self, b: Build, c_in: int, c_out: int):
+    def __init__(self, b: Build, c_in: int, c_out: int, convs: int = 2):
         super().__init__()
         self.reduce = b.conv(c_in, c_out, 3, padding=1)
-        self.block = ConvBlock(b, 2 * c_out, c_out)
+        self.block = ConvBlock(b, 2 * c_out, c_out, convs)
 
     def forward(self, x: Tensor, skip: Tensor) -> Tensor:
         up = self.reduce(F.upsample_nearest2d(x, 2))
@@ -56,18 +57,24 @@ class UNet(nn.Module):
         levels: int = 2,
         rng: Rng = None,
         device: str = "cpu",
+        *,
+        convs: int = 2,
     ):
         super().__init__()
         if levels < 1:
             raise ValueError(f"UNet needs at least one down/up level, got {levels}")
+        if convs < 1:
+            raise ValueError(f"UNet needs at least one convolution per block, got {convs}")
         b = Build.of(rng, device)
         self.levels = levels
         widths = [width * 2**i for i in range(levels + 1)]
         self.down = nn.ModuleList(
-            ConvBlock(b, in_channels if i == 0 else widths[i - 1], widths[i])
+            ConvBlock(b, in_channels if i == 0 else widths[i - 1], widths[i], convs)
             for i in range(levels + 1)
         )
-        self.up = nn.ModuleList(Up(b, widths[i + 1], widths[i]) for i in reversed(range(levels)))
+        self.up = nn.ModuleList(
+            Up(b, widths[i + 1], widths[i], convs) for i in reversed(range(levels))
+        )
         self.head = b.conv(width, classes, 1)
 
     def forward(self, x: Tensor) -> Tensor:
