@@ -19,7 +19,7 @@ from minidtr.models import UNet
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    args = common.parse_args(__doc__, argv, ratio=0.4, batch=64)
+    args = common.parse_args(__doc__, argv, ratio=0.4, batch=128)
     md.manual_seed(args.seed)
 
     # Data: 600 generated 16x16 images (N, 1, 16, 16); each pixel labelled background (0),
@@ -27,10 +27,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data = shapes_segmentation(n=600, size=16, seed=args.seed)
     batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
 
-    # Model: two levels down (conv blocks, 2x2 max pooling) and two up (nearest upsampling,
-    # concatenation with the skip), width 8, a 1x1 convolution to 3 class scores per pixel.
-    model = UNet(in_channels=1, classes=3, width=8, levels=2, rng=args.seed)
-    optimizer = md.optim.Adam(model.parameters(), lr=3e-3)
+    # Model: two levels down (blocks of four conv-BN-ReLU, 2x2 max pooling) and two up
+    # (nearest upsampling, concatenation with the skip), width 4, 8, 16, a 1x1 convolution to
+    # 3 class scores per pixel.
+    model = UNet(in_channels=1, classes=3, width=4, levels=2, rng=args.seed, convs=4)
+    optimizer = md.optim.Adam(model.parameters(), lr=1e-2)
 
     def step() -> float:
         indices = next(batches)
