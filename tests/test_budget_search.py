@@ -8,6 +8,7 @@ import pytest
 
 from minidtr import sim
 from minidtr.budget_search import find_budget, probe, record_trace, simulate_probe
+from minidtr.models import MODELS
 from minidtr.sim.trace import STEP, Annotate
 from minidtr.testing import isolated_allocator
 from minidtr.training import TrainConfig, measure_unbounded
@@ -98,10 +99,10 @@ def test_find_budget_brackets_the_lowest_ratio():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet", "densenet", "unet", "lstm", "transformer", "treelstm"])
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_small_presets_are_in_the_papers_regime(name):
     """Constants at most ~10% of the unbounded peak and the floor (constants plus the largest
-    op) at most a quarter of it; the MLP is the documented exception (docs/models.md)."""
+    op) at most a quarter of it."""
     floors = measure_unbounded(TrainConfig(name, size="small", cost="flops"))
     assert floors.constant_ratio <= 0.10, floors
     assert floors.floor_ratio <= 0.25, floors

@@ -42,7 +42,7 @@ def test_the_clone_links_traces_to_the_package_data():
 @pytest.mark.parametrize("model", MODELS)
 def test_replays_at_a_few_ratios(traces, model):
     trace = traces[model]
-    assert trace.name == model and trace.ops > 30  # the MLP step: 39 ops
+    assert trace.name == model and trace.ops > 30
     baseline = trace.baseline()
     full = sim.simulate(trace, ratio=1.0)
     assert full.status == "ok" and full.remats == 0 and full.slowdown == 1.0
