@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -127,6 +128,39 @@ def test_ctrl_c_leaves_a_csv_to_resume(tmp_path):
     assert kept >= 2
     with open(out) as f:
         assert len(list(csv.DictReader(f))) == kept  # no half-written row
+
+
+SLOW_POOL = """
+import sys, time
+from minidtr.sim import parallel
+try:
+    list(parallel.run(time.sleep, [120], [(0, ())] * 2, jobs=2))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc for the workers")
+def test_ctrl_c_stops_running_workers_at_once():
+    """A replay can run for minutes; Ctrl-C stops the pool's workers, it does not wait."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_POOL], start_new_session=True, stderr=subprocess.PIPE
+    )
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(children.read_text().split()) < 2:
+        time.sleep(0.05)
+    workers = [int(pid) for pid in children.read_text().split()]
+    assert len(workers) >= 2, "the pool did not start its workers"
+    time.sleep(0.5)  # past the workers' initializer, which ignores SIGINT
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    proc.communicate(timeout=100)
+    assert proc.returncode == 130
+    assert time.monotonic() - started < 30  # not the 120 s the running tasks would take
+    for pid in workers:
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or ") Z " in stat.read_text()  # gone, or a zombie
 
 
 @pytest.fixture(scope="module")

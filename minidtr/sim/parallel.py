@@ -16,7 +16,8 @@ each backend ships them as few times as it can:
 
 ``run`` yields ``(task index, result)`` as tasks finish, in whatever order, so
 callers can write results as they come and a progress bar can follow them. On an
-interrupt (Ctrl-C) or an error, the tasks not yet started are cancelled.
+interrupt (Ctrl-C) or an error, the tasks not yet started are cancelled, and the
+local pool's workers are stopped at once, running tasks included.
 """
 
 from __future__ import annotations
@@ -82,8 +83,24 @@ def run(
                 pool.submit(_call_with_shared, fn, i, args): n for n, (i, args) in enumerate(tasks)
             }
             yield from _drain(futures)
+        except BaseException:
+            # Ctrl-C, an error, or the caller stopping early: the running replays' results
+            # are not wanted, and one can take minutes, so stop the workers now rather than
+            # wait for them (they ignore SIGINT).
+            _stop_workers(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def _drain(futures: dict) -> Iterator[tuple[int, Any]]:
