@@ -459,6 +459,18 @@ def test_entering_a_runtime_with_a_lower_budget_evicts_to_meet_it():
     assert [k.numpy()[0] for k in keep] == [1.0] * 5
 
 
+def test_a_budget_below_the_constants_says_so_when_entering():
+    x = md.tensor(np.ones((100, 100)))
+    gc.collect()
+    with pytest.raises(md.BudgetError) as info, md.Runtime(budget=1024):
+        pass
+    message = str(info.value)
+    assert info.value.needed == 0 and info.value.constant >= x.nbytes
+    assert message.startswith("entering the runtime: the budget is 1,024 bytes and ")
+    assert "needs 0 bytes" not in message
+    assert f"at least {info.value.memory:,} bytes" in message
+
+
 def test_sampling_and_min_size_filter_still_give_exact_results():
     from minidtr.testing import assert_remat_equivalent
     from minidtr.testing.programs import lstm_unrolled

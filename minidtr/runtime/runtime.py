@@ -49,8 +49,11 @@ class BudgetError(MemoryError):
     ):
         self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
         self.pinned, self.constant, self.locked = pinned, constant, locked
+        # needed is 0 when nothing new is asked for (entering a runtime, lowering a budget):
+        # what is resident alone does not fit
+        asks = f"needs {needed:,} bytes but the budget is" if needed else "the budget is"
         super().__init__(
-            f"{op}: needs {needed:,} bytes but the budget is {budget:,} bytes and "
+            f"{op}: {asks} {budget:,} bytes and "
             f"{memory:,} are in use after evicting all it could: {constant:,} constant, "
             f"{pinned:,} pinned, {locked:,} locked by running ops. Raise the budget to at "
             f"least {memory + needed:,} bytes or free references."
