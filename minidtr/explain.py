@@ -67,6 +67,12 @@ def load_events(path: str) -> list[dict[str, Any]]:
     number = 0
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
+            if number == 1 and raw.startswith(b"\x1f\x8b"):
+                raise EventLogError(
+                    f"{path}: a gzip file, not an event log (a trace from minidtr train "
+                    "--trace? read it with minidtr sim info); event logs are the JSON lines "
+                    "of minidtr train --events"
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:

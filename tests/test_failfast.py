@@ -2,6 +2,7 @@
 Ctrl-C, one count of rematerializations everywhere, the demo's determinism."""
 
 import gc
+import gzip
 import json
 import math
 import os
@@ -484,10 +485,14 @@ def test_explain_on_bad_files(capsys, tmp_path):
     header_only.write_text('{"event": "runtime", "budget": null}\n')
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(bytes(range(128, 256)) * 8)
+    trace = tmp_path / "trace.log.gz"
+    with gzip.open(trace, "wt") as f:
+        f.write('{"INSTRUCTION": "ANNOTATION", "ANNOTATION": "START"}\n')
     for path, fragment in (
         (empty, "is empty"),
         (header_only, "only its runtime header"),
         (binary, "binary.jsonl:1: not text"),
+        (trace, "trace.log.gz: a gzip file, not an event log (a trace"),
     ):
         for command in ("explain", "plot"):
             extra = [str(tmp_path / "out.png")] if command == "plot" else []
