@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import minidtr as md
 from minidtr.runtime import make_heuristic
+from minidtr.runtime.allocator import deferred_interrupts
 
 
 def parse_args(
@@ -93,12 +95,18 @@ def report(
 
 
 def run(main: Callable[[], Any]) -> int:
-    """Run a script's ``main``; a budget too small to train in is a message, not a traceback."""
+    """Run a script's ``main``; a budget too small to train in is a message, not a
+    traceback, and so is Ctrl-C (exit status 130), which stops the run at the allocator's
+    next consistent point (``deferred_interrupts``; a second Ctrl-C stops it at once)."""
     try:
-        result = main()
+        with deferred_interrupts():
+            result = main()
     except md.BudgetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
+        return 130
     if not all(math.isfinite(loss) for loss in result["losses"]):
         print("error: the loss is not finite", file=sys.stderr)
         return 1

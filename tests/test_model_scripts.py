@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -106,3 +108,21 @@ def test_runs_standalone_and_reports_a_budget_too_small():
         text=True,
     )
     assert grinding.returncode == 1 and "max_slowdown=1.5" in grinding.stderr
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    import minidtr as md
+
+    common = load("common", monkeypatch)
+
+    def main():
+        x = md.tensor([1.0])
+        with md.Runtime():
+            os.kill(os.getpid(), signal.SIGINT)  # deferred: the allocator stops at its next op
+            for _ in range(10_000):
+                x = x + 1
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(sys, "argv", ["models/resnet.py"])
+    assert common.run(main) == 130
+    assert capsys.readouterr().err == "resnet.py: interrupted\n"
