@@ -334,3 +334,37 @@ def test_cached_terms_follow_long_evicted_runs(heuristics):
                     else:
                         rng.choice(chain).numpy()
         assert counter["checked"] - before >= 100
+
+
+def test_freeing_an_evicted_chain_after_an_msps_run_does_not_walk_its_tail(monkeypatch):
+    """msps flags rows by walking every evicted descendant of a change. Outside a budget
+    nothing is scored, so the table stops flagging: freeing a chain whose every other
+    storage is evicted (and still referenced) once took a walk of the whole remaining
+    chain per death, quadratic in its length."""
+    from minidtr.runtime.allocator import allocator_for
+    from minidtr.runtime.storage import Storage
+
+    with isolated_allocator():
+        chain = [md.tensor(np.ones(4, np.float32))]
+        with md.Runtime(cost="flops"):
+            for _ in range(2000):
+                chain.append(chain[-1] + 1.0)
+        allocator = allocator_for("cpu")
+        with md.Runtime(budget=1 << 40, heuristic="msps", cost="flops"):
+            for t in chain[1::2]:
+                allocator.evict(t.cell.storage)
+            allocator._choose_victim()
+        assert allocator.candidates.watching is None
+        calls = 0
+        live_children = Storage.live_children
+
+        def counted(self):
+            nonlocal calls
+            calls += 1
+            return live_children(self)
+
+        monkeypatch.setattr(Storage, "live_children", counted)
+        evicted = chain[1::2]
+        del chain
+        assert calls < 10_000, f"{calls} walks to free 2,000 storages"
+        del evicted

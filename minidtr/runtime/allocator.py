@@ -164,7 +164,12 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
         self.budget = min(budgets) if budgets else None
         if self.budget is None:
-            self.track(None)  # nothing is scored: stop maintaining e*
+            # nothing is scored: stop maintaining e*, and stop flagging the rows a change
+            # touches (the next decision re-flags every row). Flagging for msps walks
+            # every evicted descendant, so a long evicted chain freed after an msps run
+            # would walk its whole remaining tail once per death.
+            self.track(None)
+            self.candidates.watching = None
         if self.budget is not None and self.memory > self.budget:
             was_busy, self._busy = self._busy, True
             try:
