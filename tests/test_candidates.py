@@ -368,3 +368,67 @@ def test_freeing_an_evicted_chain_after_an_msps_run_does_not_walk_its_tail(monke
         del chain
         assert calls < 10_000, f"{calls} walks to free 2,000 storages"
         del evicted
+
+
+def assert_bordering_exact(table) -> None:
+    """``table.bordering`` lists every row under each label its ``labels`` name, and
+    lists no live candidate under a label it does not name (holes may linger)."""
+    index = table.bordering
+    if index is None:
+        return
+    width, used = table.edge_width, table.rows
+    named: dict[int, set[int]] = {}
+    for j in range(width):
+        for row, label in enumerate(table.labels[j, :used].tolist()):
+            if label:
+                named.setdefault(label, set()).add(row)
+    for label, rows in named.items():
+        missing = rows - index.get(label, set())
+        assert not missing, f"rows {sorted(missing)} name label {label} but are not listed"
+    for label, rows in index.items():
+        extra = {r for r in rows - named.get(label, set()) if table.storages[r] is not None}
+        assert not extra, f"live rows {sorted(extra)} listed under label {label} they do not name"
+
+
+@pytest.mark.parametrize("share", [0, 10**9])
+def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, share):
+    """h_DTR^eq's index from class labels to the rows naming them stays exact through
+    evictions that merge classes, rebuilds that re-read rows and the compactions that
+    renumber rows; share 0 finds the changed rows through the index at every decision,
+    a huge share by scanning the labels (the two must decide alike, as the loop)."""
+    from minidtr.runtime import candidates, eviction
+    from minidtr.runtime.allocator import allocator_for
+
+    monkeypatch.setattr(eviction, "BORDER_SCAN_SHARE", share)
+    monkeypatch.setattr(candidates, "COMPACT_SLACK", 4)  # compact often
+    rng = random.Random(7)
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        chain = [md.tensor(np.ones(3, np.float32))]
+        with md.Runtime(cost="flops"):
+            for _ in range(150):
+                a = chain[-1]
+                b = chain[rng.randrange(max(0, len(chain) - 6), len(chain))]
+                chain.append(a * 1.5 + b if rng.random() < 0.5 else a + 1.0)
+        allocator = allocator_for("cpu")
+        table = allocator.candidates
+        compactions = 0
+        with md.Runtime(budget=1 << 30, heuristic="dtr_eq", cost="flops"):
+            for _ in range(400):
+                action = rng.random()
+                rows = table.rows
+                if action < 0.5:
+                    victim = allocator._choose_victim()[0]
+                    assert_bordering_exact(table)
+                    if victim is not None:
+                        allocator.evict(victim)
+                elif action < 0.7:
+                    storage = rng.choice(chain[1:]).cell.storage
+                    if storage.buffer is not None and not storage.locks:
+                        allocator.evict(storage)
+                else:
+                    rng.choice(chain).numpy()
+                compactions += table.rows < rows
+        assert counter["checked"] - before >= 150
+        assert compactions >= 3
+        assert table.edge_width >= 2 and table.bordering

@@ -48,7 +48,10 @@ with 0 (the mirror's empty class). ``edges[j, row]`` is the row's j-th: one
 contiguous array per position, ``edge_width`` of them in use; ``labels`` holds
 their class labels as of the row's last ``term``, so that a decision recomputes the
 term of the re-read rows and of those naming a class that changed since (the
-mirror's ``touched`` labels) only.
+mirror's ``touched`` labels) only. ``bordering`` finds the latter without a scan:
+each label to the rows whose ``labels`` name it (a superset: a row that became a
+hole may stay listed until the next compaction, which drops the whole index, to be
+rebuilt from the columns; ``eviction.Eviction._eq_terms`` keeps it).
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ class CandidateTable:
         self.edges = np.zeros((1, 0), np.int64)  # see the module docstring
         self.labels = np.zeros((1, 0), np.int64)  # (eq) edges' class labels, for ``term``
         self.edge_width = 0  # the most evicted neighbours written for a row
+        self.bordering: dict[int, set[int]] | None = None  # (eq) label -> rows; None: rebuild
 
     # ---- the set interface -----------------------------------------------------------------
 
@@ -256,6 +260,21 @@ class CandidateTable:
             setattr(self, name, new)
         self._capacity = capacity
 
+    def bordering_index(self, width: int) -> dict[int, set[int]]:
+        """``bordering`` as the ``labels`` columns give it (built afresh when None)."""
+        if self.bordering is None:
+            index: dict[int, set[int]] = {}
+            positions, rows = np.nonzero(self.labels[:width, : len(self.storages)])
+            names = self.labels[positions, rows].tolist()
+            for label, row in zip(names, rows.tolist(), strict=True):
+                found = index.get(label)
+                if found is None:
+                    index[label] = {row}
+                else:
+                    found.add(row)
+            self.bordering = index
+        return self.bordering
+
     def widen(self, width: int) -> None:
         """Room for ``width`` evicted neighbours per row in ``edges``."""
         for name in ("edges", "labels"):
@@ -281,6 +300,7 @@ class CandidateTable:
                 storages.append(storage)
                 keep.append(row)
         self.storages = storages
+        self.bordering = None  # rows renumbered
         index = np.array(keep, np.intp)
         n = len(keep)
         self.frontier = bytearray(np.frombuffer(self.frontier, np.uint8)[index].tobytes())
@@ -305,6 +325,7 @@ class CandidateTable:
         self.frontier = bytearray(self.active[:used].tobytes()).ljust(used, b"\x01")
         self.watching = mode
         self.watched_epoch = epoch
+        self.bordering = None
 
     def mark_descendants(self, storage: Storage) -> None:
         """``storage`` was evicted or left the evicted set: flag the rows whose evicted

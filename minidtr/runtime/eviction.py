@@ -25,6 +25,7 @@ from .storage import Storage
 
 SHORTLIST = 5  # candidates recorded with each budget eviction (victim, runner-up, ...)
 MIRROR_SLACK = 1024  # the union-find mirror is rebuilt past 8 * (table rows + this) entries
+BORDER_SCAN_SHARE = 32  # rows of touched classes beyond 1/this of the table: scan the labels
 
 
 # Off only while a search probes budgets it expects to fail (``minidtr.testing``'s
@@ -320,30 +321,73 @@ class Eviction:
             edges[len(nodes) :] = 0
             frontier[row] = 0
         width = table.edge_width
-        if not width:
+        if not width:  # no row names a class
             mirror.touched = set()
+            mirror.merged = []
+            table.bordering = {}
             table.term[stale] = 0.0
             return 0.0  # cost + 0.0, as the reference adds
         changed = stale
         if mirror.touched:
-            labels = table.labels[:width, :used]
-            hit = np.zeros(used, bool)
-            hit[stale] = True
-            for label in mirror.touched:
-                for j in range(width):
-                    hit |= labels[j] == label
-            mirror.touched = set()
-            changed = np.flatnonzero(hit).tolist()
+            changed = self._eq_changed_rows(table, stale, width, used)
         if changed:
-            self._eq_recompute(table, changed, width)
+            self._eq_recompute(table, changed, width, stale)
         return table.term[:used] if rows is None else table.term[rows]
 
-    def _eq_recompute(self, table: CandidateTable, rows: list[int], width: int) -> None:
+    def _eq_changed_rows(
+        self, table: CandidateTable, stale: list[int], width: int, used: int
+    ) -> list[int]:
+        """The rows whose ``c(eq)`` to recompute, in row order: the re-read ones and those
+        naming a label the mirror touched since the last decision. Those are found in
+        ``table.bordering`` (first moving each label a merge retired onto the label that
+        took its members, the smaller set into the larger) or, when they are more than
+        1/``BORDER_SCAN_SHARE`` of the rows, by one scan of the ``labels`` columns per
+        touched label and neighbour position."""
+        mirror = self.eq_classes.mirror
+        index = table.bordering_index(width)
+        for retired, kept in mirror.merged:
+            moved = index.pop(retired, None)
+            if moved:
+                into = index.get(kept)
+                if into is None:
+                    index[kept] = moved
+                elif len(into) >= len(moved):
+                    into |= moved
+                else:
+                    moved |= into
+                    index[kept] = moved
+        mirror.merged = []
+        touched, mirror.touched = mirror.touched, set()
+        found = [rows for label in touched if (rows := index.get(label))]
+        if sum(map(len, found)) * BORDER_SCAN_SHARE <= used:
+            changed = set(stale)
+            changed.update(*found)
+            return sorted(changed)
+        labels = table.labels[:width, :used]
+        hit = np.zeros(used, bool)
+        hit[stale] = True
+        for label in touched:
+            for j in range(width):
+                hit |= labels[j] == label
+        return np.flatnonzero(hit).tolist()
+
+    def _eq_recompute(
+        self, table: CandidateTable, rows: list[int], width: int, reread: list[int]
+    ) -> None:
         """``c(eq)`` of ``rows`` into ``term`` (their labels into ``labels``): each row's
         distinct classes' costs summed in neighbour order, adding 0.0 for a repeat or
         padding, so the same floats as ``EquivalenceClasses.cost`` (row by row when they
-        are a few, as arrays when many)."""
+        are a few, as arrays when many). The ``reread`` rows' entries in
+        ``table.bordering`` follow their new labels (the other rows' labels change only
+        by merges, which ``_eq_changed_rows`` applied to it); when they are many, the
+        index is dropped, to be rebuilt from the columns when next needed."""
         mirror = self.eq_classes.mirror
+        index = table.bordering
+        if index is not None and len(reread) > SYNC_ONE_BY_ONE:
+            index = table.bordering = None
+        before = {}  # each re-read row's labels, a retired one as the label that took it
+        if index is not None:
+            before = {row: mirror.label[table.labels[:width, row]].tolist() for row in reread}
         if len(rows) <= SYNC_ONE_BY_ONE:
             label, cost = mirror.label, mirror.cost
             edges, labels, term = table.edges, table.labels, table.term
@@ -357,19 +401,31 @@ class Eviction:
                         seen.append(found)
                         total += float(cost[found])
                 term[row] = total
-            return
-        index = np.array(rows, np.intp)
-        labels = mirror.label.take(table.edges[:width, index])
-        table.labels[:width, index] = labels
-        costs = mirror.cost.take(labels)
-        terms = costs[0]  # 0.0 + c is c
-        for j in range(1, width):
-            repeat = labels[j] == labels[0]
-            for i in range(1, j):
-                repeat |= labels[j] == labels[i]
-            np.copyto(costs[j], 0.0, where=repeat)
-            terms += costs[j]
-        table.term[index] = terms
+        else:
+            index_rows = np.array(rows, np.intp)
+            labels = mirror.label.take(table.edges[:width, index_rows])
+            table.labels[:width, index_rows] = labels
+            costs = mirror.cost.take(labels)
+            terms = costs[0]  # 0.0 + c is c
+            for j in range(1, width):
+                repeat = labels[j] == labels[0]
+                for i in range(1, j):
+                    repeat |= labels[j] == labels[i]
+                np.copyto(costs[j], 0.0, where=repeat)
+                terms += costs[j]
+            table.term[index_rows] = terms
+        for row, old in before.items():
+            new = table.labels[:width, row].tolist()
+            for gone in old:
+                if gone and gone not in new and (listed := index.get(gone)) is not None:
+                    listed.discard(row)
+            for found in new:
+                if found:
+                    listed = index.get(found)
+                    if listed is None:
+                        index[found] = {row}
+                    else:
+                        listed.add(row)
 
     def evict(
         self,

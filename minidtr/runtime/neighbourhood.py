@@ -176,7 +176,9 @@ class ClassMirror:
     mirrored members are relabelled, so each index is relabelled O(log n) times).
     ``cost[label]`` and ``epoch[label]`` are the class's summed cost and epoch, kept up
     to date by ``EquivalenceClasses``; ``touched`` collects the labels whose cost or
-    members changed (the candidate table takes them at each decision). Index 0 is
+    members changed, and ``merged`` each label that a merge retired, in order, with
+    the label its members took (``(retired, kept)``; a retired label never returns
+    until a reset), which the candidate table takes at each decision. Index 0 is
     *none*, a class of cost 0.0 (padding). ``reset`` forgets every index (they are
     handed out afresh)."""
 
@@ -188,12 +190,14 @@ class ClassMirror:
         self.epoch = np.zeros(64, np.int64)
         self.members: dict[int, list[int]] = {}  # label -> the indices it labels
         self.touched: set[int] = set()
+        self.merged: list[tuple[int, int]] = []
 
     def reset(self) -> None:
         self.generation += 1
         self.size = 1
         self.members = {}
         self.touched = set()
+        self.merged = []
 
     def mirrored(self, node: Component) -> bool:
         return node.generation == self.generation
@@ -242,12 +246,15 @@ class ClassMirror:
                 self.touched.add(keep)
                 moved = self.members.pop(gone)
                 kept = self.members[keep]
+                retired = gone
                 if len(moved) > len(kept):
+                    retired = keep
                     keep, moved, kept = gone, kept, moved
                     self.members[gone] = kept
-                    del self.members[int(self.label[merged.index])]
+                    del self.members[retired]
                 self.label[moved] = keep
                 kept.extend(moved)
+                self.merged.append((retired, keep))
             self.touched.add(gone)
         elif merged.generation == current:
             keep = int(self.label[merged.index])
