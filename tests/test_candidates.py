@@ -325,6 +325,8 @@ def test_cached_terms_follow_long_evicted_runs(heuristics):
                     action = rng.random()
                     if action < 0.55:
                         victim = allocator._choose_victim()[0]
+                        if allocator.candidates.watching == "eq":
+                            assert_bordering_exact(allocator.candidates)
                         if victim is not None:
                             allocator.evict(victim)
                     elif action < 0.75:
