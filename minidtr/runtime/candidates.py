@@ -52,6 +52,14 @@ mirror's ``touched`` labels) only. ``bordering`` finds the latter without a scan
 each label to the rows whose ``labels`` name it (a superset: a row that became a
 hole may stay listed until the next compaction, which drops the whole index, to be
 rebuilt from the columns; ``eviction.Eviction._eq_terms`` keeps it).
+
+``ratio`` holds each row's score before the staleness term, for the cost term and
+size term a decision last asked for (``ratios``): ``(cost + term) / size`` (``cost``
+for ``local``, ``unit`` for ``none``; no division without the size term), by the same
+floating-point operations as ``Heuristic.scores``. ``rewritten`` lists the rows whose
+``cost``, ``unit``, ``size`` or ``term`` were written since (``sync`` and the term
+updates add to it), and ``ratios`` recomputes those only; a compaction, or asking for
+another formula, recomputes every row.
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ COMPACT_SLACK = 64  # holes tolerated beyond an eighth of the candidates before 
 COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
 LAZY_SLACK = 64  # holes tolerated beyond the candidates' count between decisions
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
+RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 
 
 class CandidateTable:
@@ -94,6 +103,10 @@ class CandidateTable:
         self.labels = np.zeros((1, 0), np.int64)  # (eq) edges' class labels, for ``term``
         self.edge_width = 0  # the most evicted neighbours written for a row
         self.bordering: dict[int, set[int]] | None = None  # (eq) label -> rows; None: rebuild
+        self.ratio = np.zeros(0)  # the score before staleness, for ``ratio_key``
+        self.ratio_key: tuple[str, bool] | None = None  # (cost term, size?); None: stale
+        self.rewritten: list[int] = []  # rows whose score inputs were written since ``ratios``
+        self.scratch = np.zeros(0)  # a decision's staleness and scores
 
     # ---- the set interface -----------------------------------------------------------------
 
@@ -177,7 +190,9 @@ class CandidateTable:
             self.dirty[row] = 0
         storages = self.storages
         locked = []
-        for row in sorted({*rows, *self._locked}):
+        rows = sorted({*rows, *self._locked})
+        self.rewritten += rows
+        for row in rows:
             storage = storages[row]
             if storage is None:
                 self.active[row] = False
@@ -209,6 +224,7 @@ class CandidateTable:
         if self._locked:
             rows = np.union1d(rows, self._locked)
         row_list = rows.tolist()
+        self.rewritten += row_list
         storages = self.storages
         found = [storages[r] for r in row_list]
         live = [s for s in found if s is not None]
@@ -251,6 +267,8 @@ class CandidateTable:
         self.size = grown(self.size, 1.0)
         self.last_access = grown(self.last_access, 0.0)
         self.term = grown(self.term, 0.0)
+        self.ratio = grown(self.ratio, inf)
+        self.scratch = grown(self.scratch, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
         for name in ("edges", "labels"):
@@ -259,6 +277,37 @@ class CandidateTable:
             new[:, : old.shape[1]] = old
             setattr(self, name, new)
         self._capacity = capacity
+
+    def ratios(self, mode: str, size: bool, used: int) -> np.ndarray:
+        """``ratio[:used]`` for cost term ``mode`` (``term`` must hold its neighbourhood
+        part) and with the size term or not, recomputing the ``rewritten`` rows (every
+        row when they are many or the formula changed)."""
+        ratio = self.ratio
+        rows, self.rewritten = self.rewritten, []
+        if self.ratio_key != (mode, size) or len(rows) > RATIOS_ONE_BY_ONE:
+            pick = slice(0, used)
+            if mode == "none":
+                top = self.unit[pick]
+            elif mode == "local":
+                top = self.cost[pick]
+            else:
+                top = np.add(self.cost[pick], self.term[pick], out=ratio[pick])
+            if size:
+                np.divide(top, self.size[pick], out=ratio[pick])
+            elif top.base is not ratio:
+                ratio[pick] = top
+            self.ratio_key = (mode, size)
+            return ratio[pick]
+        unit, cost, term, divisor = self.unit, self.cost, self.term, self.size
+        for row in rows:
+            if mode == "none":
+                top = unit.item(row)
+            elif mode == "local":
+                top = cost.item(row)
+            else:
+                top = cost.item(row) + term.item(row)
+            ratio[row] = top / divisor.item(row) if size else top
+        return ratio[:used]
 
     def bordering_index(self, width: int) -> dict[int, set[int]]:
         """``bordering`` as the ``labels`` columns give it (built afresh when None)."""
@@ -301,6 +350,8 @@ class CandidateTable:
                 keep.append(row)
         self.storages = storages
         self.bordering = None  # rows renumbered
+        self.ratio_key = None
+        self.rewritten = []
         index = np.array(keep, np.intp)
         n = len(keep)
         self.frontier = bytearray(np.frombuffer(self.frontier, np.uint8)[index].tobytes())
@@ -310,7 +361,8 @@ class CandidateTable:
             renumber[index] = np.arange(n)
             locked = renumber[self._locked]
             self._locked = locked[locked > 0].tolist()  # 0: removed since
-        columns = ("cost", "unit", "nbytes", "size", "last_access", "term", "active", "blocked")
+        columns = ("cost", "unit", "nbytes", "size", "last_access", "term", "ratio", "active")
+        columns += ("blocked",)
         for name in columns:
             column = getattr(self, name)
             column[:n] = column[index]

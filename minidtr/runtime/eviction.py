@@ -170,15 +170,28 @@ class Eviction:
         self.track(mode if mode in MODES else None)
         # over every row, holes and locked rows score +inf: their cost and unit are +inf
         pick = slice(0, used) if rows is None else rows
-        staleness = None
-        if heuristic.staleness:
-            staleness = self.clock - table.last_access[pick]
         neighbourhood = None
         if mode in NEIGHBOURHOOD_COST:
             neighbourhood = self._neighbourhood_terms(table, mode, rows, used)
-        values = heuristic.scores(
-            table.cost[pick], neighbourhood, table.size[pick], staleness, table.unit[pick]
-        )
+        if rows is None and (
+            type(neighbourhood) is not np.ndarray or neighbourhood.base is table.term
+        ):
+            # the table's ratio column, the score but for staleness, as the term column has it
+            staleness = None
+            if heuristic.staleness:
+                staleness = np.subtract(
+                    self.clock, table.last_access[pick], out=table.scratch[pick]
+                )
+            values = heuristic.ratio_scores(table.ratios(mode, heuristic.size, used), staleness)
+        else:
+            table.ratio_key = None  # terms per storage, or a pool: the ratios are not kept
+            table.rewritten = []
+            staleness = None
+            if heuristic.staleness:
+                staleness = self.clock - table.last_access[pick]
+            values = heuristic.scores(
+                table.cost[pick], neighbourhood, table.size[pick], staleness, table.unit[pick]
+            )
         order = lowest(values, wanted)
         scores = [values.item(i) for i in order] if order is not None else []
         if order is None or (rows is None and any(math.isinf(v) for v in scores)):
@@ -254,6 +267,7 @@ class Eviction:
                     frontier[row] = 0
             finally:
                 self._scoring = False
+            table.rewritten += stale
         return table.term[:used] if rows is None else table.term[rows]
 
     def _terms_by_storage(
@@ -326,12 +340,14 @@ class Eviction:
             mirror.merged = []
             table.bordering = {}
             table.term[stale] = 0.0
+            table.rewritten += stale
             return 0.0  # cost + 0.0, as the reference adds
         changed = stale
         if mirror.touched:
             changed = self._eq_changed_rows(table, stale, width, used)
         if changed:
             self._eq_recompute(table, changed, width, stale)
+            table.rewritten += changed
         return table.term[:used] if rows is None else table.term[rows]
 
     def _eq_changed_rows(

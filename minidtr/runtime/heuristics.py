@@ -138,6 +138,16 @@ class Heuristic:
             return np.divide(top, size, out=top if fresh else None)
         return top if fresh else np.array(top, float)
 
+    def ratio_scores(self, ratio: np.ndarray, staleness: np.ndarray | None) -> np.ndarray:
+        """``scores`` from ``ratio``, each storage's cost term divided by its size term
+        (by the same operations: ``CandidateTable.ratios``) and its staleness ``clock -
+        last_access`` (ignored without the staleness term): the scores, in ``staleness``
+        (overwritten), or ``ratio`` itself (not to be modified) without staleness."""
+        if not self.staleness:
+            return ratio
+        staleness = np.maximum(staleness, staleness_floor(len(staleness)), out=staleness)
+        return np.divide(ratio, staleness, out=staleness)
+
     @property
     def formula(self) -> str:
         """The score in the paper's notation, e.g. ``(c + c(e*)) / (m * s)``."""
