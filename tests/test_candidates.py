@@ -434,3 +434,25 @@ def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, 
         assert counter["checked"] - before >= 150
         assert compactions >= 3
         assert table.edge_width >= 2 and table.bordering
+
+
+@pytest.mark.parametrize("one_by_one", [0, 10**9])
+def test_ratio_column_follows_every_rewrite_and_heuristic_switch(monkeypatch, one_by_one):
+    """The table's ``ratio`` column (each row's score before staleness) is updated from
+    the rows that sync and the term updates rewrote (``one_by_one`` huge: always row by
+    row; 0: always whole) and recomputed for another formula: one allocator goes through
+    every heuristic in turn, twice, each deciding as the loop."""
+    from minidtr.runtime import candidates, eviction
+
+    monkeypatch.setattr(candidates, "RATIOS_ONE_BY_ONE", one_by_one)
+    monkeypatch.setattr(candidates, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
+    monkeypatch.setattr(eviction, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
+    rng = random.Random(8)
+    names = [h for h in HEURISTICS if h != "random"] * 2
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = build_graph(rng, 60)
+        for heuristic in names:
+            with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops"):
+                drive(rng, tensors, 6)
+        assert counter["checked"] - before >= 2 * len(names)

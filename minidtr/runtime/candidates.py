@@ -58,8 +58,9 @@ size term a decision last asked for (``ratios``): ``(cost + term) / size`` (``co
 for ``local``, ``unit`` for ``none``; no division without the size term), by the same
 floating-point operations as ``Heuristic.scores``. ``rewritten`` lists the rows whose
 ``cost``, ``unit``, ``size`` or ``term`` were written since (``sync`` and the term
-updates add to it), and ``ratios`` recomputes those only; a compaction, or asking for
-another formula, recomputes every row.
+updates add to it, and a decision takes them all, so it is empty between decisions),
+and ``ratios`` recomputes those only, or every row for another formula; a compaction
+moves ``ratio`` with the other columns.
 """
 
 from __future__ import annotations
@@ -350,8 +351,6 @@ class CandidateTable:
                 keep.append(row)
         self.storages = storages
         self.bordering = None  # rows renumbered
-        self.ratio_key = None
-        self.rewritten = []
         index = np.array(keep, np.intp)
         n = len(keep)
         self.frontier = bytearray(np.frombuffer(self.frontier, np.uint8)[index].tobytes())
