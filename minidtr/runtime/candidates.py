@@ -193,28 +193,30 @@ class CandidateTable:
         locked = []
         rows = sorted({*rows, *self._locked})
         self.rewritten += rows
+        active, blocked, cost, unit = self.active, self.blocked, self.cost, self.unit
         for row in rows:
             storage = storages[row]
             if storage is None:
-                self.active[row] = False
-                self.blocked[row] = True
-                self.cost[row] = self.unit[row] = inf
+                active[row] = False
+                blocked[row] = True
+                cost[row] = unit[row] = inf
                 self.frontier[row] = 0
-                self.edges[:, row] = 0
-                self.labels[:, row] = 0
+                for j in range(self.edge_width):  # positions past it are 0 in every row
+                    self.edges[j, row] = self.labels[j, row] = 0
                 continue
-            self.active[row] = True
-            self.nbytes[row] = storage.nbytes
-            self.size[row] = max(storage.nbytes, 1)
+            active[row] = True
+            nbytes = storage.nbytes
+            self.nbytes[row] = nbytes
+            self.size[row] = max(nbytes, 1)
             self.last_access[row] = storage.last_access
             if storage.locks:
-                self.blocked[row] = True
-                self.cost[row] = self.unit[row] = inf
+                blocked[row] = True
+                cost[row] = unit[row] = inf
                 locked.append(row)
             else:
-                self.blocked[row] = False
-                self.cost[row] = storage.cost
-                self.unit[row] = 1.0
+                blocked[row] = False
+                cost[row] = storage.cost
+                unit[row] = 1.0
         self._locked = locked
 
     def _sync_many(self) -> None:

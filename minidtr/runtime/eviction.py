@@ -327,12 +327,16 @@ class Eviction:
                         frontier[again] = 1
                     return None
                 nodes.append(mirror.index_of(node))
-            if len(nodes) > len(table.edges):
-                table.widen(len(nodes))
-            table.edge_width = max(table.edge_width, len(nodes))
-            edges = table.edges[:, row]
-            edges[: len(nodes)] = nodes
-            edges[len(nodes) :] = 0
+            count = len(nodes)
+            if count > table.edge_width:
+                if count > len(table.edges):
+                    table.widen(count)
+                table.edge_width = count
+            edges = table.edges  # positions from edge_width on are 0 in every row
+            for j, node in enumerate(nodes):
+                edges[j, row] = node
+            for j in range(count, table.edge_width):
+                edges[j, row] = 0
             frontier[row] = 0
         width = table.edge_width
         if not width:  # no row names a class
@@ -401,23 +405,27 @@ class Eviction:
         index = table.bordering
         if index is not None and len(reread) > SYNC_ONE_BY_ONE:
             index = table.bordering = None
+        label = mirror.label
         before = {}  # each re-read row's labels, a retired one as the label that took it
-        if index is not None:
-            before = {row: mirror.label[table.labels[:width, row]].tolist() for row in reread}
         if len(rows) <= SYNC_ONE_BY_ONE:
-            label, cost = mirror.label, mirror.cost
+            cost = mirror.cost
             edges, labels, term = table.edges, table.labels, table.term
+            moved = set(reread) if index is not None else ()
             for row in rows:
+                if row in moved:
+                    before[row] = [label.item(labels.item(j, row)) for j in range(width)]
                 seen = []
                 total = 0.0
                 for j in range(width):
-                    found = int(label[edges[j, row]])
+                    found = label.item(edges.item(j, row))
                     labels[j, row] = found
                     if found not in seen:
                         seen.append(found)
-                        total += float(cost[found])
+                        total += cost.item(found)
                 term[row] = total
         else:
+            if index is not None:
+                before = {row: label[table.labels[:width, row]].tolist() for row in reread}
             index_rows = np.array(rows, np.intp)
             labels = mirror.label.take(table.edges[:width, index_rows])
             table.labels[:width, index_rows] = labels
