@@ -443,6 +443,8 @@ class Eviction:
             for gone in old:
                 if gone and gone not in new and (listed := index.get(gone)) is not None:
                     listed.discard(row)
+                    if not listed:
+                        del index[gone]
             for found in new:
                 if found:
                     listed = index.get(found)
