@@ -86,6 +86,23 @@ class LSTMCell(Op):
         return (out[0] if ctx.needs_grad[0] else None), out[1]
 
 
+def _through_output_gate(xp, dh, dc, o, c_new, do):
+    """The gradients through ``h = o * tanh(c_new)`` shared by both cells: writes the
+    output gate's pre-activation gradient into ``do`` and returns the cell state's
+    (``dc`` added). ``c_new`` is needed only where ``dh`` is given."""
+    if dh is None:
+        do[...] = 0.0
+        return dc.copy()
+    tanh_c = xp.tanh(c_new)
+    xp.multiply(dh, tanh_c, out=do)
+    do *= o * (1.0 - o)
+    total = dh * o
+    total *= 1.0 - tanh_c * tanh_c
+    if dc is not None:
+        total += dc
+    return total
+
+
 class LSTMCellGrad(Op):
     """(dgates, dc) of ``lstm_cell`` from its inputs and its outputs' gradients (either
     may be absent), recomputing the activations from the pre-activations:
@@ -113,19 +130,11 @@ class LSTMCellGrad(Op):
         dgates = xp.empty_like(gates)
         di, df = dgates[..., :h], dgates[..., h : 2 * h]
         dg, do = dgates[..., 2 * h : 3 * h], dgates[..., 3 * h :]
+        c_new = None
         if dh is not None:
-            tanh_c = f * c
-            tanh_c += i * g
-            tanh_c = xp.tanh(tanh_c)
-            xp.multiply(dh, tanh_c, out=do)
-            do *= o * (1.0 - o)
-            total = dh * o
-            total *= 1.0 - tanh_c * tanh_c
-            if dc is not None:
-                total += dc
-        else:
-            do[...] = 0.0
-            total = dc.copy()
+            c_new = f * c
+            c_new += i * g
+        total = _through_output_gate(xp, dh, dc, o, c_new, do)
         xp.multiply(total, g, out=di)
         di *= i * (1.0 - i)
         xp.multiply(total, c, out=df)
@@ -231,20 +240,12 @@ class ChildSumCellGrad(Op):
         h = iou.shape[-1] // 3
         diou = xp.empty_like(iou)
         di, do, du = diou[..., :h], diou[..., h : 2 * h], diou[..., 2 * h :]
+        c_new = None
         if dh is not None:
-            tanh_c = i * u
+            c_new = i * u
             if c_in is not None:
-                tanh_c += c_in
-            tanh_c = xp.tanh(tanh_c)
-            xp.multiply(dh, tanh_c, out=do)
-            do *= o * (1.0 - o)
-            total = dh * o
-            total *= 1.0 - tanh_c * tanh_c
-            if dc is not None:
-                total += dc
-        else:
-            do[...] = 0.0
-            total = dc.copy()
+                c_new += c_in
+        total = _through_output_gate(xp, dh, dc, o, c_new, do)
         xp.multiply(total, u, out=di)
         di *= i * (1.0 - i)
         xp.multiply(total, i, out=du)
