@@ -27,7 +27,7 @@ from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .elementwise import zero_where
-from .op import DTypeError, Op, apply, expect_tensor, float_dtype
+from .op import DTypeError, Op, apply, expect_tensor, float_dtype, shared_op
 from .reduce import mean as reduce_mean
 from .reduce import sum as reduce_sum
 
@@ -574,13 +574,6 @@ def max_pool2d(x: Tensor, kernel_size, stride=None, padding: int = 0) -> Tensor:
 
 def avg_pool2d(x: Tensor, kernel_size, stride=None, padding: int = 0) -> Tensor:
     return apply(pool_op(AvgPool2d, kernel_size, stride, padding), x)
-
-
-@functools.lru_cache(maxsize=128)
-def shared_op(cls: type[Op], *args: int | None) -> Op:
-    """One op object per class and int arguments: ops hold static attributes only, so
-    a layer's every call can share one (and skip checking its arguments again)."""
-    return cls(*args)
 
 
 def pool_op(cls: type[Pool2d], kernel_size, stride, padding) -> Pool2d:

@@ -9,12 +9,20 @@ reads to update its running statistics. The gradient is one fused op too.
 
 from __future__ import annotations
 
-import functools
 import math
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, ShapeError, apply, as_constants, expect_tensor, float_dtype
+from .op import (
+    DTypeError,
+    Op,
+    ShapeError,
+    apply,
+    as_constants,
+    expect_tensor,
+    float_dtype,
+    shared_op,
+)
 
 
 class Normalize(Op):
@@ -106,7 +114,12 @@ class Normalize(Op):
             raise RuntimeError(f"{self.name}: mean and var are internal outputs with no gradient")
         weight = (ctx.inputs[1],) if self.has_weight else ()
         dx, dw, db = apply(
-            normalize_grad_op(self), ctx.inputs[0], ctx.outputs[1], ctx.outputs[2], *weight, g
+            shared_op(NormalizeGrad, self),
+            ctx.inputs[0],
+            ctx.outputs[1],
+            ctx.outputs[2],
+            *weight,
+            g,
         )
         out = [dx if ctx.needs_grad[0] else None]
         if self.has_weight:
@@ -181,30 +194,6 @@ class NormalizeGrad(Op):
         return 12.0 * math.prod(in_metas[0][0]), nbytes
 
 
-@functools.lru_cache(maxsize=64)
-def normalize_op(
-    name: str,
-    stat_axes: tuple[int, ...],
-    param_axis: int,
-    eps: float,
-    has_weight: bool,
-    has_bias: bool,
-) -> Normalize:
-    """One shared ``Normalize`` per configuration (ops hold static attributes only), so a
-    layer's calls do not rebuild it, and its gradient op is shared too."""
-    return Normalize(name, stat_axes, param_axis, eps, has_weight, has_bias)
-
-
-@functools.lru_cache(maxsize=64)
-def normalize_grad_op(forward_op: Normalize) -> NormalizeGrad:
-    return NormalizeGrad(forward_op)
-
-
-@functools.lru_cache(maxsize=64)
-def running_stats_op(momentum: float, count: int) -> RunningStats:
-    return RunningStats(momentum, count)
-
-
 def as_channels(x, axis: int):
     """``x`` as a (A, C, R) view: the axes before ``axis``, ``axis``, the axes after."""
     a = math.prod(x.shape[:axis])
@@ -269,11 +258,13 @@ def batch_norm(
             f"batch_norm: training needs more than 1 value per channel, got input shape {x.shape}"
         )
     params = tuple(p for p in (weight, bias) if p is not None)
-    op = normalize_op("batch_norm", stat_axes, 1, float(eps), weight is not None, bias is not None)
+    op = shared_op(
+        Normalize, "batch_norm", stat_axes, 1, float(eps), weight is not None, bias is not None
+    )
     y, mean, var = apply(op, x, *params)
     if running_mean is not None:
         with as_constants():
-            update = running_stats_op(float(momentum), count)
+            update = shared_op(RunningStats, float(momentum), count)
             new_mean, new_var = apply(update, running_mean, running_var, mean, var)
         running_mean.assign(new_mean)
         running_var.assign(new_var)
@@ -325,7 +316,13 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
     for what, p in (("weight", weight), ("bias", bias)):
         _check_param("layer_norm", what, p, x, x.shape[-1])
     params = tuple(p for p in (weight, bias) if p is not None)
-    op = normalize_op(
-        "layer_norm", (x.ndim - 1,), x.ndim - 1, float(eps), weight is not None, bias is not None
+    op = shared_op(
+        Normalize,
+        "layer_norm",
+        (x.ndim - 1,),
+        x.ndim - 1,
+        float(eps),
+        weight is not None,
+        bias is not None,
     )
     return apply(op, x, *params)[0]

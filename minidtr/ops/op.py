@@ -23,7 +23,9 @@ allocate nothing.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -271,3 +273,11 @@ def normalize_axes(op: Op, axis, ndim: int, *cells: Cell) -> tuple[int, ...]:
     if len(out) != len(axes):
         raise op.error(f"axis {axis} repeats an axis", *cells)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def shared_op(cls: type[Op], *args: Hashable) -> Op:
+    """One op object per class and arguments: ops hold static attributes only, so a
+    layer's every call can share one (and skip checking its arguments again), and so
+    can the gradient op it makes. Bounded (LRU): a network uses a few configurations."""
+    return cls(*args)
