@@ -438,27 +438,30 @@ def test_shared_logs_replay(shared_traces):
         assert tight.status == "oom"
 
 
-def test_the_live_runtimes_thrash_guard_stops_a_replay_where_it_would_stop_the_run():
-    # b is evicted for d, then read: its rebuild needs the dead a too (cost 2 of 4 so far)
-    trace = sim.make_trace(
-        [
-            Constant("x", 10),
-            Call("f", ("x",), (Result("a", 100),), 1.0),
-            Call("g", ("a",), (Result("b", 100),), 1.0),
-            Release("a"),
-            Call("h", ("x",), (Result("c", 100),), 1.0),
-            Call("h2", ("x",), (Result("d", 100),), 1.0),
-            Call("read", ("b",), (), 0.0),
-        ]
+# b is evicted for d, then read: its rebuild needs the dead a too (cost 2 of 4 so far)
+REBUILD_B_WITH_DEAD_A = [
+    Call("f", ("x",), (Result("a", 100),), 1.0),
+    Call("g", ("a",), (Result("b", 100),), 1.0),
+    Release("a"),
+    Call("h", ("x",), (Result("c", 100),), 1.0),
+    Call("h2", ("x",), (Result("d", 100),), 1.0),
+    Call("read", ("b",), (), 0.0),
+]
+
+
+def _live_guarded(trace: sim.Trace, limit: float) -> sim.SimResult:
+    options = md.RuntimeOptions(max_slowdown=limit)
+    return sim.simulate(
+        trace, budget=300, thrash=None, outputs=False, options=options, live_guard=True
     )
+
+
+def test_the_live_runtimes_thrash_guard_stops_a_replay_where_it_would_stop_the_run():
+    trace = sim.make_trace([Constant("x", 10), *REBUILD_B_WITH_DEAD_A])
     free = sim.simulate(trace, budget=300, thrash=None, outputs=False)
     assert free.status == "ok" and free.slowdown == 1.5
     for limit, status in ((1.6, "ok"), (1.4, "thrash")):
-        options = md.RuntimeOptions(max_slowdown=limit)
-        guarded = sim.simulate(
-            trace, budget=300, thrash=None, outputs=False, options=options, live_guard=True
-        )
-        assert guarded.status == status
+        assert _live_guarded(trace, limit).status == status
 
 
 def test_the_live_guard_expects_each_marked_steps_compute(tmp_path):
@@ -467,12 +470,7 @@ def test_the_live_guard_expects_each_marked_steps_compute(tmp_path):
     (1.25x), not the 4 computed so far (1.5x); a second step is expected to compute what
     the first did, and the end of the trace is checked against the run's slowdown."""
     body = [
-        Call("f", ("x",), (Result("a", 100),), 1.0),
-        Call("g", ("a",), (Result("b", 100),), 1.0),
-        Release("a"),
-        Call("h", ("x",), (Result("c", 100),), 1.0),
-        Call("h2", ("x",), (Result("d", 100),), 1.0),
-        Call("read", ("b",), (), 0.0),
+        *REBUILD_B_WITH_DEAD_A,
         Call("k", ("x",), (), 4.0),
         Release("b"),
         Release("c"),
@@ -485,24 +483,18 @@ def test_the_live_guard_expects_each_marked_steps_compute(tmp_path):
     sim.write_log(marked, path)
     assert sim.load_log(path).step_costs == (8.0,)
 
-    def status(trace, limit):
-        options = md.RuntimeOptions(max_slowdown=limit)
-        return sim.simulate(
-            trace, budget=300, thrash=None, outputs=False, options=options, live_guard=True
-        )
-
-    assert status(unmarked, 1.4).status == "thrash"
-    done = status(marked, 1.4)
+    assert _live_guarded(unmarked, 1.4).status == "thrash"
+    done = _live_guarded(marked, 1.4)
     assert done.status == "ok" and done.slowdown == 1.25
-    assert status(marked, 1.2).status == "thrash"
+    assert _live_guarded(marked, 1.2).status == "thrash"
     two = sim.make_trace([Constant("x", 10), Annotate(STEP), *body, Annotate(STEP), *body])
     assert two.step_costs == (8.0, 8.0)
-    both = status(two, 1.3)
+    both = _live_guarded(two, 1.3)
     assert both.status == "ok" and both.slowdown == 1.25
     # a second step without k computes 4 of the 8 expected: its remats pass mid-step
     # (1 + 4 / 16), and the end of the trace finds the run 16 / 12 = 1.33x slow
     short = [i for i in body if not (isinstance(i, Call) and i.op == "k")]
     uneven = sim.make_trace([Constant("x", 10), Annotate(STEP), *body, Annotate(STEP), *short])
     assert uneven.step_costs == (8.0, 4.0)
-    assert status(uneven, 1.3).status == "thrash"
-    assert status(uneven, 1.34).slowdown == pytest.approx(16 / 12)
+    assert _live_guarded(uneven, 1.3).status == "thrash"
+    assert _live_guarded(uneven, 1.34).slowdown == pytest.approx(16 / 12)
