@@ -1,6 +1,11 @@
 """minidtr: define-by-run autodiff on NumPy/CuPy where every tensor can be evicted and
 recomputed (Dynamic Tensor Rematerialization), so models train under a hard memory budget."""
 
+# ruff: noqa: E402  (the guard goes before the heavy imports)
+from ._startup import guard_command_imports
+
+guard_command_imports()  # Ctrl-C while the minidtr command starts: one line, exit 130
+
 from . import nn, ops, optim, sim, testing
 from .autograd import grad, no_grad
 from .ops import *  # noqa: F403  (the functional API at top level)

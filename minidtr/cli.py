@@ -827,6 +827,9 @@ def run_sim(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; returns its exit status (usage errors raise ``SystemExit(2)``, as
     argparse does, after a one-line message)."""
+    from ._startup import release_import_guard
+
+    release_import_guard()  # the imports are done: interrupts are this function's now
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sim":
         return run_sim(argv[1:])

@@ -1,0 +1,78 @@
+"""Ctrl-C while the minidtr command is still importing (minidtr/_startup.py): one line on
+stderr and exit 130, as everywhere else in the command, not Python's traceback."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from minidtr import _startup, cli
+
+# A process that is the command (argv[0] is the console script's name) and gets a SIGINT
+# the moment NumPy starts to import, in the middle of the package's imports.
+INTERRUPTED_IMPORT = """
+import os, signal, sys
+sys.argv[0] = "/somewhere/bin/minidtr"
+
+class InterruptNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptNumpy())
+from minidtr.cli import main
+sys.exit(main())
+"""
+
+
+def run_python(code: str, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line_and_exit_130():
+    done = run_python(INTERRUPTED_IMPORT, "train", "mlp", "--steps", "1")
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "minidtr: interrupted\n"
+    assert done.stdout == ""
+
+
+def test_a_program_that_imports_minidtr_keeps_pythons_handler():
+    code = "import signal, minidtr\nprint(signal.getsignal(signal.SIGINT).__name__)"
+    done = run_python(code)
+    assert done.stdout == "default_int_handler\n", done.stderr
+
+
+def test_the_command_takes_interrupts_back_once_it_runs(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["minidtr"])
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        _startup.guard_command_imports()
+        assert signal.getsignal(signal.SIGINT) is _startup._interrupted
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize(
+    ("argv", "orig_argv", "command"),
+    [
+        (["/venv/bin/minidtr", "train"], ["/venv/bin/python", "/venv/bin/minidtr", "train"], True),
+        (["-m", "train"], ["python", "-m", "minidtr", "train"], True),
+        (["-m", "-m", "minidtr"], ["python", "-m", "pytest", "-m", "minidtr"], False),
+        (["-c", "x"], ["python", "-c", "import minidtr", "x"], False),
+        (["/home/me/train.py"], ["python", "/home/me/train.py"], False),
+        ([], ["python"], False),
+    ],
+)
+def test_the_command_is_told_from_a_program(monkeypatch, argv, orig_argv, command):
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert _startup.invoked_as_command() is command
