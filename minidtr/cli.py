@@ -803,11 +803,11 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    from .models.tasks import MODELS, SIZES, make_task
+    from .models.tasks import MODELS, SIZES, build_model
 
     print(f"{'model':<13}{'parameters (' + '/'.join(SIZES) + ')':<32}data and task")
     for name, (_, description) in MODELS.items():
-        counts = "/".join(f"{make_task(name, size).model.num_parameters():,}" for size in SIZES)
+        counts = "/".join(f"{build_model(name, size).num_parameters():,}" for size in SIZES)
         print(f"{name:<13}{counts:<32}{description}")
     return 0
 

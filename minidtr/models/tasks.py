@@ -116,59 +116,71 @@ def _pick(size: str, table: dict[str, Any]) -> Any:
     return table[size]
 
 
-def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    # small: deep and narrow, with every training digit in each batch (None), so that the
-    # parameters, Adam's moments and the batch are under a tenth of the peak (24 layers of
-    # 48 need the layer norms and skips of ``residual`` to learn in a few dozen steps).
-    hidden, residual, batch = _pick(
+# Each model's presets are a function of the size alone, so that the model can be built
+# without its data (``build_model``: ``minidtr models`` counts parameters in a moment, where
+# loading the datasets takes seconds).
+
+
+def mlp_model(size: str = "small", seed: int = 0, device: str = "cpu") -> MLP:
+    # small: deep and narrow (24 layers of 48 need the layer norms and skips of
+    # ``residual`` to learn in a few dozen steps)
+    hidden, residual = _pick(
         size,
-        {
-            "tiny": ((32,) * 3, False, 256),
-            "small": ((48,) * 24, True, None),
-            "paper": ((512,) * 6, False, 1024),
-        },
+        {"tiny": ((32,) * 3, False), "small": ((48,) * 24, True), "paper": ((512,) * 6, False)},
     )
-    model = MLP(64, hidden, 10, rng=seed, device=device, residual=residual)
+    return MLP(64, hidden, 10, rng=seed, device=device, residual=residual)
+
+
+def make_mlp(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    # small: every training digit in each batch (None), so that the parameters, Adam's
+    # moments and the batch are under a tenth of the peak
+    batch = _pick(size, {"tiny": 256, "small": None, "paper": 1024})
+    model = mlp_model(size, seed, device)
     data = load_digits(seed)
     batch = batch or len(data.train_y)
     return Task("mlp", size, model, data, batch, _adam(3e-3), _flat_images, device=device)
+
+
+def resnet_model(size: str = "small", seed: int = 0, device: str = "cpu") -> ResNet:
+    depth, width = _pick(size, {"tiny": (8, 4), "small": (32, 4), "paper": (32, 16)})
+    return ResNet(depth, width, in_channels=1, classes=10, rng=seed, device=device)
 
 
 def make_resnet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     # lr 0.02 on small: at 0.05 the weights move so fast in 40 steps that batch norm's
     # running statistics (momentum 0.1) lag them and eval accuracy swings from 30% to 90%
     # over seeds (PyTorch too, from the same initial weights and batches).
-    depth, width, batch, lr = _pick(
-        size,
-        {"tiny": (8, 4, 8, 0.05), "small": (32, 4, 256, 0.02), "paper": (32, 16, 56, 0.05)},
-    )
-    model = ResNet(depth, width, in_channels=1, classes=10, rng=seed, device=device)
+    batch, lr = _pick(size, {"tiny": (8, 0.05), "small": (256, 0.02), "paper": (56, 0.05)})
+    model = resnet_model(size, seed, device)
     return Task("resnet", size, model, load_digits(seed), batch, _sgd(lr), _images, device=device)
 
 
-def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    blocks, growth, batch = _pick(
-        size,
-        {"tiny": ((2, 2), 4, 8), "small": ((12, 6, 4), 4, 128), "paper": ((6, 12, 24), 12, 64)},
+def densenet_model(size: str = "small", seed: int = 0, device: str = "cpu") -> DenseNet:
+    blocks, growth = _pick(
+        size, {"tiny": ((2, 2), 4), "small": ((12, 6, 4), 4), "paper": ((6, 12, 24), 12)}
     )
-    model = DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed, device=device)
+    return DenseNet(blocks, growth, in_channels=1, classes=10, rng=seed, device=device)
+
+
+def make_densenet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
+    batch = _pick(size, {"tiny": 8, "small": 128, "paper": 64})
+    model = densenet_model(size, seed, device)
     return Task(
         "densenet", size, model, load_digits(seed), batch, _sgd(0.05), _images, device=device
     )
 
 
+def unet_model(size: str = "small", seed: int = 0, device: str = "cpu") -> UNet:
+    # small: narrow, with four convolutions per block (and a large batch, make_unet), so
+    # that no full-resolution op (the skip's concatenation and its gradient) needs much of
+    # the peak
+    width, levels, convs = _pick(size, {"tiny": (4, 1, 2), "small": (4, 2, 4), "paper": (16, 3, 2)})
+    return UNet(1, 3, width, levels, rng=seed, device=device, convs=convs)
+
+
 def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    # small: narrow, with four convolutions per block and a large batch, so that no
-    # full-resolution op (the skip's concatenation and its gradient) needs much of the peak.
-    width, levels, convs, batch, lr = _pick(
-        size,
-        {
-            "tiny": (4, 1, 2, 4, 3e-3),
-            "small": (4, 2, 4, 128, 1e-2),
-            "paper": (16, 3, 2, 32, 3e-3),
-        },
-    )
-    model = UNet(1, 3, width, levels, rng=seed, device=device, convs=convs)
+    batch, lr = _pick(size, {"tiny": (4, 3e-3), "small": (128, 1e-2), "paper": (32, 3e-3)})
+    model = unet_model(size, seed, device)
     data = shapes_segmentation(n=600, size=16, seed=seed)
     return Task(
         "unet",
@@ -183,12 +195,15 @@ def make_unet(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     )
 
 
+def lstm_model(size: str = "small", seed: int = 0, device: str = "cpu") -> LSTMModel:
+    hidden = _pick(size, {"tiny": 16, "small": 32, "paper": 256})
+    return LSTMModel(16, embed=16, hidden=hidden, rng=seed, device=device)
+
+
 def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    hidden, length, batch = _pick(
-        size, {"tiny": (16, 6, 8), "small": (32, 16, 256), "paper": (256, 32, 128)}
-    )
+    length, batch = _pick(size, {"tiny": (6, 8), "small": (16, 256), "paper": (32, 128)})
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
-    model = LSTMModel(16, embed=16, hidden=hidden, rng=seed, device=device)
+    model = lstm_model(size, seed, device)
     return Task(
         "lstm",
         size,
@@ -203,14 +218,29 @@ def make_lstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
     )
 
 
+def _transformer_length(size: str) -> int:
+    """The sequences' length: the data's, and the positional embedding's."""
+    return _pick(size, {"tiny": 6, "small": 16, "paper": 32})
+
+
+def transformer_model(size: str = "small", seed: int = 0, device: str = "cpu") -> Transformer:
+    dim, layers = _pick(size, {"tiny": (16, 1), "small": (16, 6), "paper": (64, 4)})
+    return Transformer(
+        16,
+        _transformer_length(size),
+        dim=dim,
+        heads=4 if dim >= 32 else 2,
+        layers=layers,
+        rng=seed,
+        device=device,
+    )
+
+
 def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    dim, layers, length, batch = _pick(
-        size, {"tiny": (16, 1, 6, 8), "small": (16, 6, 16, 64), "paper": (64, 4, 32, 128)}
-    )
+    batch = _pick(size, {"tiny": 8, "small": 64, "paper": 128})
+    length = _transformer_length(size)
     data = counting_sequences(n=2000, length=length, vocab=16, seed=seed)
-    model = Transformer(
-        16, length, dim=dim, heads=4 if dim >= 32 else 2, layers=layers, rng=seed, device=device
-    )
+    model = transformer_model(size, seed, device)
     return Task(
         "transformer",
         size,
@@ -224,17 +254,18 @@ def make_transformer(size: str = "small", seed: int = 0, device: str = "cpu") ->
     )
 
 
+def treelstm_model(size: str = "small", seed: int = 0, device: str = "cpu") -> TreeLSTM:
+    hidden, group = _pick(size, {"tiny": (16, 1), "small": (32, 8), "paper": (128, 1)})
+    return TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, group=group, rng=seed, device=device)
+
+
 def make_treelstm(size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
-    hidden, depth, leaf, group, batch, lr = _pick(
+    depth, leaf, batch, lr = _pick(
         size,
-        {
-            "tiny": (16, 2, 0.6, 1, 16, 3e-3),
-            "small": (32, 5, 0.4, 8, 64, 1e-2),
-            "paper": (128, 6, 0.4, 1, 64, 3e-3),
-        },
+        {"tiny": (2, 0.6, 16, 3e-3), "small": (5, 0.4, 64, 1e-2), "paper": (6, 0.4, 64, 3e-3)},
     )
     data = generate_listops(n=2000, seed=seed, max_depth=depth, max_args=4, leaf_probability=leaf)
-    model = TreeLSTM(VOCAB_SIZE, 10, embed=16, hidden=hidden, group=group, rng=seed, device=device)
+    model = treelstm_model(size, seed, device)
     return Task("treelstm", size, model, data, batch, _adam(lr), _trees, device=device)
 
 
@@ -247,6 +278,25 @@ MODELS: dict[str, tuple[Callable[..., Task], str]] = {
     "transformer": (make_transformer, "causal Transformer encoder on counting sequences"),
     "treelstm": (make_treelstm, "child-sum Tree-LSTM evaluating ListOps trees"),
 }
+
+
+# Each model without its data: the same model ``make_task`` builds.
+MODEL_BUILDERS: dict[str, Callable[..., nn.Module]] = {
+    "mlp": mlp_model,
+    "resnet": resnet_model,
+    "densenet": densenet_model,
+    "unet": unet_model,
+    "lstm": lstm_model,
+    "transformer": transformer_model,
+    "treelstm": treelstm_model,
+}
+
+
+def build_model(name: str, size: str = "small", seed: int = 0, device: str = "cpu") -> nn.Module:
+    """Model ``name`` at ``size``, as ``make_task`` builds it, without loading its data."""
+    if name not in MODEL_BUILDERS:
+        raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
+    return MODEL_BUILDERS[name](size, seed, device)
 
 
 def make_task(name: str, size: str = "small", seed: int = 0, device: str = "cpu") -> Task:
