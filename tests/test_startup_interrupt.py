@@ -76,3 +76,18 @@ def test_the_command_is_told_from_a_program(monkeypatch, argv, orig_argv, comman
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(sys, "orig_argv", orig_argv)
     assert _startup.invoked_as_command() is command
+
+
+def test_a_ctrl_c_no_op_answered_is_raised_at_the_end_of_the_deferral():
+    """A command whose work ends before its next op (``minidtr models``, the end of a
+    run) must not lose the Ctrl-C: exit 130, not 0."""
+    import time
+
+    import minidtr as md
+    from minidtr.runtime.allocator import deferred_interrupts
+
+    md.tensor([1.0])  # an allocator exists, so the first Ctrl-C is deferred
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs: it only asks the allocators to stop
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

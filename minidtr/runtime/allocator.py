@@ -667,7 +667,9 @@ def deferred_interrupts() -> Iterator[None]:
     doing: it asks every allocator to raise ``KeyboardInterrupt`` at its next consistent
     point (the start of an op, of a rematerialization, of a search for room), so an
     interrupted run leaves no half-made storage or miscounted byte behind. A second
-    Ctrl-C interrupts at once. Only in the main thread (elsewhere it does nothing)."""
+    Ctrl-C interrupts at once. A Ctrl-C that no allocator acted on by the end of the
+    ``with`` (the work inside ran no op after it) is raised there, not lost. Only in the
+    main thread (elsewhere it does nothing)."""
     import signal
     import threading
 
@@ -682,12 +684,16 @@ def deferred_interrupts() -> Iterator[None]:
             allocator.interrupt_requested = True
 
     previous = signal.signal(signal.SIGINT, handler)
+    unanswered = False
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
         for allocator in _ALLOCATORS.values():
+            unanswered = unanswered or allocator.interrupt_requested
             allocator.interrupt_requested = False
+    if unanswered:
+        raise KeyboardInterrupt
 
 
 def allocator_for(device: str) -> Allocator:
