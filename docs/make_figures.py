@@ -1,12 +1,19 @@
 """Regenerate the figures under docs/figures/ (needs matplotlib).
 
-    python docs/make_figures.py                      # the memory timelines
+    python docs/make_figures.py                      # the timelines and Figure 2
     python docs/make_figures.py --sweep sweep.csv    # also the per-model budget figure, from
                                                      # benchmarks/frontier.py --csv sweep.csv
+    python docs/make_figures.py --only figure2       # one part alone (or a comma list)
 
-- ``resnet_timeline.png``: ResNet-32 (small) for 3 steps at half its peak.
-- ``tutorial_timeline.png``: the tutorial's six-layer chain at 85% of its peak.
-- ``models_budget.png``: slowdown against budget ratio for every model, from a sweep CSV.
+Parts:
+
+- ``resnet``: ``resnet_timeline.png``, ResNet-32 (small) for 3 steps at half its peak.
+- ``tutorial``: ``tutorial_timeline.png``, the tutorial's six-layer chain at 85% of its peak.
+- ``figure2``: ``simulator_figure2.png``, the paper's Figure 2 on the bundled ResNet,
+  DenseNet, Transformer and U-Net traces (every heuristic, ratios 0.9 to 0.2), what
+  ``minidtr sim ... --plot`` draws (the command is in docs/simulator.md, by the figure).
+- ``models``: ``models_budget.png``, slowdown against budget ratio for every model, from
+  a sweep CSV (``--sweep``).
 """
 
 from __future__ import annotations
@@ -57,6 +64,20 @@ def tutorial_timeline() -> None:
     )
 
 
+FIGURE2_TRACES = ("resnet", "densenet", "transformer", "unet")
+FIGURE2_RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
+
+
+def figure2() -> None:
+    from minidtr import sim
+    from minidtr.sim.sweep import plot, sweep, table
+
+    traces = [sim.load_log(str(path)) for path in sim.bundled_traces(FIGURE2_TRACES)]
+    results = sweep(traces, FIGURE2_RATIOS)
+    plot(results, traces, FIGURES / "simulator_figure2.png")
+    print(table(results), end="\n\n")  # docs/simulator.md's tables of the figure
+
+
 def models_budget(path: str) -> None:
     plt = require_matplotlib()
     series: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
@@ -88,16 +109,38 @@ def main() -> None:
     parser.add_argument(
         "--sweep", metavar="CSV", help="a CSV from benchmarks/frontier.py (or models_budget.py)"
     )
+    parser.add_argument(
+        "--only",
+        metavar="PARTS",
+        help=f"comma-separated parts to draw, of {', '.join(PARTS)} (default: all; models "
+        "needs --sweep)",
+    )
     args = parser.parse_args()
+    parts = args.only.split(",") if args.only else list(PARTS)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part {unknown[0]!r}; expected one of {', '.join(PARTS)}")
+    if "models" in parts and not args.sweep:
+        if args.only:
+            parser.error("the models part needs --sweep CSV")
+        parts.remove("models")
     FIGURES.mkdir(exist_ok=True)
-    resnet_timeline()
-    tutorial_timeline()
-    if args.sweep:
-        models_budget(args.sweep)
+    for part in parts:
+        if part == "models":
+            models_budget(args.sweep)
+        else:
+            PARTS[part]()
     written = sorted(p.name for p in FIGURES.glob("*.png"))
     print("docs/figures:", ", ".join(written))
     subprocess.run(["git", "status", "--short", str(FIGURES)], check=False)
 
+
+PARTS = {
+    "resnet": resnet_timeline,
+    "tutorial": tutorial_timeline,
+    "figure2": figure2,
+    "models": models_budget,
+}
 
 if __name__ == "__main__":
     main()
