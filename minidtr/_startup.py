@@ -33,6 +33,9 @@ def invoked_as_command() -> bool:
     minidtr`` while runpy imports the package: then ``sys.argv[0]`` is still ``-m``)."""
     if not sys.argv:
         return False
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        return False  # a worker the command started: spawned, it is given the command's argv
     if os.path.basename(sys.argv[0]).removesuffix(".exe") == "minidtr":
         return True
     if sys.argv[0] != "-m":

@@ -91,3 +91,15 @@ def test_a_ctrl_c_no_op_answered_is_raised_at_the_end_of_the_deferral():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler runs: it only asks the allocators to stop
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _told_in_a_worker() -> bool:
+    sys.argv = ["/somewhere/bin/minidtr", "sim"]  # what a spawned worker of the command gets
+    return _startup.invoked_as_command()
+
+
+def test_a_worker_process_of_the_command_is_not_the_command():
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_told_in_a_worker) is False
