@@ -67,7 +67,7 @@ class FloorMeter:
         seen: set[int] = set()
         need = constants
         for storage in storages:
-            if (storage.producer is not None or storage in conditional) and id(storage) not in seen:
+            if (storage.op is not None or storage in conditional) and id(storage) not in seen:
                 seen.add(id(storage))
                 need += storage.nbytes
         if need > self.floor:

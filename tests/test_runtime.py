@@ -322,7 +322,7 @@ def test_a_dead_parent_rebuilds_its_orphans_before_it_is_evicted(rebuild):
         del p  # dies while its evicted child t is still referenced: t is an orphan
         gc.collect()
         assert t.storage.resident == rebuild
-        assert not t.storage.producer.parents[0].resident  # p itself was evicted
+        assert not t.storage.parents[0].resident  # p itself was evicted
         assert t.numpy()[0] == 4
     # rebuilt from p while p was there (1 op), or later from x through a, b and p (4)
     assert rt.stats()["remats"] == (1 if rebuild else 4)

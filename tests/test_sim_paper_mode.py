@@ -53,7 +53,7 @@ def test_dead_rematerialized_storages_are_freed_unless_kept():
     for keep in (False, True):
         replayer = run(chain_with_a_dead_parent(), 300, "dtr", keep_dead_remats=keep)
         b = replayer.cells["b"].storage
-        (a,) = b.parents()
+        (a,) = b.parents
         assert a.external_refs == 0 and replayer.resident("b")
         assert (a.buffer is not None) == keep
         assert replayer.allocator.memory <= 300
@@ -80,7 +80,7 @@ def test_a_dead_remat_stays_while_an_evicted_sibling_needs_it():
     ]
     replayer = run(instructions, 100, "lru")
     assert not replayer.resident("b") and not replayer.resident("c")
-    (a,) = replayer.cells["b"].storage.parents()
+    (a,) = replayer.cells["b"].storage.parents
     replayer.step(Call("read", ("b",), (), 0.0))
     assert replayer.stats.remats == 2 and a.buffer is not None
     replayer.step(Call("read", ("c",), (), 0.0))
@@ -104,7 +104,7 @@ def test_a_dying_storage_stays_while_an_evicted_grandchild_needs_it():
         Release("p"),
     ]
     replayer = run(instructions, 100, "lru")
-    p = replayer.cells["r"].storage.parents()[0].parents()[0]
+    p = replayer.cells["r"].storage.parents[0].parents[0]
     assert not replayer.resident("r") and p.buffer is not None and p.external_refs == 0
     replayer.step(Call("read", ("r",), (), 0.0))
     assert replayer.stats.remats == 2  # q and r; p was still resident

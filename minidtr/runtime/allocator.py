@@ -195,7 +195,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         if shape is None:
             shape, dtype = (nbytes,), BYTE
         self.next_id += 1
-        storage = Storage(self, self.next_id, name, nbytes, None, shape, dtype, self.device)
+        storage = Storage(self, self.next_id, name, nbytes, shape, dtype, self.device)
         was_busy, self._busy = self._busy, True
         try:
             self._reserve(nbytes, name)
@@ -300,11 +300,9 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             self.clock += cost
             stats.ops += 1
             stats.compute_cost += cost
-            recipe = Recipe(op, inputs, parents, device)
-            recipe.cost = cost
-            recipe.sizes = nbytes
-            output = self._new_evictable(recipe, 0, result, shape, dtype, nbytes, parents)
-            recipe.refs = weakref.ref(output)
+            output = self._new_evictable(
+                op, inputs, parents, device, 0, result, metas[0], nbytes, cost
+            )
         finally:
             for storage in parents:
                 storage.locks -= 1
@@ -328,7 +326,6 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         the evicted ones), make room for the outputs (``_reserve``, which evicts), run
         the kernel, record the outputs, unlock."""
         parents = distinct_storages(inputs)
-        recipe = Recipe(op, inputs, parents, device)
         was_busy, self._busy = self._busy, True
         locked: Sequence[Storage] = ()
         self._accesses += 1
@@ -338,19 +335,19 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             for cell in inputs:
                 arrays.append(self._array(cell) if cell.is_view else cell.buffer)
             if op.is_view:
-                return self._new_views(recipe, arrays, metas)
-            return self._new_storages(recipe, arrays, metas, parents, constant)
+                return self._new_views(Recipe(op, inputs, parents, device), arrays, metas)
+            return self._new_storages(op, inputs, parents, device, arrays, metas, constant)
         finally:
             self._accesses -= 1
             self._done(locked, was_busy)
 
     def _new_views(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> list[Cell]:
         """The cells of a view op: they share their input's storage and allocate nothing."""
-        results = self._run(recipe, arrays, metas)
+        results, recipe.run_cost = self._run(recipe.op, recipe.inputs, recipe.device, arrays, metas)
         if recipe.op.n_outputs == 1:
             results = (results,)
         base = recipe.inputs[0].storage
-        base.cost += recipe.cost
+        base.cost += recipe.run_cost
         base.last_access = self.clock
         device = recipe.device
         cells = []
@@ -363,93 +360,93 @@ class Allocator(Rematerialization, Eviction, Lifetime):
 
     def _new_storages(
         self,
-        recipe: Recipe,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        parents: tuple[Storage, ...],
+        device: str | None,
         arrays: list,
         metas: Sequence[tuple],
-        parents: Sequence[Storage],
         constant: bool,
     ) -> list[Storage]:
-        """Make room for a new recipe's outputs, run it and record each output as a new
-        storage (``_new_output``), which is also the output's cell."""
-        single = len(metas) == 1
-        if single:
-            shape, dtype = metas[0]
-            total = dtype.itemsize
-            for d in shape:
-                total *= d
-            sizes: int | tuple[int, ...] = total
-        else:
-            sizes = tuple([meta_nbytes(shape, dtype) for shape, dtype in metas])
-            total = sum(sizes)
-        self._reserve(total, recipe.op.name)
+        """Make room for an op's outputs, run it and record each output as a new storage,
+        which is also the output's cell: a constant, its own recipe (one output) or one
+        of the outputs that share a ``Recipe``."""
+        sizes = [meta_nbytes(shape, dtype) for shape, dtype in metas]
+        total = sum(sizes)
+        self._reserve(total, op.name)
         try:
-            results = self._run(recipe, arrays, metas)
+            results, cost = self._run(op, inputs, device, arrays, metas)
         except BaseException:
             self.memory -= total
             raise
-        recipe.sizes = sizes
-        if single:
-            storage = self._new_output(recipe, 0, results, shape, dtype, total, parents, constant)
-            if not constant:
-                recipe.refs = weakref.ref(storage)
-            cells = [storage]
+        if op.n_outputs == 1:
+            results = (results,)
+        recipe: Storage | Recipe
+        if len(metas) == 1 and not constant:
+            output = self._new_evictable(
+                op, inputs, parents, device, 0, results[0], metas[0], total, cost
+            )
+            cells, recipe = [output], output  # its own recipe
         else:
-            cells = [
-                self._new_output(recipe, i, results[i], shape, dtype, sizes[i], parents, constant)
-                for i, (shape, dtype) in enumerate(metas)
-            ]
-            if not constant:
-                recipe.refs = tuple([weakref.ref(storage) for storage in cells])
+            # shared by the outputs; for constants, only the observer's record of the op
+            recipe = Recipe(op, inputs, parents, device)
+            recipe.run_cost = cost
+            recipe.out_nbytes = tuple(sizes)
+            if constant:
+                cells = [
+                    self._new_constant(op.name, results[i], meta, sizes[i], device, i)
+                    for i, meta in enumerate(metas)
+                ]
+            else:
+                cells = [
+                    self._new_evictable(
+                        op, inputs, parents, device, i, results[i], meta, sizes[i], cost, recipe
+                    )
+                    for i, meta in enumerate(metas)
+                ]
+                recipe.outputs = tuple([weakref.ref(storage) for storage in cells])
+        if self.runtimes[-1].events is not None:
+            for storage in cells:
+                self._record("alloc", storage, cost=cost)
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells
 
-    def _new_output(
-        self,
-        recipe: Recipe,
-        index: int,
-        result: Any,
-        shape: tuple[int, ...],
-        dtype,
-        nbytes: int,
-        parents: Sequence[Storage],
-        constant: bool,
+    def _new_constant(
+        self, name: str, result: Any, meta: tuple, nbytes: int, device: str | None, index: int
     ) -> Storage:
-        """The storage of output ``index`` of a recipe that just ran: a constant, or an
-        evictable storage (``_new_evictable``)."""
-        if not constant:
-            storage = self._new_evictable(recipe, index, result, shape, dtype, nbytes, parents)
-        else:
-            self.next_id += 1
-            device = recipe.device
-            contiguous = True if device is None else result.flags.c_contiguous
-            storage = Storage(
-                self, self.next_id, recipe.op.name, nbytes, None, shape, dtype, device, index,
-                contiguous, result, 0.0, self.clock,
-            )  # fmt: skip
-            self.constant_bytes += nbytes
-        if self.runtimes[-1].events is not None:
-            self._record("alloc", storage, cost=recipe.cost)
-        return storage
+        """The storage of an op's output computed under ``as_constants``: no recipe."""
+        self.next_id += 1
+        shape, dtype = meta
+        contiguous = True if device is None else result.flags.c_contiguous
+        self.constant_bytes += nbytes
+        return Storage(
+            self, self.next_id, name, nbytes, shape, dtype, device, index, contiguous, result,
+            0.0, self.clock,
+        )  # fmt: skip
 
     def _new_evictable(
         self,
-        recipe: Recipe,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        parents: tuple[Storage, ...],
+        device: str | None,
         index: int,
         result: Any,
-        shape: tuple[int, ...],
-        dtype,
+        meta: tuple,
         nbytes: int,
-        parents: Sequence[Storage],
+        cost: float,
+        shared: Recipe | None = None,
     ) -> Storage:
-        """The storage of output ``index`` of a recipe that just ran: a candidate for
-        eviction and a child of each of ``parents``."""
+        """The storage of output ``index`` of an op that just ran (its own recipe, or one
+        of the outputs of ``shared``): a candidate for eviction and a child of each of
+        ``parents``."""
         self.next_id += 1
-        device = recipe.device
+        shape, dtype = meta
         contiguous = True if device is None else result.flags.c_contiguous  # placeholders
         storage = Storage(
-            self, self.next_id, recipe.op.name, nbytes, recipe, shape, dtype, device, index,
-            contiguous, result, recipe.cost, self.clock,
+            self, self.next_id, op.name, nbytes, shape, dtype, device, index, contiguous,
+            result, cost, self.clock, op, inputs, parents, shared,
         )  # fmt: skip
         self.candidates.add(storage)
         ref = weakref.ref(storage)
@@ -483,28 +480,34 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         if self.pending_error is not None and not self._busy:
             self.raise_pending()
 
-    def _run(self, recipe: Recipe, arrays: list, metas: Sequence[tuple]) -> tuple:
-        """Execute a new recipe's kernel, measuring or estimating its cost; returns what
-        ``op.forward`` returns (one array, or a tuple for several outputs)."""
-        op = recipe.op
-        results, elapsed = self._run_kernel(op, recipe.device, arrays, metas)
+    def _run(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        device: str | None,
+        arrays: list,
+        metas: Sequence[tuple],
+    ) -> tuple[Any, float]:
+        """Execute an op's kernel on the arrays of ``inputs``, measuring or estimating its
+        cost; returns what ``op.forward`` returns (one array, or a tuple for several
+        outputs) and the cost, by which the clock has advanced."""
+        results, elapsed = self._run_kernel(op, device, arrays, metas)
         runtime = self.runtimes[-1]
         mode = runtime.cost
         if mode == "time":
             cost = elapsed
         else:
-            in_metas = [(c.shape, c.dtype) for c in recipe.inputs]
+            in_metas = [(c.shape, c.dtype) for c in inputs]
             if mode == "flops":
                 flops, nbytes = op.cost(in_metas, list(metas))
                 cost = max(flops / NOMINAL_FLOPS_PER_NS + nbytes / NOMINAL_BYTES_PER_NS, 1.0)
             else:
                 cost = float(mode(op, in_metas, list(metas)))
-        recipe.cost = cost
         self.clock += cost
         stats = runtime.stats_
         stats.ops += 1
         stats.compute_cost += cost
-        return results
+        return results, cost
 
     def _run_kernel(
         self, op: Any, device: str | None, arrays: list, metas: Sequence[tuple]

@@ -464,7 +464,7 @@ class Eviction:
         """Free a resident storage's buffer, keeping its recipe to recompute it later."""
         if storage.buffer is None:
             raise ValueError(f"cannot evict {storage!r}: it is not resident")
-        if storage.producer is None or storage.pinned or storage.locks:
+        if storage.op is None or storage.pinned or storage.locks:
             raise ValueError(
                 f"cannot evict {storage!r}: it is "
                 + ("locked" if storage.locks else "pinned" if storage.pinned else "a constant")

@@ -70,7 +70,7 @@ class Lifetime:
                     self.budget is None  # no orphans to rebuild, no dead storage to keep
                     and self.runtimes[-1].dealloc == "eager"
                     and storage.buffer is not None
-                    and storage.producer is not None
+                    and storage.op is not None
                     and not storage.pinned
                     and not storage.locks
                 ):
@@ -131,7 +131,7 @@ class Lifetime:
             return
         if policy == "banish" and self._banish(storage):
             return
-        if storage.buffer is None or storage.producer is None or storage.pinned:
+        if storage.buffer is None or storage.op is None or storage.pinned:
             return  # not resident, or not evictable
         if (
             self.budget is not None
@@ -185,14 +185,14 @@ class Lifetime:
     def _banish(self, storage: Storage) -> bool:
         """Free a dead storage for good; its children lose their way to be recomputed, so
         they become constants. Not possible while an evicted child still needs it."""
-        if storage.producer is None:
+        if storage.op is None:
             return False
         children = storage.live_children()
         if any(c.buffer is None and not c.banished for c in children):
             return False
         for child in children:
-            if child.producer is not None:
-                child.producer = None
+            if child.op is not None:
+                child.drop_recipe()
                 self.candidates.pop(child, None)
                 if child.pinned:
                     self.pinned_bytes -= child.nbytes
@@ -206,7 +206,7 @@ class Lifetime:
                 self.pinned_bytes -= storage.nbytes
         else:
             self._on_state_change(storage)
-        storage.producer = None
+        storage.drop_recipe()
         storage.banished = True
         storage.pinned = False
         self.stats.banished += 1
@@ -215,7 +215,7 @@ class Lifetime:
 
     def pin(self, storage: Storage) -> None:
         """Make a storage unevictable (rematerializing it first if it was evicted)."""
-        if storage.pinned or storage.producer is None:
+        if storage.pinned or storage.op is None:
             return
         with self.holding(storage):
             storage.pinned = True
@@ -228,7 +228,7 @@ class Lifetime:
         an evicted storage keeps its recipe instead (nothing is recomputed); an observer is
         told either way (``on_make_constant_if_resident``), so that a trace recorded without
         a budget replays the same rule under one."""
-        if storage.producer is None:
+        if storage.op is None:
             return
         observer = self.observer
         if if_resident and storage.buffer is None:
@@ -236,7 +236,7 @@ class Lifetime:
                 observer.on_make_constant_if_resident(storage)
             return
         with self.holding(storage):
-            storage.producer = None
+            storage.drop_recipe()
             self.candidates.pop(storage, None)
             if storage.pinned:
                 storage.pinned = False
@@ -253,14 +253,14 @@ class Lifetime:
             return
         storage.pinned = False
         self.pinned_bytes -= storage.nbytes
-        if storage.buffer is not None and storage.producer is not None:
+        if storage.buffer is not None and storage.op is not None:
             self.candidates[storage] = None
 
     def forget(self, storage: Storage) -> None:
         """A storage's metadata was garbage collected (``Storage.__del__``)."""
         if storage.buffer is not None:
             self.memory -= storage.nbytes
-            if storage.producer is None:
+            if storage.op is None:
                 self.constant_bytes -= storage.nbytes
             elif storage.pinned:
                 self.pinned_bytes -= storage.nbytes
@@ -311,7 +311,7 @@ def _evicted_below(storage: Storage) -> Iterator[Storage]:
             if id(child) in seen or child.buffer is not None:
                 continue
             seen.add(id(child))
-            if child.banished or child.producer is None:
+            if child.banished or child.op is None:
                 continue
             if child.external_refs > 0:
                 yield child
@@ -348,6 +348,6 @@ def orphans_of(storage: Storage) -> list[Storage]:
         if c.buffer is None
         and not c.banished
         and c.external_refs > 0
-        and c.producer is not None
+        and c.op is not None
         and c.orphan_rebuilt_at != c.last_access
     ]

@@ -39,7 +39,7 @@ def evicted_neighbours(storage: Storage) -> list[Storage]:
 
 
 def evicted_parents(storage: Storage) -> list[Storage]:
-    return [p for p in storage.parents() if p.buffer is None and not p.banished]
+    return [p for p in storage.parents if p.buffer is None and not p.banished]
 
 
 def evicted_children(storage: Storage) -> list[Storage]:

@@ -32,7 +32,7 @@ def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
             continue
         seen.add(s.id)
         total += s.nbytes
-        stack.extend(p for p in s.parents() if p.buffer is None)
+        stack.extend(p for p in s.parents if p.buffer is None)
     return total, storage.id
 
 
@@ -42,7 +42,7 @@ class Frame:
     inputs are resident and locked (``recipe`` is None for the access itself, at the
     bottom of the stack)."""
 
-    recipe: Recipe | None
+    recipe: Storage | Recipe | None  # a storage that is its own recipe, or a shared Recipe
     evicted: list[Storage]  # inputs still to rebuild; ``pop()`` yields the one to rebuild next
     deferred: list[Storage]  # inputs resident when asked for: locked together at the end
     locked: list[Storage]  # inputs locked so far (unlocked once the recipe has run)
@@ -119,7 +119,7 @@ class Rematerialization:
                 self._unlock(frame.locked)
             raise
 
-    def _frame(self, recipe: Recipe | None, inputs: Sequence[Storage]) -> Frame:
+    def _frame(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
         evicted: list[Storage] = []
         deferred: list[Storage] = []
         for storage in inputs:
@@ -131,10 +131,11 @@ class Rematerialization:
         return Frame(recipe, evicted, deferred, [])
 
     @staticmethod
-    def _producer_of(storage: Storage) -> Recipe:
-        if storage.producer is None:
+    def _producer_of(storage: Storage) -> Storage | Recipe:
+        recipe = storage.producer
+        if recipe is None:
             raise RuntimeError(f"{storage!r} was banished and can no longer be recomputed")
-        return storage.producer
+        return recipe
 
     def _lock_deferred(self, frame: Frame) -> None:
         """A frame's evicted inputs are all back: lock its resident ones now, unless some
@@ -185,7 +186,7 @@ class Rematerialization:
         if storage.external_refs == 0:
             self._on_dead(storage)
 
-    def _replay(self, recipe: Recipe, link: dict[str, Any] | None = None) -> None:
+    def _replay(self, recipe: Storage | Recipe, link: dict[str, Any] | None = None) -> None:
         """Recompute a recipe whose inputs are resident and locked; refill every evicted
         output (siblings included) and drop the duplicates of resident ones. ``link``
         goes into the remat events (``cascade_link``). The cost-model thrash guard is
@@ -203,9 +204,9 @@ class Rematerialization:
             raise
         if recipe.op.n_outputs == 1:
             results = (results,)
-        self.clock += recipe.cost
+        self.clock += recipe.run_cost
         stats.remats += 1
-        stats.remat_cost += recipe.cost
+        stats.remat_cost += recipe.run_cost
         for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
@@ -217,12 +218,12 @@ class Rematerialization:
                 if storage.external_refs == 0:
                     self._dead_remats.append(storage)
                 self._record(
-                    "remat", storage, cost=recipe.cost, replay=stats.remats, **(link or {})
+                    "remat", storage, cost=recipe.run_cost, replay=stats.remats, **(link or {})
                 )
             else:
                 self.memory -= nbytes
 
-    def _check_slowdown(self, recipe: Recipe) -> None:
+    def _check_slowdown(self, recipe: Storage | Recipe) -> None:
         """The cost-model thrash guard, checked before every replay: a replay that would
         take the recomputation past ``max_slowdown - 1`` times the larger of the compute
         so far and the compute expected by the end of the step (``Runtime.mark_step``)
@@ -236,7 +237,7 @@ class Rematerialization:
         expected = runtime.expected_compute
         base = compute if compute >= expected else expected
         if base > 0:
-            slowdown = 1.0 + (stats.remat_cost + recipe.cost) / base
+            slowdown = 1.0 + (stats.remat_cost + recipe.run_cost) / base
             if slowdown > limit:
                 raise ThrashError(
                     recipe.op.name, slowdown, limit, self.budget, expected=compute < expected

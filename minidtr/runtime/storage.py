@@ -1,10 +1,23 @@
-"""The records of the spine: Storage (a buffer and the value in it), ViewCell, Recipe.
+"""The records of the spine: Storage (a buffer, the value in it and its recipe), ViewCell,
+Recipe.
 
 A **Storage** is one allocation: the unit of memory and of eviction. It keeps
 the buffer (``None`` while evicted), the metadata the heuristics read, and the
 value's shape, dtype and device: a storage is also the *cell* of the value it
 holds, the thing a Tensor handle points at. Every output of an op that is not
-a view gets a storage of its own, so one object per op output is enough.
+a view gets a storage of its own.
+
+A *recipe* is one application of an op: the op (with its static attributes,
+including any random seed), the input cells, the distinct input storages
+(``parents``), the cost of running it and weak references to the output
+storages. Replaying a recipe recomputes all its outputs bit-identically. The
+output of an op with a single output (nearly every op) is **its own recipe**:
+``op``, ``inputs``, ``parents`` and ``run_cost`` are fields of the storage, so
+such an op makes one object. The outputs of an op with several outputs share a
+**Recipe** object (``Storage.shared``). Either way ``storage.producer`` is the
+recipe (the storage itself, or the shared Recipe; None for a constant), and
+what reads a recipe reads only ``op``, ``inputs``, ``parents``, ``device``,
+``run_cost``, ``outputs`` and ``out_nbytes``, which both provide.
 
 A **ViewCell** is a value that shares another value's storage (reshape, transpose,
 slice, broadcast): its own shape and recipe (the view op, whose input is the
@@ -12,10 +25,6 @@ viewed cell), recomputed from the storage on every access, which costs no memory
 
 A *cell* is either: anything with ``storage``, ``shape``, ``dtype``, ``device``,
 ``index``, ``is_view``, ``contiguous`` and ``recipe`` (``Cell`` below, for type hints).
-
-A **Recipe** is one application of an op: the op (with its static attributes,
-including any random seed), the input cells and weak references to the output
-storages. Replaying a recipe recomputes all its outputs bit-identically.
 
 None of these hold arrays other than ``Storage.buffer``: nothing hides memory
 from the allocator. Recipes hold their inputs strongly and storages know their
@@ -36,16 +45,10 @@ PRUNE_MIN = 8
 
 
 class Recipe:
-    __slots__ = (
-        "op",
-        "inputs",
-        "parents",
-        "device",
-        "refs",
-        "sizes",
-        "cost",
-        "__weakref__",
-    )
+    """The recipe shared by the outputs of an op with several outputs; also a view's
+    recipe, and the record an observer gets of an op whose outputs are constants."""
+
+    __slots__ = ("op", "inputs", "parents", "device", "outputs", "out_nbytes", "run_cost")
 
     def __init__(
         self,
@@ -58,22 +61,11 @@ class Recipe:
         self.inputs = inputs
         self.parents = parents  # distinct_storages(inputs)
         self.device = device
-        # set when the outputs exist: a weak reference to each output storage and its
-        # nbytes, bare for a single output (no tuple to allocate and collect per op)
-        self.refs: weakref.ref[Storage] | tuple[weakref.ref[Storage], ...] = ()
-        self.sizes: int | tuple[int, ...] = ()
-        self.cost = 0.0
-
-    @property
-    def outputs(self) -> tuple[weakref.ref[Storage], ...]:
-        """Weak references to the output storages (none for a view or constant outputs)."""
-        refs = self.refs
-        return refs if type(refs) is tuple else (refs,)
-
-    @property
-    def out_nbytes(self) -> tuple[int, ...]:
-        sizes = self.sizes
-        return sizes if type(sizes) is tuple else (sizes,)
+        # set when the outputs exist: weak references to the output storages (none for a
+        # view or constant outputs) and their nbytes
+        self.outputs: tuple[weakref.ref[Storage], ...] = ()
+        self.out_nbytes: tuple[int, ...] = ()
+        self.run_cost = 0.0
 
     def __repr__(self) -> str:
         return f"Recipe({self.op.name}, inputs={[c.storage.id for c in self.inputs]})"
@@ -127,15 +119,21 @@ def resident_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...] | None:
 
 class Storage:
     """One buffer and its eviction metadata (docs/storage.md; docs/dtr.md for the paper's
-    terms), and the cell of the value it holds: its ``shape``, ``dtype``, ``device``,
-    ``index`` among its recipe's outputs and whether the array is C-contiguous."""
+    terms); the cell of the value it holds (its ``shape``, ``dtype``, ``device``,
+    ``index`` among its recipe's outputs and whether the array is C-contiguous); and,
+    for the output of a single-output op, its own recipe (``op``, ``inputs``,
+    ``parents``, ``run_cost``; see the module docstring). ``op`` is None for a constant."""
 
     __slots__ = (
         "id",
         "name",
         "nbytes",
         "buffer",
-        "producer",
+        "op",
+        "inputs",
+        "parents",
+        "shared",
+        "run_cost",
         "cost",
         "last_access",
         "locks",
@@ -166,7 +164,6 @@ class Storage:
         id: int,
         name: str,
         nbytes: int,
-        producer: Recipe | None,
         shape: tuple[int, ...],
         dtype,
         device: str | None,
@@ -175,13 +172,21 @@ class Storage:
         buffer: Any = None,
         cost: float = 0.0,
         last_access: float = 0.0,
+        op: Any = None,
+        inputs: tuple[Cell, ...] = (),
+        parents: tuple[Storage, ...] = (),
+        shared: Recipe | None = None,
     ):
         self.allocator = allocator
         self.id = id
         self.name = name
         self.nbytes = nbytes
         self.buffer: Any = buffer
-        self.producer: Recipe | None = producer
+        self.op = op  # the recipe: None for a constant
+        self.inputs = inputs
+        self.parents = parents  # distinct_storages(inputs): the storages it is computed from
+        self.shared = shared  # the Recipe of a multi-output op, shared with the siblings
+        self.run_cost = cost  # what running the op cost (``cost`` grows with its views')
         self.cost = cost
         self.last_access = last_access
         self.locks = 0
@@ -208,14 +213,40 @@ class Storage:
         self.is_view = False
 
     @property
+    def producer(self) -> Storage | Recipe | None:
+        """The recipe that recomputes this storage: the storage itself (a single-output
+        op's output), the Recipe its op's outputs share, or None (a constant)."""
+        if self.shared is not None:
+            return self.shared
+        return self if self.op is not None else None
+
+    @property
     def storage(self) -> Storage:
         """As a cell: the storage of the value is the storage itself."""
         return self
 
     @property
-    def recipe(self) -> Recipe | None:
-        """As a cell: the recipe that made the value (None for a constant)."""
+    def recipe(self) -> Storage | Recipe | None:
+        """As a cell: the recipe that made the value (``producer``; None for a constant)."""
         return self.producer
+
+    @property
+    def outputs(self) -> tuple[weakref.ref[Storage], ...]:
+        """As its own recipe: a weak reference to its one output, itself."""
+        return (weakref.ref(self),)
+
+    @property
+    def out_nbytes(self) -> tuple[int, ...]:
+        """As its own recipe: the nbytes of its one output."""
+        return (self.nbytes,)
+
+    def drop_recipe(self) -> None:
+        """Forget how this storage was computed (it becomes a constant, or is banished):
+        its inputs' metadata is no longer kept alive through it."""
+        self.op = None
+        self.inputs = ()
+        self.parents = ()
+        self.shared = None
 
     @property
     def resident(self) -> bool:
@@ -224,14 +255,11 @@ class Storage:
     @property
     def constant(self) -> bool:
         """No recipe: an input or parameter value, never evicted."""
-        return self.producer is None and not self.banished
+        return self.op is None and not self.banished
 
     @property
     def evictable(self) -> bool:
-        return self.producer is not None and not self.pinned
-
-    def parents(self) -> tuple[Storage, ...]:
-        return () if self.producer is None else self.producer.parents
+        return self.op is not None and not self.pinned
 
     def add_child(self, child: Storage) -> None:
         """Record a storage computed from this one. Children that died are dropped as
@@ -272,7 +300,7 @@ class Storage:
 
     def neighbours(self) -> list[Storage]:
         """Parents and children: the edges e*(t) walks along."""
-        return [*self.parents(), *self.live_children()]
+        return [*self.parents, *self.live_children()]
 
     def __del__(self):
         try:

@@ -108,7 +108,9 @@ class Recorder:
                 results.append(Result(name, cell.storage.nbytes, -1))
                 constant = cell.storage.producer is None
             self._unclaimed[id(cell)] = name
-        self.instructions.append(Call(recipe.op.name, args, tuple(results), recipe.cost, constant))
+        self.instructions.append(
+            Call(recipe.op.name, args, tuple(results), recipe.run_cost, constant)
+        )
 
     def on_read(self, cell: Cell) -> None:
         self.instructions.append(Call("read", (self._name_of(cell),), (), 0.0))

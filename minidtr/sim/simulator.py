@@ -314,7 +314,7 @@ class Replayer:
         working = fresh_bytes
         for cell in args:
             storage = cell.storage
-            if (storage.producer is not None or storage in self.conditional) and not any(
+            if (storage.op is not None or storage in self.conditional) and not any(
                 storage is s for s in seen
             ):
                 seen.append(storage)
