@@ -39,7 +39,16 @@ from .lifetime import Lifetime
 from .neighbourhood import EquivalenceClasses, EvictedNeighbourhood
 from .remat import Rematerialization
 from .runtime import WALL_GUARD_AFTER, BudgetError, Runtime, Stats, ThrashError
-from .storage import Cell, Recipe, Storage, ViewCell, distinct_storages, resident_storages
+from .storage import (
+    MAX_VIEW_DEPTH,
+    Cell,
+    Recipe,
+    Storage,
+    StridedLayout,
+    ViewCell,
+    distinct_storages,
+    resident_storages,
+)
 
 NOMINAL_FLOPS_PER_NS = 32.0
 NOMINAL_BYTES_PER_NS = 8.0
@@ -346,14 +355,21 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         results, recipe.run_cost = self._run(recipe.op, recipe.inputs, recipe.device, arrays, metas)
         if recipe.op.n_outputs == 1:
             results = (results,)
-        base = recipe.inputs[0].storage
+        viewed = recipe.inputs[0]
+        base = viewed.storage
         base.cost += recipe.run_cost
         base.last_access = self.clock
         device = recipe.device
+        depth = viewed.depth + 1 if viewed.is_view else 1
         cells = []
         for i, (shape, dtype) in enumerate(metas):
-            contiguous = is_c_contiguous(results[i])
-            cells.append(ViewCell(base, recipe, i, shape, dtype, device, contiguous))
+            result = results[i]
+            layout = None
+            if depth > MAX_VIEW_DEPTH:  # read it in one step from the buffer (``_array``)
+                layout = StridedLayout.locate(result, base.buffer)
+            contiguous = is_c_contiguous(result)
+            steps = depth if layout is None else 1
+            cells.append(ViewCell(base, recipe, i, shape, dtype, device, contiguous, steps, layout))
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells
@@ -557,14 +573,21 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             self._done(locked, was_busy)
 
     def _array(self, cell: Cell):
-        """The array of a cell whose storage is resident: the buffer, or a view of it."""
+        """The array of a cell whose storage is resident: the buffer, or a view of it, made
+        by applying the view ops from the buffer or from the nearest view with a layout
+        (at most ``MAX_VIEW_DEPTH`` of them)."""
         if not cell.is_view:
             return cell.buffer
         chain = []
         while cell.is_view:
+            if cell.layout is not None:
+                array = cell.layout.view_of(cell.storage.buffer)
+                if array is not None:
+                    break
             chain.append(cell)
             cell = cell.view_recipe.inputs[0]
-        array = cell.storage.buffer
+        else:
+            array = cell.buffer
         for view in reversed(chain):
             recipe = view.view_recipe
             xp = backend.xp_for(recipe.device) if recipe.device is not None else None

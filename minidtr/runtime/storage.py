@@ -37,6 +37,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from .allocator import Allocator
 
@@ -320,7 +322,10 @@ class Storage:
 class ViewCell:
     """A value that shares another value's storage (a reshape, transpose, slice,
     broadcast): its own shape and recipe, the view op whose single input is the viewed
-    cell. Its array is recomputed from the storage's buffer on every access."""
+    cell. Its array is recomputed from the storage's buffer on every access, by
+    applying the view ops from the storage up (``depth`` of them), or, past
+    ``MAX_VIEW_DEPTH``, in one step from where its elements lie in the buffer
+    (``layout``), so a read costs the same however long the chain of views."""
 
     __slots__ = (
         "storage",
@@ -331,6 +336,8 @@ class ViewCell:
         "device",
         "contiguous",
         "is_view",
+        "depth",
+        "layout",
     )
 
     def __init__(
@@ -342,6 +349,8 @@ class ViewCell:
         dtype,
         device: str | None,
         contiguous: bool,
+        depth: int = 1,
+        layout: StridedLayout | None = None,
     ):
         self.storage = storage
         self.view_recipe = recipe
@@ -351,6 +360,8 @@ class ViewCell:
         self.device = device
         self.contiguous = contiguous
         self.is_view = True
+        self.depth = depth  # view ops from the storage's buffer (or from ``layout``'s view)
+        self.layout = layout
 
     @property
     def recipe(self) -> Recipe:
@@ -365,6 +376,59 @@ class ViewCell:
 
     def __repr__(self) -> str:
         return f"ViewCell({self.shape}, {self.dtype}, of {self.storage!r})"
+
+
+MAX_VIEW_DEPTH = 16  # a view deeper than this is read in one step (``StridedLayout``)
+
+
+class StridedLayout:
+    """Where a view's elements lie in its storage's NumPy buffer: the byte offset of its
+    first element from the buffer's and its strides. Rebuilding the view from them is
+    one step (about 5 µs), against one view op per level of the chain it came through.
+    Valid while the buffer has the strides it had when the view was made: a rebuilt
+    buffer has them (the same op on the same inputs), and ``view_of`` checks."""
+
+    __slots__ = ("shape", "strides", "offset", "typestr", "readonly", "base_strides")
+
+    def __init__(self, view: Any, base: Any):
+        self.shape = view.shape
+        self.strides = view.strides
+        self.offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        self.typestr = view.dtype.str
+        self.readonly = not view.flags.writeable
+        self.base_strides = base.strides
+
+    @staticmethod
+    def locate(view: Any, base: Any) -> StridedLayout | None:
+        """The layout of ``view`` in ``base``, or None unless both are NumPy arrays."""
+        if type(view) is not np.ndarray or type(base) is not np.ndarray:
+            return None
+        return StridedLayout(view, base)
+
+    def view_of(self, base: Any) -> Any:
+        """The view in ``base`` (a NumPy array that keeps ``base`` alive), or None when
+        ``base`` is laid out differently from the buffer the layout was taken in."""
+        if base.strides != self.base_strides:
+            return None
+        data, readonly = base.__array_interface__["data"]
+        interface = {
+            "data": (data + self.offset, readonly or self.readonly),
+            "shape": self.shape,
+            "strides": self.strides,
+            "typestr": self.typestr,
+            "version": 3,
+        }
+        return np.asarray(_ArrayOf(interface, base))
+
+
+class _ArrayOf:
+    """An array interface and the array whose memory it describes (kept alive)."""
+
+    __slots__ = ("__array_interface__", "base")
+
+    def __init__(self, interface: dict, base: Any):
+        self.__array_interface__ = interface
+        self.base = base
 
 
 Cell = Storage | ViewCell  # a value: a storage (the whole of it) or a view of one
