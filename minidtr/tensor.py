@@ -225,41 +225,24 @@ class Tensor:
 
     # ---- operators (functional ops in minidtr.ops) -------------------------------------------
 
-    def __add__(self, other):
-        return F.add(self, other)
+    # ``+ - * / ** @``, unary ``-`` and ``[]`` are the functional ops themselves, bound in
+    # ops/__init__.py (a method that only called one cost each ``a + b`` a Python frame);
+    # the reflected ones swap the operands.
 
     def __radd__(self, other):
         return F.add(other, self)
 
-    def __sub__(self, other):
-        return F.sub(self, other)
-
     def __rsub__(self, other):
         return F.sub(other, self)
-
-    def __mul__(self, other):
-        return F.mul(self, other)
 
     def __rmul__(self, other):
         return F.mul(other, self)
 
-    def __truediv__(self, other):
-        return F.div(self, other)
-
     def __rtruediv__(self, other):
         return F.div(other, self)
 
-    def __pow__(self, other):
-        return F.pow(self, other)
-
     def __rpow__(self, other):
         return F.pow(other, self)
-
-    def __neg__(self):
-        return F.neg(self)
-
-    def __matmul__(self, other):
-        return F.matmul(self, other)
 
     def __rmatmul__(self, other):
         return F.matmul(other, self)
@@ -281,9 +264,6 @@ class Tensor:
 
     def __ne__(self, other):  # type: ignore[override]
         return F.not_equal(self, other)
-
-    def __getitem__(self, key):
-        return F.getitem(self, key)
 
     # ---- methods ----------------------------------------------------------------------
 

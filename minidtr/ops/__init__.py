@@ -1,6 +1,7 @@
 """The functional op library. Each family lives in its own module; all are re-exported here
 (and at the top level of ``minidtr``)."""
 
+from ..tensor import Tensor
 from .conv import avg_pool2d, conv2d, global_avg_pool2d, max_pool2d, upsample_nearest2d
 from .elementwise import (
     add,
@@ -35,3 +36,14 @@ from .random import dropout, rand, randn
 from .reduce import max, mean, sum, sum_to
 from .rnn import child_sum_cell, lstm_cell, lstm_gates
 from .shape import broadcast_to, concat, copy, flatten, getitem, reshape, split, stack, transpose
+
+# Tensor's operators whose operands come in their op's order are the ops themselves
+# (tensor.py): one Python frame less for each ``a + b``.
+Tensor.__add__ = add
+Tensor.__sub__ = sub
+Tensor.__mul__ = mul
+Tensor.__truediv__ = div
+Tensor.__pow__ = pow
+Tensor.__matmul__ = matmul
+Tensor.__neg__ = neg
+Tensor.__getitem__ = getitem
