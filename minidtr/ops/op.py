@@ -135,6 +135,13 @@ def as_constants() -> ConstantMode:
     return ConstantMode()
 
 
+def different_devices(op: Op, cells: tuple[Cell, ...]) -> Exception:
+    devices = sorted({str(c.device) for c in cells})
+    return op.error(
+        f"inputs are on different devices ({' and '.join(devices)})", *cells, kind=ValueError
+    )
+
+
 def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
     """Run ``op`` on tensors under the active runtime and hook it into autograd.
 
@@ -153,24 +160,25 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
         raise TypeError(
             f"{op.name}: input {bad} must be a Tensor, got {type(inputs[bad]).__name__}"
         ) from None
-    if cells:
-        device = cells[0].device
-        for c in cells:
-            if c.device != device:
-                raise op.error(
-                    f"inputs are on different devices ({c.device} and {device})",
-                    *cells,
-                    kind=ValueError,
-                )
-    elif device is None:
-        device = "cpu"
     # op.infer(*cells), spelled out for one and two inputs: CPython 3.11 specializes a
     # method call, but not the attribute read that a call with *args compiles to
     if n == 1:
+        device = cells[0].device
         metas = op.infer(cells[0])
     elif n == 2:
-        metas = op.infer(cells[0], cells[1])
+        a, b = cells
+        device = a.device
+        if b.device != device:
+            raise different_devices(op, cells)
+        metas = op.infer(a, b)
     else:
+        if cells:
+            device = cells[0].device
+            for c in cells:
+                if c.device != device:
+                    raise different_devices(op, cells)
+        elif device is None:
+            device = "cpu"
         metas = op.infer(*cells)
     try:
         allocator = _ALLOCATORS[device]  # allocator_for, inlined
