@@ -87,6 +87,10 @@ def test_a_buffer_laid_out_differently_is_read_by_walking_the_chain():
     layout = StridedLayout(view, a)
     assert layout.view_of(a).tobytes() == view.tobytes()
     assert layout.view_of(np.asfortranarray(a)) is None  # other strides: no layout read
+    assert StridedLayout.locate(view, a) is not None
+    assert StridedLayout.locate(view.copy(), a) is None  # not in a's memory: no layout
+    assert StridedLayout.locate(a[::-1, ::-2], a) is not None  # negative strides
+    assert StridedLayout.locate(a[:0], a) is None
 
     b = np.arange(4 * 40, dtype=np.float32).reshape(4, 40)
     x = md.tensor(b) * 1.0

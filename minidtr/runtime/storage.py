@@ -400,10 +400,17 @@ class StridedLayout:
 
     @staticmethod
     def locate(view: Any, base: Any) -> StridedLayout | None:
-        """The layout of ``view`` in ``base``, or None unless both are NumPy arrays."""
-        if type(view) is not np.ndarray or type(base) is not np.ndarray:
+        """The layout of ``view`` in ``base``, or None unless both are NumPy arrays and
+        every byte of ``view`` lies in ``base``'s memory (a view op that had to copy, or
+        an empty view, is read by walking its chain)."""
+        if type(view) is not np.ndarray or type(base) is not np.ndarray or view.size == 0:
             return None
-        return StridedLayout(view, base)
+        layout = StridedLayout(view, base)
+        low, high = byte_extent(view)
+        base_low, base_high = byte_extent(base)
+        if low + layout.offset < base_low or high + layout.offset > base_high:
+            return None
+        return layout
 
     def view_of(self, base: Any) -> Any:
         """The view in ``base`` (a NumPy array that keeps ``base`` alive), or None when
@@ -419,6 +426,18 @@ class StridedLayout:
             "version": 3,
         }
         return np.asarray(_ArrayOf(interface, base))
+
+
+def byte_extent(array: np.ndarray) -> tuple[int, int]:
+    """The bytes ``array`` spans, as offsets from its first element: (lowest, one past
+    the highest)."""
+    low = high = 0
+    for n, stride in zip(array.shape, array.strides, strict=True):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return low, high + array.itemsize
 
 
 class _ArrayOf:
