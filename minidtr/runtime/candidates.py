@@ -65,6 +65,7 @@ moves ``ratio`` with the other columns.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from math import inf
 from typing import TYPE_CHECKING
@@ -90,6 +91,7 @@ class CandidateTable:
         self.frontier = bytearray(1)  # per row: its evicted neighbours may have changed
         self.watching: str | None = None  # the cost term the frontier flags serve
         self.watched_epoch = 0  # the union-find epoch ``edges`` refers to (``eq``)
+        self.walked: weakref.WeakSet[Storage] = weakref.WeakSet()  # see ``mark_descendants``
         self._locked: list[int] = []  # rows seen locked at the last sync
         self._capacity = 0
         self.cost = np.zeros(0)  # +inf where blocked
@@ -383,19 +385,36 @@ class CandidateTable:
     def mark_descendants(self, storage: Storage) -> None:
         """``storage`` was evicted or left the evicted set: flag the rows whose evicted
         ancestors it may be among (resident children of it and of its evicted
-        descendants: the ``ancestors`` term)."""
+        descendants: the ``ancestors`` term).
+
+        The walk stops at the storages in ``walked``: those a walk went from or through
+        since the flags were last taken (``take_flags``), whose rows below are flagged
+        already. A row below one of them that the walk did not see since has its own
+        flag: it became resident (a new row), or the evicted storage above it was
+        evicted since (its own walk). So freeing a long evicted chain walks each
+        storage once until the next decision, not its whole remaining tail per death.
+        Weak references: a storage freed meanwhile leaves the set, and its id may be
+        reused by another."""
+        walked = self.walked
+        if storage in walked:
+            return
+        walked.add(storage)
         frontier = self.frontier
         known = len(frontier)
-        seen = {id(storage)}
         stack = [storage]
         while stack:
             for child in stack.pop().live_children():
                 if child.buffer is None:
-                    if not child.banished and id(child) not in seen:
-                        seen.add(id(child))
+                    if not child.banished and child not in walked:
+                        walked.add(child)
                         stack.append(child)
                 elif child.row < known:
                     frontier[child.row] = 1
+
+    def take_flags(self) -> None:
+        """A decision is about to clear frontier flags: walks must go all the way again."""
+        if self.walked:
+            self.walked.clear()
 
     def mark_neighbours(self, storage: Storage) -> None:
         """``storage`` was evicted or left the evicted set: flag its neighbours' rows."""

@@ -258,6 +258,7 @@ class Eviction:
             return self._terms_by_storage(table, mode, rows, used)
         stale = flagged_rows(table, rows, used)
         if stale:
+            table.take_flags()
             storages, term, frontier = table.storages, table.term, table.frontier
             self._scoring = True
             try:
