@@ -110,6 +110,7 @@ class CandidateTable:
         self.ratio_key: tuple[str, bool] | None = None  # (cost term, size?); None: stale
         self.rewritten: list[int] = []  # rows whose score inputs were written since ``ratios``
         self.scratch = np.zeros(0)  # a decision's staleness and scores
+        self._bind()
 
     # ---- the set interface -----------------------------------------------------------------
 
@@ -189,28 +190,31 @@ class CandidateTable:
             return
         if not rows and not self._locked:
             return
+        dirty = self.dirty
         for row in rows:
-            self.dirty[row] = 0
-        storages = self.storages
-        locked = []
-        rows = sorted({*rows, *self._locked})
+            dirty[row] = 0
+        if self._locked:
+            rows = sorted({*rows, *self._locked})
         self.rewritten += rows
-        active, blocked, cost, unit = self.active, self.blocked, self.cost, self.unit
+        storages, frontier = self.storages, self.frontier
+        active, blocked, cost, unit = self.active_at, self.blocked_at, self.cost_at, self.unit_at
+        nbytes_at, size, last_access = self.nbytes_at, self.size_at, self.last_access_at
+        locked = []
         for row in rows:
             storage = storages[row]
             if storage is None:
                 active[row] = False
                 blocked[row] = True
                 cost[row] = unit[row] = inf
-                self.frontier[row] = 0
+                frontier[row] = 0
                 for j in range(self.edge_width):  # positions past it are 0 in every row
-                    self.edges[j, row] = self.labels[j, row] = 0
+                    self.edges_at[j][row] = self.labels_at[j][row] = 0
                 continue
             active[row] = True
             nbytes = storage.nbytes
-            self.nbytes[row] = nbytes
-            self.size[row] = max(nbytes, 1)
-            self.last_access[row] = storage.last_access
+            nbytes_at[row] = nbytes
+            size[row] = max(nbytes, 1)
+            last_access[row] = storage.last_access
             if storage.locks:
                 blocked[row] = True
                 cost[row] = unit[row] = inf
@@ -260,6 +264,18 @@ class CandidateTable:
         self.cost[open_rows] = [s.cost for s in live if not s.locks]
         self.unit[open_rows] = 1.0
 
+    def _bind(self) -> None:
+        """Memoryviews of the columns, ``<column>_at``, one per neighbour position for
+        ``edges`` and ``labels``: the paths that touch a few rows read and write scalars
+        through them, at under half NumPy's cost per scalar (bound again whenever a
+        column is replaced)."""
+        for name in ("cost", "unit", "nbytes", "size", "last_access", "term", "ratio"):
+            setattr(self, name + "_at", memoryview(getattr(self, name)))
+        self.active_at = memoryview(self.active)
+        self.blocked_at = memoryview(self.blocked)
+        self.edges_at = [memoryview(position) for position in self.edges]
+        self.labels_at = [memoryview(position) for position in self.labels]
+
     def _grow(self, capacity: int) -> None:
         def grown(column: np.ndarray, fill) -> np.ndarray:
             out = np.full(capacity, fill, column.dtype)
@@ -282,6 +298,7 @@ class CandidateTable:
             new[:, : old.shape[1]] = old
             setattr(self, name, new)
         self._capacity = capacity
+        self._bind()
 
     def ratios(self, mode: str, size: bool, used: int) -> np.ndarray:
         """``ratio[:used]`` for cost term ``mode`` (``term`` must hold its neighbourhood
@@ -303,15 +320,16 @@ class CandidateTable:
                 ratio[pick] = top
             self.ratio_key = (mode, size)
             return ratio[pick]
-        unit, cost, term, divisor = self.unit, self.cost, self.term, self.size
+        unit, cost, term, out = self.unit_at, self.cost_at, self.term_at, self.ratio_at
+        divisor = self.size_at
         for row in rows:
             if mode == "none":
-                top = unit.item(row)
+                top = unit[row]
             elif mode == "local":
-                top = cost.item(row)
+                top = cost[row]
             else:
-                top = cost.item(row) + term.item(row)
-            ratio[row] = top / divisor.item(row) if size else top
+                top = cost[row] + term[row]
+            out[row] = top / divisor[row] if size else top
         return ratio[:used]
 
     def bordering_index(self, width: int) -> dict[int, set[int]]:
@@ -336,6 +354,7 @@ class CandidateTable:
             new = np.zeros((max(width, 2 * len(old)), old.shape[1]), np.int64)
             new[: len(old)] = old
             setattr(self, name, new)
+        self._bind()
 
     def _compact(self) -> None:
         """Squeeze out the holes, keeping the order and each row's flags (amortized O(1) per

@@ -19,7 +19,7 @@ import numpy as np
 
 from .candidates import SYNC_ONE_BY_ONE, CandidateTable
 from .heuristics import NEIGHBOURHOOD_COST, Heuristic
-from .neighbourhood import MODES, evicted_children, evicted_parents, neighbourhood_term
+from .neighbourhood import MODES, neighbourhood_term
 from .runtime import BudgetError
 from .storage import Storage
 
@@ -316,29 +316,9 @@ class Eviction:
             table.edge_width = 0
             table.watch("eq", eq.epoch)
         stale = flagged_rows(table, rows, used)
-        storages, frontier = table.storages, table.frontier
-        epoch = eq.epoch
-        for done, row in enumerate(stale):
-            storage = storages[row]
-            nodes = []
-            for neighbour in evicted_parents(storage) + evicted_children(storage):
-                node = neighbour.component
-                if node is None or node.root().epoch != epoch:
-                    for again in stale[:done]:
-                        frontier[again] = 1
-                    return None
-                nodes.append(mirror.index_of(node))
-            count = len(nodes)
-            if count > table.edge_width:
-                if count > len(table.edges):
-                    table.widen(count)
-                table.edge_width = count
-            edges = table.edges  # positions from edge_width on are 0 in every row
-            for j, node in enumerate(nodes):
-                edges[j, row] = node
-            for j in range(count, table.edge_width):
-                edges[j, row] = 0
-            frontier[row] = 0
+        read = self._eq_read(table, stale)
+        if read is None:
+            return None
         width = table.edge_width
         if not width:  # no row names a class
             mirror.touched = set()
@@ -347,23 +327,118 @@ class Eviction:
             table.term[stale] = 0.0
             table.rewritten += stale
             return 0.0  # cost + 0.0, as the reference adds
-        changed = stale
-        if mirror.touched:
-            changed = self._eq_changed_rows(table, stale, width, used)
-        if changed:
+        if len(stale) <= SYNC_ONE_BY_ONE:
+            self._eq_few(table, read, width, used)
+        else:
+            changed = stale
+            if mirror.touched:
+                changed = self._eq_changed_rows(table, stale, width, used)
             self._eq_recompute(table, changed, width, stale)
             table.rewritten += changed
         return table.term[:used] if rows is None else table.term[rows]
 
-    def _eq_changed_rows(
-        self, table: CandidateTable, stale: list[int], width: int, used: int
-    ) -> list[int]:
-        """The rows whose ``c(eq)`` to recompute, in row order: the re-read ones and those
-        naming a label the mirror touched since the last decision. Those are found in
-        ``table.bordering`` (first moving each label a merge retired onto the label that
-        took its members, the smaller set into the larger) or, when they are more than
-        1/``BORDER_SCAN_SHARE`` of the rows, by one scan of the ``labels`` columns per
-        touched label and neighbour position."""
+    def _eq_read(self, table: CandidateTable, stale: list[int]) -> list | None:
+        """Re-read the evicted neighbours of the ``stale`` rows into ``edges`` (their
+        mirror indices, parents first) and clear their flags: ``(row, indices)`` for
+        each, or None when a neighbour's class must be rebuilt first (the rows read
+        meanwhile are flagged again)."""
+        eq = self.eq_classes
+        mirror = eq.mirror
+        storages, frontier = table.storages, table.frontier
+        epoch, generation, index_of = eq.epoch, mirror.generation, mirror.index_of
+        read = []
+        for row in stale:
+            nodes = []
+            for neighbour in storages[row].neighbours():
+                if neighbour.buffer is not None or neighbour.banished:
+                    continue
+                node = neighbour.component
+                if node is None or node.epoch != epoch:  # (a class's nodes share its epoch)
+                    for again, _ in read:
+                        frontier[again] = 1
+                    return None
+                nodes.append(node.index if node.generation == generation else index_of(node))
+            count = len(nodes)
+            if count > table.edge_width:
+                if count > len(table.edges):
+                    table.widen(count)
+                table.edge_width = count
+            edges = table.edges_at  # positions from edge_width on are 0 in every row
+            for j, node in enumerate(nodes):
+                edges[j][row] = node
+            for j in range(count, table.edge_width):
+                edges[j][row] = 0
+            frontier[row] = 0
+            read.append((row, nodes))
+        return read
+
+    def _eq_few(self, table: CandidateTable, read: list, width: int, used: int) -> None:
+        """``c(eq)`` after a few rows were re-read (``_eq_read``): theirs, from the
+        indices just read, each moved in ``table.bordering`` to its new labels (after
+        the merges since the last decision were applied to it), then that of the other
+        rows naming a label the mirror touched (``_eq_recompute``), found in the index
+        or, when they are more than 1/``BORDER_SCAN_SHARE`` of the rows, by a scan of
+        the ``labels`` columns."""
+        mirror = self.eq_classes.mirror
+        touched = mirror.touched
+        index = table.bordering
+        if touched:
+            mirror.touched = set()
+            index = self._eq_merged_index(table, width)
+        label, cost = mirror.label_at, mirror.cost_at
+        labels, term = table.labels_at, table.term_at
+        for row, nodes in read:
+            seen = []
+            total = 0.0
+            for node in nodes:
+                found = label[node]
+                if found not in seen:
+                    seen.append(found)
+                    total += cost[found]
+            term[row] = total
+            count = len(nodes)
+            for j in range(width):
+                at = labels[j]
+                old = label[at[row]]  # a retired label as the one that took its members
+                at[row] = label[nodes[j]] if j < count else 0
+                if index is not None and old and old not in seen:
+                    listed = index.get(old)
+                    if listed is not None:
+                        listed.discard(row)
+                        if not listed:
+                            del index[old]
+            if index is not None:
+                for found in seen:
+                    listed = index.get(found)
+                    if listed is None:
+                        index[found] = {row}
+                    else:
+                        listed.add(row)
+        table.rewritten += [row for row, _ in read]
+        if not touched:
+            return
+        found = [rows for name in touched if (rows := index.get(name))]
+        if sum(map(len, found)) * BORDER_SCAN_SHARE <= used:
+            others = set().union(*found)
+            for row, _ in read:
+                others.discard(row)
+            others = list(others)
+        else:
+            columns = table.labels[:width, :used]
+            hit = np.zeros(used, bool)
+            for name in touched:
+                for j in range(width):
+                    hit |= columns[j] == name
+            hit[[row for row, _ in read]] = False
+            others = np.flatnonzero(hit).tolist()
+        if others:
+            self._eq_recompute(table, others, width, [])
+            table.rewritten += others
+
+    def _eq_merged_index(self, table: CandidateTable, width: int) -> dict[int, set[int]]:
+        """``table.bordering`` (built from the ``labels`` columns if need be) with each
+        label a merge retired since the last decision moved onto the label that took
+        its members (the smaller set into the larger)."""
         mirror = self.eq_classes.mirror
         index = table.bordering_index(width)
         for retired, kept in mirror.merged:
@@ -378,6 +453,19 @@ class Eviction:
                     moved |= into
                     index[kept] = moved
         mirror.merged = []
+        return index
+
+    def _eq_changed_rows(
+        self, table: CandidateTable, stale: list[int], width: int, used: int
+    ) -> list[int]:
+        """The rows whose ``c(eq)`` to recompute, in row order: the re-read ones and those
+        naming a label the mirror touched since the last decision. Those are found in
+        ``table.bordering`` (first moving each label a merge retired onto the label that
+        took its members, the smaller set into the larger) or, when they are more than
+        1/``BORDER_SCAN_SHARE`` of the rows, by one scan of the ``labels`` columns per
+        touched label and neighbour position."""
+        mirror = self.eq_classes.mirror
+        index = self._eq_merged_index(table, width)
         touched, mirror.touched = mirror.touched, set()
         found = [rows for label in touched if (rows := index.get(label))]
         if sum(map(len, found)) * BORDER_SCAN_SHARE <= used:
@@ -406,26 +494,29 @@ class Eviction:
         index = table.bordering
         if index is not None and len(reread) > SYNC_ONE_BY_ONE:
             index = table.bordering = None
-        label = mirror.label
         before = {}  # each re-read row's labels, a retired one as the label that took it
+        after = {}  # ... and its new labels
         if len(rows) <= SYNC_ONE_BY_ONE:
-            cost = mirror.cost
-            edges, labels, term = table.edges, table.labels, table.term
+            label, cost = mirror.label_at, mirror.cost_at
+            edges, labels, term = table.edges_at, table.labels_at, table.term_at
             moved = set(reread) if index is not None else ()
             for row in rows:
                 if row in moved:
-                    before[row] = [label.item(labels.item(j, row)) for j in range(width)]
+                    before[row] = [label[labels[j][row]] for j in range(width)]
                 seen = []
                 total = 0.0
                 for j in range(width):
-                    found = label.item(edges.item(j, row))
-                    labels[j, row] = found
+                    found = label[edges[j][row]]
+                    labels[j][row] = found
                     if found not in seen:
                         seen.append(found)
-                        total += cost.item(found)
+                        total += cost[found]
                 term[row] = total
+                if row in moved:
+                    after[row] = seen
         else:
             if index is not None:
+                label = mirror.label
                 before = {row: label[table.labels[:width, row]].tolist() for row in reread}
             index_rows = np.array(rows, np.intp)
             labels = mirror.label.take(table.edges[:width, index_rows])
@@ -440,7 +531,9 @@ class Eviction:
                 terms += costs[j]
             table.term[index_rows] = terms
         for row, old in before.items():
-            new = table.labels[:width, row].tolist()
+            new = after.get(row)
+            if new is None:
+                new = table.labels[:width, row].tolist()
             for gone in old:
                 if gone and gone not in new and (listed := index.get(gone)) is not None:
                     listed.discard(row)

@@ -174,8 +174,8 @@ class ClassMirror:
     its members, and ``label[index]`` is always the label of the component's class (no
     path to walk: when two mirrored classes merge, the members of the one with fewer
     mirrored members are relabelled, so each index is relabelled O(log n) times).
-    ``cost[label]`` and ``epoch[label]`` are the class's summed cost and epoch, kept up
-    to date by ``EquivalenceClasses``; ``touched`` collects the labels whose cost or
+    ``cost[label]`` is the class's summed cost, kept up to date by
+    ``EquivalenceClasses``; ``touched`` collects the labels whose cost or
     members changed, and ``merged`` each label that a merge retired, in order, with
     the label its members took (``(retired, kept)``; a retired label never returns
     until a reset), which the candidate table takes at each decision. Index 0 is
@@ -187,10 +187,16 @@ class ClassMirror:
         self.size = 1
         self.label = np.zeros(64, np.int64)
         self.cost = np.zeros(64)
-        self.epoch = np.zeros(64, np.int64)
         self.members: dict[int, list[int]] = {}  # label -> the indices it labels
         self.touched: set[int] = set()
         self.merged: list[tuple[int, int]] = []
+        self._bind()
+
+    def _bind(self) -> None:
+        """Memoryviews of ``label`` and ``cost`` for reading a few scalars (the candidate
+        table's row-by-row path), at under half NumPy's cost per scalar."""
+        self.label_at = memoryview(self.label)
+        self.cost_at = memoryview(self.cost)
 
     def reset(self) -> None:
         self.generation += 1
@@ -208,18 +214,17 @@ class ClassMirror:
             grow = max(64, self.size)
             self.label = np.concatenate([self.label, np.zeros(grow, np.int64)])
             self.cost = np.concatenate([self.cost, np.zeros(grow)])
-            self.epoch = np.concatenate([self.epoch, np.zeros(grow, np.int64)])
+            self._bind()
         index = self.size
         self.size += 1
         node.index, node.generation = index, self.generation
         if label < 0:
             label = index
             self.members[index] = [index]
-            self.cost[index] = node.cost
-            self.epoch[index] = node.epoch
+            self.cost_at[index] = node.cost
         else:
             self.members[label].append(index)
-        self.label[index] = label
+        self.label_at[index] = label
         return index
 
     def index_of(self, node: Component) -> int:
@@ -231,18 +236,18 @@ class ClassMirror:
             self._add(root, -1)
         if root is node:
             return node.index
-        return self._add(node, int(self.label[root.index]))
+        return self._add(node, self.label_at[root.index])
 
     def on_union(self, merged: Component, absorbed: Component) -> None:
         """``absorbed``'s class was merged into root ``merged``'s (``merged.cost`` is the sum)."""
         current = self.generation
         if absorbed.generation == current:
-            gone = int(self.label[absorbed.index])
+            gone = self.label_at[absorbed.index]
             if merged.generation != current:
                 self._add(merged, gone)
                 keep = gone
             else:
-                keep = int(self.label[merged.index])
+                keep = self.label_at[merged.index]
                 self.touched.add(keep)
                 moved = self.members.pop(gone)
                 kept = self.members[keep]
@@ -257,18 +262,17 @@ class ClassMirror:
                 self.merged.append((retired, keep))
             self.touched.add(gone)
         elif merged.generation == current:
-            keep = int(self.label[merged.index])
+            keep = self.label_at[merged.index]
         else:
             return
         self.touched.add(keep)
-        self.cost[keep] = merged.cost
-        self.epoch[keep] = merged.epoch
+        self.cost_at[keep] = merged.cost
 
     def on_cost(self, root: Component) -> None:
         """Root ``root``'s class changed cost."""
         if root.generation == self.generation:
-            label = int(self.label[root.index])
-            self.cost[label] = root.cost
+            label = self.label_at[root.index]
+            self.cost_at[label] = root.cost
             self.touched.add(label)
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
