@@ -509,3 +509,106 @@ def test_ratio_column_follows_every_rewrite_and_heuristic_switch(monkeypatch, on
             with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops"):
                 drive(rng, tensors, 6)
         assert counter["checked"] - before >= 2 * len(names)
+
+
+def assert_edges_exact(allocator) -> None:
+    """(eq) Every row not flagged for a re-read holds its storage's evicted neighbours
+    in ``edges`` (their mirrored union-find nodes, parents then children, in the order
+    ``Storage.neighbours`` gives) with their order keys in ``keys``, and 0 past them:
+    what a re-read would write, kept up to date by the changes themselves."""
+    from minidtr.runtime.candidates import CHILD_KEY
+
+    table, mirror = allocator.candidates, allocator.eq_classes.mirror
+    width = table.edge_width
+    for row in range(1, min(table.rows, len(table.frontier))):
+        storage = table.storages[row]
+        if storage is None or table.frontier[row]:
+            continue
+        parents = storage.parents()
+        expected = []
+        for place, n in enumerate((*parents, *storage.live_children())):
+            if n.buffer is None and not n.banished:
+                node = n.component
+                assert node is not None and mirror.mirrored(node), f"{n} of row {row}"
+                key = place if place < len(parents) else CHILD_KEY + n.id
+                expected.append((node.index, key))
+        expected += [(0, 0)] * (width - len(expected))
+        edges, keys = table.edges[:width, row].tolist(), table.keys[:width, row].tolist()
+        found = list(zip(edges, keys, strict=True))
+        assert found == expected, f"row {row} ({storage}): edges {found}, graph {expected}"
+
+
+def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch):
+    """h_DTR^eq's edges are kept up to date by each eviction and each storage leaving
+    the evicted set (rebuilt, freed), in the neighbours' order, with several changes
+    between decisions and compactions renumbering the rows: after every change every
+    row not flagged holds what a re-read would, and every decision is the loop's."""
+    from minidtr.runtime import candidates
+    from minidtr.runtime.allocator import allocator_for
+
+    monkeypatch.setattr(candidates, "COMPACT_SLACK", 4)  # compact often
+    rng = random.Random(12)
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = [md.tensor(np.ones(3, np.float32))]
+        with md.Runtime(cost="flops"):
+            for _ in range(160):  # up to three parents each, and several children
+                picks = [tensors[rng.randrange(max(0, len(tensors) - 8), len(tensors))]]
+                picks += rng.sample(tensors, min(len(tensors), rng.randrange(3)))
+                out = picks[0] * 1.5
+                for other in picks[1:]:
+                    out = out + other
+                tensors.append(out)
+        allocator = allocator_for("cpu")
+        table = allocator.candidates
+        bordered = pending = 0
+        with md.Runtime(budget=1 << 30, heuristic="dtr_eq", cost="flops"):
+            allocator._choose_victim()
+            for _ in range(500):
+                action = rng.random()
+                if action < 0.2:
+                    victim = allocator._choose_victim()[0]
+                    if victim is not None:
+                        allocator.evict(victim)
+                elif action < 0.6:
+                    storage = rng.choice(tensors[1:]).cell.storage
+                    if storage.buffer is not None and not storage.locks:
+                        allocator.evict(storage)
+                elif action < 0.97 or len(tensors) < 40:
+                    rng.choice(tensors).numpy()
+                else:  # free a value: an evicted one leaves the evicted set
+                    del tensors[rng.randrange(1, len(tensors))]
+                pending += len(table.pending)
+                bordered = max(bordered, table.edge_width)
+                assert_edges_exact(allocator)
+        assert counter["checked"] - before >= 80
+        assert pending >= 200 and bordered >= 3  # the changes did the work
+
+
+def test_eq_border_keeps_a_rows_edges_in_key_order():
+    """``CandidateTable._border`` inserts an evicted neighbour at its place among a
+    row's edges (by order key), takes one out closing the gap, widens the table when a
+    row needs one more place, lists the row as pending, and leaves to a re-read (flags)
+    a row whose edges do not hold what a change expects."""
+    table = CandidateTable()
+    for i in range(3):
+        table[FakeStorage(i + 1)] = None
+    table.sync()
+    table.frontier = bytearray(len(table.frontier))  # nothing flagged
+    for key, index in ((5, 50), (1, 10), (3, 30)):
+        table._border(1, key, index)
+    assert table.edge_width == 3
+    assert table.edges[:3, 1].tolist() == [10, 30, 50]
+    assert table.keys[:3, 1].tolist() == [1, 3, 5]
+    table._border(1, 3, 0)
+    assert table.edges[:3, 1].tolist() == [10, 50, 0]
+    assert table.keys[:3, 1].tolist() == [1, 5, 0]
+    assert table.pending == [1, 1, 1, 1] and not table.frontier[1]
+    table._border(2, 9, 90)
+    assert table.edges[:3, 2].tolist() == [90, 0, 0]
+    table._border(1, 7, 0)  # not there
+    assert table.frontier[1]
+    table._border(1, 1, 0)  # flagged rows wait for their re-read
+    assert table.edges[:3, 1].tolist() == [10, 50, 0]
+    table._border(2, 9, 91)  # already there
+    assert table.frontier[2] and table.pending == [1, 1, 1, 1, 2]

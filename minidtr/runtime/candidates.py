@@ -34,20 +34,28 @@ about to be made. The rule for code that changes a candidate's score inputs:
 - inserting (``table[s] = None``) reads everything afresh.
 
 ``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows
-past its length count as flagged) and, while a neighbourhood heuristic is in use
-(``watching`` names its cost term), the rows next to each storage that is evicted or
-leaves the evicted set, and under ``estar`` and ``ancestors`` the rows below (and,
-for ``estar``, above) it through evicted storages, whose closures changed with it
-(``EvictedNeighbourhood``'s invalidation walk; ``mark_descendants``). Under
-``estar`` and ``ancestors`` a decision recomputes the term of each flagged row into
-``term`` and clears the flag, so the other rows' terms are read from the column;
-under ``eq`` a flag means "``edges`` is stale" and is cleared when a decision
-re-reads the row's evicted neighbours into ``edges``: the mirrored union-find
-indices (``neighbourhood.ClassMirror``) of their classes, parents first, padded
-with 0 (the mirror's empty class). ``edges[j, row]`` is the row's j-th: one
-contiguous array per position, ``edge_width`` of them in use; ``labels`` holds
-their class labels as of the row's last ``term``, so that a decision recomputes the
-term of the re-read rows and of those naming a class that changed since (the
+past its length count as flagged) and, while ``estar`` or ``ancestors`` is in use
+(``watching`` names the cost term), the rows next to each storage that is evicted or
+leaves the evicted set and the rows below (and, for ``estar``, above) it through
+evicted storages, whose closures changed with it (``EvictedNeighbourhood``'s
+invalidation walk; ``mark_descendants``). A decision recomputes the term of each
+flagged row into ``term`` and clears the flag, so the other rows' terms are read from
+the column.
+
+Under ``eq`` each row keeps its evicted neighbours in ``edges``: the mirrored
+union-find indices (``neighbourhood.ClassMirror``) of their nodes, parents then
+children in the order ``Storage.neighbours`` gives, padded with 0 (the mirror's empty
+class). ``edges[j, row]`` is the row's j-th: one contiguous array per position,
+``edge_width`` of them in use. The changes keep them: each eviction puts the evicted
+storage into its neighbours' rows and each storage leaving the evicted set takes
+itself out (``border_evicted``, ``border_left``), at the place its order key in
+``keys`` gives (a parent's place among the row's parents; ``CHILD_KEY`` plus a
+child's id, since a storage's children are listed in the order they were made), and
+list the rows in ``pending``. A flag here means "``edges`` is stale" (a new row, a
+new epoch, a renumbering by compaction): the changes leave such a row alone, and a
+decision re-reads its neighbours from the graph. ``labels`` holds the edges' class
+labels as of the row's last ``term``, so that a decision recomputes the term of the
+pending and re-read rows and of those naming a class that changed since (the
 mirror's ``touched`` labels) only. ``bordering`` finds the latter without a scan:
 each label to the rows whose ``labels`` name it (a superset: a row that became a
 hole may stay listed until the next compaction, which drops the whole index, to be
@@ -81,6 +89,7 @@ COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
 LAZY_SLACK = 64  # holes tolerated beyond the candidates' count between decisions
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
 RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
+CHILD_KEY = 1 << 40  # (eq) the order key of a child edge: this plus the child's id
 
 
 class CandidateTable:
@@ -104,6 +113,8 @@ class CandidateTable:
         self.term = np.zeros(0)  # the neighbourhood term under estar and ancestors
         self.edges = np.zeros((1, 0), np.int64)  # see the module docstring
         self.labels = np.zeros((1, 0), np.int64)  # (eq) edges' class labels, for ``term``
+        self.keys = np.zeros((1, 0), np.int64)  # (eq) each edge's place among the row's
+        self.pending: list[int] = []  # (eq) rows whose edges changed since their term
         self.edge_width = 0  # the most evicted neighbours written for a row
         self.bordering: dict[int, set[int]] | None = None  # (eq) label -> rows; None: rebuild
         self.ratio = np.zeros(0)  # the score before staleness, for ``ratio_key``
@@ -275,6 +286,7 @@ class CandidateTable:
         self.blocked_at = memoryview(self.blocked)
         self.edges_at = [memoryview(position) for position in self.edges]
         self.labels_at = [memoryview(position) for position in self.labels]
+        self.keys_at = [memoryview(position) for position in self.keys]
 
     def _grow(self, capacity: int) -> None:
         def grown(column: np.ndarray, fill) -> np.ndarray:
@@ -292,7 +304,7 @@ class CandidateTable:
         self.scratch = grown(self.scratch, 0.0)
         self.active = grown(self.active, False)
         self.blocked = grown(self.blocked, True)
-        for name in ("edges", "labels"):
+        for name in ("edges", "labels", "keys"):
             old = getattr(self, name)
             new = np.zeros((len(old), capacity), np.int64)
             new[:, : old.shape[1]] = old
@@ -349,7 +361,7 @@ class CandidateTable:
 
     def widen(self, width: int) -> None:
         """Room for ``width`` evicted neighbours per row in ``edges``."""
-        for name in ("edges", "labels"):
+        for name in ("edges", "labels", "keys"):
             old = getattr(self, name)
             new = np.zeros((max(width, 2 * len(old)), old.shape[1]), np.int64)
             new[: len(old)] = old
@@ -365,6 +377,9 @@ class CandidateTable:
             self._grow(max(used, 2 * self._capacity, 16))
         if len(self.frontier) < used:
             self.frontier.extend(b"\x01" * (used - len(self.frontier)))
+        for row in self.pending:  # renumbered: re-read them instead
+            self.frontier[row] = 1
+        self.pending = []
         storages: list[Storage | None] = [None]
         keep = [0]
         for row, storage in enumerate(self.storages):
@@ -388,7 +403,7 @@ class CandidateTable:
         for name in columns:
             column = getattr(self, name)
             column[:n] = column[index]
-        for pairs in (self.edges, self.labels):
+        for pairs in (self.edges, self.labels, self.keys):
             pairs[:, :n] = pairs[:, index]
             pairs[:, n:used] = 0
 
@@ -434,6 +449,70 @@ class CandidateTable:
         """A decision is about to clear frontier flags: walks must go all the way again."""
         if self.walked:
             self.walked.clear()
+
+    def border_evicted(self, storage: Storage, index: int) -> None:
+        """(eq) ``storage`` was just evicted, its union-find node mirrored as ``index``:
+        add it to the edges of each neighbour's row (see ``_border``)."""
+        known = len(self.frontier)
+        for parent in storage.parents():
+            if 0 < parent.row < known:
+                self._border(parent.row, CHILD_KEY + storage.id, index)
+        for child in storage.live_children():
+            if 0 < child.row < known:
+                self._border(child.row, child.parents().index(storage), index)
+
+    def border_left(self, storage: Storage) -> None:
+        """(eq) ``storage`` left the evicted set: take it out of its neighbours' edges."""
+        known = len(self.frontier)
+        for parent in storage.parents():
+            if 0 < parent.row < known:
+                self._border(parent.row, CHILD_KEY + storage.id, 0)
+        for child in storage.live_children():
+            if 0 < child.row < known:
+                self._border(child.row, child.parents().index(storage), 0)
+
+    def _border(self, row: int, key: int, index: int) -> None:
+        """Insert the evicted neighbour with order ``key`` and mirror index ``index`` into
+        row ``row``'s edges, or take it out (``index`` 0), keeping the edges in
+        ``key`` order, and list the row in ``pending`` (its term is stale). A row
+        flagged for a re-read is left to it, and so is one whose edges do not hold
+        what this change expects (the re-read finds the truth)."""
+        frontier = self.frontier
+        if frontier[row]:
+            return
+        edges, keys, width = self.edges_at, self.keys_at, self.edge_width
+        count = 0  # edges in use; the place of ``key`` among them
+        place = -1
+        while count < width and edges[count][row]:
+            found = keys[count][row]
+            if found >= key and place < 0:
+                place = count
+                if found == key and index:
+                    frontier[row] = 1  # already there
+                    return
+            count += 1
+        if place < 0:
+            place = count
+        if not index:  # take it out
+            if place == count or keys[place][row] != key:
+                frontier[row] = 1  # not there
+                return
+            for j in range(place, count - 1):
+                edges[j][row] = edges[j + 1][row]
+                keys[j][row] = keys[j + 1][row]
+            edges[count - 1][row] = keys[count - 1][row] = 0
+        else:
+            if count == width:
+                if width == len(self.edges):
+                    self.widen(width + 1)
+                    edges, keys = self.edges_at, self.keys_at
+                self.edge_width = width + 1
+            for j in range(count, place, -1):
+                edges[j][row] = edges[j - 1][row]
+                keys[j][row] = keys[j - 1][row]
+            edges[place][row] = index
+            keys[place][row] = key
+        self.pending.append(row)
 
     def mark_neighbours(self, storage: Storage) -> None:
         """``storage`` was evicted or left the evicted set: flag its neighbours' rows."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .candidates import SYNC_ONE_BY_ONE, CandidateTable
+from .candidates import CHILD_KEY, SYNC_ONE_BY_ONE, CandidateTable
 from .heuristics import NEIGHBOURHOOD_COST, Heuristic
 from .neighbourhood import MODES, neighbourhood_term
 from .runtime import BudgetError
@@ -193,8 +193,10 @@ class Eviction:
                 table.cost[pick], neighbourhood, table.size[pick], staleness, table.unit[pick]
             )
         order = lowest(values, wanted)
-        scores = [values.item(i) for i in order] if order is not None else []
-        if order is None or (rows is None and any(math.isinf(v) for v in scores)):
+        scores = list(map(values.item, order)) if order else []  # lowest first
+        if order is None or (
+            rows is None and scores and (math.isinf(scores[0]) or math.isinf(scores[-1]))
+        ):
             # a NaN, or over the whole table an infinite score, which a blocked row could
             # tie with: the reference loop decides, on the same pool
             pool = range(used) if rows is None else rows.tolist()
@@ -207,7 +209,7 @@ class Eviction:
             return None, math.inf, None, None
         if rows is not None:
             order = rows[order].tolist()
-        storages = [table.storages[r] for r in order]
+        storages = list(map(table.storages.__getitem__, order))
         runner = (storages[1].id, scores[1]) if len(storages) > 1 else None
         shortlist = None
         if runtime.events is not None:
@@ -245,7 +247,7 @@ class Eviction:
         epoch = {"eq": eq.epoch, "estar": self.neighbourhood.epoch}.get(mode, 0)
         if table.watching != mode or table.watched_epoch != epoch:
             table.watch(mode, epoch)
-            eq.on_neighbours_changed = table.mark_neighbours if mode == "eq" else None
+            eq.on_neighbours_changed = table.border_left if mode == "eq" else None
             self.neighbourhood.on_dropped = table.mark_neighbours if mode == "estar" else None
         if mode == "eq":
             self._scoring = True
@@ -299,9 +301,11 @@ class Eviction:
         self, table: CandidateTable, rows: np.ndarray | None, used: int
     ) -> np.ndarray | float | None:
         """h_DTR^eq's ``c(eq(t))`` for the scored rows from the table's ``term`` column:
-        re-read the flagged rows' evicted neighbours into ``edges``, find the rows whose
-        classes changed since the last decision (the mirror's ``touched`` labels among
-        the table's ``labels``) and recompute the terms of both (``_eq_recompute``). None
+        re-read the flagged rows' evicted neighbours into ``edges``, take the rows whose
+        edges the changes updated (``pending``), find the rows whose classes changed
+        since the last decision (the mirror's ``touched`` labels among the table's
+        ``labels``) and recompute the terms of all three (``_eq_few`` when the first two
+        are a few, ``_eq_recompute``). None
         when a neighbour's class must be rebuilt first (the per-storage path does that,
         in the reference's order; the rows re-read meanwhile are flagged again).
 
@@ -313,12 +317,15 @@ class Eviction:
             mirror.reset()
             table.edges[:] = 0
             table.labels[:] = 0
+            table.keys[:] = 0
             table.edge_width = 0
             table.watch("eq", eq.epoch)
-        stale = flagged_rows(table, rows, used)
-        read = self._eq_read(table, stale)
+        read = self._eq_read(table, flagged_rows(table, rows, used))
         if read is None:
             return None
+        if table.pending:
+            self._eq_pending(table, read)
+        stale = read
         width = table.edge_width
         if not width:  # no row names a class
             mirror.touched = set()
@@ -339,38 +346,55 @@ class Eviction:
 
     def _eq_read(self, table: CandidateTable, stale: list[int]) -> list | None:
         """Re-read the evicted neighbours of the ``stale`` rows into ``edges`` (their
-        mirror indices, parents first) and clear their flags: ``(row, indices)`` for
-        each, or None when a neighbour's class must be rebuilt first (the rows read
-        meanwhile are flagged again)."""
+        mirror indices, parents first, and order keys into ``keys``) and clear their
+        flags: the rows, or None when a neighbour's class must be rebuilt first (the
+        rows read meanwhile are flagged again)."""
         eq = self.eq_classes
         mirror = eq.mirror
         storages, frontier = table.storages, table.frontier
         epoch, generation, index_of = eq.epoch, mirror.generation, mirror.index_of
         read = []
         for row in stale:
+            storage = storages[row]
+            parents = storage.parents()
             nodes = []
-            for neighbour in storages[row].neighbours():
+            keys = []  # order keys: a parent's place among the parents, a child's id + CHILD_KEY
+            for place, neighbour in enumerate((*parents, *storage.live_children())):
                 if neighbour.buffer is not None or neighbour.banished:
                     continue
                 node = neighbour.component
                 if node is None or node.epoch != epoch:  # (a class's nodes share its epoch)
-                    for again, _ in read:
+                    for again in read:
                         frontier[again] = 1
                     return None
                 nodes.append(node.index if node.generation == generation else index_of(node))
+                keys.append(place if place < len(parents) else CHILD_KEY + neighbour.id)
             count = len(nodes)
             if count > table.edge_width:
                 if count > len(table.edges):
                     table.widen(count)
                 table.edge_width = count
-            edges = table.edges_at  # positions from edge_width on are 0 in every row
+            edges, keys_at = table.edges_at, table.keys_at  # 0 from edge_width on
             for j, node in enumerate(nodes):
                 edges[j][row] = node
+                keys_at[j][row] = keys[j]
             for j in range(count, table.edge_width):
-                edges[j][row] = 0
+                edges[j][row] = keys_at[j][row] = 0
             frontier[row] = 0
-            read.append((row, nodes))
+            read.append(row)
         return read
+
+    def _eq_pending(self, table: CandidateTable, read: list[int]) -> None:
+        """Add to ``read`` the rows whose edges changes kept up to date since the last
+        decision (``CandidateTable.pending``), unless re-read or flagged for a re-read
+        meanwhile, or gone."""
+        pending, table.pending = table.pending, []
+        storages, frontier = table.storages, table.frontier
+        done = set(read)
+        for row in pending:
+            if row not in done and not frontier[row] and storages[row] is not None:
+                done.add(row)
+                read.append(row)
 
     def _eq_few(self, table: CandidateTable, read: list, width: int, used: int) -> None:
         """``c(eq)`` after a few rows were re-read (``_eq_read``): theirs, from the
@@ -386,42 +410,48 @@ class Eviction:
             mirror.touched = set()
             index = self._eq_merged_index(table, width)
         label, cost = mirror.label_at, mirror.cost_at
-        labels, term = table.labels_at, table.term_at
-        for row, nodes in read:
+        edges, labels, term = table.edges_at, table.labels_at, table.term_at
+        for row in read:
             seen = []
+            old = []
             total = 0.0
-            for node in nodes:
-                found = label[node]
+            for j in range(width):
+                at = labels[j]
+                old.append(label[at[row]])  # a retired label as the one that took it
+                found = label[edges[j][row]]  # padding: 0, of cost 0.0
+                at[row] = found
                 if found not in seen:
                     seen.append(found)
                     total += cost[found]
             term[row] = total
-            count = len(nodes)
-            for j in range(width):
-                at = labels[j]
-                old = label[at[row]]  # a retired label as the one that took its members
-                at[row] = label[nodes[j]] if j < count else 0
-                if index is not None and old and old not in seen:
-                    listed = index.get(old)
-                    if listed is not None:
+            if index is not None:
+                for gone in old:
+                    if gone and gone not in seen and (listed := index.get(gone)) is not None:
                         listed.discard(row)
                         if not listed:
-                            del index[old]
-            if index is not None:
+                            del index[gone]
                 for found in seen:
-                    listed = index.get(found)
-                    if listed is None:
-                        index[found] = {row}
-                    else:
-                        listed.add(row)
-        table.rewritten += [row for row, _ in read]
+                    if found:
+                        listed = index.get(found)
+                        if listed is None:
+                            index[found] = {row}
+                        else:
+                            listed.add(row)
+        table.rewritten += read
         if not touched:
             return
-        found = [rows for name in touched if (rows := index.get(name))]
-        if sum(map(len, found)) * BORDER_SCAN_SHARE <= used:
+        found = []
+        listed = 0
+        for name in touched:
+            rows = index.get(name)
+            if rows:
+                found.append(rows)
+                listed += len(rows)
+        if not found:
+            return
+        if listed * BORDER_SCAN_SHARE <= used:
             others = set().union(*found)
-            for row, _ in read:
-                others.discard(row)
+            others.difference_update(read)
             others = list(others)
         else:
             columns = table.labels[:width, :used]
@@ -429,7 +459,7 @@ class Eviction:
             for name in touched:
                 for j in range(width):
                     hit |= columns[j] == name
-            hit[[row for row, _ in read]] = False
+            hit[read] = False
             others = np.flatnonzero(hit).tolist()
         if others:
             self._eq_recompute(table, others, width, [])
@@ -571,7 +601,9 @@ class Eviction:
         self.memory -= storage.nbytes
         table = self.candidates
         table.pop(storage)
-        if table.watching:
+        if table.watching == "eq" and self.tracking == "eq":
+            table.border_evicted(storage, self.eq_classes.mirror.index_of(storage.component))
+        elif table.watching:
             table.mark_neighbours(storage)
             if table.watching == "ancestors":
                 table.mark_descendants(storage)
