@@ -408,29 +408,34 @@ class Eviction:
         index = table.bordering
         if touched:
             mirror.touched = set()
-            index = self._eq_merged_index(table, width)
+            if index is None or mirror.merged:
+                index = self._eq_merged_index(table, width)
         label, cost = mirror.label_at, mirror.cost_at
         edges, labels, term = table.edges_at, table.labels_at, table.term_at
         for row in read:
             seen = []
-            old = []
+            left = []  # the labels this row's changed positions named, and now name
+            entered = []
             total = 0.0
             for j in range(width):
-                at = labels[j]
-                old.append(label[at[row]])  # a retired label as the one that took it
                 found = label[edges[j][row]]  # padding: 0, of cost 0.0
-                at[row] = found
                 if found not in seen:
                     seen.append(found)
                     total += cost[found]
+                at = labels[j]
+                was = at[row]
+                if was != found:
+                    at[row] = found
+                    left.append(label[was])  # a retired label as the one that took it
+                    entered.append(found)
             term[row] = total
-            if index is not None:
-                for gone in old:
+            if index is not None and left:
+                for gone in left:
                     if gone and gone not in seen and (listed := index.get(gone)) is not None:
                         listed.discard(row)
                         if not listed:
                             del index[gone]
-                for found in seen:
+                for found in entered:
                     if found:
                         listed = index.get(found)
                         if listed is None:
