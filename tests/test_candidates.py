@@ -612,3 +612,36 @@ def test_eq_border_keeps_a_rows_edges_in_key_order():
     assert table.edges[:3, 1].tolist() == [10, 50, 0]
     table._border(2, 9, 91)  # already there
     assert table.frontier[2] and table.pending == [1, 1, 1, 1, 2]
+
+
+def test_eq_border_around_a_storage_reaches_each_neighbours_row():
+    """``border_evicted`` puts a storage into its parents' rows (by its id past
+    ``CHILD_KEY``) and its children's (by its place among their parents),
+    ``border_left`` takes it out, and a child that no longer names it as a parent is
+    left to a re-read."""
+    from minidtr.runtime.candidates import CHILD_KEY
+
+    class Node(FakeStorage):
+        __slots__ = ("inputs", "outputs")
+
+        def parents(self):
+            return self.inputs
+
+        def live_children(self):
+            return self.outputs
+
+    table = CandidateTable()
+    parent, child, stranger, evicted = (Node(i + 1) for i in range(4))
+    for node in (parent, child, stranger):
+        table[node] = None
+    table.sync()
+    table.frontier = bytearray(len(table.frontier))
+    evicted.inputs, evicted.outputs = (parent,), [child, stranger]
+    child.inputs, stranger.inputs = (parent, evicted), (parent,)
+    table.border_evicted(evicted, 7)
+    assert table.edges[:1, [parent.row, child.row]].tolist() == [[7, 7]]
+    assert table.keys[:1, [parent.row, child.row]].tolist() == [[CHILD_KEY + evicted.id, 1]]
+    assert table.frontier[stranger.row] and not table.frontier[child.row]
+    table.border_left(evicted)
+    assert table.edges[:1, [parent.row, child.row]].tolist() == [[0, 0]]
+    assert table.pending == [parent.row, child.row] * 2

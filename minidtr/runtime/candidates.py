@@ -453,23 +453,28 @@ class CandidateTable:
     def border_evicted(self, storage: Storage, index: int) -> None:
         """(eq) ``storage`` was just evicted, its union-find node mirrored as ``index``:
         add it to the edges of each neighbour's row (see ``_border``)."""
-        known = len(self.frontier)
-        for parent in storage.parents():
-            if 0 < parent.row < known:
-                self._border(parent.row, CHILD_KEY + storage.id, index)
-        for child in storage.live_children():
-            if 0 < child.row < known:
-                self._border(child.row, child.parents().index(storage), index)
+        self._border_around(storage, index)
 
     def border_left(self, storage: Storage) -> None:
         """(eq) ``storage`` left the evicted set: take it out of its neighbours' edges."""
-        known = len(self.frontier)
+        self._border_around(storage, 0)
+
+    def _border_around(self, storage: Storage, index: int) -> None:
+        frontier = self.frontier
+        known = len(frontier)  # rows past it are flagged
+        key = CHILD_KEY + storage.id  # its key in its parents' rows
         for parent in storage.parents():
-            if 0 < parent.row < known:
-                self._border(parent.row, CHILD_KEY + storage.id, 0)
+            row = parent.row
+            if 0 < row < known and not frontier[row]:
+                self._border(row, key, index)
         for child in storage.live_children():
-            if 0 < child.row < known:
-                self._border(child.row, child.parents().index(storage), 0)
+            row = child.row
+            if 0 < row < known and not frontier[row]:
+                parents = child.parents()
+                if storage in parents:
+                    self._border(row, parents.index(storage), index)
+                else:  # not a parent of its child any more: let a re-read decide
+                    frontier[row] = 1
 
     def _border(self, row: int, key: int, index: int) -> None:
         """Insert the evicted neighbour with order ``key`` and mirror index ``index`` into
