@@ -244,7 +244,7 @@ class Eviction:
         reference loop does, so that the union-find classes and cached closures built
         along the way are the same."""
         eq = self.eq_classes
-        epoch = {"eq": eq.epoch, "estar": self.neighbourhood.epoch}.get(mode, 0)
+        epoch = eq.epoch if mode == "eq" else self.neighbourhood.epoch if mode == "estar" else 0
         if table.watching != mode or table.watched_epoch != epoch:
             table.watch(mode, epoch)
             eq.on_neighbours_changed = table.border_left if mode == "eq" else None
@@ -349,6 +349,8 @@ class Eviction:
         mirror indices, parents first, and order keys into ``keys``) and clear their
         flags: the rows, or None when a neighbour's class must be rebuilt first (the
         rows read meanwhile are flagged again)."""
+        if not stale:
+            return []
         eq = self.eq_classes
         mirror = eq.mirror
         storages, frontier = table.storages, table.frontier
