@@ -332,16 +332,16 @@ class CandidateTable:
                 ratio[pick] = top
             self.ratio_key = (mode, size)
             return ratio[pick]
-        unit, cost, term, out = self.unit_at, self.cost_at, self.term_at, self.ratio_at
-        divisor = self.size_at
-        for row in rows:
-            if mode == "none":
-                top = unit[row]
-            elif mode == "local":
-                top = cost[row]
-            else:
+        cost, term, out, divisor = self.cost_at, self.term_at, self.ratio_at, self.size_at
+        if mode == "none":
+            cost = self.unit_at
+        if mode in ("none", "local"):
+            for row in rows:
+                out[row] = cost[row] / divisor[row] if size else cost[row]
+        else:
+            for row in rows:
                 top = cost[row] + term[row]
-            out[row] = top / divisor[row] if size else top
+                out[row] = top / divisor[row] if size else top
         return ratio[:used]
 
     def bordering_index(self, width: int) -> dict[int, set[int]]:
