@@ -524,7 +524,7 @@ def assert_edges_exact(allocator) -> None:
         storage = table.storages[row]
         if storage is None or table.frontier[row]:
             continue
-        parents = storage.parents()
+        parents = storage.parents
         expected = []
         for place, n in enumerate((*parents, *storage.live_children())):
             if n.buffer is None and not n.banished:
@@ -622,10 +622,7 @@ def test_eq_border_around_a_storage_reaches_each_neighbours_row():
     from minidtr.runtime.candidates import CHILD_KEY
 
     class Node(FakeStorage):
-        __slots__ = ("inputs", "outputs")
-
-        def parents(self):
-            return self.inputs
+        __slots__ = ("parents", "outputs")
 
         def live_children(self):
             return self.outputs
@@ -636,8 +633,8 @@ def test_eq_border_around_a_storage_reaches_each_neighbours_row():
         table[node] = None
     table.sync()
     table.frontier = bytearray(len(table.frontier))
-    evicted.inputs, evicted.outputs = (parent,), [child, stranger]
-    child.inputs, stranger.inputs = (parent, evicted), (parent,)
+    evicted.parents, evicted.outputs = (parent,), [child, stranger]
+    child.parents, stranger.parents = (parent, evicted), (parent,)
     table.border_evicted(evicted, 7)
     assert table.edges[:1, [parent.row, child.row]].tolist() == [[7, 7]]
     assert table.keys[:1, [parent.row, child.row]].tolist() == [[CHILD_KEY + evicted.id, 1]]

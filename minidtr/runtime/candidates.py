@@ -463,14 +463,14 @@ class CandidateTable:
         frontier = self.frontier
         known = len(frontier)  # rows past it are flagged
         key = CHILD_KEY + storage.id  # its key in its parents' rows
-        for parent in storage.parents():
+        for parent in storage.parents:
             row = parent.row
             if 0 < row < known and not frontier[row]:
                 self._border(row, key, index)
         for child in storage.live_children():
             row = child.row
             if 0 < row < known and not frontier[row]:
-                parents = child.parents()
+                parents = child.parents
                 if storage in parents:
                     self._border(row, parents.index(storage), index)
                 else:  # not a parent of its child any more: let a re-read decide

@@ -358,7 +358,7 @@ class Eviction:
         read = []
         for row in stale:
             storage = storages[row]
-            parents = storage.parents()
+            parents = storage.parents
             nodes = []
             keys = []  # order keys: a parent's place among the parents, a child's id + CHILD_KEY
             for place, neighbour in enumerate((*parents, *storage.live_children())):
