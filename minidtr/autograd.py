@@ -217,44 +217,103 @@ def _gradients(
     end, a finished weight gradient is a small, cheap-looking victim whose recipe reaches
     back through the whole (by then evicted and dead) backward chain, and rebuilding it
     recomputes that chain.
+
+    This loop runs once per node, so it is written for speed: a single-output node's
+    gradient is kept bare (a list only for several outputs), a node that becomes ready
+    when no other is waiting runs next without going through the heap (the heap would
+    pop it first anyway), and the common one-input node skips the loop over edges.
     """
     grad = _root_gradient(root, grad, caller)
     if root.grad_fn is None:
         return {id(root): (root, grad.detach())}
-    start = root.grad_fn
-    consumers, leaf_uses = _count_consumers(start)
-    pending: dict[Node, list] = {start: [None] * start.op.n_outputs}
-    pending[start][root.cell.index] = grad.detach()
+    node = root.grad_fn
+    waiting, leaf_uses = _count_consumers(node)
+    # per node whose gradient has started to arrive: the gradient of its output, or for
+    # an op with several outputs a list with one gradient (or None) per output
+    pending: dict[Node, Tensor | list] = {}
+    if node.op.n_outputs == 1:
+        pending[node] = grad.detach()
+    else:
+        pending[node] = slots = [None] * node.op.n_outputs
+        slots[root.cell.index] = grad.detach()
     leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
-    ready = [(-start.seq, start)]  # a heap: the latest node first (seqs are unique)
+    ready: list = []  # a heap of (-seq, node): the latest node first (seqs are unique)
+    check = allocator_module.CHECK_OPS
     with no_grad():
-        while ready:
-            node = heapq.heappop(ready)[1]
-            grads = pending.pop(node)
-            result = _run_node(node, grads, retain_graph, caller)
-            for edge, g in zip(node.edges, result, strict=True):
+        while True:
+            if node.freed:
+                raise RuntimeError(
+                    f"{caller}: the graph through {node.op.name} was already used and freed; "
+                    "pass retain_graph=True to the first backward to run it twice"
+                )
+            op = node.op
+            incoming = pending.pop(node)
+            result = op.backward(node, incoming if op.n_outputs == 1 else tuple(incoming))
+            if type(result) is not tuple:
+                result = (result,)
+            edges = node.edges
+            if len(edges) == 1 and len(result) == 1:
+                edges_and_grads: tuple | zip = ((edges[0], result[0]),)
+            elif len(edges) == len(result):
+                edges_and_grads = zip(edges, result)  # noqa: B905 (lengths checked)
+            else:
+                raise ValueError(
+                    f"{caller}: {op.name}'s backward returned {len(result)} gradients for "
+                    f"{len(edges)} inputs"
+                )
+            if check:
+                check_gradients(node, result)
+            result = None
+            if not retain_graph:
+                node.inputs = node.outputs = ()  # what the node saved dies here
+                node.freed = True
+            following = None  # the one node made ready by this one, while the heap is empty
+            for edge, g in edges_and_grads:
                 kind = type(edge)
                 if kind is Node or kind is tuple:
                     if g is None:
                         continue
-                    target, index = (edge, 0) if kind is Node else edge
-                    slots = pending.get(target)
-                    if slots is None:
-                        slots = pending[target] = [None] * target.op.n_outputs
-                    slots[index] = g if slots[index] is None else ops.add(slots[index], g)
-                    consumers[target] -= 1
-                    if consumers[target] == 0:
-                        heapq.heappush(ready, (-target.seq, target))
+                    if kind is Node:
+                        target = edge
+                        if target in pending:  # a second consumer's gradient: sum them
+                            pending[target] = ops.add(pending[target], g)
+                        else:
+                            pending[target] = g
+                    else:
+                        target, index = edge
+                        slots = pending.get(target)
+                        if slots is None:
+                            slots = pending[target] = [None] * target.op.n_outputs
+                        slots[index] = g if slots[index] is None else ops.add(slots[index], g)
+                    left = waiting[target] - 1
+                    waiting[target] = left
+                    if left == 0:
+                        if following is None and not ready:
+                            following = target
+                        else:
+                            if following is not None:
+                                heapq.heappush(ready, (-following.seq, following))
+                                following = None
+                            heapq.heappush(ready, (-target.seq, target))
                 elif edge is not None:  # a leaf
                     key = id(edge)
-                    leaf_uses[key] -= 1
+                    left = leaf_uses[key] - 1
+                    leaf_uses[key] = left
                     if g is not None:
                         if key in leaf_grads:
                             g = ops.add(leaf_grads[key][1], g)
-                        if finish is not None and leaf_uses[key] == 0:
+                        if finish is not None and left == 0:
                             g = finish(g)
                         leaf_grads[key] = (edge, g)
-            result = grads = None  # the gradients die here, after their last use
+            # the incoming gradient dies here, after its last use (the ones passed on are
+            # held by pending only)
+            incoming = g = edges_and_grads = None
+            if following is not None:
+                node = following
+            elif ready:
+                node = heapq.heappop(ready)[1]
+            else:
+                break
     return leaf_grads
 
 
@@ -277,26 +336,6 @@ def _root_gradient(root: Tensor, grad: Tensor | None, caller: str) -> Tensor:
             f"{root.dtype}"
         )
     return grad
-
-
-def _run_node(node: Node, grads: list, retain_graph: bool, caller: str) -> tuple:
-    """Call a node's backward with its output gradients; one gradient (or None) per input.
-    Unless the graph is retained, the node then lets go of what it saved."""
-    if node.freed:
-        raise RuntimeError(
-            f"{caller}: the graph through {node.op.name} was already used and freed; "
-            "pass retain_graph=True to the first backward to run it twice"
-        )
-    op = node.op
-    result = op.backward(node, grads[0] if op.n_outputs == 1 else tuple(grads))
-    if not isinstance(result, tuple):
-        result = (result,)
-    if allocator_module.CHECK_OPS:
-        check_gradients(node, result)
-    if not retain_graph:
-        node.inputs = node.outputs = ()
-        node.freed = True
-    return result
 
 
 def check_gradients(node: Node, result: tuple) -> None:
@@ -348,15 +387,15 @@ def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:
     while stack:
         node = stack.pop()
         for edge in node.edges:
-            if edge is None:
-                continue
-            if isinstance(edge, Tensor):
-                leaf_uses[id(edge)] = leaf_uses.get(id(edge), 0) + 1
-            else:
-                target = edge if type(edge) is Node else edge[0]
+            kind = type(edge)
+            if kind is Node or kind is tuple:
+                target = edge if kind is Node else edge[0]
                 if target in counts:
                     counts[target] += 1
                 else:
                     counts[target] = 1
                     stack.append(target)
+            elif edge is not None:  # a leaf tensor
+                key = id(edge)
+                leaf_uses[key] = leaf_uses.get(key, 0) + 1
     return counts, leaf_uses

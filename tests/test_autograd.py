@@ -108,6 +108,62 @@ def test_backward_order_is_deterministic():
     assert grads().tobytes() == grads().tobytes()
 
 
+def test_nodes_run_in_decreasing_creation_order(monkeypatch):
+    """Every node that gets a gradient runs once, the latest first: a diamond with branches
+    of different lengths, a value used three times, an op with two outputs and a leaf
+    reached by several paths (the engine's shortcut past the heap must not reorder it)."""
+    from minidtr import autograd
+
+    ran: list[int] = []
+    checked = autograd.check_gradients
+    monkeypatch.setattr(
+        autograd,
+        "check_gradients",
+        lambda node, result: (ran.append(node.seq), checked(node, result)),
+    )
+    x = md.tensor(np.linspace(0.1, 0.9, 6).reshape(2, 3), requires_grad=True)
+    a = md.tanh(x)
+    b = md.exp(md.tanh(md.sigmoid(a)))
+    c = a * a + a
+    top, bottom = md.split(c + b, 2, axis=0)
+    early, late = md.tanh(x), md.tanh(x)  # two nodes ready at once: the later leads to late
+    loss = (top * bottom).sum() + md.tanh(x).sum() + bottom.sum()
+    loss = loss + (md.sigmoid(early) + md.exp(late)).sum()
+    reachable = set()
+    stack = [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node.seq not in reachable:
+            reachable.add(node.seq)
+            for edge in node.edges:
+                if isinstance(edge, autograd.Node):
+                    stack.append(edge)
+                elif isinstance(edge, tuple):
+                    stack.append(edge[0])
+    loss.backward()
+    assert ran == sorted(reachable, reverse=True)
+
+
+class _TwoGradients(md.ops.op.Op):
+    name = "two_gradients"
+
+    def infer(self, x):
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return x.copy()
+
+    def backward(self, ctx, g):
+        return g, g
+
+
+def test_a_backward_returning_the_wrong_number_of_gradients_names_the_op():
+    x = md.tensor(np.ones(3), requires_grad=True)
+    y = md.ops.op.apply(_TwoGradients(), x)
+    with pytest.raises(ValueError, match="two_gradients's backward returned 2 gradients for 1"):
+        y.sum().backward()
+
+
 def test_graph_is_freed_after_backward_unless_retained():
     x = md.tensor(np.array([2.0]), requires_grad=True)
     y = (x * x).sum()
