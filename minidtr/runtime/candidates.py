@@ -380,14 +380,13 @@ class CandidateTable:
         for row in self.pending:  # renumbered: re-read them instead
             self.frontier[row] = 1
         self.pending = []
-        storages: list[Storage | None] = [None]
+        kept = [storage for storage in self.storages if storage is not None]
         keep = [0]
-        for row, storage in enumerate(self.storages):
-            if storage is not None:
-                storage.row = len(storages)
-                storages.append(storage)
-                keep.append(row)
-        self.storages = storages
+        keep += [storage.row for storage in kept]  # their rows before the squeeze
+        for row, storage in enumerate(kept, 1):
+            storage.row = row
+        kept.insert(0, None)  # row 0: "not a candidate"
+        self.storages = kept
         self.bordering = None  # rows renumbered
         index = np.array(keep, np.intp)
         n = len(keep)
