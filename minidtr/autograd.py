@@ -252,23 +252,19 @@ def _gradients(
             if type(result) is not tuple:
                 result = (result,)
             edges = node.edges
-            if len(edges) == 1 and len(result) == 1:
-                edges_and_grads: tuple | zip = ((edges[0], result[0]),)
-            elif len(edges) == len(result):
-                edges_and_grads = zip(edges, result)  # noqa: B905 (lengths checked)
-            else:
+            if len(edges) != len(result):
                 raise ValueError(
                     f"{caller}: {op.name}'s backward returned {len(result)} gradients for "
                     f"{len(edges)} inputs"
                 )
             if check:
                 check_gradients(node, result)
-            result = None
             if not retain_graph:
                 node.inputs = node.outputs = ()  # what the node saved dies here
                 node.freed = True
             following = None  # the one node made ready by this one, while the heap is empty
-            for edge, g in edges_and_grads:
+            one = len(edges) == 1
+            for edge, g in ((edges[0], result[0]),) if one else zip(edges, result):  # noqa: B905
                 kind = type(edge)
                 if kind is Node or kind is tuple:
                     if g is None:
@@ -285,6 +281,7 @@ def _gradients(
                         if slots is None:
                             slots = pending[target] = [None] * target.op.n_outputs
                         slots[index] = g if slots[index] is None else ops.add(slots[index], g)
+                        slots = None  # held by pending only: it dies with the target's run
                     left = waiting[target] - 1
                     waiting[target] = left
                     if left == 0:
@@ -305,9 +302,12 @@ def _gradients(
                         if finish is not None and left == 0:
                             g = finish(g)
                         leaf_grads[key] = (edge, g)
-            # the incoming gradient dies here, after its last use (the ones passed on are
-            # held by pending only)
-            incoming = g = edges_and_grads = None
+            # the gradients this node returned and did not pass on die here (the last
+            # first), then the incoming one: the order of the releases in a recorded trace.
+            # Those passed on are held by pending, the last one also by g until the next
+            # node's loop.
+            result = None
+            incoming = None
             if following is not None:
                 node = following
             elif ready:
