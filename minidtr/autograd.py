@@ -221,7 +221,7 @@ def _gradients(
     This loop runs once per node, so it is written for speed: a single-output node's
     gradient is kept bare (a list only for several outputs), a node that becomes ready
     when no other is waiting runs next without going through the heap (the heap would
-    pop it first anyway), and the common one-input node skips the loop over edges.
+    pop it first anyway), and a one-input node passes its gradient on without a zip.
     """
     grad = _root_gradient(root, grad, caller)
     if root.grad_fn is None:
