@@ -432,18 +432,7 @@ class Eviction:
                     entered.append(found)
             term[row] = total
             if index is not None and left:
-                for gone in left:
-                    if gone and gone not in seen and (listed := index.get(gone)) is not None:
-                        listed.discard(row)
-                        if not listed:
-                            del index[gone]
-                for found in entered:
-                    if found:
-                        listed = index.get(found)
-                        if listed is None:
-                            index[found] = {row}
-                        else:
-                            listed.add(row)
+                _move_in_border_index(index, row, left, seen, entered)
         table.rewritten += read
         if not touched:
             return
@@ -571,18 +560,7 @@ class Eviction:
             new = after.get(row)
             if new is None:
                 new = table.labels[:width, row].tolist()
-            for gone in old:
-                if gone and gone not in new and (listed := index.get(gone)) is not None:
-                    listed.discard(row)
-                    if not listed:
-                        del index[gone]
-            for found in new:
-                if found:
-                    listed = index.get(found)
-                    if listed is None:
-                        index[found] = {row}
-                    else:
-                        listed.add(row)
+            _move_in_border_index(index, row, old, new, new)
 
     def evict(
         self,
@@ -690,3 +668,21 @@ def lowest(values: np.ndarray, k: int) -> list[int] | None:
     else:
         positions = np.arange(values.size)
     return positions[np.argsort(values[positions], kind="stable")][:k].tolist()
+
+
+def _move_in_border_index(index: dict, row: int, left, kept, entered) -> None:
+    """Move ``row`` in h_DTR^eq's label -> bordering-rows index: out of each label in
+    ``left`` it no longer borders (not in ``kept``), into each label in ``entered``.
+    Label 0 is "no class" and is never indexed."""
+    for gone in left:
+        if gone and gone not in kept and (listed := index.get(gone)) is not None:
+            listed.discard(row)
+            if not listed:
+                del index[gone]
+    for found in entered:
+        if found:
+            listed = index.get(found)
+            if listed is None:
+                index[found] = {row}
+            else:
+                listed.add(row)
