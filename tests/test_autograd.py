@@ -51,6 +51,20 @@ def test_mismatched_dtypes_and_shapes_name_the_op():
         a.reshape(4, 2)
 
 
+def test_matmul_error_names_the_shapes_passed_not_the_promoted_ones():
+    v = md.tensor(np.ones(4, np.float32))
+    w = md.tensor(np.ones((3, 2), np.float32))
+    with pytest.raises(
+        md.ShapeError,
+        match=r"matmul: inner dimensions differ \(4 vs 3\) "
+        r"\(input shapes \[\(4,\), \(3, 2\)\]",
+    ):
+        v @ w
+    with pytest.raises(md.ShapeError, match=r"\(2 vs 4\) \(input shapes \[\(3, 2\), \(4,\)\]"):
+        w @ v
+    np.testing.assert_array_equal((v @ md.tensor(np.ones((4, 2), np.float32))).numpy(), [4, 4])
+
+
 def test_gradient_of_a_tensor_used_twice_accumulates():
     x = md.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
     y = (x * x + x).sum()

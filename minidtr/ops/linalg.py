@@ -96,6 +96,13 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         raise ValueError(
             f"matmul: scalar operands are not allowed, got shapes {a.shape} and {b.shape}; use mul"
         )
+    # checked before a 1-D operand becomes a row or a column, so the error names the
+    # shapes the caller passed
+    inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if a.shape[-1] != inner_b:
+        raise Matmul().error(
+            f"inner dimensions differ ({a.shape[-1]} vs {inner_b})", a.cell, b.cell
+        )
     squeeze = []
     if a.ndim == 1:
         a = reshape(a, (1, a.shape[0]))
