@@ -101,7 +101,7 @@ def load_events(path: str) -> list[dict[str, Any]]:
     if not any(e["event"] not in ("runtime", "step") for e in events):
         where = "is empty" if not events else "holds only its runtime header"
         raise EventLogError(
-            f"{path}: the event log {where}: nothing to explain (was it written by a "
+            f"{path}: the event log {where}: it records no op (was it written by a "
             "runtime with record_events=True that ran some ops?)"
         )
     return events

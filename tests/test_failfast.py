@@ -502,6 +502,8 @@ def test_explain_on_bad_files(capsys, tmp_path):
                 continue
             assert code == 1, (command, path, out, err)
             assert fragment in one_line(err)
+            if path in (empty, header_only):  # the same words for explain and plot
+                assert "it records no op" in err
 
 
 def test_explain_rejects_a_top_below_one():
