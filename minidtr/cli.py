@@ -834,7 +834,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "sim":
         return run_sim(argv[1:])
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # named by the subcommand, whose --help lists its options
+            usage_error(f"minidtr {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     except KeyboardInterrupt:
         print("minidtr: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -359,6 +359,19 @@ def test_every_usage_error_exits_2_with_one_line(capsys, tmp_path, monkeypatch, 
     assert time.perf_counter() - started < 30  # found before any work
 
 
+@pytest.mark.parametrize(
+    "argv", [["train", "mlp", "--bogus"], ["demo", "extra"], ["explain", "ev.jsonl", "-x"]]
+)
+def test_an_unknown_argument_names_its_subcommand(capsys, argv):
+    """The subcommand's --help lists its options; the top-level one does not."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    unknown = " ".join(argv[2:] if argv[0] != "demo" else argv[1:])
+    assert one_line(err) == (
+        f"minidtr {argv[0]}: unrecognized arguments: {unknown} (see minidtr {argv[0]} --help)"
+    )
+
+
 def test_an_infeasible_budget_exits_1_with_one_line(capsys):
     code, out, err = run(
         capsys, "train", "mlp", "--size", "tiny", "--steps", "2", "--budget", "20K", "--no-progress"
