@@ -230,3 +230,33 @@ def test_resume_reads_a_command_line_csv_whatever_the_options_are_given_as(trace
 def read_csv_stamp(path) -> str:
     with open(path, newline="") as f:
         return next(csv.DictReader(f))["options"]
+
+
+def test_sim_optimal_reports_a_bad_scheduler_in_one_line(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    write_log(chain_trace(20), tmp_path / "t.log")
+    code = main(["optimal", str(tmp_path / "t.log"), "--ratios", "0.5", "--scheduler", "nohost"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("minidtr sim optimal: ") and "nohost" in err
+
+
+def test_losing_the_scheduler_mid_run_is_one_error_not_a_traceback(monkeypatch):
+    """distributed raises CommClosedError (an OSError) from whatever call was waiting."""
+    comm = pytest.importorskip("distributed.comm")
+    from minidtr.sim import cli as sim_cli
+    from minidtr.sim import parallel
+
+    class Client:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(parallel, "connect", lambda address: Client())
+    with (
+        pytest.raises(ValueError, match=r"^lost the Dask scheduler at tcp://head:8786: in <TCP"),
+        sim_cli._cluster("tcp://head:8786"),
+    ):
+        raise comm.CommClosedError("in <TCP (closed)>: Stream is closed")

@@ -366,6 +366,9 @@ def optimal_main(argv: Sequence[str]) -> int:
                 client=client,
                 progress=sys.stderr.isatty(),
             )
+    except ValueError as e:
+        print(f"minidtr sim optimal: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\nminidtr sim optimal: interrupted", file=sys.stderr)
         return 130
@@ -455,8 +458,13 @@ def _cluster(address: str | None):
         raise ValueError(str(e)) from None
     except OSError as e:
         raise ValueError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+    from distributed.comm import CommClosedError
+
     with client:
-        yield client
+        try:
+            yield client
+        except CommClosedError as e:  # the scheduler went away during the run
+            raise ValueError(f"lost the Dask scheduler at {address}: {e}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover
