@@ -91,7 +91,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     from .shape import reshape
 
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        a, b = array_operands(a, b)
+        raise TypeError(f"matmul: expected Tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(
             f"matmul: scalar operands are not allowed, got shapes {a.shape} and {b.shape}; use mul"
@@ -117,22 +117,6 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             del shape[axis]
         out = reshape(out, tuple(shape))
     return out
-
-
-def array_operands(a, b) -> tuple[Tensor, Tensor]:
-    """A NumPy array beside a tensor becomes a tensor of its own dtype on the tensor's
-    device (as in ``array - tensor``), so ``array @ tensor`` works as ``tensor @ array``."""
-    from ..tensor import tensor
-
-    for v in (a, b):
-        if not isinstance(v, Tensor | np.ndarray):
-            raise TypeError(
-                f"matmul: expected Tensors or arrays, got {type(a).__name__} and {type(b).__name__}"
-            )
-    device = a.device if isinstance(a, Tensor) else getattr(b, "device", "cpu")
-    a = a if isinstance(a, Tensor) else tensor(a, device=device)
-    b = b if isinstance(b, Tensor) else tensor(b, device=device)
-    return a, b
 
 
 class Linear(Op):
