@@ -141,6 +141,24 @@ def test_greedy_schedule_is_feasible_and_no_better_than_the_optimum():
     assert best.bound <= best.cost
 
 
+def test_time_limit_bounds_the_whole_solve():
+    """The limit covers building, the solver and the relaxation's fallback: on a graph too
+    large to solve in time, the call ends a little after it (it took over twice as long
+    when each solver call got the whole limit)."""
+    import time
+    from pathlib import Path
+
+    import minidtr.sim
+
+    trace = sim.load_log(Path(minidtr.sim.__file__).parent / "traces" / "mlp.log.gz")
+    graph = graph_from_trace(trace)
+    started = time.perf_counter()
+    result = solve_optimal(graph, int(0.7 * trace.baseline().peak_memory), time_limit=4)
+    elapsed = time.perf_counter() - started
+    assert result.status == "time_limit" and result.found
+    assert elapsed < 4 + 3.5, f"solve_optimal ran {elapsed:.1f} s at a limit of 4 s"
+
+
 def test_check_schedule_rejects_a_missing_dependency():
     graph = diamond()
     R = np.eye(4, dtype=np.int8)

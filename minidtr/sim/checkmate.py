@@ -88,7 +88,14 @@ class _Builder:
 def solve_optimal(
     graph: Graph, budget: int, time_limit: float = 60.0, mip_rel_gap: float = 1e-4
 ) -> OptimalResult:
-    """The cheapest schedule of ``graph`` within ``budget`` bytes (constants included)."""
+    """The cheapest schedule of ``graph`` within ``budget`` bytes (constants included).
+
+    ``time_limit`` bounds the whole call in seconds: building the program, the greedy
+    bound, the solver and, when the solver stops without a bound, the linear relaxation
+    share it (HiGHS checks its clock between steps, so it may overrun by a little).
+    """
+    started = time.perf_counter()
+    deadline = started + time_limit
     try:
         from scipy import sparse
         from scipy.optimize import Bounds, LinearConstraint, milp
@@ -171,7 +178,6 @@ def solve_optimal(
     for t in range(n):
         for i in range(t + 1):
             objective[r(t, i)] = graph.cost[i]
-    started = time.perf_counter()
     greedy = greedy_schedule(graph, budget)
     greedy_cost, greedy_peak = check_schedule(graph, *greedy) if greedy else (math.inf, 0)
     if math.isfinite(greedy_cost):  # a cutoff: only schedules at least as good matter
@@ -184,7 +190,7 @@ def solve_optimal(
         integrality=integrality,
         bounds=Bounds(lower, upper),
         constraints=LinearConstraint(matrix, a.lb, a.ub),
-        options={"time_limit": time_limit, "mip_rel_gap": mip_rel_gap, "disp": False},
+        options={"time_limit": _left(deadline), "mip_rel_gap": mip_rel_gap, "disp": False},
     )
     elapsed = time.perf_counter() - started
     found = []  # (cost, peak, schedule, source)
@@ -202,14 +208,14 @@ def solve_optimal(
         found.append((cost, peak, (R, S), "solver"))
     dual = getattr(res, "mip_dual_bound", None)
     dual = float(dual) if dual is not None and math.isfinite(dual) else -math.inf
-    if dual == -math.inf and res.status != 2:
+    if dual == -math.inf and res.status != 2 and _left(deadline) > _MIN_SOLVE:
         # SciPy reports no bound when HiGHS stops without a schedule of its own: fall back
         # to the linear relaxation, a weaker but proven bound
         lp = milp(
             objective,
             bounds=Bounds(lower, upper),
             constraints=LinearConstraint(matrix, a.lb, a.ub),
-            options={"time_limit": time_limit, "disp": False},
+            options={"time_limit": _left(deadline), "disp": False},
         )
         if lp.status == 0:
             dual = float(lp.fun)
@@ -230,6 +236,13 @@ def solve_optimal(
     return OptimalResult(
         status, budget, cost, bound, gap, elapsed, n_var, len(a.lb), peak, schedule, source
     )
+
+
+_MIN_SOLVE = 0.5  # seconds: the least a solver call is given, however late it starts
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.perf_counter(), _MIN_SOLVE)
 
 
 def _infeasible(budget: int, n_var: int, n_con: int, elapsed: float = 0.0) -> OptimalResult:
