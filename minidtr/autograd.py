@@ -9,7 +9,9 @@ run (unless ``retain_graph``). Gradients are computed with minidtr ops under
 ``no_grad``, so they are ordinary tensors with recipes, rematerializable too.
 
 The traversal is iterative (no recursion limit) and deterministic: nodes run
-in decreasing creation order once all their consumers have run.
+in decreasing creation order once all their consumers have run. A node none of
+whose consumers sent it a gradient (a backward may return None) does not run, and
+counts as run for its own inputs.
 """
 
 from __future__ import annotations
@@ -225,7 +227,8 @@ def _gradients(
     """
     grad = _root_gradient(root, grad, caller)
     if root.grad_fn is None:
-        return {id(root): (root, grad.detach())}
+        grad = grad.detach()
+        return {id(root): (root, grad if finish is None else finish(grad))}
     node = root.grad_fn
     waiting, leaf_uses = _count_consumers(node)
     # per node whose gradient has started to arrive: the gradient of its output, or for
@@ -267,7 +270,19 @@ def _gradients(
             for edge, g in ((edges[0], result[0]),) if one else zip(edges, result):  # noqa: B905
                 kind = type(edge)
                 if kind is Node or kind is tuple:
-                    if g is None:
+                    if g is None:  # rare: this input got no gradient from this node
+                        target = edge if kind is Node else edge[0]
+                        left = waiting[target] = waiting[target] - 1
+                        if left == 0:
+                            if following is not None:
+                                heapq.heappush(ready, (-following.seq, following))
+                                following = None
+                            if target in pending:
+                                heapq.heappush(ready, (-target.seq, target))
+                            else:  # no consumer sent it a gradient: it does not run
+                                state = (waiting, pending, leaf_uses, leaf_grads, finish)
+                                for reached in _skip(target, *state, retain_graph):
+                                    heapq.heappush(ready, (-reached.seq, reached))
                         continue
                     if kind is Node:
                         target = edge
@@ -302,6 +317,8 @@ def _gradients(
                         if finish is not None and left == 0:
                             g = finish(g)
                         leaf_grads[key] = (edge, g)
+                    elif left == 0 and finish is not None and key in leaf_grads:
+                        leaf_grads[key] = (edge, finish(leaf_grads[key][1]))
             # the gradients this node returned and did not pass on die here (the last
             # first), then the incoming one: the order of the releases in a recorded trace.
             # Those passed on are held by pending, the last one also by g until the next
@@ -315,6 +332,42 @@ def _gradients(
             else:
                 break
     return leaf_grads
+
+
+def _skip(
+    node: Node,
+    waiting: dict[Node, int],
+    pending: dict,
+    leaf_uses: dict[int, int],
+    leaf_grads: dict[int, tuple[Tensor, Tensor]],
+    finish: Callable[[Tensor], Tensor] | None,
+    retain_graph: bool,
+) -> list[Node]:
+    """Pass over a node none of whose consumers sent a gradient (a backward may return None
+    for an input): it does not run, but its inputs count it as a consumer that has run, or
+    the nodes it feeds would wait for ever and lose what their other consumers sent. Nodes
+    reached only through skipped ones are skipped too; a leaf whose last use this was has
+    its gradient finished. Returns the nodes made ready (some gradient reached them)."""
+    reached: list[Node] = []
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if not retain_graph:
+            node.inputs = node.outputs = ()
+            node.freed = True
+        for edge in node.edges:
+            kind = type(edge)
+            if kind is Node or kind is tuple:
+                target = edge if kind is Node else edge[0]
+                left = waiting[target] = waiting[target] - 1
+                if left == 0:
+                    (reached if target in pending else stack).append(target)
+            elif edge is not None:  # a leaf
+                key = id(edge)
+                left = leaf_uses[key] = leaf_uses[key] - 1
+                if left == 0 and finish is not None and key in leaf_grads:
+                    leaf_grads[key] = (edge, finish(leaf_grads[key][1]))
+    return reached
 
 
 def _root_gradient(root: Tensor, grad: Tensor | None, caller: str) -> Tensor:
@@ -359,8 +412,7 @@ def _as_constant(g: Tensor) -> Tensor:
     broadcast) is copied, so optimizers work on arrays in the parameter's own layout.
     """
     if g.cell.is_view or not g.cell.contiguous:
-        from . import ops  # imported on this rare path only; every parameter gradient ends here
-        from .ops.op import as_constants
+        from .ops.op import as_constants  # on this rare path only
 
         with no_grad(), as_constants():
             return ops.copy(g)
@@ -369,13 +421,12 @@ def _as_constant(g: Tensor) -> Tensor:
 
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
-    """``leaf.grad += g``, stored as a constant (``g`` usually is one already)."""
-    if leaf.grad is not None:
-        from . import ops  # only when gradients accumulate over backward calls
-
-        with no_grad():
-            g = ops.add(leaf.grad, g)
-    leaf.grad = _as_constant(g)
+    """``leaf.grad += g``, stored as a constant (``g``, finished, is one already)."""
+    if leaf.grad is None:
+        leaf.grad = g
+        return
+    with no_grad():
+        leaf.grad = _as_constant(ops.add(leaf.grad, g))
 
 
 def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:

@@ -289,3 +289,134 @@ def test_item_bool_len_and_repr():
     y = md.tanh(x)
     y.storage.allocator.evict(y.storage)
     assert "evicted" in repr(y)
+
+
+class _Blocked(md.ops.op.Op):
+    """A copy whose backward sends no gradient back (returns None for its input), as a
+    custom op may (a straight stop, or a gradient known to be zero)."""
+
+    name = "blocked"
+
+    def infer(self, x):
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return x.copy()
+
+    def backward(self, ctx, g):
+        return None
+
+
+class _Halves(md.ops.op.Op):
+    """Two outputs, x * 0.5 and x * 2, so its node is reached through (node, index) edges."""
+
+    name = "halves"
+    n_outputs = 2
+
+    def infer(self, x):
+        return [(x.shape, x.dtype), (x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return x * 0.5, x * 2
+
+    def backward(self, ctx, grads):
+        g0, g1 = grads
+        if g0 is None:
+            return g1 * 2
+        return g0 * 0.5 if g1 is None else g0 * 0.5 + g1 * 2
+
+
+def _blocked(t):
+    return md.ops.op.apply(_Blocked(), t)
+
+
+def _x():
+    return md.tensor(np.array([0.3, -1.2, 2.0], np.float32), requires_grad=True)
+
+
+def _grad_of(program):
+    """x.grad after ``program(x).backward()`` on a fresh x."""
+    x = _x()
+    program(x).backward()
+    assert x.grad is not None, "the leaf got no gradient"
+    return x.grad.numpy()
+
+
+@pytest.mark.parametrize(
+    "program, reference",
+    [
+        # a node (tanh) one of whose two consumers sends None: the other's gradient must
+        # still reach it, whichever runs first
+        (
+            lambda x: (_blocked(md.tanh(x)) + md.tanh(x) * 0).sum() + (md.tanh(x) * 2).sum(),
+            lambda x: (md.tanh(x) * 0).sum() + (md.tanh(x) * 2).sum(),
+        ),
+        (
+            lambda x: (lambda y: _blocked(y).sum() + (y * 2).sum())(md.tanh(x)),
+            lambda x: (md.tanh(x) * 2).sum(),
+        ),
+        (
+            lambda x: (lambda y: (y * 2).sum() + _blocked(y).sum())(md.tanh(x)),
+            lambda x: (md.tanh(x) * 2).sum(),
+        ),
+        # a node reached only through the blocked op does not run, but its input (tanh's
+        # output a, used again by the mul) must still become ready
+        (
+            lambda x: (lambda a: _blocked(md.exp(a)).sum() + (a * 3).sum())(md.tanh(x)),
+            lambda x: (md.tanh(x) * 3).sum(),
+        ),
+        # the same through (node, index) edges of a two-output op
+        (
+            lambda x: (lambda h: _blocked(h[0]).sum() + (h[1] * 3).sum())(
+                md.ops.op.apply(_Halves(), md.tanh(x))
+            ),
+            lambda x: (md.ops.op.apply(_Halves(), md.tanh(x))[1] * 3).sum(),
+        ),
+    ],
+)
+def test_a_gradient_a_backward_leaves_out_does_not_stop_the_others(program, reference):
+    """A backward returning None for an input whose producer other nodes also feed (bug:
+    that producer waited for ever and the leaf got no gradient)."""
+    np.testing.assert_array_equal(_grad_of(program), _grad_of(reference))
+
+
+def test_a_leaf_whose_last_use_sends_none_still_gets_a_finished_gradient():
+    """The blocked op is the leaf's last use (its node runs last): the gradient the mul
+    sent is final then and must become a constant, as any other leaf gradient."""
+    x, y = _x(), _x()
+    (_blocked(x).sum() + (x * 2).sum()).backward()
+    (_blocked(md.exp(y)).sum() + (y * 2).sum()).backward()  # through a node that never runs
+    for leaf in (x, y):
+        np.testing.assert_array_equal(leaf.grad.numpy(), [2.0, 2.0, 2.0])
+        assert leaf.grad.storage.constant
+
+
+def test_a_node_no_gradient_reaches_releases_what_it_saved():
+    x = _x()
+    a = md.exp(x)  # exp saves its output for backward
+    (_blocked(a).sum() + (x * 2).sum()).backward()
+    assert a.grad_fn.freed and a.grad_fn.outputs == ()
+    with pytest.raises(RuntimeError, match="already used and freed"):
+        (a * 2).sum().backward()
+
+
+def test_a_gradient_left_out_matches_pytorch():
+    torch = pytest.importorskip("torch")
+
+    class Blocked(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return None
+
+    data = np.array([0.3, -1.2, 2.0], np.float32)
+    tx = torch.tensor(data, requires_grad=True)
+    ta = torch.tanh(tx)
+    (Blocked.apply(torch.exp(ta)).sum() + (ta * 3).sum() + Blocked.apply(tx).sum()).backward()
+    x = md.tensor(data, requires_grad=True)
+    a = md.tanh(x)
+    (_blocked(md.exp(a)).sum() + (a * 3).sum() + _blocked(x).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
