@@ -68,6 +68,21 @@ def synchronize(xp) -> None:
         xp.cuda.get_current_stream().synchronize()
 
 
+# 1.0 as a read-only 0-d array of each NumPy float dtype (see ``one``)
+_NUMPY_ONES = {np.dtype(t): np.ones((), t) for t in (np.float16, np.float32, np.float64)}
+for _array in _NUMPY_ONES.values():
+    _array.flags.writeable = False
+
+
+def one(xp, dtype):
+    """1.0 as an operand of a kernel on ``dtype`` arrays: on NumPy a 0-d array of that dtype,
+    which it takes about 0.4 µs faster per call than a Python float (a weak scalar, first
+    promoted to the array's dtype: the floats computed are the same); elsewhere 1.0."""
+    if xp is np:
+        return _NUMPY_ONES.get(dtype, 1.0)
+    return 1.0
+
+
 def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...]):
     """A strided view of ``x`` (no copy); used by im2col in conv and pooling."""
     if xp is np:

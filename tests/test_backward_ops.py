@@ -26,7 +26,7 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
     return got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_fused_gradients_are_the_chain_rule_in_ops_bit_for_bit(dtype):
     # matmul with broadcast batches: g @ b^T summed to a's shape, a^T @ g to b's
     a, b = leaf(2, 1, 3, 4, dtype=dtype), leaf(5, 4, 2, dtype=dtype)
@@ -60,6 +60,9 @@ def test_fused_gradients_are_the_chain_rule_in_ops_bit_for_bit(dtype):
     # the activations: relu (small and large: where and bit masks), tanh, sigmoid
     for shape in [(3, 4), (40, 50)]:
         x, g = leaf(*shape, dtype=dtype, low=-0.5), plain(*shape, dtype=dtype)
+        values = g.numpy()
+        values.flat[:3] = [np.inf, -np.inf, np.nan]  # non-finite incoming gradients too
+        g = md.tensor(values)
         (gx,) = grads_of(md.relu(x), g, x)
         assert same_bits(gx, np.where(x.numpy() > 0, g.numpy(), dtype(0)))
         for fn in (md.tanh, md.sigmoid):

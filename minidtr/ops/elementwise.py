@@ -18,6 +18,7 @@ import numbers
 
 import numpy as np
 
+from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import DEFAULT_DTYPE, Tensor, int64, tensor
 from .op import (
@@ -288,9 +289,7 @@ class Gelu(Unary):
     def forward(self, xp, x):
         if self.approximate == "tanh":
             return 0.5 * x * (1.0 + xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
-        from ..backend import erf
-
-        return 0.5 * x * (1.0 + erf(xp, x * INV_SQRT_2))
+        return 0.5 * x * (1.0 + backend.erf(xp, x * INV_SQRT_2))
 
     def backward(self, ctx, g):
         return apply(ACTIVATION_GRADS["gelu_" + self.approximate], ctx.inputs[0], g)
@@ -321,20 +320,18 @@ class ActivationGrad(Op):
         if kind == "relu":  # 0 at x <= 0; a NaN passes the gradient on, as in PyTorch
             return zero_where(xp, y <= 0, g)
         if kind == "sigmoid":
-            return g * y * (1.0 - y)
+            return g * y * (backend.one(xp, y.dtype) - y)
         if kind == "tanh":
-            return g * (1.0 - y * y)
+            return g * (backend.one(xp, y.dtype) - y * y)
         if kind == "sqrt":
-            return g / (y * 2.0)
+            return g / (y + y)  # y * 2.0, the same float
         x = y
         if kind == "gelu_tanh":
             inner = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
             t = xp.tanh(inner)
             slope = SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)
             return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * slope)
-        from ..backend import erf
-
-        cdf = 0.5 * (1.0 + erf(xp, x * INV_SQRT_2))
+        cdf = 0.5 * (1.0 + backend.erf(xp, x * INV_SQRT_2))
         pdf = INV_SQRT_2PI * xp.exp(-0.5 * x * x)
         return g * (cdf + x * pdf)
 
