@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from . import ops
@@ -223,7 +223,8 @@ def _gradients(
     This loop runs once per node, so it is written for speed: a single-output node's
     gradient is kept bare (a list only for several outputs), a node that becomes ready
     when no other is waiting runs next without going through the heap (the heap would
-    pop it first anyway), and a one-input node passes its gradient on without a zip.
+    pop it first anyway), and a one-input node's bare gradient is passed on without a
+    zip or a one-element tuple.
     """
     grad = _root_gradient(root, grad, caller)
     if root.grad_fn is None:
@@ -252,22 +253,22 @@ def _gradients(
             op = node.op
             incoming = pending.pop(node)
             result = op.backward(node, incoming if op.n_outputs == 1 else tuple(incoming))
-            if type(result) is not tuple:
-                result = (result,)
             edges = node.edges
-            if len(edges) != len(result):
-                raise ValueError(
-                    f"{caller}: {op.name}'s backward returned {len(result)} gradients for "
-                    f"{len(edges)} inputs"
-                )
+            if type(result) is tuple:
+                if len(edges) != len(result):
+                    raise _count_error(result, edges, op, caller)
+                pairs: Iterable = zip(edges, result)  # noqa: B905 (the lengths are checked)
+            elif len(edges) == 1:
+                pairs = ((edges[0], result),)
+            else:
+                raise _count_error((result,), edges, op, caller)
             if check:
-                check_gradients(node, result)
+                check_gradients(node, result if type(result) is tuple else (result,))
             if not retain_graph:
                 node.inputs = node.outputs = ()  # what the node saved dies here
                 node.freed = True
             following = None  # the one node made ready by this one, while the heap is empty
-            one = len(edges) == 1
-            for edge, g in ((edges[0], result[0]),) if one else zip(edges, result):  # noqa: B905
+            for edge, g in pairs:
                 kind = type(edge)
                 if kind is Node or kind is tuple:
                     if g is None:  # rare: this input got no gradient from this node
@@ -323,7 +324,7 @@ def _gradients(
             # first), then the incoming one: the order of the releases in a recorded trace.
             # Those passed on are held by pending, the last one also by g until the next
             # node's loop.
-            result = None
+            pairs = result = None
             incoming = None
             if following is not None:
                 node = following
@@ -332,6 +333,12 @@ def _gradients(
             else:
                 break
     return leaf_grads
+
+
+def _count_error(result: tuple, edges: tuple, op: Op, caller: str) -> ValueError:
+    return ValueError(
+        f"{caller}: {op.name}'s backward returned {len(result)} gradients for {len(edges)} inputs"
+    )
 
 
 def _skip(
