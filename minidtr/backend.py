@@ -68,10 +68,28 @@ def synchronize(xp) -> None:
         xp.cuda.get_current_stream().synchronize()
 
 
-# 1.0 as a read-only 0-d array of each NumPy float dtype (see ``one``)
-_NUMPY_ONES = {np.dtype(t): np.ones((), t) for t in (np.float16, np.float32, np.float64)}
-for _array in _NUMPY_ONES.values():
-    _array.flags.writeable = False
+def _read_only_scalars(value: float) -> dict:
+    table = {}
+    for t in (np.float16, np.float32, np.float64):
+        array = np.full((), value, t)
+        array.flags.writeable = False
+        table[np.dtype(t)] = array
+    return table
+
+
+# 0.0 and 1.0 as 0-d arrays of each NumPy float dtype, made once (see ``zero``, ``one``)
+_NUMPY_ZEROS = _read_only_scalars(0.0)
+_NUMPY_ONES = _read_only_scalars(1.0)
+
+
+def zero(xp, dtype):
+    """0 as a 0-d array of ``dtype``, an operand for a kernel (``where``, ``maximum``): on
+    NumPy's float dtypes one read-only array made once, which saves making one per call."""
+    if xp is np:
+        array = _NUMPY_ZEROS.get(dtype)
+        if array is not None:
+            return array
+    return xp.zeros((), dtype=dtype)
 
 
 def one(xp, dtype):

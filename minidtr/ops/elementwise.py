@@ -48,7 +48,7 @@ def zero_where(xp, drop, values):
     (the same bits)."""
     if drop.shape == values.shape:
         if values.size <= SMALL_WHERE:
-            return xp.where(drop, xp.zeros((), dtype=values.dtype), values)
+            return xp.where(drop, backend.zero(xp, values.dtype), values)
     else:
         drop = xp.broadcast_to(drop, np.broadcast_shapes(drop.shape, values.shape))
     bits = SAME_SIZE_INT[values.dtype.itemsize]
@@ -239,7 +239,7 @@ class Relu(Unary):
         return [(x.shape, x.dtype)]
 
     def forward(self, xp, x):
-        return xp.maximum(x, xp.zeros((), dtype=x.dtype))
+        return xp.maximum(x, backend.zero(xp, x.dtype))
 
     def backward(self, ctx, g):
         return apply(ACTIVATION_GRADS["relu"], ctx.outputs[0], g)
@@ -318,7 +318,7 @@ class ActivationGrad(Op):
     def forward(self, xp, y, g):
         kind = self.kind
         if kind == "relu":  # 0 at x <= 0; a NaN passes the gradient on, as in PyTorch
-            return zero_where(xp, y <= 0, g)
+            return zero_where(xp, y <= backend.zero(xp, y.dtype), g)
         if kind == "sigmoid":
             return g * y * (backend.one(xp, y.dtype) - y)
         if kind == "tanh":
@@ -538,7 +538,7 @@ class PowGrad(Op):
         return [(g.shape, g.dtype)]
 
     def forward(self, xp, a, b, g, *y):
-        zero = xp.zeros((), dtype=g.dtype)
+        zero = backend.zero(xp, g.dtype)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.wrt == 0:
                 d = xp.where(b == 0, zero, b * a ** (b - 1))
@@ -579,7 +579,7 @@ class MaximumGrad(Op):
 
     def forward(self, xp, a, b, g):
         mine, other = (a, b) if self.wrt == 0 else (b, a)
-        zero = xp.zeros((), dtype=g.dtype)
+        zero = backend.zero(xp, g.dtype)
         share = xp.where(mine == other, g * g.dtype.type(0.5), g)
         return xp.where(mine < other, zero, share)
 
