@@ -410,8 +410,8 @@ def test_a_node_no_gradient_reaches_releases_what_it_saved():
         (a * 2).sum().backward()
 
 
-def test_a_gradient_left_out_matches_pytorch():
-    torch = pytest.importorskip("torch")
+def _torch_blocked(torch):
+    """PyTorch's counterpart of ``_blocked``: a copy whose backward returns None."""
 
     class Blocked(torch.autograd.Function):
         @staticmethod
@@ -422,10 +422,17 @@ def test_a_gradient_left_out_matches_pytorch():
         def backward(ctx, g):
             return None
 
+    return Blocked.apply
+
+
+def test_a_gradient_left_out_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    blocked = _torch_blocked(torch)
+
     data = np.array([0.3, -1.2, 2.0], np.float32)
     tx = torch.tensor(data, requires_grad=True)
     ta = torch.tanh(tx)
-    (Blocked.apply(torch.exp(ta)).sum() + (ta * 3).sum() + Blocked.apply(tx).sum()).backward()
+    (blocked(torch.exp(ta)).sum() + (ta * 3).sum() + blocked(tx).sum()).backward()
     x = md.tensor(data, requires_grad=True)
     a = md.tanh(x)
     (_blocked(md.exp(a)).sum() + (a * 3).sum() + _blocked(x).sum()).backward()
@@ -438,15 +445,7 @@ def test_random_graphs_with_gradients_left_out_match_pytorch(seed):
     returns None (and one through a two-output op, one output possibly unused), against
     PyTorch's engine on the same program: the same leaves get gradients, the same values."""
     torch = pytest.importorskip("torch")
-
-    class Blocked(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, t):
-            return t.clone()
-
-        @staticmethod
-        def backward(ctx, g):
-            return None
+    blocked = _torch_blocked(torch)
 
     rng = np.random.default_rng(seed)
     data = [rng.uniform(-1, 1, 4) for _ in range(3)]
@@ -466,7 +465,7 @@ def test_random_graphs_with_gradients_left_out_match_pytorch(seed):
         elif kind == "add":
             ours.append(a + b), theirs.append(ta + tb)
         elif kind == "blocked":
-            ours.append(_blocked(a)), theirs.append(Blocked.apply(ta))
+            ours.append(_blocked(a)), theirs.append(blocked(ta))
         else:
             ours.extend(md.ops.op.apply(_Halves(), a)), theirs.extend([ta * 0.5, ta * 2])
     used = sorted(set(rng.integers(3, len(ours), size=4).tolist()) | {len(ours) - 1})
