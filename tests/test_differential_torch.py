@@ -519,6 +519,13 @@ CASES: list[Case] = [
         ("normal", "normal", "normal"),
     ),
     Case(
+        "batch_norm train relu",
+        lambda x, w, b: md.batch_norm(x, w, b, relu=True),
+        lambda x, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, training=True)),
+        [((4, 3), (3,), (3,)), ((2, 3, 4, 5), (3,), (3,))],
+        ("normal", "normal", "normal"),
+    ),
+    Case(
         "batch_norm eval",
         lambda x, w, b, m, v: md.batch_norm(x, w, b, m, v, training=False),
         lambda x, w, b, m, v: TF.batch_norm(x, m, v, w, b, training=False),

@@ -97,6 +97,33 @@ CASES = [
         torch_fn=lambda t, x, w, b, m, v: torch_f(t).batch_norm(x, m, v, w, b, training=False),
     ),
     OpCase(
+        "batch_norm[relu]",
+        lambda x, w, b: md.batch_norm(x, w, b, relu=True),
+        lambda x, w, b: np.maximum(bn_reference(x, w, b), 0),
+        BN_SHAPES,
+        torch_fn=lambda t, x, w, b: t.relu(
+            torch_f(t).batch_norm(x, None, None, w, b, training=True)
+        ),
+    ),
+    OpCase(
+        "batch_norm[relu, no affine]",
+        lambda x: md.batch_norm(x, None, None, relu=True),
+        lambda x: np.maximum(bn_reference(x), 0),
+        [((2, 3, 3, 2),)],
+        torch_fn=lambda t, x: t.relu(torch_f(t).batch_norm(x, None, None, training=True)),
+    ),
+    OpCase(
+        "batch_norm[relu, eval]",
+        lambda x, w, b, m, v: md.batch_norm(x, w, b, m, v, training=False, relu=True),
+        lambda *a: np.maximum(bn_eval_reference(*a), 0),
+        [((2, 3, 4, 5), (3,), (3,), (3,), (3,))],
+        make=with_positive_var,
+        grad_inputs=(0, 1, 2),
+        torch_fn=lambda t, x, w, b, m, v: t.relu(
+            torch_f(t).batch_norm(x, m, v, w, b, training=False)
+        ),
+    ),
+    OpCase(
         "layer_norm",
         md.layer_norm,
         ln_reference,

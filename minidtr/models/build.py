@@ -45,8 +45,8 @@ class Build:
             device=self.device,
         )
 
-    def batch_norm(self, channels: int) -> nn.BatchNorm2d:
-        return nn.BatchNorm2d(channels, device=self.device)
+    def batch_norm(self, channels: int, relu: bool = False) -> nn.BatchNorm2d:
+        return nn.BatchNorm2d(channels, device=self.device, relu=relu)
 
     def layer_norm(self, dim: int) -> nn.LayerNorm:
         return nn.LayerNorm(dim, device=self.device)

@@ -16,10 +16,13 @@ from ..tensor import Tensor
 from .build import Build
 
 
-def conv_bn(b: Build, c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
+def conv_bn(
+    b: Build, c_in: int, c_out: int, kernel: int, stride: int, relu: bool = False
+) -> nn.Sequential:
+    """A convolution and its batch norm (with ``relu``, the ReLU fused into the norm)."""
     return nn.Sequential(
         b.conv(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False),
-        b.batch_norm(c_out),
+        b.batch_norm(c_out, relu=relu),
     )
 
 
@@ -28,14 +31,14 @@ class BasicBlock(nn.Module):
 
     def __init__(self, b: Build, c_in: int, c_out: int, stride: int):
         super().__init__()
-        self.first = conv_bn(b, c_in, c_out, 3, stride)
+        self.first = conv_bn(b, c_in, c_out, 3, stride, relu=True)
         self.second = conv_bn(b, c_out, c_out, 3, 1)
         self.shortcut = (
             conv_bn(b, c_in, c_out, 1, stride) if stride != 1 or c_in != c_out else nn.Identity()
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.relu(self.first(x))
+        h = self.first(x)
         return F.relu(self.second(h) + self.shortcut(x))
 
 
@@ -57,7 +60,7 @@ class ResNet(nn.Module):
         b = Build.of(rng, device)
         n = (depth - 2) // 6
         self.depth = depth
-        self.stem = conv_bn(b, in_channels, width, 3, 1)
+        self.stem = conv_bn(b, in_channels, width, 3, 1, relu=True)
         blocks: list[nn.Module] = []
         c_in = width
         for stage, c_out in enumerate((width, 2 * width, 4 * width)):
@@ -70,5 +73,5 @@ class ResNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, C, H, W) images -> (N, classes) logits."""
-        h = self.blocks(F.relu(self.stem(x)))
+        h = self.blocks(self.stem(x))
         return self.classifier(F.global_avg_pool2d(h))

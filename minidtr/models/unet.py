@@ -26,8 +26,7 @@ class ConvBlock(nn.Module):
         for i in range(convs):
             layers += [
                 b.conv(c_in if i == 0 else c_out, c_out, 3, padding=1, bias=False),
-                b.batch_norm(c_out),
-                nn.ReLU(),
+                b.batch_norm(c_out, relu=True),
             ]
         self.layers = nn.Sequential(*layers)
 

@@ -19,7 +19,9 @@ class BatchNorm2d(Module):
     (the unbiased batch variance, as PyTorch); eval normalizes with the running
     statistics. The update is copy-on-write (``md.batch_norm`` rebinds the
     buffers), so recipes that read the old statistics still replay exactly.
-    Without ``track_running_stats`` both modes use batch statistics.
+    Without ``track_running_stats`` both modes use batch statistics. With ``relu``
+    the layer is ``relu(batch_norm(x))``, fused into one op (``md.batch_norm(...,
+    relu=True)``).
     """
 
     def __init__(
@@ -31,9 +33,11 @@ class BatchNorm2d(Module):
         track_running_stats: bool = True,
         dtype=DEFAULT_DTYPE,
         device: str = "cpu",
+        relu: bool = False,
     ):
         super().__init__()
         self.num_features = num_features
+        self.relu = relu
         self.eps = eps
         self.momentum = momentum
         self.affine = affine
@@ -60,12 +64,14 @@ class BatchNorm2d(Module):
             training=use_batch_stats,
             momentum=self.momentum,
             eps=self.eps,
+            relu=self.relu,
         )
 
     def extra_repr(self) -> str:
         return (
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
             f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+            + (", relu=True" if self.relu else "")
         )
 
 

@@ -2,7 +2,9 @@
 
 Both are one fused ``Normalize`` op, ``(x - mean) / sqrt(var + eps) * weight +
 bias`` with the statistics taken over some axes and weight/bias laid along one
-axis. It also outputs the mean and (biased) variance, small tensors that
+axis, optionally followed by a ReLU (``batch_norm(..., relu=True)``: the ReLU that
+follows most batch norms, fused so that a network makes one op and one gradient op
+where it made two of each). It also outputs the mean and (biased) variance, small tensors that
 backward keeps instead of the normalized activations, and that batch_norm
 reads to update its running statistics. The gradient is one fused op too.
 """
@@ -26,7 +28,8 @@ from .op import (
 
 
 class Normalize(Op):
-    """Outputs (y, mean, var); mean and var keep the statistics axes with size 1."""
+    """Outputs (y, mean, var); mean and var keep the statistics axes with size 1. With
+    ``relu``, y is the ReLU of the normalized value, and backward keeps y for its mask."""
 
     n_outputs = 3
     retain_outputs = (1, 2)
@@ -39,14 +42,18 @@ class Normalize(Op):
         eps: float,
         has_weight: bool,
         has_bias: bool,
+        relu: bool = False,
     ):
-        self.name = name
+        self.name = name + "_relu" if relu else name
         self.stat_axes = stat_axes
         self.param_axis = param_axis
         self.eps = float(eps)
         self.has_weight = has_weight
         self.has_bias = has_bias
+        self.relu = relu
         self.retain_inputs = (0, 1) if has_weight else (0,)
+        if relu:
+            self.retain_outputs = (0, 1, 2)
 
     def infer(self, x: Cell, *params: Cell):
         dtype = float_dtype(self, x, *params)
@@ -78,6 +85,8 @@ class Normalize(Op):
             y *= params[0].reshape(shape)
         if self.has_bias:
             y += params[-1].reshape(shape)
+        if self.relu:
+            xp.maximum(y, 0, out=y)
         return y, mean, var
 
     @property
@@ -101,6 +110,8 @@ class Normalize(Op):
         y *= scale[:, None]
         if self.has_bias:
             y += params[-1][:, None]
+        if self.relu:
+            xp.maximum(y, 0, out=y)
         stat_shape = tuple(1 if i in self.stat_axes else d for i, d in enumerate(x.shape))
         return y.reshape(x.shape), mean.reshape(stat_shape), var.reshape(stat_shape)
 
@@ -113,12 +124,14 @@ class Normalize(Op):
         if g is None:
             raise RuntimeError(f"{self.name}: mean and var are internal outputs with no gradient")
         weight = (ctx.inputs[1],) if self.has_weight else ()
+        output = (ctx.outputs[0],) if self.relu else ()
         dx, dw, db = apply(
             shared_op(NormalizeGrad, self),
             ctx.inputs[0],
             ctx.outputs[1],
             ctx.outputs[2],
             *weight,
+            *output,
             g,
         )
         out = [dx if ctx.needs_grad[0] else None]
@@ -130,8 +143,9 @@ class Normalize(Op):
 
 
 class NormalizeGrad(Op):
-    """(dx, dweight, dbias) of ``Normalize`` from x, its mean and var, the weight and g:
-    with h = (x - mean) * rstd and dh = g * weight, over the statistics axes,
+    """(dx, dweight, dbias) of ``Normalize`` from x, its mean and var, the weight, the
+    output (with ``relu``: g is first zeroed where the output is) and g: with
+    h = (x - mean) * rstd and dh = g * weight, over the statistics axes,
     dx = rstd * (dh - mean(dh) - h * mean(dh * h))."""
 
     n_outputs = 3
@@ -143,12 +157,16 @@ class NormalizeGrad(Op):
         self.param_axis = forward_op.param_axis
         self.eps = forward_op.eps
         self.has_weight = forward_op.has_weight
+        self.relu = forward_op.relu
 
     def infer(self, x: Cell, mean: Cell, var: Cell, *rest: Cell):
         channels = (x.shape[self.param_axis],)
         return [(x.shape, x.dtype), (channels, x.dtype), (channels, x.dtype)]
 
     def forward(self, xp, x, mean, var, *rest):
+        if self.relu:
+            *rest, y, g = rest
+            rest = (*rest, g * (y > 0))
         if self.param_axis not in self.stat_axes:
             return self.forward_per_channel(xp, x, mean, var, *rest)
         g = rest[-1]
@@ -222,8 +240,10 @@ def batch_norm(
     training: bool = True,
     momentum: float = 0.1,
     eps: float = 1e-5,
+    relu: bool = False,
 ) -> Tensor:
-    """Batch normalization over every axis but 1 (the channels) of (N, C) or (N, C, H, W).
+    """Batch normalization over every axis but 1 (the channels) of (N, C) or (N, C, H, W);
+    with ``relu``, ``relu(batch_norm(...))`` as one op (and one gradient op).
 
     Training normalizes with the batch's biased variance and, when running
     statistics are given, replaces them copy-on-write (``assign``) with
@@ -250,7 +270,12 @@ def batch_norm(
             raise ValueError(
                 "batch_norm: eval mode (training=False) needs running_mean and running_var"
             )
-        return _batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
+        y = _batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
+        if relu:
+            from .elementwise import relu as relu_op
+
+            return relu_op(y)
+        return y
     stat_axes = (0, *range(2, x.ndim))
     count = math.prod(x.shape[a] for a in stat_axes)
     if count < 2:
@@ -259,7 +284,14 @@ def batch_norm(
         )
     params = tuple(p for p in (weight, bias) if p is not None)
     op = shared_op(
-        Normalize, "batch_norm", stat_axes, 1, float(eps), weight is not None, bias is not None
+        Normalize,
+        "batch_norm",
+        stat_axes,
+        1,
+        float(eps),
+        weight is not None,
+        bias is not None,
+        bool(relu),
     )
     y, mean, var = apply(op, x, *params)
     if running_mean is not None:
