@@ -526,6 +526,13 @@ CASES: list[Case] = [
         ("normal", "normal", "normal"),
     ),
     Case(
+        "batch_norm train residual relu",
+        lambda x, w, b, r: md.batch_norm(x, w, b, relu=True, residual=r),
+        lambda x, w, b, r: torch.relu(TF.batch_norm(x, None, None, w, b, training=True) + r),
+        [((4, 3), (3,), (3,), (4, 3)), ((2, 3, 4, 5), (3,), (3,), (2, 3, 4, 5))],
+        ("normal", "normal", "normal", "normal"),
+    ),
+    Case(
         "batch_norm eval",
         lambda x, w, b, m, v: md.batch_norm(x, w, b, m, v, training=False),
         lambda x, w, b, m, v: TF.batch_norm(x, m, v, w, b, training=False),

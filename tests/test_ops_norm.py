@@ -113,6 +113,39 @@ CASES = [
         torch_fn=lambda t, x: t.relu(torch_f(t).batch_norm(x, None, None, training=True)),
     ),
     OpCase(
+        "batch_norm[residual, relu]",
+        lambda x, w, b, r: md.batch_norm(x, w, b, relu=True, residual=r),
+        lambda x, w, b, r: np.maximum(bn_reference(x, w, b) + r, 0),
+        [((6, 3), (3,), (3,), (6, 3)), ((2, 3, 4, 5), (3,), (3,), (2, 3, 4, 5))],
+        torch_fn=lambda t, x, w, b, r: t.relu(
+            torch_f(t).batch_norm(x, None, None, w, b, training=True) + r
+        ),
+        bad=[((2, 3, 4, 5), (3,), (3,), (2, 3, 4, 1))],
+    ),
+    OpCase(
+        "batch_norm[residual]",
+        lambda x, r: md.batch_norm(x, None, None, residual=r),
+        lambda x, r: bn_reference(x) + r,
+        [((2, 3, 3, 2), (2, 3, 3, 2))],
+        torch_fn=lambda t, x, r: torch_f(t).batch_norm(x, None, None, training=True) + r,
+    ),
+    OpCase(
+        "batch_norm[residual, relu, eval]",
+        lambda x, w, b, m, v, r: md.batch_norm(
+            x, w, b, m, v, training=False, relu=True, residual=r
+        ),
+        lambda x, w, b, m, v, r: np.maximum(bn_eval_reference(x, w, b, m, v) + r, 0),
+        [((2, 3, 4, 5), (3,), (3,), (3,), (3,), (2, 3, 4, 5))],
+        make=lambda rng, shapes, dtype: [
+            *with_positive_var(rng, shapes[:5], dtype),
+            rng.standard_normal(shapes[5]).astype(dtype),
+        ],
+        grad_inputs=(0, 1, 2, 5),
+        torch_fn=lambda t, x, w, b, m, v, r: t.relu(
+            torch_f(t).batch_norm(x, m, v, w, b, training=False) + r
+        ),
+    ),
+    OpCase(
         "batch_norm[relu, eval]",
         lambda x, w, b, m, v: md.batch_norm(x, w, b, m, v, training=False, relu=True),
         lambda *a: np.maximum(bn_eval_reference(*a), 0),

@@ -27,19 +27,21 @@ def conv_bn(
 
 
 class BasicBlock(nn.Module):
-    """relu(bn(conv(relu(bn(conv(x))))) + shortcut(x))."""
+    """relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)), with each ReLU (and the sum)
+    fused into the batch norm before it."""
 
     def __init__(self, b: Build, c_in: int, c_out: int, stride: int):
         super().__init__()
         self.first = conv_bn(b, c_in, c_out, 3, stride, relu=True)
-        self.second = conv_bn(b, c_out, c_out, 3, 1)
+        self.second = b.conv(c_out, c_out, 3, padding=1, bias=False)
+        self.second_norm = b.batch_norm(c_out, relu=True)
         self.shortcut = (
             conv_bn(b, c_in, c_out, 1, stride) if stride != 1 or c_in != c_out else nn.Identity()
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.first(x)
-        return F.relu(self.second(h) + self.shortcut(x))
+        h = self.second(self.first(x))
+        return self.second_norm(h, residual=self.shortcut(x))
 
 
 class ResNet(nn.Module):

@@ -20,8 +20,9 @@ class BatchNorm2d(Module):
     statistics. The update is copy-on-write (``md.batch_norm`` rebinds the
     buffers), so recipes that read the old statistics still replay exactly.
     Without ``track_running_stats`` both modes use batch statistics. With ``relu``
-    the layer is ``relu(batch_norm(x))``, fused into one op (``md.batch_norm(...,
-    relu=True)``).
+    the layer is ``relu(batch_norm(x))``, and ``layer(x, residual=r)`` is
+    ``relu(batch_norm(x) + r)`` (without ``relu``, ``batch_norm(x) + r``), each one op
+    (``md.batch_norm(..., relu=True, residual=r)``).
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class BatchNorm2d(Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
         check_input(self, x, 1, self.num_features, "channels", ndim=(4,))
         use_batch_stats = self.training or not self.track_running_stats
         return F.batch_norm(
@@ -65,6 +66,7 @@ class BatchNorm2d(Module):
             momentum=self.momentum,
             eps=self.eps,
             relu=self.relu,
+            residual=residual,
         )
 
     def extra_repr(self) -> str:

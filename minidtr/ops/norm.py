@@ -2,9 +2,11 @@
 
 Both are one fused ``Normalize`` op, ``(x - mean) / sqrt(var + eps) * weight +
 bias`` with the statistics taken over some axes and weight/bias laid along one
-axis, optionally followed by a ReLU (``batch_norm(..., relu=True)``: the ReLU that
-follows most batch norms, fused so that a network makes one op and one gradient op
-where it made two of each). It also outputs the mean and (biased) variance, small tensors that
+axis. Batch norm can also add a residual and apply a ReLU in the same op
+(``batch_norm(..., residual=r, relu=True)`` is ``relu(batch_norm(...) + r)``): the
+ReLU that follows most batch norms, and the sum and ReLU that end a residual block,
+fused so that a network makes one op and one gradient op where it made up to three of
+each. It also outputs the mean and (biased) variance, small tensors that
 backward keeps instead of the normalized activations, and that batch_norm
 reads to update its running statistics. The gradient is one fused op too.
 """
@@ -29,7 +31,8 @@ from .op import (
 
 class Normalize(Op):
     """Outputs (y, mean, var); mean and var keep the statistics axes with size 1. With
-    ``relu``, y is the ReLU of the normalized value, and backward keeps y for its mask."""
+    ``residual`` the last input is added to y; with ``relu``, y is then the ReLU of that,
+    and backward keeps y for its mask."""
 
     n_outputs = 3
     retain_outputs = (1, 2)
@@ -43,20 +46,26 @@ class Normalize(Op):
         has_weight: bool,
         has_bias: bool,
         relu: bool = False,
+        residual: bool = False,
     ):
-        self.name = name + "_relu" if relu else name
+        self.name = name + ("_add" if residual else "") + ("_relu" if relu else "")
         self.stat_axes = stat_axes
         self.param_axis = param_axis
         self.eps = float(eps)
         self.has_weight = has_weight
         self.has_bias = has_bias
         self.relu = relu
+        self.residual = residual
         self.retain_inputs = (0, 1) if has_weight else (0,)
         if relu:
             self.retain_outputs = (0, 1, 2)
 
     def infer(self, x: Cell, *params: Cell):
         dtype = float_dtype(self, x, *params)
+        if self.residual:
+            *params, residual = params
+            if residual.shape != x.shape:
+                raise self.error("the residual must have the input's shape", x, residual)
         channels = x.shape[self.param_axis]
         for p in params:
             if p.shape != (channels,):
@@ -73,6 +82,17 @@ class Normalize(Op):
         return tuple(-1 if i == self.param_axis else 1 for i in range(ndim))
 
     def forward(self, xp, x, *params):
+        if self.residual:
+            *params, residual = params
+            y, mean, var = self.normalize(xp, x, *params)
+            y += residual
+        else:
+            y, mean, var = self.normalize(xp, x, *params)
+        if self.relu:
+            xp.maximum(y, 0, out=y)
+        return y, mean, var
+
+    def normalize(self, xp, x, *params):
         if self.per_channel:
             return self.forward_per_channel(xp, x, *params)
         mean = x.mean(axis=self.stat_axes, keepdims=True)
@@ -85,8 +105,6 @@ class Normalize(Op):
             y *= params[0].reshape(shape)
         if self.has_bias:
             y += params[-1].reshape(shape)
-        if self.relu:
-            xp.maximum(y, 0, out=y)
         return y, mean, var
 
     @property
@@ -110,8 +128,6 @@ class Normalize(Op):
         y *= scale[:, None]
         if self.has_bias:
             y += params[-1][:, None]
-        if self.relu:
-            xp.maximum(y, 0, out=y)
         stat_shape = tuple(1 if i in self.stat_axes else d for i, d in enumerate(x.shape))
         return y.reshape(x.shape), mean.reshape(stat_shape), var.reshape(stat_shape)
 
@@ -125,7 +141,7 @@ class Normalize(Op):
             raise RuntimeError(f"{self.name}: mean and var are internal outputs with no gradient")
         weight = (ctx.inputs[1],) if self.has_weight else ()
         output = (ctx.outputs[0],) if self.relu else ()
-        dx, dw, db = apply(
+        grads = apply(
             shared_op(NormalizeGrad, self),
             ctx.inputs[0],
             ctx.outputs[1],
@@ -134,17 +150,19 @@ class Normalize(Op):
             *output,
             g,
         )
-        out = [dx if ctx.needs_grad[0] else None]
-        if self.has_weight:
-            out.append(dw if ctx.needs_grad[1] else None)
-        if self.has_bias:
-            out.append(db if ctx.needs_grad[-1] else None)
+        # the gradients of x, weight, bias and residual, for the inputs the op was given
+        given = (True, self.has_weight, self.has_bias, self.residual)
+        needs = ctx.needs_grad
+        out = []
+        for g_in, present in zip(grads, given, strict=False):
+            if present:
+                out.append(g_in if needs[len(out)] else None)
         return tuple(out)
 
 
 class NormalizeGrad(Op):
-    """(dx, dweight, dbias) of ``Normalize`` from x, its mean and var, the weight, the
-    output (with ``relu``: g is first zeroed where the output is) and g: with
+    """(dx, dweight, dbias[, dresidual]) of ``Normalize`` from x, its mean and var, the
+    weight, the output (with ``relu``: g is first zeroed where the output is) and g: with
     h = (x - mean) * rstd and dh = g * weight, over the statistics axes,
     dx = rstd * (dh - mean(dh) - h * mean(dh * h))."""
 
@@ -158,15 +176,26 @@ class NormalizeGrad(Op):
         self.eps = forward_op.eps
         self.has_weight = forward_op.has_weight
         self.relu = forward_op.relu
+        self.residual = forward_op.residual
+        self.n_outputs = 4 if self.residual else 3
 
     def infer(self, x: Cell, mean: Cell, var: Cell, *rest: Cell):
         channels = (x.shape[self.param_axis],)
-        return [(x.shape, x.dtype), (channels, x.dtype), (channels, x.dtype)]
+        metas = [(x.shape, x.dtype), (channels, x.dtype), (channels, x.dtype)]
+        return metas + [(x.shape, x.dtype)] if self.residual else metas
 
     def forward(self, xp, x, mean, var, *rest):
         if self.relu:
             *rest, y, g = rest
             rest = (*rest, g * (y > 0))
+        if not self.residual:
+            return self.normalize_grad(xp, x, mean, var, *rest)
+        g = rest[-1]
+        # the residual's gradient is g (masked by the ReLU): a new array, which the
+        # normalization's gradient reads and does not modify
+        return (*self.normalize_grad(xp, x, mean, var, *rest), g if self.relu else g.copy())
+
+    def normalize_grad(self, xp, x, mean, var, *rest):
         if self.param_axis not in self.stat_axes:
             return self.forward_per_channel(xp, x, mean, var, *rest)
         g = rest[-1]
@@ -241,9 +270,11 @@ def batch_norm(
     momentum: float = 0.1,
     eps: float = 1e-5,
     relu: bool = False,
+    residual: Tensor | None = None,
 ) -> Tensor:
     """Batch normalization over every axis but 1 (the channels) of (N, C) or (N, C, H, W);
-    with ``relu``, ``relu(batch_norm(...))`` as one op (and one gradient op).
+    ``residual`` (of the input's shape) is added to the result, then with ``relu`` the
+    ReLU applied: ``relu(batch_norm(...) + residual)`` as one op and one gradient op.
 
     Training normalizes with the batch's biased variance and, when running
     statistics are given, replaces them copy-on-write (``assign``) with
@@ -263,6 +294,10 @@ def batch_norm(
                 ("running_var", running_var),
             ):
                 _check_param("batch_norm", what, q, x, channels)
+    if residual is not None and type(residual) is not Tensor:
+        raise TypeError(
+            f"batch_norm: residual must be a Tensor or None, got {type(residual).__name__}"
+        )
     if (running_mean is None) != (running_var is None):
         raise ValueError("batch_norm: give both running_mean and running_var, or neither")
     if not training:
@@ -271,6 +306,8 @@ def batch_norm(
                 "batch_norm: eval mode (training=False) needs running_mean and running_var"
             )
         y = _batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
+        if residual is not None:
+            y = y + residual
         if relu:
             from .elementwise import relu as relu_op
 
@@ -282,7 +319,7 @@ def batch_norm(
         raise ShapeError(
             f"batch_norm: training needs more than 1 value per channel, got input shape {x.shape}"
         )
-    params = tuple(p for p in (weight, bias) if p is not None)
+    params = tuple(p for p in (weight, bias, residual) if p is not None)
     op = shared_op(
         Normalize,
         "batch_norm",
@@ -292,6 +329,7 @@ def batch_norm(
         weight is not None,
         bias is not None,
         bool(relu),
+        residual is not None,
     )
     y, mean, var = apply(op, x, *params)
     if running_mean is not None:
