@@ -23,11 +23,11 @@ from .build import Build
 class DenseLayer(nn.Module):
     def __init__(self, b: Build, c_in: int, growth: int):
         super().__init__()
-        self.norm = b.batch_norm(c_in, relu=True)
+        self.norm = b.batch_norm(c_in)
         self.conv = b.conv(c_in, growth, 3, padding=1, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.conv(self.norm(x))
+        return self.conv(F.relu(self.norm(x)))
 
 
 class DenseBlock(nn.Module):
@@ -46,11 +46,11 @@ class DenseBlock(nn.Module):
 class Transition(nn.Module):
     def __init__(self, b: Build, c_in: int, c_out: int):
         super().__init__()
-        self.norm = b.batch_norm(c_in, relu=True)
+        self.norm = b.batch_norm(c_in)
         self.conv = b.conv(c_in, c_out, 1, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(self.conv(self.norm(x)), 2)
+        return F.avg_pool2d(self.conv(F.relu(self.norm(x))), 2)
 
 
 class DenseNet(nn.Module):
@@ -76,11 +76,11 @@ class DenseNet(nn.Module):
                 stages.append(Transition(b, channels, channels // 2))
                 channels //= 2
         self.stages = nn.Sequential(*stages)
-        self.norm = b.batch_norm(channels, relu=True)
+        self.norm = b.batch_norm(channels)
         self.classifier = b.linear(channels, classes)
 
     def forward(self, x: Tensor) -> Tensor:
         """(N, C, H, W) images -> (N, classes) logits; H and W must be divisible by
         2 ** (number of blocks - 1)."""
-        h = self.norm(self.stages(self.stem(x)))
+        h = F.relu(self.norm(self.stages(self.stem(x))))
         return self.classifier(F.global_avg_pool2d(h))
