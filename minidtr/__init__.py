@@ -2,9 +2,11 @@
 recomputed (Dynamic Tensor Rematerialization), so models train under a hard memory budget."""
 
 # ruff: noqa: E402  (the guard goes before the heavy imports)
-from ._startup import guard_command_imports
+from ._startup import guard_command_imports, invoked_as_command, limit_blas_threads
 
 guard_command_imports()  # Ctrl-C while the minidtr command starts: one line, exit 130
+if invoked_as_command():
+    limit_blas_threads()  # before NumPy loads OpenBLAS
 
 from . import nn, ops, optim, sim, testing
 from .autograd import grad, no_grad

@@ -103,3 +103,41 @@ def test_a_worker_process_of_the_command_is_not_the_command():
 
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply(_told_in_a_worker) is False
+
+
+BLAS_THREADS_SEEN = """
+import os, sys
+sys.argv[0] = sys.argv[1]
+import minidtr
+from threadpoolctl import threadpool_info
+print(os.environ.get("OPENBLAS_NUM_THREADS"),
+      [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
+"""
+
+
+@pytest.mark.parametrize(
+    "argv0, preset, expected",
+    [
+        ("/somewhere/bin/minidtr", None, "1"),  # the command: one BLAS thread
+        ("/somewhere/bin/minidtr", "2", "2"),  # unless the environment says
+        ("my_program.py", None, None),  # a program that imports minidtr: untouched
+    ],
+)
+def test_the_command_runs_blas_on_one_thread_unless_told(argv0, preset, expected):
+    pytest.importorskip("threadpoolctl")
+    env = {k: v for k, v in os.environ.items() if k not in _startup.BLAS_THREAD_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_THREADS_SEEN, argv0],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    variable, threads = done.stdout.split(" ", 1)
+    assert variable == str(expected)
+    if expected is not None:
+        assert threads.strip() in (f"[{expected}]", "[]"), threads  # [] where NumPy has no BLAS
