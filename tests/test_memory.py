@@ -70,3 +70,48 @@ def test_evicting_returns_the_buffer_to_numpy():
             assert tracemalloc.get_traced_memory()[0] - after >= 0.99 * y.nbytes
     finally:
         tracemalloc.stop()
+
+
+def backward_of_a_forward_made_without_a_budget(fraction: float | None):
+    """An MLP's forward run without a budget (no candidate table is kept), its backward
+    under its constants and ``fraction`` of the rest it left resident: the activations made
+    before are evicted when the budget starts and recomputed. Returns the gradients' bytes, the
+    runtime, the array memory tracemalloc saw freed on entering it and the activations'
+    bytes."""
+    width, batch = 32, 512
+    rng = np.random.default_rng(3)
+    with isolated_allocator() as allocator:
+        params = [
+            md.tensor(rng.standard_normal((width, width)) * 0.2, requires_grad=True)
+            for _ in range(6)
+        ]
+        h = md.tensor(rng.standard_normal((batch, width)))
+        for w in params:
+            h = md.tanh(md.matmul(h, w))
+        loss = md.sum(h * h)
+        del h
+        gc.collect()
+        activations = allocator.memory - allocator.constant_bytes
+        budget = (
+            None if fraction is None else allocator.constant_bytes + int(fraction * activations)
+        )
+        runtime = md.Runtime(budget=budget, cost="flops", max_slowdown=None)  # forward outside
+        before = tracemalloc.get_traced_memory()[0]
+        with runtime:
+            freed = before - tracemalloc.get_traced_memory()[0]
+            loss.backward()
+        return [p.grad.numpy().tobytes() for p in params], runtime, freed, activations
+
+
+def test_storages_made_before_a_budget_are_evicted_under_it():
+    tracemalloc.start()
+    try:
+        expected = backward_of_a_forward_made_without_a_budget(None)[0]
+        grads, bounded, freed, activations = backward_of_a_forward_made_without_a_budget(0.75)
+    finally:
+        tracemalloc.stop()
+    stats = bounded.stats()
+    assert grads == expected
+    assert stats["evictions"] > 0 and stats["remats"] > 0
+    assert stats["peak_memory"] <= bounded.budget
+    assert freed >= 0.99 * 0.25 * activations, "entering evicts for real"

@@ -569,6 +569,64 @@ def test_leaving_an_ignore_runtime_frees_what_died_inside_it():
     assert storage.buffer is None, "the outer (eager) policy applies on exit"
 
 
+def made_before_a_budget(kept: bool):
+    """Storages made (one rematerialized, one unpinned again, one pinned, one viewed)
+    without a budget, where no candidate table is kept, then a budget under ``size``,
+    whose scores all tie, so that it evicts in the table's order; ``kept`` wraps the
+    unbudgeted part in a huge budget, which keeps the table all along."""
+    from minidtr.testing import isolated_allocator
+
+    with isolated_allocator() as allocator:
+        with md.Runtime(budget=10**9) if kept else md.Runtime():
+            y = fresh(100)
+            ys = []
+            for _ in range(8):
+                y = step(y)
+                ys.append(y)
+            view = ys[2].reshape(10, 10)
+            allocator.evict(ys[1].storage)
+            ys[1].numpy()  # rematerialized: after ys[7] in the table
+            ys[3].pin().unpin()  # a candidate again: after ys[1]
+            ys[5].pin()
+            ys.append(md.tensor(np.ones(100)))  # a constant
+        order = [s.id for s in allocator.candidates]
+        rt = md.Runtime(budget=10**9, heuristic="size", record_events=True)
+        with rt:
+            listed = [s.id for s in allocator.candidates]
+            ids = {s.id: i for i, s in enumerate(t.storage for t in ys)}
+            rt.budget = allocator.memory - 3 * 800  # evicts three
+            fits = allocator.memory <= rt.budget
+            ys.append(step(ys[-2]))
+            fits = fits and allocator.memory <= rt.budget
+        evicted = [ids.get(e["id"]) for e in rt.events if e["event"] == "evict"]
+        values = [t.numpy().tobytes() for t in (*ys, view)]
+        return order, [ids[i] for i in listed], evicted, values, fits
+
+
+def test_storages_made_without_a_budget_are_candidates_in_order_when_one_starts():
+    order, listed, evicted, values, fits = made_before_a_budget(kept=False)
+    assert order == [], "no table is kept without a budget"
+    assert listed == [0, 2, 4, 6, 7, 1, 3], "pinned and constant left out, re-added last"
+    assert evicted == [0, 2, 4, 6], "ties go to the first in the table"
+    assert fits
+    assert made_before_a_budget(kept=True)[1:] == (listed, evicted, values, fits)
+
+
+def test_leaving_a_budget_empties_the_table_and_a_dead_storage_is_freed_once():
+    with md.Runtime(budget=ALLOC.memory + 10**6):
+        x = fresh(100)
+        y = step(x)
+        assert y.storage in ALLOC.candidates
+    assert len(ALLOC.candidates) == 0 and not ALLOC.listing
+    memory = ALLOC.memory
+    del y
+    gc.collect()
+    assert ALLOC.memory == memory - 800
+    with md.Runtime(dealloc="ignore"):
+        z = step(x)
+        assert z.storage in ALLOC.candidates, "ignore keeps dead storages: a table is kept"
+
+
 class WrongShape(Op):
     """Declares its input's shape but returns one element more; its backward returns a
     gradient of the wrong dtype."""

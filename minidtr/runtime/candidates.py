@@ -121,7 +121,25 @@ class CandidateTable:
         self.ratio_key: tuple[str, bool] | None = None  # (cost term, size?); None: stale
         self.rewritten: list[int] = []  # rows whose score inputs were written since ``ratios``
         self.scratch = np.zeros(0)  # a decision's staleness and scores
+        # while no table is kept (``Allocator.listing``): where a storage that became a
+        # candidate again would be, as (next storage id then, a count); others go by id
+        self.listed_at: weakref.WeakKeyDictionary[Storage, tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.relisted = 0
         self._bind()
+
+    def clear(self) -> None:
+        """Empty, as new (the storages' ``row`` must be reset first), keeping ``listed_at``."""
+        listed_at, relisted = self.listed_at, self.relisted
+        self.__init__()
+        self.listed_at, self.relisted = listed_at, relisted
+
+    def note_listed(self, storage: Storage, next_id: int) -> None:
+        """``storage`` became a candidate while no table is kept: where a kept table would
+        have put it (after the storages made so far, ``next_id`` the last id given)."""
+        self.relisted += 1
+        self.listed_at[storage] = (next_id, self.relisted)
 
     # ---- the set interface -----------------------------------------------------------------
 

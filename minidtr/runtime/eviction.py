@@ -585,7 +585,8 @@ class Eviction:
             self.neighbourhood.on_change(storage)
         self.memory -= storage.nbytes
         table = self.candidates
-        table.pop(storage)
+        if self.listing:
+            table.pop(storage)
         if table.watching == "eq" and self.tracking == "eq":
             table.border_evicted(storage, self.eq_classes.mirror.index_of(storage.component))
         elif table.watching:
@@ -608,6 +609,8 @@ class Eviction:
 
     def free_device_memory(self, nbytes: int) -> bool:
         """Called on a real device out-of-memory error: evict one storage if possible."""
+        if not self.listing:
+            self._start_listing()  # until the next change of runtime or budget
         victim, score, runner_up, shortlist = self._choose_victim()
         if victim is None:
             return False

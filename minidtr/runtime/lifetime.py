@@ -81,7 +81,8 @@ class Lifetime:
                     if self.tracking is None and runtime.events is None and not table.watching:
                         storage.buffer = None
                         self.memory -= storage.nbytes
-                        table.pop(storage)
+                        if self.listing:
+                            table.pop(storage)
                         stats = runtime.stats_
                         stats.evictions += 1
                         stats.dead_evictions += 1
@@ -266,11 +267,15 @@ class Lifetime:
         storage.pinned = False
         self.pinned_bytes -= storage.nbytes
         if storage.buffer is not None and storage.op is not None:
-            self.candidates[storage] = None
+            self._add_candidate(storage)
 
     def forget(self, storage: Storage) -> None:
-        """A storage's metadata was garbage collected (``Storage.__del__``)."""
+        """A storage's metadata was garbage collected (``Storage.__del__``). Without a
+        candidate table (no budget) a resident one can be, in a reference cycle with its
+        last handle, whose release may come after: the buffer goes now, so that the
+        release finds nothing to evict."""
         if storage.buffer is not None:
+            storage.buffer = None
             self.memory -= storage.nbytes
             if storage.op is None:
                 self.constant_bytes -= storage.nbytes

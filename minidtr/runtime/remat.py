@@ -214,7 +214,7 @@ class Rematerialization:
                 self._on_state_change(storage)
                 storage.last_access = self.clock
                 if storage.evictable:
-                    self.candidates[storage] = None
+                    self._add_candidate(storage)
                 if storage.external_refs == 0:
                     self._dead_remats.append(storage)
                 self._record(
