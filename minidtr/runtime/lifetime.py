@@ -63,33 +63,31 @@ class Lifetime:
             if self._busy or self._dying or self._released:
                 self._on_dead(storage)
                 return
-            # the common case, a temporary dying between ops: no queue to go through
+            runtime = self.runtimes[-1]
+            if (
+                not self.listing  # no budget, no table, nothing tracked or watched
+                and runtime.dealloc == "eager"
+                and storage.buffer is not None
+                and storage.op is not None
+                and not storage.pinned
+                and not storage.locks
+                and runtime.events is None
+                and self.tracking is None
+                and not self._dead_remats
+                and not self._kept_dead
+            ):
+                # the common case, a temporary dying between ops without a budget: what
+                # _apply_policy would do, evict(storage, reason="dead"), inlined. Dropping
+                # the buffer runs no Python code, so nothing needs ``_busy``.
+                storage.buffer = None
+                self.memory -= storage.nbytes
+                stats = runtime.stats_
+                stats.evictions += 1
+                stats.dead_evictions += 1
+                return
             self._busy = True
             try:
-                runtime = self.runtimes[-1]
-                if (
-                    self.budget is None  # no orphans to rebuild, no dead storage to keep
-                    and runtime.dealloc == "eager"
-                    and storage.buffer is not None
-                    and storage.op is not None
-                    and not storage.pinned
-                    and not storage.locks
-                ):
-                    # what _apply_policy would do: evict(storage, reason="dead"), inlined
-                    # while nothing tracks or records evictions (two per backward node)
-                    table = self.candidates
-                    if self.tracking is None and runtime.events is None and not table.watching:
-                        storage.buffer = None
-                        self.memory -= storage.nbytes
-                        if self.listing:
-                            table.pop(storage)
-                        stats = runtime.stats_
-                        stats.evictions += 1
-                        stats.dead_evictions += 1
-                    else:
-                        self.evict(storage, reason="dead")
-                else:
-                    self._apply_policy(storage)
+                self._apply_policy(storage)
                 if self._dying or self._released:
                     self._drain_dying()
                 elif self._dead_remats or self._kept_dead:
