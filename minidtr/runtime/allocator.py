@@ -93,7 +93,8 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         self.constant_bytes = 0
         self.pinned_bytes = 0
         self.clock = 0.0
-        self.candidates = CandidateTable()  # resident, evictable storages, in insertion order
+        # resident, evictable storages, in insertion order, while ``listing``
+        self.candidates = CandidateTable()
         # whether ``candidates`` is kept: only while a budget (or the ``ignore`` policy, whose
         # dead storages the table keeps resident) is active; see ``_start_listing``. (An
         # attribute more would pass CPython's 30 shared dict keys: slower attribute reads.)

@@ -10,12 +10,11 @@ access and lock state, so that an eviction decision is a few array operations
 Rows are appended and never reordered: a removed row becomes a hole, and holes are
 squeezed out (keeping the order) when a decision is about to read the columns and they
 pass an eighth of the candidates (and ``COMPACT_SLACK``), so a decision scans at most
-about 9/8 of a row per candidate. Between decisions (and in a run without a budget,
-which makes none) holes are squeezed out only once they outnumber the candidates (and
-``LAZY_SLACK``): a backward pass frees two values per node and an unbudgeted chain one
-per op, and squeezing at an eighth cost those a Python loop over some 16 rows per
-removal. So
-row order is insertion order, and the first lowest score in row order is the
+about 9/8 of a row per candidate. (The allocator keeps a table only while a budget is
+active: ``Allocator.listing``.) Between decisions holes are squeezed out only once they
+outnumber the candidates (and ``LAZY_SLACK``): a backward pass frees two values per
+node and a chain one per op, and squeezing at an eighth cost those a Python loop over
+some 16 rows per removal. So row order is insertion order, and the first lowest score in row order is the
 candidate the reference loop would pick. A *blocked* row (a hole, or a candidate
 seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the cost term ``none``),
 so every score computed from them is +inf without a mask.
