@@ -205,7 +205,13 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         cost 7-9% of an op's instructions). A resident storage then lives as long as
         something references it, and every live ``Storage`` is tracked by Python's cycle
         collector, so ``gc.get_objects()`` finds them all (one pass over the heap, as
-        entering a budgeted runtime already makes with ``gc.collect``)."""
+        entering a budgeted runtime already makes with ``gc.collect``). It is skipped when
+        every resident byte is a constant's or pinned (a storage of 0 bytes made without a
+        budget is then not listed: evicting it would free nothing). A storage frozen by
+        ``gc.freeze()`` is not in ``gc.get_objects()``: it stays resident, unevictable."""
+        self.listing = True
+        if self.memory == self.constant_bytes + self.pinned_bytes:
+            return
         found = [
             obj
             for obj in gc.get_objects()
@@ -218,7 +224,6 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         table = self.candidates
         listed_at = table.listed_at
         found.sort(key=lambda s: listed_at.get(s) or (s.id, 0))
-        self.listing = True
         for storage in found:
             table.add(storage)
 

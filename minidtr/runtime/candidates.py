@@ -14,8 +14,8 @@ about 9/8 of a row per candidate. (The allocator keeps a table only while a budg
 active: ``Allocator.listing``.) Between decisions holes are squeezed out only once they
 outnumber the candidates (and ``LAZY_SLACK``): a backward pass frees two values per
 node and a chain one per op, and squeezing at an eighth cost those a Python loop over
-some 16 rows per removal. So row order is insertion order, and the first lowest score in row order is the
-candidate the reference loop would pick. A *blocked* row (a hole, or a candidate
+some 16 rows per removal. So row order is insertion order, and the first lowest score
+in row order is the candidate the reference loop would pick. A *blocked* row (a hole, or a candidate
 seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the cost term ``none``),
 so every score computed from them is +inf without a mask.
 
