@@ -92,6 +92,52 @@ CHILD_KEY = 1 << 40  # (eq) the order key of a child edge: this plus the child's
 
 
 class CandidateTable:
+    # slots: a table has more attributes than CPython 3.11 shares the keys of in an
+    # instance dict (30), and without them every attribute read and method call on it
+    # would take the slow path
+    __slots__ = (
+        "storages",
+        "count",
+        "dirty",
+        "frontier",
+        "watching",
+        "watched_epoch",
+        "walked",
+        "_locked",
+        "_capacity",
+        "cost",
+        "unit",
+        "nbytes",
+        "size",
+        "last_access",
+        "active",
+        "blocked",
+        "term",
+        "edges",
+        "labels",
+        "keys",
+        "pending",
+        "edge_width",
+        "bordering",
+        "ratio",
+        "ratio_key",
+        "rewritten",
+        "scratch",
+        "order",
+        "cost_at",
+        "unit_at",
+        "nbytes_at",
+        "size_at",
+        "last_access_at",
+        "term_at",
+        "ratio_at",
+        "active_at",
+        "blocked_at",
+        "edges_at",
+        "labels_at",
+        "keys_at",
+    )
+
     def __init__(self):
         self.storages: list[Storage | None] = [None]  # by row; row 0 is scratch
         self.count = 0
