@@ -136,6 +136,8 @@ class CandidateTable:
         "edges_at",
         "labels_at",
         "keys_at",
+        "listed_at",
+        "relisted",
     )
 
     def __init__(self):
