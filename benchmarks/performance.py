@@ -253,10 +253,7 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
                             choose()
                             times.append(time.perf_counter() - started)
                     cells.append(f"{min(times) * 1e6:10.0f}")
-                print(
-                    f"{graph:>6}{listed:>11}"
-                    + "".join(f"{c:>10}" for c in cells)
-                )
+                print(f"{graph:>6}{listed:>11}" + "".join(f"{c:>10}" for c in cells))
                 del keep
     finally:
         if saved is not None:
