@@ -82,12 +82,12 @@ class Normalize(Op):
         return tuple(-1 if i == self.param_axis else 1 for i in range(ndim))
 
     def forward(self, xp, x, *params):
+        residual = None
         if self.residual:
             *params, residual = params
-            y, mean, var = self.normalize(xp, x, *params)
+        y, mean, var = self.normalize(xp, x, *params)
+        if residual is not None:
             y += residual
-        else:
-            y, mean, var = self.normalize(xp, x, *params)
         if self.relu:
             xp.maximum(y, 0, out=y)
         return y, mean, var
@@ -185,15 +185,16 @@ class NormalizeGrad(Op):
         return metas + [(x.shape, x.dtype)] if self.residual else metas
 
     def forward(self, xp, x, mean, var, *rest):
+        *weight, g = rest
         if self.relu:
-            *rest, y, g = rest
-            rest = (*rest, g * (y > 0))
+            *weight, y = weight
+            g = g * (y > 0)
+        grads = self.normalize_grad(xp, x, mean, var, *weight, g)
         if not self.residual:
-            return self.normalize_grad(xp, x, mean, var, *rest)
-        g = rest[-1]
-        # the residual's gradient is g (masked by the ReLU): a new array, which the
-        # normalization's gradient reads and does not modify
-        return (*self.normalize_grad(xp, x, mean, var, *rest), g if self.relu else g.copy())
+            return grads
+        # the residual's gradient is g (masked by the ReLU: a new array, which the
+        # normalization's gradient reads and does not modify)
+        return (*grads, g if self.relu else g.copy())
 
     def normalize_grad(self, xp, x, mean, var, *rest):
         if self.param_axis not in self.stat_axes:
