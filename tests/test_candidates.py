@@ -61,7 +61,7 @@ def test_table_behaves_as_an_insertion_ordered_dict():
 
 
 def test_holes_are_squeezed_lazily_between_decisions():
-    assert LAZY_SLACK == 64  # the counts below assume it
+    assert LAZY_SLACK == 1024  # the counts below assume it
     table = CandidateTable()
     storages = [FakeStorage(i) for i in range(4000)]
     for s in storages:
@@ -73,11 +73,12 @@ def test_holes_are_squeezed_lazily_between_decisions():
     assert table.rows == 2001
     assert list(table) == storages[2000:]
     assert [s.row for s in storages[2000:]] == list(range(1, 2001))
-    for s in storages[2000:3050]:
+    for s in storages[2000:3600]:
         table.pop(s)
-    # squeezed when the 2001 rows passed 2 * 968 + 64, at 968 candidates
-    assert table.rows == 969
-    assert list(table) == storages[3050:]
+    # squeezed when the 2001 rows passed 2 * 488 + 1024, at 488 candidates (since then
+    # 88 more holes)
+    assert table.rows == 489
+    assert list(table) == storages[3600:]
 
 
 @pytest.mark.parametrize("one_by_one", [0, 1000])

@@ -520,8 +520,12 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             self, self.next_id, op.name, nbytes, shape, dtype, device, index, contiguous,
             result, cost, self.clock, op, inputs, parents, shared,
         )  # fmt: skip
-        if self.listing:
-            self.candidates.add(storage)
+        if self.listing:  # CandidateTable.add of a new storage, inlined: runs for every op
+            table = self.candidates
+            storage.row = len(table.storages)
+            table.storages.append(storage)
+            table.dirty.append(1)
+            table.count += 1
         ref = weakref.ref(storage)
         for parent in parents:  # Storage.add_child_ref, inlined: runs for every op
             children = parent.children

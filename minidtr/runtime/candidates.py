@@ -14,10 +14,11 @@ about 9/8 of a row per candidate. (The allocator keeps a table only while a budg
 active: ``Allocator.listing``.) Between decisions holes are squeezed out only once they
 outnumber the candidates (and ``LAZY_SLACK``): a backward pass frees two values per
 node and a chain one per op, and squeezing at an eighth cost those a Python loop over
-some 16 rows per removal. So row order is insertion order, and the first lowest score
-in row order is the candidate the reference loop would pick. A *blocked* row (a hole, or a candidate
-seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the cost term ``none``),
-so every score computed from them is +inf without a mask.
+some 16 rows per removal; a slack of a thousand rows makes a small table's squeeze a
+cost per thousand ops, not per sixty. So row order is insertion order, and the first
+lowest score in row order is the candidate the reference loop would pick. A *blocked*
+row (a hole, or a candidate seen locked) holds +inf in ``cost`` and ``unit`` (the "1"
+of the cost term ``none``), so every score computed from them is +inf without a mask.
 
 Keeping the columns true costs the allocator almost nothing per op. It does not
 copy values; it marks rows *dirty* (``table.dirty[storage.row] = 1``, a byte write)
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
 _MISSING = object()
 COMPACT_SLACK = 64  # holes tolerated beyond an eighth of the candidates before squeezing
 COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
-LAZY_SLACK = 64  # holes tolerated beyond the candidates' count between decisions
+LAZY_SLACK = 1024  # holes tolerated beyond the candidates' count between decisions
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
 RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 CHILD_KEY = 1 << 40  # (eq) the order key of a child edge: this plus the child's id
@@ -229,7 +230,7 @@ class CandidateTable:
         storage.row = 0
         self.count -= 1
         if len(self.storages) > 2 * self.count + LAZY_SLACK:
-            self._compact()
+            self.compact()
         return None
 
     # ---- the columns ------------------------------------------------------------------------
@@ -249,7 +250,7 @@ class CandidateTable:
         marked dirty and those seen locked last time (one row at a time when they are a
         few, as arrays when many), after squeezing out the holes if they pass an eighth."""
         if len(self.storages) > self.count + (self.count >> COMPACT_SHIFT) + COMPACT_SLACK:
-            self._compact()
+            self.compact()
         used = len(self.storages)
         if self._capacity < used:
             self._grow(max(used, 2 * self._capacity, 16))
@@ -433,13 +434,13 @@ class CandidateTable:
             setattr(self, name, new)
         self._bind()
 
-    def _compact(self) -> None:
+    def compact(self) -> None:
         """Squeeze out the holes, keeping the order and each row's flags (amortized O(1) per
         removal). The columns keep their capacity; rows past the candidates are scratch
-        until appended (and then read afresh: they are dirty and flagged)."""
+        until appended (and then read afresh: they are dirty and flagged). So are the rows
+        at or past the capacity, never synced (``sync`` grows the columns first): only the
+        rows inside move, so that squeezing a table between decisions does not grow it."""
         used = len(self.storages)
-        if self._capacity < used:
-            self._grow(max(used, 2 * self._capacity, 16))
         if len(self.frontier) < used:
             self.frontier.extend(b"\x01" * (used - len(self.frontier)))
         for row in self.pending:  # renumbered: re-read them instead
@@ -462,14 +463,16 @@ class CandidateTable:
             renumber[index] = np.arange(n)
             locked = renumber[self._locked]
             self._locked = locked[locked > 0].tolist()  # 0: removed since
+        inside = int(np.searchsorted(index, self._capacity))  # index is increasing
+        moved = index[:inside]
         columns = ("cost", "unit", "nbytes", "size", "last_access", "term", "ratio", "active")
         columns += ("blocked",)
         for name in columns:
             column = getattr(self, name)
-            column[:n] = column[index]
+            column[:inside] = column[moved]
         for pairs in (self.edges, self.labels, self.keys):
-            pairs[:, :n] = pairs[:, index]
-            pairs[:, n:used] = 0
+            pairs[:, :inside] = pairs[:, moved]
+            pairs[:, inside:used] = 0
 
     def watch(self, mode: str, epoch: int = 0) -> None:
         """Serve cost term ``mode`` from now on: every candidate's row is flagged (as of

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from .candidates import LAZY_SLACK
 from .runtime import BudgetError, ThrashError
 from .storage import Cell, Storage
 
@@ -65,8 +66,7 @@ class Lifetime:
                 return
             runtime = self.runtimes[-1]
             if (
-                not self.listing  # no budget, no table, nothing tracked or watched
-                and runtime.dealloc == "eager"
+                runtime.dealloc == "eager"
                 and storage.buffer is not None
                 and storage.op is not None
                 and not storage.pinned
@@ -75,12 +75,23 @@ class Lifetime:
                 and self.tracking is None
                 and not self._dead_remats
                 and not self._kept_dead
+                and (not self.listing or self._plain_death(storage))
             ):
-                # the common case, a temporary dying between ops without a budget: what
-                # _apply_policy would do, evict(storage, reason="dead"), inlined. Dropping
-                # the buffer runs no Python code, so nothing needs ``_busy``.
+                # the common case, a temporary dying between ops with no orphans to rebuild:
+                # what _apply_policy would do, evict(storage, reason="dead"), inlined with the
+                # table's pop. Dropping the buffer runs no Python code, so nothing needs
+                # ``_busy``.
                 storage.buffer = None
                 self.memory -= storage.nbytes
+                row = storage.row
+                if row:
+                    table = self.candidates
+                    table.storages[row] = None
+                    table.dirty[row] = 1
+                    storage.row = 0
+                    table.count -= 1
+                    if len(table.storages) > 2 * table.count + LAZY_SLACK:
+                        table.compact()
                 stats = runtime.stats_
                 stats.evictions += 1
                 stats.dead_evictions += 1
@@ -94,6 +105,19 @@ class Lifetime:
                     self._free_dead_remats()
             finally:
                 self._busy = False
+
+    def _plain_death(self, storage: Storage) -> bool:
+        """Under a table: whether evicting dead ``storage`` needs nothing but the table's pop
+        (no neighbourhood term watched, no evicted child that could be an orphan)."""
+        if self.candidates.watching:
+            return False
+        children = storage.children
+        if not children:
+            return True
+        if type(children) is list:
+            return not has_evicted_child(storage)
+        child = children()
+        return child is None or child.buffer is not None
 
     def _on_dead(self, storage: Storage) -> None:
         """The last external reference died: apply the deallocation policy, now or, while
