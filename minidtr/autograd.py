@@ -423,7 +423,8 @@ def _as_constant(g: Tensor) -> Tensor:
 
         with no_grad(), as_constants():
             return ops.copy(g)
-    g.cell.storage.allocator.make_constant(g.cell.storage)
+    storage = g.cell  # not a view: its own storage
+    storage.allocator.make_constant(storage)
     return g
 
 

@@ -188,15 +188,15 @@ class Tensor:
         """
         if self.grad_fn is not None:
             raise RuntimeError("assign() is for leaf tensors (parameters, buffers)")
-        if value.shape != self.shape or value.dtype != self.dtype:
+        old, new = self.cell, value.cell
+        if new.shape != old.shape or new.dtype != old.dtype:
             raise ValueError(
-                f"assign: value has shape {value.shape} {value.dtype}, the tensor "
-                f"{self.shape} {self.dtype}"
+                f"assign: value has shape {new.shape} {new.dtype}, the tensor "
+                f"{old.shape} {old.dtype}"
             )
-        old = self.cell
-        self.cell = value.cell
-        value.cell.storage.allocator.add_ref(value.cell)
-        old.storage.allocator.release(old)
+        self.cell = new
+        (new.storage if new.is_view else new).allocator.add_ref(new)
+        (old.storage if old.is_view else old).allocator.release(old)
 
     def __repr__(self) -> str:
         if not self.is_resident:

@@ -300,35 +300,44 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         running statistics), so no chain of recipes grows from step to step.
 
         This is the hot path of every op, in two parts. Most ops take the fast path
-        (``_compute_resident``): one output that is not a view, every input resident,
-        room without evicting. The others take ``_compute_general``, which
-        rematerializes evicted inputs, evicts to make room, and makes views, several
-        outputs and constants.
+        (``_compute_resident``): not a view, every input resident, room without
+        evicting. The others take ``_compute_general``, which rematerializes evicted
+        inputs, evicts to make room, and makes views.
         """
         if self.interrupt_requested:
             raise KeyboardInterrupt
         if not self._busy:
             if self.pending_error is not None:
                 self.raise_pending()
-            if not constant and len(metas) == 1 and not op.is_view:
-                storage = self._compute_resident(op, inputs, metas, device)
-                if storage is not None:
-                    return [storage]
+            if not op.is_view:
+                outputs = self._compute_resident(op, inputs, metas, device, constant)
+                if outputs is not None:
+                    return outputs
         return self._compute_general(op, inputs, metas, device, constant)
 
     def _compute_resident(
-        self, op: Any, inputs: tuple[Cell, ...], metas: Sequence[tuple], device: str | None
-    ) -> Storage | None:
-        """``compute``'s fast path: an op with one output that is not a view, whose inputs
-        are all resident and whose output fits the budget without evicting, while nothing
-        watches (no observer, no event log) and the cost is the measured time. Nothing can
-        evict an input meanwhile, so locking them is a count each: no rematerialization
-        frame, no search, no event. Returns None, having changed nothing, when the op is
-        not such a case."""
-        shape, dtype = metas[0]
-        nbytes = dtype.itemsize
-        for d in shape:
-            nbytes *= d
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        metas: Sequence[tuple],
+        device: str | None,
+        constant: bool,
+    ) -> list[Storage] | None:
+        """``compute``'s fast path: an op that is not a view, whose inputs are all
+        resident and whose outputs fit the budget without evicting, while nothing watches
+        (no observer, no event log) and the cost is the measured time. Nothing can evict
+        an input meanwhile, so locking them is a count each: no rematerialization frame,
+        no search, no event. Returns None, having changed nothing, when the op is not
+        such a case."""
+        if len(metas) == 1:
+            shape, dtype = metas[0]
+            nbytes = dtype.itemsize
+            for d in shape:
+                nbytes *= d
+            sizes = None
+        else:
+            sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
+            nbytes = sum(sizes)
         budget = self.budget
         runtime = self.runtimes[-1]
         if (
@@ -365,9 +374,16 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             self.clock += cost
             stats.ops += 1
             stats.compute_cost += cost
-            output = self._new_evictable(
-                op, inputs, parents, device, 0, result, metas[0], nbytes, cost
-            )
+            if sizes is None and not constant:
+                outputs = [
+                    self._new_evictable(
+                        op, inputs, parents, device, 0, result, metas[0], nbytes, cost
+                    )
+                ]
+            else:
+                outputs = self._new_outputs(
+                    op, inputs, parents, device, result, metas, sizes or [nbytes], cost, constant
+                )
         finally:
             for storage in parents:
                 storage.locks -= 1
@@ -377,7 +393,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
                 self._done((), False)  # deaths during the op, dead storages kept meanwhile
             else:
                 self._busy = False
-        return output
+        return outputs
 
     def _compute_general(
         self,
@@ -443,7 +459,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         """Make room for an op's outputs, run it and record each output as a new storage,
         which is also the output's cell: a constant, its own recipe (one output) or one
         of the outputs that share a ``Recipe``."""
-        sizes = [meta_nbytes(shape, dtype) for shape, dtype in metas]
+        sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]  # meta_nbytes
         total = sum(sizes)
         self._reserve(total, op.name)
         try:
@@ -451,12 +467,29 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         except BaseException:
             self.memory -= total
             raise
+        return self._new_outputs(op, inputs, parents, device, results, metas, sizes, cost, constant)
+
+    def _new_outputs(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        parents: tuple[Storage, ...],
+        device: str | None,
+        results: Any,
+        metas: Sequence[tuple],
+        sizes: list[int],
+        cost: float,
+        constant: bool,
+    ) -> list[Storage]:
+        """Record the outputs of an op that just ran (what its ``forward`` returned) as
+        new storages, which are also the outputs' cells: a constant, its own recipe (one
+        output) or one of the outputs that share a ``Recipe``."""
         if op.n_outputs == 1:
             results = (results,)
         recipe: Storage | Recipe
         if len(metas) == 1 and not constant:
             output = self._new_evictable(
-                op, inputs, parents, device, 0, results[0], metas[0], total, cost
+                op, inputs, parents, device, 0, results[0], metas[0], sizes[0], cost
             )
             cells, recipe = [output], output  # its own recipe
         else:

@@ -64,6 +64,13 @@ class Lifetime:
             if self._busy or self._dying or self._released:
                 self._on_dead(storage)
                 return
+            if (
+                storage.op is None
+                and not storage.locks
+                and not self._dead_remats
+                and not self._kept_dead
+            ):
+                return  # a constant: no policy frees it; it goes with its metadata (forget)
             runtime = self.runtimes[-1]
             if (
                 runtime.dealloc == "eager"
@@ -270,18 +277,25 @@ class Lifetime:
             if observer is not None:
                 observer.on_make_constant_if_resident(storage)
             return
+        if storage.buffer is not None:  # nothing to rematerialize, nothing that could evict
+            self._drop_to_constant(storage, if_resident)
+            return
         with self.holding(storage):
-            storage.drop_recipe()
-            self.candidates.pop(storage, None)
-            if storage.pinned:
-                storage.pinned = False
-                self.pinned_bytes -= storage.nbytes
-            self.constant_bytes += storage.nbytes
-            if observer is not None:
-                if if_resident:
-                    observer.on_make_constant_if_resident(storage)
-                else:
-                    observer.on_make_constant(storage)
+            self._drop_to_constant(storage, if_resident)
+
+    def _drop_to_constant(self, storage: Storage, if_resident: bool) -> None:
+        storage.drop_recipe()
+        self.candidates.pop(storage, None)
+        if storage.pinned:
+            storage.pinned = False
+            self.pinned_bytes -= storage.nbytes
+        self.constant_bytes += storage.nbytes
+        observer = self.observer
+        if observer is not None:
+            if if_resident:
+                observer.on_make_constant_if_resident(storage)
+            else:
+                observer.on_make_constant(storage)
 
     def unpin(self, storage: Storage) -> None:
         if not storage.pinned:
@@ -303,7 +317,7 @@ class Lifetime:
                 self.constant_bytes -= storage.nbytes
             elif storage.pinned:
                 self.pinned_bytes -= storage.nbytes
-            if self.runtimes and self.runtime.events is not None:
+            if self.runtimes and self.runtimes[-1].events is not None:
                 self._record("free", storage)
         elif self._scoring:
             # a garbage-collector pass inside a score: the cached closures being read may

@@ -90,7 +90,7 @@ def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
         return cells if a is cells[0] and b is cells[1] else (a, b)
     parents: list[Storage] = []
     for cell in cells:
-        storage = cell.storage
+        storage = cell.storage if cell.is_view else cell
         for seen in parents:
             if seen is storage:
                 break
