@@ -139,6 +139,7 @@ class CandidateTable:
         "keys_at",
         "listed_at",
         "relisted",
+        "orphans_possible",
     )
 
     def __init__(self):
@@ -175,13 +176,18 @@ class CandidateTable:
             weakref.WeakKeyDictionary()
         )
         self.relisted = 0
+        # set for good by the first eviction of a referenced storage (``Eviction.evict``):
+        # until then no death can leave an orphan, so deaths skip that test (lifetime.py).
+        # Kept here, since the table lives as long as its allocator, whose instance dict
+        # is full (see ``Allocator.listing``)
+        self.orphans_possible = False
         self._bind()
 
     def clear(self) -> None:
         """Empty, as new (the storages' ``row`` must be reset first), keeping ``listed_at``."""
-        listed_at, relisted = self.listed_at, self.relisted
+        kept = self.listed_at, self.relisted, self.orphans_possible
         self.__init__()
-        self.listed_at, self.relisted = listed_at, relisted
+        self.listed_at, self.relisted, self.orphans_possible = kept
 
     def note_listed(self, storage: Storage, next_id: int) -> None:
         """``storage`` became a candidate while no table is kept: where a kept table would

@@ -587,6 +587,8 @@ class Eviction:
         table = self.candidates
         if self.listing:
             table.pop(storage)
+        if reason != "dead":
+            table.orphans_possible = True
         if table.watching == "eq" and self.tracking == "eq":
             table.border_evicted(storage, self.eq_classes.mirror.index_of(storage.component))
         elif table.watching:

@@ -82,7 +82,11 @@ class Lifetime:
                 and self.tracking is None
                 and not self._dead_remats
                 and not self._kept_dead
-                and (not self.listing or self._plain_death(storage))
+                and (
+                    not self.listing
+                    or not (self.candidates.orphans_possible or self.candidates.watching)
+                    or self._plain_death(storage)
+                )
             ):
                 # the common case, a temporary dying between ops with no orphans to rebuild:
                 # what _apply_policy would do, evict(storage, reason="dead"), inlined with the
