@@ -1,6 +1,7 @@
 """Where a training step's CPU time goes, by phase: kernels, op bookkeeping, the rest.
 
     python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8] [--by-op]
+                                      [--batch N]
 
 Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
 forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
@@ -8,7 +9,10 @@ kernels (every ``Op.forward``), in the rest of ``apply`` (checking the inputs,
 the allocator's recipe, storage and cell, the Tensor handles, the autograd node)
 and outside any op (module code, the autograd engine's own loop, releasing
 tensors). Then the ops per step by name; with ``--by-op``, each op's kernel time and
-bookkeeping (its ``apply`` minus its kernel) per call. CPU time of this thread rather
+bookkeeping (its ``apply`` minus its kernel) per call. ``--batch 2`` makes the kernels
+tiny: the bookkeeping then runs with warm caches, as in a chain of tiny ops, where at the
+preset's batch each op's bookkeeping starts after a kernel has streamed megabytes
+through the caches. CPU time of this thread rather
 than wall time, so that other processes on a shared machine do not count; the timers
 add a few microseconds per op.
 """
@@ -83,8 +87,15 @@ def main() -> None:
     p.add_argument("--size", default="small")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--by-op", action="store_true", help="kernel and bookkeeping per op name")
+    p.add_argument(
+        "--batch", type=int, help="batch size instead of the preset's (tiny: bookkeeping alone)"
+    )
     args = p.parse_args()
     task = make_task(args.model, args.size, 0)
+    if args.batch is not None:
+        if not 1 <= args.batch <= task.n_train:
+            p.error(f"--batch must be between 1 and {task.n_train}, got {args.batch}")
+        task.batch_size = args.batch
     optimizer = task.make_optimizer(task.model.parameters())
     rng = np.random.default_rng(0)
     spent: Counter = Counter()

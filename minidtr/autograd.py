@@ -242,90 +242,48 @@ def _gradients(
         slots[root.cell.index] = grad.detach()
     leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
     ready: list = []  # a heap of (-seq, node): the latest node first (seqs are unique)
-    check = allocator_module.CHECK_OPS
+    state = (waiting, pending, leaf_uses, leaf_grads, finish, retain_graph)  # for _skip
     with no_grad():
         while True:
-            if node.freed:
-                raise RuntimeError(
-                    f"{caller}: the graph through {node.op.name} was already used and freed; "
-                    "pass retain_graph=True to the first backward to run it twice"
-                )
-            op = node.op
             incoming = pending.pop(node)
-            result = op.backward(node, incoming if op.n_outputs == 1 else tuple(incoming))
-            edges = node.edges
-            if type(result) is tuple:
-                if len(edges) != len(result):
-                    raise _count_error(result, edges, op, caller)
-                pairs: Iterable = zip(edges, result)  # noqa: B905 (the lengths are checked)
-            elif len(edges) == 1:
-                pairs = ((edges[0], result),)
-            else:
-                raise _count_error((result,), edges, op, caller)
-            if check:
-                check_gradients(node, result if type(result) is tuple else (result,))
+            pairs = _run_node(node, incoming, caller)
             if not retain_graph:
                 node.inputs = node.outputs = ()  # what the node saved dies here
                 node.freed = True
             following = None  # the one node made ready by this one, while the heap is empty
             for edge, g in pairs:
                 kind = type(edge)
-                if kind is Node or kind is tuple:
-                    if g is None:  # rare: this input got no gradient from this node
-                        target = edge if kind is Node else edge[0]
-                        left = waiting[target] = waiting[target] - 1
-                        if left == 0:
-                            if following is not None:
-                                heapq.heappush(ready, (-following.seq, following))
-                                following = None
-                            if target in pending:
-                                heapq.heappush(ready, (-target.seq, target))
-                            else:  # no consumer sent it a gradient: it does not run
-                                state = (waiting, pending, leaf_uses, leaf_grads, finish)
-                                for reached in _skip(target, *state, retain_graph):
-                                    heapq.heappush(ready, (-reached.seq, reached))
-                        continue
-                    if kind is Node:
-                        target = edge
-                        if target in pending:  # a second consumer's gradient: sum them
-                            pending[target] = ops.add(pending[target], g)
-                        else:
-                            pending[target] = g
+                if kind is Node and g is not None:  # the common case, spelled out
+                    target = edge
+                    if target in pending:  # a second consumer's gradient: sum them
+                        pending[target] = ops.add(pending[target], g)
                     else:
-                        target, index = edge
-                        slots = pending.get(target)
-                        if slots is None:
-                            slots = pending[target] = [None] * target.op.n_outputs
-                        slots[index] = g if slots[index] is None else ops.add(slots[index], g)
-                        slots = None  # held by pending only: it dies with the target's run
-                    left = waiting[target] - 1
-                    waiting[target] = left
-                    if left == 0:
-                        if following is None and not ready:
-                            following = target
-                        else:
-                            if following is not None:
-                                heapq.heappush(ready, (-following.seq, following))
-                                following = None
-                            heapq.heappush(ready, (-target.seq, target))
-                elif edge is not None:  # a leaf
-                    key = id(edge)
-                    left = leaf_uses[key] - 1
-                    leaf_uses[key] = left
-                    if g is not None:
-                        if key in leaf_grads:
-                            g = ops.add(leaf_grads[key][1], g)
-                        if finish is not None and left == 0:
-                            g = finish(g)
-                        leaf_grads[key] = (edge, g)
-                    elif left == 0 and finish is not None and key in leaf_grads:
-                        leaf_grads[key] = (edge, finish(leaf_grads[key][1]))
+                        pending[target] = g
+                elif kind is Node or kind is tuple:
+                    target = _send_to_output(edge, g, pending)
+                    if target is None:  # no gradient for this input
+                        following = _no_gradient(edge, following, ready, state)
+                        continue
+                elif edge is not None:
+                    _send_to_leaf(edge, g, leaf_uses, leaf_grads, finish)
+                    continue
+                else:
+                    continue
+                left = waiting[target] - 1
+                waiting[target] = left
+                if left == 0:
+                    if following is None and not ready:
+                        following = target
+                    else:
+                        if following is not None:
+                            heapq.heappush(ready, (-following.seq, following))
+                            following = None
+                        heapq.heappush(ready, (-target.seq, target))
             # the gradients this node returned and did not pass on die here (the last
             # first), then the incoming one: the order of the releases in a recorded trace.
             # Those passed on are held by pending, the last one also by g until the next
             # node's loop.
-            pairs = result = None
-            incoming = None
+            pairs = incoming = None
             if following is not None:
                 node = following
             elif ready:
@@ -333,6 +291,89 @@ def _gradients(
             else:
                 break
     return leaf_grads
+
+
+def _run_node(node: Node, incoming: Tensor | list, caller: str) -> Iterable:
+    """Run ``node``'s backward on the gradient of its output (a list of one per output
+    for several); returns its gradients paired with its edges, checked."""
+    op = node.op
+    if node.freed:
+        raise _freed_error(node, caller)
+    result = op.backward(node, incoming if op.n_outputs == 1 else tuple(incoming))
+    edges = node.edges
+    if type(result) is tuple:
+        if len(edges) != len(result):
+            raise _count_error(result, edges, op, caller)
+        pairs: Iterable = zip(edges, result)  # noqa: B905 (the lengths are checked)
+    elif len(edges) == 1:
+        pairs = ((edges[0], result),)
+    else:
+        raise _count_error((result,), edges, op, caller)
+    if allocator_module.CHECK_OPS:
+        check_gradients(node, result if type(result) is tuple else (result,))
+    return pairs
+
+
+def _send_to_output(edge: Node | tuple, g: Tensor | None, pending: dict) -> Node | None:
+    """Hand ``g`` to ``edge``: one output (of index ``edge[1]``) of a node with several, or
+    a node, when ``g`` is None (then nothing is handed, and None returned). Returns the
+    node that received it."""
+    if g is None:
+        return None
+    target, index = edge
+    slots = pending.get(target)
+    if slots is None:
+        slots = pending[target] = [None] * target.op.n_outputs
+    slots[index] = g if slots[index] is None else ops.add(slots[index], g)
+    return target
+
+
+def _no_gradient(edge: Node | tuple, following: Node | None, ready: list, state: tuple):
+    """A consumer ran and sent no gradient (None) to ``edge``'s node: it counts as run all
+    the same, and when it was the last, the node becomes ready, or is skipped when no
+    consumer sent it anything (``_skip``). Returns ``following`` (see ``_gradients``),
+    pushed to the heap when another node becomes ready."""
+    waiting, pending = state[0], state[1]
+    target = edge if type(edge) is Node else edge[0]
+    left = waiting[target] = waiting[target] - 1
+    if left:
+        return following
+    if following is not None:
+        heapq.heappush(ready, (-following.seq, following))
+    if target in pending:
+        heapq.heappush(ready, (-target.seq, target))
+    else:  # no consumer sent it a gradient: it does not run
+        for reached in _skip(target, *state):
+            heapq.heappush(ready, (-reached.seq, reached))
+    return None
+
+
+def _send_to_leaf(
+    leaf: Tensor,
+    g: Tensor | None,
+    leaf_uses: dict[int, int],
+    leaf_grads: dict[int, tuple[Tensor, Tensor]],
+    finish: Callable[[Tensor], Tensor] | None,
+) -> None:
+    """Add ``g`` to a leaf's gradient; after the leaf's last use, ``finish`` it."""
+    key = id(leaf)
+    left = leaf_uses[key] - 1
+    leaf_uses[key] = left
+    if g is not None:
+        if key in leaf_grads:
+            g = ops.add(leaf_grads[key][1], g)
+        if finish is not None and left == 0:
+            g = finish(g)
+        leaf_grads[key] = (leaf, g)
+    elif left == 0 and finish is not None and key in leaf_grads:
+        leaf_grads[key] = (leaf, finish(leaf_grads[key][1]))
+
+
+def _freed_error(node: Node, caller: str) -> RuntimeError:
+    return RuntimeError(
+        f"{caller}: the graph through {node.op.name} was already used and freed; "
+        "pass retain_graph=True to the first backward to run it twice"
+    )
 
 
 def _count_error(result: tuple, edges: tuple, op: Op, caller: str) -> ValueError:

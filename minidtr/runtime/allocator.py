@@ -331,25 +331,21 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         such a case."""
         if len(metas) == 1:
             shape, dtype = metas[0]
-            nbytes = dtype.itemsize
+            nbytes, sizes = dtype.itemsize, None
             for d in shape:
                 nbytes *= d
-            sizes = None
         else:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             nbytes = sum(sizes)
-        budget = self.budget
         runtime = self.runtimes[-1]
         if (
-            (budget is not None and self.memory + nbytes > budget)
+            (self.budget is not None and self.memory + nbytes > self.budget)
             or self.observer is not None
             or runtime.events is not None
             or runtime.cost != "time"
             or device != self.device
+            or (parents := resident_storages(inputs)) is None
         ):
-            return None
-        parents = resident_storages(inputs)
-        if parents is None:
             return None
         self._busy = True
         clock = self.clock
@@ -384,7 +380,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
                 outputs = self._new_outputs(
                     op, inputs, parents, device, result, metas, sizes or [nbytes], cost, constant
                 )
-        finally:
+        finally:  # _done(parents, False), inlined
             for storage in parents:
                 storage.locks -= 1
                 if storage.evict_on_unlock and storage.locks == 0:

@@ -60,28 +60,21 @@ class Lifetime:
                 self.observer.on_release(cell)
         storage = cell.storage if cell.is_view else cell
         storage.external_refs -= 1
-        if storage.external_refs == 0:
-            if self._busy or self._dying or self._released:
-                self._on_dead(storage)
-                return
-            if (
-                storage.op is None
-                and not storage.locks
-                and not self._dead_remats
-                and not self._kept_dead
-            ):
+        if storage.external_refs:
+            return
+        if self._busy or self._dying or self._released:
+            self._on_dead(storage)
+            return
+        if not storage.locks and not self._dead_remats and not self._kept_dead:
+            if storage.op is None:
                 return  # a constant: no policy frees it; it goes with its metadata (forget)
             runtime = self.runtimes[-1]
             if (
                 runtime.dealloc == "eager"
                 and storage.buffer is not None
-                and storage.op is not None
                 and not storage.pinned
-                and not storage.locks
                 and runtime.events is None
                 and self.tracking is None
-                and not self._dead_remats
-                and not self._kept_dead
                 and (
                     not self.listing
                     or not (self.candidates.orphans_possible or self.candidates.watching)
@@ -107,15 +100,15 @@ class Lifetime:
                 stats.evictions += 1
                 stats.dead_evictions += 1
                 return
-            self._busy = True
-            try:
-                self._apply_policy(storage)
-                if self._dying or self._released:
-                    self._drain_dying()
-                elif self._dead_remats or self._kept_dead:
-                    self._free_dead_remats()
-            finally:
-                self._busy = False
+        self._busy = True
+        try:
+            self._apply_policy(storage)
+            if self._dying or self._released:
+                self._drain_dying()
+            elif self._dead_remats or self._kept_dead:
+                self._free_dead_remats()
+        finally:
+            self._busy = False
 
     def _plain_death(self, storage: Storage) -> bool:
         """Under a table: whether evicting dead ``storage`` needs nothing but the table's pop
