@@ -326,9 +326,9 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         """``compute``'s fast path: an op that is not a view, whose inputs are all
         resident and whose outputs fit the budget without evicting, while nothing watches
         (no observer, no event log) and the cost is the measured time. Nothing can evict
-        an input meanwhile, so locking them is a count each: no rematerialization frame,
-        no search, no event. Returns None, having changed nothing, when the op is not
-        such a case."""
+        an input meanwhile (no room is made, and deaths wait while the allocator is busy),
+        so they are not even locked: no rematerialization frame, no search, no event.
+        Returns None, having changed nothing, when the op is not such a case."""
         if len(metas) == 1:
             shape, dtype = metas[0]
             nbytes, sizes = dtype.itemsize, None
@@ -351,7 +351,6 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         clock = self.clock
         dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
         for storage in parents:
-            storage.locks += 1
             storage.last_access = clock  # an access counts from when it is requested
             dirty[storage.row] = 1
         try:
@@ -380,11 +379,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
                 outputs = self._new_outputs(
                     op, inputs, parents, device, result, metas, sizes or [nbytes], cost, constant
                 )
-        finally:  # _done(parents, False), inlined
-            for storage in parents:
-                storage.locks -= 1
-                if storage.evict_on_unlock and storage.locks == 0:
-                    self._unlocked_dead(storage)
+        finally:
             if self._dying or self._released or self._kept_dead:
                 self._done((), False)  # deaths during the op, dead storages kept meanwhile
             else:
