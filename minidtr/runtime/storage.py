@@ -88,15 +88,9 @@ def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
         if a is b:
             return (a,)
         return cells if a is cells[0] and b is cells[1] else (a, b)
-    parents: list[Storage] = []
-    for cell in cells:
-        storage = cell.storage if cell.is_view else cell
-        for seen in parents:
-            if seen is storage:
-                break
-        else:
-            parents.append(storage)
-    return tuple(parents)
+    storages = [cell.storage if cell.is_view else cell for cell in cells]
+    distinct = dict.fromkeys(storages)  # by identity: a Storage hashes by id
+    return tuple(distinct) if len(distinct) < len(storages) else tuple(storages)
 
 
 def resident_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...] | None:
