@@ -1,7 +1,7 @@
 """Where a training step's CPU time goes, by phase: kernels, op bookkeeping, the rest.
 
     python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8] [--by-op]
-                                      [--batch N]
+                                      [--batch N] [--instructions]
 
 Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
 forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
@@ -9,18 +9,27 @@ kernels (every ``Op.forward``), in the rest of ``apply`` (checking the inputs,
 the allocator's recipe, storage and cell, the Tensor handles, the autograd node)
 and outside any op (module code, the autograd engine's own loop, releasing
 tensors). Then the ops per step by name; with ``--by-op``, each op's kernel time and
-bookkeeping (its ``apply`` minus its kernel) per call. ``--batch 2`` makes the kernels
-tiny: the bookkeeping then runs with warm caches, as in a chain of tiny ops, where at the
-preset's batch each op's bookkeeping starts after a kernel has streamed megabytes
-through the caches. CPU time of this thread rather
+bookkeeping (its ``apply`` minus its kernel) per call. CPU time of this thread rather
 than wall time, so that other processes on a shared machine do not count; the timers
 add a few microseconds per op.
+
+``--batch 2`` makes the kernels tiny: the bookkeeping then runs with warm caches, as in
+a chain of tiny ops, where at the preset's batch each op's bookkeeping starts after a
+kernel has streamed megabytes through the caches. ``--instructions`` counts instead,
+with callgrind, the instructions of one step (after two): load-independent, and with
+``--batch 2`` mostly bookkeeping (the kernels included; the figure to compare two
+versions by).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
@@ -33,6 +42,7 @@ import numpy as np
 from minidtr.models.tasks import make_task
 from minidtr.ops import op as op_module
 from minidtr.runtime.allocator import Allocator
+from minidtr.training import train_step
 
 PHASES = ("batch", "forward", "backward", "step", "zero_grad")
 
@@ -81,6 +91,38 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
     return undo
 
 
+def count_instructions(model: str, size: str, batch: int | None) -> None:
+    """Run this script under callgrind, counting one step's instructions (``one_step``)."""
+    if shutil.which("valgrind") is None:
+        sys.exit("step_profile: --instructions needs valgrind")
+    options = ["--model", model, "--size", size]
+    if batch is not None:
+        options += ["--batch", str(batch)]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "cg.out"
+        command = ["valgrind", "--tool=callgrind", "--collect-atstart=no"]
+        command += ["--toggle-collect=functools_reduce", f"--callgrind-out-file={out}"]
+        command += [sys.executable, __file__, "--inside", *options]
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"step_profile: the counted run failed:\n{done.stderr[-2000:]}")
+        lines = out.read_text().splitlines()
+        total = next(int(line.split()[1]) for line in lines if line.startswith("summary:"))
+    print(f"{model} ({size}, {done.stdout.strip()}): {total:,} instructions in one step")
+
+
+def one_step(task) -> None:
+    """Two steps, then one inside ``functools.reduce`` (what callgrind counts)."""
+    optimizer = task.make_optimizer(task.model.parameters())
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        train_step(task, optimizer, rng.choice(task.n_train, task.batch_size, replace=False))
+    indices = rng.choice(task.n_train, task.batch_size, replace=False)
+    functools.reduce(lambda _, f: f(), [lambda: train_step(task, optimizer, indices)], None)
+    print(f"batch {task.batch_size}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet")
@@ -90,12 +132,20 @@ def main() -> None:
     p.add_argument(
         "--batch", type=int, help="batch size instead of the preset's (tiny: bookkeeping alone)"
     )
+    p.add_argument("--instructions", action="store_true", help="one step's instructions")
+    p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.instructions:
+        count_instructions(args.model, args.size, args.batch)
+        return
     task = make_task(args.model, args.size, 0)
     if args.batch is not None:
         if not 1 <= args.batch <= task.n_train:
             p.error(f"--batch must be between 1 and {task.n_train}, got {args.batch}")
         task.batch_size = args.batch
+    if args.inside:
+        one_step(task)
+        return
     optimizer = task.make_optimizer(task.model.parameters())
     rng = np.random.default_rng(0)
     spent: Counter = Counter()
