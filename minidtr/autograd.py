@@ -20,7 +20,7 @@ import contextlib
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import ops
 from .runtime import allocator as allocator_module
@@ -246,7 +246,7 @@ def _gradients(
     with no_grad():
         while True:
             incoming = pending.pop(node)
-            pairs = _run_node(node, incoming, caller)
+            pairs, result = _run_node(node, incoming, caller)
             if not retain_graph:
                 node.inputs = node.outputs = ()  # what the node saved dies here
                 node.freed = True
@@ -264,8 +264,8 @@ def _gradients(
                     if target is None:  # no gradient for this input
                         following = _no_gradient(edge, following, ready, state)
                         continue
-                elif edge is not None:
-                    _send_to_leaf(edge, g, leaf_uses, leaf_grads, finish)
+                elif edge is not None:  # g: the leaf's sum, so that what it replaced dies now
+                    g = _send_to_leaf(edge, g, leaf_uses, leaf_grads, finish)
                     continue
                 else:
                     continue
@@ -283,7 +283,8 @@ def _gradients(
             # first), then the incoming one: the order of the releases in a recorded trace.
             # Those passed on are held by pending, the last one also by g until the next
             # node's loop.
-            pairs = incoming = None
+            pairs = result = None  # noqa: F841 (it releases them, in this order)
+            incoming = None
             if following is not None:
                 node = following
             elif ready:
@@ -293,9 +294,11 @@ def _gradients(
     return leaf_grads
 
 
-def _run_node(node: Node, incoming: Tensor | list, caller: str) -> Iterable:
+def _run_node(node: Node, incoming: Tensor | list, caller: str) -> tuple[Iterable, Any]:
     """Run ``node``'s backward on the gradient of its output (a list of one per output
-    for several); returns its gradients paired with its edges, checked."""
+    for several); returns its gradients paired with its edges, checked, and what the
+    backward returned (which the caller holds until the node is done: the order of the
+    releases)."""
     op = node.op
     if node.freed:
         raise _freed_error(node, caller)
@@ -311,7 +314,7 @@ def _run_node(node: Node, incoming: Tensor | list, caller: str) -> Iterable:
         raise _count_error((result,), edges, op, caller)
     if allocator_module.CHECK_OPS:
         check_gradients(node, result if type(result) is tuple else (result,))
-    return pairs
+    return pairs, result
 
 
 def _send_to_output(edge: Node | tuple, g: Tensor | None, pending: dict) -> Node | None:
@@ -354,8 +357,9 @@ def _send_to_leaf(
     leaf_uses: dict[int, int],
     leaf_grads: dict[int, tuple[Tensor, Tensor]],
     finish: Callable[[Tensor], Tensor] | None,
-) -> None:
-    """Add ``g`` to a leaf's gradient; after the leaf's last use, ``finish`` it."""
+) -> Tensor | None:
+    """Add ``g`` to a leaf's gradient; after the leaf's last use, ``finish`` it. Returns
+    the leaf's gradient as it now stands (None when ``g`` was None)."""
     key = id(leaf)
     left = leaf_uses[key] - 1
     leaf_uses[key] = left
@@ -365,8 +369,10 @@ def _send_to_leaf(
         if finish is not None and left == 0:
             g = finish(g)
         leaf_grads[key] = (leaf, g)
-    elif left == 0 and finish is not None and key in leaf_grads:
+        return g
+    if left == 0 and finish is not None and key in leaf_grads:
         leaf_grads[key] = (leaf, finish(leaf_grads[key][1]))
+    return None
 
 
 def _freed_error(node: Node, caller: str) -> RuntimeError:

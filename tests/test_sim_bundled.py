@@ -56,6 +56,26 @@ def test_replays_at_a_few_ratios(traces, model):
         assert below.status in ("oom", "thrash")
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_bundled_traces_are_what_the_code_records(model, tmp_path):
+    """Every figure docs derive from the bundled traces assumes they are what minidtr
+    records now: a change to a model, an op or the order in which values are released
+    (the autograd engine's, say) must come with re-recorded traces (traces/README.md)."""
+    path = tmp_path / f"{model}.log.gz"
+    command = [sys.executable, "-m", "minidtr", "train", model, "--steps", "1"]
+    subprocess.run([*command, "--trace", str(path)], check=True, capture_output=True, cwd=ROOT)
+    recorded = gzip.decompress(path.read_bytes()).decode().splitlines()
+    bundled_path = sim.bundled_traces([model])[0]
+    bundled = gzip.decompress(bundled_path.read_bytes()).decode().splitlines()
+    if recorded == bundled:
+        return
+    pairs = enumerate(zip(recorded, bundled, strict=False))
+    first = next((i for i, (a, b) in pairs if a != b), min(len(recorded), len(bundled)))
+    lines = [(r[first] if first < len(r) else "the end") for r in (recorded, bundled)]
+    where = f"at line {first + 1}: {lines[0]!r} against {lines[1]!r}"
+    pytest.fail(f"{model}: the recorded trace differs from the bundled one {where}")
+
+
 def test_resnet_trace_separates_dtr_from_lru(traces):
     """docs/simulator.md's Figure 2 on the ResNet-32 trace: at half the peak h_DTR runs at a
     modest slowdown, h_LRU thrashes."""
