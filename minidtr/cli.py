@@ -50,6 +50,7 @@ from .runtime.runtime import WALL_GUARD_AFTER
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, the status of a tool its reader stopped
 
 DEMO_MODEL = "resnet"
 # The paper's headline budget. The small ResNet-32 is in the paper's memory regime
@@ -826,11 +827,24 @@ def run_sim(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; returns its exit status (usage errors raise ``SystemExit(2)``, as
-    argparse does, after a one-line message)."""
+    argparse does, after a one-line message). A reader that stops reading the output
+    (``minidtr explain ev.jsonl | head``) ends the command quietly."""
+    try:
+        status = run_command(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # here, not at the interpreter's exit, where an error is only shown
+        return status
+    except BrokenPipeError:
+        # what is left to print goes nowhere, not into an error at the interpreter's exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def run_command(argv: list[str]) -> int:
     from ._startup import release_import_guard
 
     release_import_guard()  # the imports are done: interrupts are this function's now
-    argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sim":
         return run_sim(argv[1:])
     try:
@@ -855,6 +869,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"minidtr {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise
     except (ValueError, ImportError, OSError) as e:
         print(f"minidtr {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILED

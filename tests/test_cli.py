@@ -288,3 +288,20 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys):
         "--no-progress",
     )
     assert code == 2 and "CuPy" in err
+
+
+@pytest.mark.parametrize("command", [["models"], ["sim", "info", "--bundled"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(command):
+    """``minidtr models | head -1``: the closed pipe ends the command with the status of a
+    tool its reader stopped, and no error on stderr (small outputs are flushed at the end,
+    large ones while printing; both are covered)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "minidtr", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdout.close()  # the reader is gone before the first line
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    assert process.wait(timeout=120) == cli.EXIT_BROKEN_PIPE, stderr
+    assert stderr == ""
