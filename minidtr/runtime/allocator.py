@@ -408,7 +408,17 @@ class Allocator(Rematerialization, Eviction, Lifetime):
                 arrays.append(self._array(cell) if cell.is_view else cell.buffer)
             if op.is_view:
                 return self._new_views(Recipe(op, inputs, parents, device), arrays, metas)
-            return self._new_storages(op, inputs, parents, device, arrays, metas, constant)
+            sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]  # meta_nbytes
+            total = sum(sizes)
+            self._reserve(total, op.name)
+            try:
+                results, cost = self._run(op, inputs, device, arrays, metas)
+            except BaseException:
+                self.memory -= total
+                raise
+            return self._new_outputs(
+                op, inputs, parents, device, results, metas, sizes, cost, constant
+            )
         finally:
             self._accesses -= 1
             self._done(locked, was_busy)
@@ -436,29 +446,6 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells
-
-    def _new_storages(
-        self,
-        op: Any,
-        inputs: tuple[Cell, ...],
-        parents: tuple[Storage, ...],
-        device: str | None,
-        arrays: list,
-        metas: Sequence[tuple],
-        constant: bool,
-    ) -> list[Storage]:
-        """Make room for an op's outputs, run it and record each output as a new storage,
-        which is also the output's cell: a constant, its own recipe (one output) or one
-        of the outputs that share a ``Recipe``."""
-        sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]  # meta_nbytes
-        total = sum(sizes)
-        self._reserve(total, op.name)
-        try:
-            results, cost = self._run(op, inputs, device, arrays, metas)
-        except BaseException:
-            self.memory -= total
-            raise
-        return self._new_outputs(op, inputs, parents, device, results, metas, sizes, cost, constant)
 
     def _new_outputs(
         self,
