@@ -224,6 +224,29 @@ def test_a_dead_parent_rebuilds_orphans_made_before_the_budget():
             np.testing.assert_array_equal(b.numpy(), expected)
 
 
+def test_deaths_skip_the_orphan_test_only_until_a_referenced_value_is_evicted():
+    """Under a budget a dying temporary is evicted inline while no referenced storage has
+    ever been evicted (no death can leave an orphan then); the first such eviction, for any
+    reason but a death, turns the orphan test on for good, across budgets."""
+    rng = np.random.default_rng(10)
+    with isolated_allocator() as allocator:
+        table = allocator.candidates
+        with md.Runtime(budget=1 << 30):
+            x = randn(rng, 8, 8)
+            md.tanh(x)  # a temporary: it dies at once, evicted inline
+            b = md.exp(x)
+            c = md.tanh(b)
+            expected = c.numpy()
+            assert not table.orphans_possible and allocator.stats.dead_evictions == 1
+            allocator.evict(c.storage, reason="test")
+            assert table.orphans_possible
+        with md.Runtime(budget=1 << 30) as rt:
+            assert table.orphans_possible  # c is still evicted: the test stays on
+            del b  # c is an orphan of b: rebuilt before b goes
+            assert c.is_resident and rt.stats()["orphan_remats"] == 1
+            np.testing.assert_array_equal(c.numpy(), expected)
+
+
 # ---- garbage in reference cycles -------------------------------------------------------------
 
 
