@@ -34,8 +34,8 @@ def test_sqrt_n_chain_dtr_is_linear_and_lru_is_not():
     rows = sqrt_n_rows([25, 100], ["dtr", "lru"])
     small, large = rows
     assert small["budget"] == sqrt_budget(25) == 10 and large["budget"] == 20
-    assert 0.5 <= large["dtr"] <= 1.2  # DTR.md: 0.80 N at N = 100
-    assert large["lru"] > 2 * large["dtr"]  # DTR.md: 3.6 N for h_LRU at N = 100
+    assert 0.5 <= large["dtr"] <= 1.2  # the paper's prototype: 0.80 N at N = 100
+    assert large["lru"] > 2 * large["dtr"]  # the prototype: 3.6 N for h_LRU at N = 100
     assert large["lru"] / small["lru"] > 1.5  # extra ops / N grows with N
     assert 0.7 < large["chen"] < 1.0 and 0.7 < large["revolve"] < 1.0
     # with as many slots as Chen's schedule uses, revolve (optimal) does no worse
@@ -132,8 +132,9 @@ def test_shared_logs_sweep(shared_traces):
     by_key = {(r.trace, r.heuristic): r for r in results}
     for name in ("unet-6", "resnet32-56"):
         assert by_key[(name, "msps")].status == "ok"
-        assert 1.0 < by_key[(name, "msps")].slowdown < 1.2  # DTR.md: 1.13 and 1.11
-        assert by_key[(name, "lru")].status == "thrash"  # DTR.md: thrash for both
+        # the paper's Figure 2 data: 1.13 and 1.11, and thrash for h_LRU on both
+        assert 1.0 < by_key[(name, "msps")].slowdown < 1.2
+        assert by_key[(name, "lru")].status == "thrash"
     assert math.isclose(by_key[("resnet32-56", "dtr")].slowdown, 1.11, abs_tol=0.01)
 
 
@@ -146,7 +147,8 @@ def test_sqrt_n_chain_matches_the_paper():
 
 
 REFERENCE = {
-    # DTR.md's figures; h_DTR on ResNet-32 at 0.2 (1.37) is left out: minidtr thrashes there
+    # the paper's Figure 2 data (its prototype simulator); h_DTR on ResNet-32 at 0.2 (1.37)
+    # is left out: minidtr thrashes there
     "resnet32-56": {
         (0.5, "dtr"): 1.11,
         (0.5, "dtr_eq"): 1.11,

@@ -1,5 +1,6 @@
 """Theorem 3.1 on the live runtime: an N-layer chain trains in about 2*sqrt(N) tensors with
-O(N) extra ops under h_DTR (DTR.md: 0.80 N, 0.90 N at N = 100, 400), and h_LRU grows faster."""
+O(N) extra ops under h_DTR (the paper's prototype: 0.80 N, 0.90 N at N = 100, 400), and h_LRU
+grows faster."""
 
 import math
 
