@@ -232,6 +232,27 @@ def test_the_wall_clock_guard_sees_eviction_work(monkeypatch):
     assert 0 < s["overhead_time"] <= s["wall_time"] and calm.wall_slowdown() >= 1.0
 
 
+def test_the_wall_clock_guard_names_a_cheaper_heuristic_when_searching_is_the_cost(monkeypatch):
+    """h_DTR's exact e* over a long evicted chain makes decisions slow (heuristics.md); when
+    searching is most of the eviction work, the error says which heuristic costs less."""
+    from minidtr.testing.programs import tanh_chain, unit_cost
+
+    monkeypatch.setattr(allocator_module, "WALL_GUARD_AFTER", 0.0)
+    messages = {}
+    for heuristic in ("dtr", "dtr_eq"):
+        with isolated_allocator():
+            runtime = md.Runtime(
+                budget=10 * 8, heuristic=heuristic, cost=unit_cost, max_wall_slowdown=1.000001
+            )
+            with pytest.raises(md.ThrashError) as info, runtime:
+                tanh_chain(200)()
+        stats = runtime.stats()
+        messages[heuristic] = (str(info.value), 2 * stats["search_time"] > stats["overhead_time"])
+    text, searching = messages["dtr"]
+    assert ("heuristic='dtr_eq'" in text) == searching
+    assert "heuristic='dtr_eq'" not in messages["dtr_eq"][0]  # already the cheap one
+
+
 def test_a_thrash_error_leaves_the_allocator_consistent(fresh_allocator):
     peak = unbounded_peak()
     runtime = md.Runtime(budget=int(0.6 * peak), cost="flops", max_slowdown=1.0001)

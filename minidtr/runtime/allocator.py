@@ -720,15 +720,19 @@ class Allocator(Rematerialization, Eviction, Lifetime):
                 slowdown = runtime.wall_slowdown()
                 if slowdown > limit:
                     s = runtime.stats_
+                    detail = (
+                        f"{s.overhead_time:.1f} s of {wall:.1f} s: {s.search_time:.1f} s "
+                        f"searching {s.searches:,} times, {s.remats:,} remats"
+                    )
+                    if 2 * s.search_time > s.overhead_time and (
+                        getattr(runtime.heuristic, "cost", None) == "estar"
+                    ):
+                        detail += (
+                            "; mostly h_DTR's exact e*, which heuristic='dtr_eq' "
+                            "approximates at a fraction of the cost"
+                        )
                     raise ThrashError(
-                        "eviction",
-                        slowdown,
-                        limit,
-                        self.budget,
-                        wall=True,
-                        detail=f"{s.overhead_time:.1f} s of {wall:.1f} s: "
-                        f"{s.search_time:.1f} s searching {s.searches:,} times, "
-                        f"{s.remats:,} remats",
+                        "eviction", slowdown, limit, self.budget, wall=True, detail=detail
                     )
         self._overhead_since = time.perf_counter()
         return True
