@@ -35,8 +35,6 @@ when an access is done and when deaths are settled), it is freed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from .candidates import LAZY_SLACK
 from .runtime import BudgetError, ThrashError
 from .storage import Cell, Storage
@@ -350,23 +348,28 @@ class Lifetime:
 USEFUL_SEARCH = 256  # storages visited at most when looking below a dead storage
 
 
-def _evicted_below(storage: Storage) -> Iterator[Storage]:
-    """Referenced, recomputable storages that are evicted and reached from ``storage``
-    through its evicted children that nobody references (at most ``USEFUL_SEARCH``
-    visited): those whose rebuild would need ``storage``."""
+def useful_dead(storage: Storage) -> bool:
+    """Whether a dead storage would shorten the rebuild of an evicted, referenced one: one
+    reached from it through evicted children that nobody references (at most
+    ``USEFUL_SEARCH`` storages visited). It runs for every dead storage kept, after every
+    access, so it reads the children's weak references itself rather than build lists."""
     seen = {id(storage)}
     stack = [storage]
     while stack and len(seen) < USEFUL_SEARCH:
-        for child in stack.pop().live_children():
-            if id(child) in seen or child.buffer is not None:
+        children = stack.pop().children
+        if not children:
+            continue
+        for ref in children if type(children) is list else (children,):
+            child = ref()
+            if child is None or child.buffer is not None or id(child) in seen:
                 continue
             seen.add(id(child))
             if child.banished or child.op is None:
                 continue
             if child.external_refs > 0:
-                yield child
-            else:
-                stack.append(child)
+                return True
+            stack.append(child)
+    return False
 
 
 def has_evicted_child(storage: Storage) -> bool:
@@ -381,11 +384,6 @@ def has_evicted_child(storage: Storage) -> bool:
         if child is not None and child.buffer is None:
             return True
     return False
-
-
-def useful_dead(storage: Storage) -> bool:
-    """Whether a dead storage would shorten the rebuild of an evicted, referenced one."""
-    return next(_evicted_below(storage), None) is not None
 
 
 def orphans_of(storage: Storage) -> list[Storage]:
