@@ -16,8 +16,8 @@ SLOT = 8  # bytes per tensor; the chain's two constants take two slots
 def extra_ops_per_layer(n: int, heuristic: str, max_slowdown: float | None = None) -> float:
     """Remats per layer of an n-layer chain at 2 sqrt(n) slots. The wall-clock guard is off:
     the count is what is measured, and h_DTR's exact e* over a chain of some 1,500 evicted
-    values takes milliseconds a search (the paper's reason for h_DTR^eq), which the guard
-    would stop at n = 1,600."""
+    values takes about a millisecond a search (docs/heuristics.md), which on a loaded
+    machine the guard could stop."""
     slots = math.ceil(2 * math.sqrt(n))
     with isolated_allocator():
         expected = tanh_chain(n)()

@@ -6,9 +6,17 @@ must be rebuilt to rebuild ``t``) and its *evicted descendants* (reachable
 through evicted children: they need ``t`` to be rebuilt).
 
 ``EvictedNeighbourhood`` keeps, for each evicted storage, the closure of its
-evicted ancestors ("above") and of its evicted descendants ("below"), as
-{storage id: cost} maps computed lazily and cached. ``e*(t)`` is then the union
-of the closures of ``t``'s evicted parents and children. When a storage is
+evicted ancestors ("above") and of its evicted descendants ("below"), as sets
+with their summed cost, computed lazily and cached. ``e*(t)`` is then the union
+of the closures of ``t``'s evicted parents and children. A set is a Python int
+used as a bitset over indices the evicted storages get when first closed over,
+so that closing over a neighbour is one ``|`` in C: a long run of evicted values
+has closures as long as the run, and a change rebuilds all those below it (the
+backward pass of a deep chain or a Tree-LSTM built some 90 million dict entries
+in two steps when the sets were dicts). A storage gives its index back when it
+changes (is evicted, rebuilt or freed): by then every closure that held it has
+been dropped. So the indices stay about as many as the evicted storages closed
+over; past ``MAX_BITS`` they all start again with a new epoch. When a storage is
 evicted, rematerialized or freed, only the caches that can see it are
 invalidated: a walk from it through evicted storages that stops at caches
 already invalid (an invalid cache's descendants, resp. ancestors, are invalid
@@ -32,6 +40,8 @@ import numpy as np
 from .storage import Storage
 
 MODES = ("estar", "eq")
+MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
+FEW_BITS = 32  # up to this many new members, their costs are added one by one
 
 
 def evicted_neighbours(storage: Storage) -> list[Storage]:
@@ -55,9 +65,23 @@ class EvictedNeighbourhood:
     def __init__(self):
         self.epoch = 1
         self.on_dropped = None  # called with each storage whose closures are dropped
+        self.bit_of: dict[int, int] = {}  # storage id -> its index in the bitsets
+        self.ids: list[int] = []  # index -> storage id (-1: free)
+        self.free: list[int] = []  # indices given back
+        self.costs = np.zeros(64)  # index -> the storage's cost when it was closed over
+        self.costs_at = memoryview(self.costs)
 
     def invalidate_all(self) -> None:
+        """Make every closure stale (the indices stay: a closure being built still reads
+        its neighbours' bitsets)."""
         self.epoch += 1
+
+    def _restart_indices(self) -> None:
+        """Hand out indices from 0 again: a new epoch, so that no valid closure holds one."""
+        self.invalidate_all()
+        self.bit_of.clear()
+        self.ids.clear()
+        self.free.clear()
 
     def cost(self, storage: Storage) -> float:
         """c(e*(t)) for a resident storage: its evicted ancestors and descendants."""
@@ -71,24 +95,27 @@ class EvictedNeighbourhood:
         if not storages:
             return 0.0
         closures = [self._closure(s, side) for s in storages]
-        if len(closures) == 1:
-            return closures[0][2]
-        merged: dict[int, float] = {}
-        for closure in closures:
-            merged.update(closure[1])
-        return sum(merged.values())
+        return self._merged(closures)[1]
 
-    def closure_ids(self, storage: Storage, side: str):
+    def closure_ids(self, storage: Storage, side: str) -> list[int]:
         """The ids in the cached closure of an evicted storage: itself and its evicted
         ancestors (``"above"``) or descendants (``"below"``)."""
-        return self._closure(storage, side)[1].keys()
+        bits, ids = self._closure(storage, side)[1], self.ids
+        found = []
+        while bits:
+            low = bits & -bits
+            found.append(ids[low.bit_length() - 1])
+            bits ^= low
+        return found
 
     def _valid(self, closure) -> bool:
         return closure is not None and closure[0] == self.epoch
 
     def _closure(self, storage: Storage, side: str):
-        """(epoch, {id: cost}, total) of ``storage`` and its evicted ancestors (``above``)
+        """(epoch, bitset, total cost) of ``storage`` and its evicted ancestors (``above``)
         or descendants (``below``); computed bottom-up with an explicit stack."""
+        if len(self.ids) >= MAX_BITS and not self.free:
+            self._restart_indices()
         step = evicted_parents if side == "above" else evicted_children
         stack = [storage]
         while stack:
@@ -102,12 +129,54 @@ class EvictedNeighbourhood:
                 stack.extend(missing)
                 continue
             stack.pop()
-            members: dict[int, float] = {}
-            for n in neighbours:
-                members.update(getattr(n, side)[1])
-            members[node.id] = node.cost
-            setattr(node, side, (self.epoch, members, sum(members.values())))
+            bits, total = self._merged([getattr(n, side) for n in neighbours])
+            bits |= self._bit(node)  # not in its neighbours' closures: the graph has no cycle
+            setattr(node, side, (self.epoch, bits, total + node.cost))
         return getattr(storage, side)
+
+    def _merged(self, closures: list[tuple]) -> tuple[int, float]:
+        """The union of closures and its summed cost: each member's once."""
+        if not closures:
+            return 0, 0.0
+        _, bits, total = closures[0]
+        for closure in closures[1:]:
+            new = closure[1] & ~bits
+            if new:
+                bits |= new
+                total += self._summed(new)
+        return bits, total
+
+    def _summed(self, bits: int) -> float:
+        """The summed cost of the storages in a bitset: one by one when they are few, as
+        one NumPy sum over the set bits when many."""
+        if bits.bit_count() <= FEW_BITS:
+            total, costs = 0.0, self.costs_at
+            while bits:
+                low = bits & -bits
+                total += costs[low.bit_length() - 1]
+                bits ^= low
+            return total
+        raw = np.frombuffer(bits.to_bytes((bits.bit_length() + 7) // 8, "little"), np.uint8)
+        members = np.unpackbits(raw, bitorder="little").view(bool)
+        return float(self.costs[: members.size][members].sum())
+
+    def _bit(self, storage: Storage) -> int:
+        """``storage``'s bit, with its cost as of now (an index is handed out the first
+        time it is closed over)."""
+        index = self.bit_of.get(storage.id)
+        if index is None:
+            if self.free:
+                index = self.free.pop()
+                self.ids[index] = storage.id
+            else:
+                index = len(self.ids)
+                self.ids.append(storage.id)
+                if index >= self.costs.size:
+                    self.costs = np.concatenate([self.costs, np.zeros(self.costs.size)])
+                    self.costs_at = memoryview(self.costs)
+            self.bit_of[storage.id] = index
+        self.costs_at[index] = storage.cost
+        return 1 << index
 
     def on_change(self, storage: Storage) -> None:
         """``storage`` was evicted, rematerialized, banished or freed: drop the caches that
@@ -117,6 +186,10 @@ class EvictedNeighbourhood:
             self.on_dropped(storage)
         self._invalidate(evicted_children(storage), "above", evicted_children)
         self._invalidate(evicted_parents(storage), "below", evicted_parents)
+        index = self.bit_of.pop(storage.id, None)
+        if index is not None:  # no valid closure holds it now: the walks dropped them
+            self.ids[index] = -1
+            self.free.append(index)
 
     def _invalidate(self, start: list[Storage], side: str, step) -> None:
         stack = start
