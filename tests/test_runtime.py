@@ -130,6 +130,25 @@ def test_eq_keeps_links_that_exact_estar_does_not_have():
 def test_incremental_estar_matches_a_brute_force_walk(data):
     """Random graphs, random evictions, reads (rematerializations) and dropped handles (dead
     storages, evicted and later freed): the cached e* always equals a full walk."""
+    check_incremental_estar(data)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_incremental_estar_with_bitsets_matches_a_brute_force_walk(data):
+    """The same with closures past two members held as bitsets, their new members summed in
+    NumPy past one, and the indices started again past eight (neighbourhood.py)."""
+    from minidtr.runtime import neighbourhood
+
+    saved = neighbourhood.SMALL, neighbourhood.FEW_BITS, neighbourhood.MAX_BITS
+    neighbourhood.SMALL, neighbourhood.FEW_BITS, neighbourhood.MAX_BITS = 2, 1, 8
+    try:
+        check_incremental_estar(data)
+    finally:
+        neighbourhood.SMALL, neighbourhood.FEW_BITS, neighbourhood.MAX_BITS = saved
+
+
+def check_incremental_estar(data) -> None:
     n = data.draw(st.integers(3, 14))
     with md.Runtime(budget=10**9, cost=unit_cost):
         ALLOC.track("estar")

@@ -8,12 +8,15 @@ through evicted children: they need ``t`` to be rebuilt).
 ``EvictedNeighbourhood`` keeps, for each evicted storage, the closure of its
 evicted ancestors ("above") and of its evicted descendants ("below"), as sets
 with their summed cost, computed lazily and cached. ``e*(t)`` is then the union
-of the closures of ``t``'s evicted parents and children. A set is a Python int
-used as a bitset over indices the evicted storages get when first closed over,
-so that closing over a neighbour is one ``|`` in C: a long run of evicted values
-has closures as long as the run, and a change rebuilds all those below it (the
-backward pass of a deep chain or a Tree-LSTM built some 90 million dict entries
-in two steps when the sets were dicts). A storage gives its index back when it
+of the closures of ``t``'s evicted parents and children. A set of up to
+``SMALL`` storages is a {storage id: cost} map; a larger one is a Python int used
+as a bitset over indices the storages in it get, so that closing over a
+neighbour is one ``|`` in C: a long run of evicted values has closures as long as
+the run, and a change rebuilds all those below it (the backward pass of a deep
+chain or a Tree-LSTM built some 90 million dict entries in two steps when every
+set was a map). Small sets stay maps because a bitset is as long as its highest
+index: with a hundred thousand evicted storages about, even a set of one would
+be 12 KB. A storage gives its index back when it
 changes (is evicted, rebuilt or freed): by then every closure that held it has
 been dropped. So the indices stay about as many as the evicted storages closed
 over; past ``MAX_BITS`` they all start again with a new epoch. When a storage is
@@ -40,6 +43,7 @@ import numpy as np
 from .storage import Storage
 
 MODES = ("estar", "eq")
+SMALL = 64  # members a closure holds as a map; past that, as a bitset
 MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
 FEW_BITS = 32  # up to this many new members, their costs are added one by one
 
@@ -95,13 +99,17 @@ class EvictedNeighbourhood:
         if not storages:
             return 0.0
         closures = [self._closure(s, side) for s in storages]
-        return self._merged(closures)[1]
+        if len(closures) == 1:
+            return closures[0][2]
+        return self._merged(closures)[2]
 
     def closure_ids(self, storage: Storage, side: str) -> list[int]:
         """The ids in the cached closure of an evicted storage: itself and its evicted
         ancestors (``"above"``) or descendants (``"below"``)."""
-        bits, ids = self._closure(storage, side)[1], self.ids
-        found = []
+        _, members, _, bits = self._closure(storage, side)
+        if members is not None:
+            return list(members)
+        ids, found = self.ids, []
         while bits:
             low = bits & -bits
             found.append(ids[low.bit_length() - 1])
@@ -112,8 +120,10 @@ class EvictedNeighbourhood:
         return closure is not None and closure[0] == self.epoch
 
     def _closure(self, storage: Storage, side: str):
-        """(epoch, bitset, total cost) of ``storage`` and its evicted ancestors (``above``)
-        or descendants (``below``); computed bottom-up with an explicit stack."""
+        """(epoch, {id: cost} or None, total cost, bitset or None) of ``storage`` and its
+        evicted ancestors (``above``) or descendants (``below``), a map while it has at
+        most ``SMALL`` members and a bitset past that; computed bottom-up with an explicit
+        stack."""
         if len(self.ids) >= MAX_BITS and not self.free:
             self._restart_indices()
         step = evicted_parents if side == "above" else evicted_children
@@ -129,22 +139,48 @@ class EvictedNeighbourhood:
                 stack.extend(missing)
                 continue
             stack.pop()
-            bits, total = self._merged([getattr(n, side) for n in neighbours])
-            bits |= self._bit(node)  # not in its neighbours' closures: the graph has no cycle
-            setattr(node, side, (self.epoch, bits, total + node.cost))
+            # the node is in none of its neighbours' closures: the graph has no cycle
+            members, bits, total = self._merged([getattr(n, side) for n in neighbours])
+            if members is not None:
+                members[node.id] = node.cost
+                total = sum(members.values())
+                if len(members) > SMALL:
+                    members, bits = None, self._bits_of(members)
+            else:
+                bits |= self._bit(node.id, node.cost)
+                total += node.cost
+            setattr(node, side, (self.epoch, members, total, bits))
         return getattr(storage, side)
 
-    def _merged(self, closures: list[tuple]) -> tuple[int, float]:
-        """The union of closures and its summed cost: each member's once."""
-        if not closures:
-            return 0, 0.0
-        _, bits, total = closures[0]
-        for closure in closures[1:]:
-            new = closure[1] & ~bits
+    def _merged(self, closures: list[tuple]) -> tuple[dict | None, int | None, float]:
+        """(members, bits, total) of the union of closures, each member's cost once: a new
+        map while the closures are maps and the union has at most ``SMALL`` members, else
+        a bitset."""
+        members: dict[int, float] = {}
+        for closure in closures:
+            if closure[1] is None:
+                break
+            members.update(closure[1])
+        else:
+            if len(members) <= SMALL:
+                return members, None, sum(members.values())
+        bits, total = 0, 0.0
+        for closure in closures:
+            more = closure[3] if closure[1] is None else self._bits_of(closure[1])
+            if not bits:
+                bits, total = more, closure[2]
+                continue
+            new = more & ~bits
             if new:
                 bits |= new
                 total += self._summed(new)
-        return bits, total
+        return None, bits, total
+
+    def _bits_of(self, members: dict[int, float]) -> int:
+        bits = 0
+        for storage_id, cost in members.items():
+            bits |= self._bit(storage_id, cost)
+        return bits
 
     def _summed(self, bits: int) -> float:
         """The summed cost of the storages in a bitset: one by one when they are few, as
@@ -160,22 +196,22 @@ class EvictedNeighbourhood:
         members = np.unpackbits(raw, bitorder="little").view(bool)
         return float(self.costs[: members.size][members].sum())
 
-    def _bit(self, storage: Storage) -> int:
-        """``storage``'s bit, with its cost as of now (an index is handed out the first
-        time it is closed over)."""
-        index = self.bit_of.get(storage.id)
+    def _bit(self, storage_id: int, cost: float) -> int:
+        """A storage's bit, recording its cost (an index is handed out the first time the
+        storage is in a bitset, and given back when it changes: ``on_change``)."""
+        index = self.bit_of.get(storage_id)
         if index is None:
             if self.free:
                 index = self.free.pop()
-                self.ids[index] = storage.id
+                self.ids[index] = storage_id
             else:
                 index = len(self.ids)
-                self.ids.append(storage.id)
+                self.ids.append(storage_id)
                 if index >= self.costs.size:
                     self.costs = np.concatenate([self.costs, np.zeros(self.costs.size)])
                     self.costs_at = memoryview(self.costs)
-            self.bit_of[storage.id] = index
-        self.costs_at[index] = storage.cost
+            self.bit_of[storage_id] = index
+        self.costs_at[index] = cost
         return 1 << index
 
     def on_change(self, storage: Storage) -> None:
