@@ -133,7 +133,7 @@ def test_incremental_estar_matches_a_brute_force_walk(data):
     check_incremental_estar(data)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_incremental_estar_with_bitsets_matches_a_brute_force_walk(data):
     """The same with closures past two members held as bitsets, their new members summed in

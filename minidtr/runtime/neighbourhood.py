@@ -43,7 +43,7 @@ import numpy as np
 from .storage import Storage
 
 MODES = ("estar", "eq")
-SMALL = 64  # members a closure holds as a map; past that, as a bitset
+SMALL = 256  # members a closure holds as a map; past that, as a bitset
 MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
 FEW_BITS = 32  # up to this many new members, their costs are added one by one
 
@@ -80,12 +80,14 @@ class EvictedNeighbourhood:
         its neighbours' bitsets)."""
         self.epoch += 1
 
-    def _restart_indices(self) -> None:
-        """Hand out indices from 0 again: a new epoch, so that no valid closure holds one."""
-        self.invalidate_all()
-        self.bit_of.clear()
-        self.ids.clear()
-        self.free.clear()
+    def _check_indices(self) -> None:
+        """Past ``MAX_BITS`` indices with none given back, hand them out from 0 again, with
+        a new epoch so that no valid closure holds one. Checked where closures are asked
+        for, never between two closures that are merged."""
+        if len(self.ids) >= MAX_BITS and not self.free:
+            self.invalidate_all()
+            self.bit_of.clear()
+            self.ids.clear()
 
     def cost(self, storage: Storage) -> float:
         """c(e*(t)) for a resident storage: its evicted ancestors and descendants."""
@@ -98,14 +100,17 @@ class EvictedNeighbourhood:
     def _union_cost(self, storages: list[Storage], side: str) -> float:
         if not storages:
             return 0.0
+        self._check_indices()
         closures = [self._closure(s, side) for s in storages]
         if len(closures) == 1:
             return closures[0][2]
-        return self._merged(closures)[2]
+        members, _, total = self._merged(closures)
+        return sum(members.values()) if members is not None else total
 
     def closure_ids(self, storage: Storage, side: str) -> list[int]:
         """The ids in the cached closure of an evicted storage: itself and its evicted
         ancestors (``"above"``) or descendants (``"below"``)."""
+        self._check_indices()
         _, members, _, bits = self._closure(storage, side)
         if members is not None:
             return list(members)
@@ -120,12 +125,10 @@ class EvictedNeighbourhood:
         return closure is not None and closure[0] == self.epoch
 
     def _closure(self, storage: Storage, side: str):
-        """(epoch, {id: cost} or None, total cost, bitset or None) of ``storage`` and its
+        """[epoch, {id: cost} or None, total cost, bitset or None] of ``storage`` and its
         evicted ancestors (``above``) or descendants (``below``), a map while it has at
-        most ``SMALL`` members and a bitset past that; computed bottom-up with an explicit
-        stack."""
-        if len(self.ids) >= MAX_BITS and not self.free:
-            self._restart_indices()
+        most ``SMALL`` members and a bitset past that (a map's bitset too, once it was
+        merged with one); computed bottom-up with an explicit stack."""
         step = evicted_parents if side == "above" else evicted_children
         stack = [storage]
         while stack:
@@ -141,7 +144,7 @@ class EvictedNeighbourhood:
             stack.pop()
             # the node is in none of its neighbours' closures: the graph has no cycle
             members, bits, total = self._merged([getattr(n, side) for n in neighbours])
-            if members is not None:
+            if members is not None:  # the total as the sum of the map, as ``_union_cost``
                 members[node.id] = node.cost
                 total = sum(members.values())
                 if len(members) > SMALL:
@@ -149,13 +152,13 @@ class EvictedNeighbourhood:
             else:
                 bits |= self._bit(node.id, node.cost)
                 total += node.cost
-            setattr(node, side, (self.epoch, members, total, bits))
+            setattr(node, side, [self.epoch, members, total, bits])
         return getattr(storage, side)
 
     def _merged(self, closures: list[tuple]) -> tuple[dict | None, int | None, float]:
         """(members, bits, total) of the union of closures, each member's cost once: a new
-        map while the closures are maps and the union has at most ``SMALL`` members, else
-        a bitset."""
+        map while the closures are maps and the union has at most ``SMALL`` members (the
+        caller sums it), else a bitset and its total."""
         members: dict[int, float] = {}
         for closure in closures:
             if closure[1] is None:
@@ -163,10 +166,12 @@ class EvictedNeighbourhood:
             members.update(closure[1])
         else:
             if len(members) <= SMALL:
-                return members, None, sum(members.values())
+                return members, None, 0.0
         bits, total = 0, 0.0
         for closure in closures:
-            more = closure[3] if closure[1] is None else self._bits_of(closure[1])
+            more = closure[3]
+            if more is None:  # a map merged with a bitset: its bits, kept for next time
+                more = closure[3] = self._bits_of(closure[1])
             if not bits:
                 bits, total = more, closure[2]
                 continue
