@@ -8,22 +8,23 @@ through evicted children: they need ``t`` to be rebuilt).
 ``EvictedNeighbourhood`` keeps, for each evicted storage, the closure of its
 evicted ancestors ("above") and of its evicted descendants ("below"), as sets
 with their summed cost, computed lazily and cached. ``e*(t)`` is then the union
-of the closures of ``t``'s evicted parents and children. A set of up to
-``SMALL`` storages is a {storage id: cost} map; a larger one is a Python int used
-as a bitset over indices the storages in it get, so that closing over a
-neighbour is one ``|`` in C: a long run of evicted values has closures as long as
-the run, and a change rebuilds all those below it (the backward pass of a deep
-chain or a Tree-LSTM built some 90 million dict entries in two steps when every
-set was a map). Small sets stay maps because a bitset is as long as its highest
-index: with a hundred thousand evicted storages about, even a set of one would
-be 12 KB. A storage gives its index back when it
-changes (is evicted, rebuilt or freed): by then every closure that held it has
-been dropped. So the indices stay about as many as the evicted storages closed
-over; past ``MAX_BITS`` they all start again with a new epoch. When a storage is
+of the closures of ``t``'s evicted parents and children. When a storage is
 evicted, rematerialized or freed, only the caches that can see it are
 invalidated: a walk from it through evicted storages that stops at caches
 already invalid (an invalid cache's descendants, resp. ancestors, are invalid
 too, so the walk never needs to go further). No score walks the graph.
+
+A set of up to ``SMALL`` storages is a {storage id: cost} map; a larger one is a
+Python int used as a bitset over indices the storages in it get, so that closing
+over a neighbour is one ``|`` in C. A long run of evicted values has closures as
+long as the run, and a change rebuilds all those below it: the backward pass of a
+deep chain or a Tree-LSTM built some 90 million dict entries in two steps when
+every set was a map. Small sets stay maps because a bitset is as long as its
+highest index: with a hundred thousand evicted storages about, even a set of one
+would take 12 KB. A storage gives its index back when it changes (is evicted,
+rebuilt or freed), when every closure that held it has just been dropped, so the
+indices in use stay about as many as the storages in large closures; past
+``MAX_BITS`` with none given back, they start again from 0 with a new epoch.
 
 ``EquivalenceClasses`` is the paper's h_DTR^eq: evicted storages form union-find
 classes whose root carries the summed cost; an eviction merges the classes of
