@@ -259,11 +259,11 @@ def _gradients(
                         pending[target] = ops.add(pending[target], g)
                     else:
                         pending[target] = g
-                elif kind is Node or kind is tuple:
+                elif g is None and (kind is Node or kind is tuple):  # no gradient for it
+                    following = _no_gradient(edge, following, ready, state)
+                    continue
+                elif kind is tuple:
                     target = _send_to_output(edge, g, pending)
-                    if target is None:  # no gradient for this input
-                        following = _no_gradient(edge, following, ready, state)
-                        continue
                 elif edge is not None:  # g: the leaf's sum, so that what it replaced dies now
                     g = _send_to_leaf(edge, g, leaf_uses, leaf_grads, finish)
                     continue
@@ -317,12 +317,9 @@ def _run_node(node: Node, incoming: Tensor | list, caller: str) -> tuple[Iterabl
     return pairs, result
 
 
-def _send_to_output(edge: Node | tuple, g: Tensor | None, pending: dict) -> Node | None:
-    """Hand ``g`` to ``edge``: one output (of index ``edge[1]``) of a node with several, or
-    a node, when ``g`` is None (then nothing is handed, and None returned). Returns the
-    node that received it."""
-    if g is None:
-        return None
+def _send_to_output(edge: tuple, g: Tensor, pending: dict) -> Node:
+    """Hand ``g`` to one output (of index ``edge[1]``) of a node with several; returns the
+    node."""
     target, index = edge
     slots = pending.get(target)
     if slots is None:

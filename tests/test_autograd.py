@@ -158,14 +158,18 @@ def test_nodes_run_in_decreasing_creation_order(monkeypatch):
     assert ran == sorted(reachable, reverse=True)
 
 
-class _TwoGradients(md.ops.op.Op):
-    name = "two_gradients"
+class _Copy(md.ops.op.Op):
+    """A copy, for test ops that differ in their backward only."""
 
     def infer(self, x):
         return [(x.shape, x.dtype)]
 
     def forward(self, xp, x):
         return x.copy()
+
+
+class _TwoGradients(_Copy):
+    name = "two_gradients"
 
     def backward(self, ctx, g):
         return g, g
@@ -291,17 +295,11 @@ def test_item_bool_len_and_repr():
     assert "evicted" in repr(y)
 
 
-class _Blocked(md.ops.op.Op):
+class _Blocked(_Copy):
     """A copy whose backward sends no gradient back (returns None for its input), as a
     custom op may (a straight stop, or a gradient known to be zero)."""
 
     name = "blocked"
-
-    def infer(self, x):
-        return [(x.shape, x.dtype)]
-
-    def forward(self, xp, x):
-        return x.copy()
 
     def backward(self, ctx, g):
         return None

@@ -74,9 +74,9 @@ class Lifetime:
                 and runtime.events is None
                 and self.tracking is None
                 and (
-                    not self.listing
-                    or not (self.candidates.orphans_possible or self.candidates.watching)
-                    or self._plain_death(storage)
+                    not self.listing  # else: no neighbourhood term watched, no orphan made
+                    or not self.candidates.watching
+                    and not (self.candidates.orphans_possible and has_evicted_child(storage))
                 )
             ):
                 # the common case, a temporary dying between ops with no orphans to rebuild:
@@ -107,19 +107,6 @@ class Lifetime:
                 self._free_dead_remats()
         finally:
             self._busy = False
-
-    def _plain_death(self, storage: Storage) -> bool:
-        """Under a table: whether evicting dead ``storage`` needs nothing but the table's pop
-        (no neighbourhood term watched, no evicted child that could be an orphan)."""
-        if self.candidates.watching:
-            return False
-        children = storage.children
-        if not children:
-            return True
-        if type(children) is list:
-            return not has_evicted_child(storage)
-        child = children()
-        return child is None or child.buffer is not None
 
     def _on_dead(self, storage: Storage) -> None:
         """The last external reference died: apply the deallocation policy, now or, while

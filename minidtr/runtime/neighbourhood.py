@@ -156,7 +156,7 @@ class EvictedNeighbourhood:
             setattr(node, side, [self.epoch, members, total, bits])
         return getattr(storage, side)
 
-    def _merged(self, closures: list[tuple]) -> tuple[dict | None, int | None, float]:
+    def _merged(self, closures: list[list]) -> tuple[dict | None, int | None, float]:
         """(members, bits, total) of the union of closures, each member's cost once: a new
         map while the closures are maps and the union has at most ``SMALL`` members (the
         caller sums it), else a bitset and its total."""
