@@ -347,6 +347,9 @@ class Allocator(Rematerialization, Eviction, Lifetime):
             or (parents := resident_storages(inputs)) is None
         ):
             return None
+        for storage in parents:
+            if storage.allocator is not self:
+                return None  # another allocator's value: locked through its owner
         self._busy = True
         clock = self.clock
         dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
@@ -555,7 +558,7 @@ class Allocator(Rematerialization, Eviction, Lifetime):
         for storage in locked:
             storage.locks -= 1
             if storage.evict_on_unlock and storage.locks == 0:
-                self._unlocked_dead(storage)
+                storage.allocator._unlocked_dead(storage)
         if self._dead_remats or self._kept_dead:
             self._free_dead_remats()
         self._busy = was_busy

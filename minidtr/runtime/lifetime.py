@@ -167,7 +167,9 @@ class Lifetime:
                 try:
                     self._rebuild_orphans(storage)
                 except BaseException as error:  # noqa: BLE001 (kept, raised at a safe point)
-                    self.pending_error = error
+                    # without the frames where it happened: they hold the dying run's
+                    # values, which must not outlive the user's references to them
+                    self.pending_error = error.with_traceback(None)
                 if storage.buffer is None or storage.external_refs or storage.locks:
                     return
             if self.pending_error is None and useful_dead(storage):
@@ -180,7 +182,10 @@ class Lifetime:
         error = self.pending_error
         if error is not None:
             self.pending_error = None
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # no cycle through this frame: its traceback would keep it
 
     def _rebuild_orphans(self, storage: Storage) -> None:
         """Rematerialize the orphans of a dead, resident storage, holding it resident. An

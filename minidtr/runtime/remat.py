@@ -65,7 +65,7 @@ class Rematerialization:
         otherwise ``rematerialize`` rebuilds the evicted ones. ``trigger`` names the
         access (the op, ``read``) in the remat events' cascade links."""
         for storage in storages:
-            if storage.buffer is None:
+            if storage.buffer is None or storage.allocator is not self:
                 return self.rematerialize(storages, trigger)
         clock = self.clock
         dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
@@ -122,13 +122,30 @@ class Rematerialization:
     def _frame(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
         evicted: list[Storage] = []
         deferred: list[Storage] = []
+        locked: list[Storage] = []
         for storage in inputs:
+            if storage.allocator is not self:
+                # another allocator's value (made outside an isolated run): a fixed input
+                # here, rebuilt, counted and locked by its owner, never evicted by this one
+                storage.allocator.lock_for_another(storage)
+                locked.append(storage)
+                continue
             storage.last_access = self.clock  # an access counts from when it is requested
             self.candidates.dirty[storage.row] = 1
             (evicted if storage.buffer is None else deferred).append(storage)
         if len(evicted) > 1:
             evicted.sort(key=rebuild_need)
-        return Frame(recipe, evicted, deferred, [])
+        return Frame(recipe, evicted, deferred, locked)
+
+    def lock_for_another(self, storage: Storage) -> None:
+        """Lock one of this allocator's storages for an access of another allocator,
+        rebuilding it here first if it was evicted; the other unlocks it (``_unlock``)."""
+        self._check_pending()
+        was_busy, self._busy = self._busy, True
+        try:
+            self._lock([storage], "read by another allocator")
+        finally:
+            self._done((), was_busy)
 
     @staticmethod
     def _producer_of(storage: Storage) -> Storage | Recipe:
@@ -178,7 +195,7 @@ class Rematerialization:
         for storage in storages:
             storage.locks -= 1
             if storage.evict_on_unlock and storage.locks == 0:
-                self._unlocked_dead(storage)
+                storage.allocator._unlocked_dead(storage)  # its owner's policy applies
 
     def _unlocked_dead(self, storage: Storage) -> None:
         """A storage that died while locked is unlocked: the deallocation policy applies now."""
