@@ -471,25 +471,10 @@ def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
 
 
 def runtime_header(runtime: Any, **extra: Any) -> dict[str, Any]:
-    """The ``runtime`` event that opens a log: ``runtime``'s budget and policy, and any
-    ``extra`` fields (e.g. the model)."""
-    cost = runtime.cost if isinstance(runtime.cost, str) else getattr(runtime.cost, "__name__", "?")
-    return {
-        "event": "runtime",
-        "budget": runtime.budget,
-        "heuristic": runtime.heuristic.name,
-        "score": getattr(runtime.heuristic, "formula", "?"),
-        "dealloc": runtime.dealloc,
-        "cost": cost,
-        **extra,
-    }
+    """The ``runtime`` event that opens a log (``Runtime.header``)."""
+    return runtime.header(**extra)
 
 
 def write_event_log(path: str, runtime: Any, **extra: Any) -> None:
-    """Write ``runtime``'s events as JSON lines after its ``runtime_header`` line."""
-    if runtime.events is None:
-        raise ValueError("this runtime was created without record_events=True")
-    with open(path, "w") as f:
-        f.write(json.dumps(runtime_header(runtime, **extra)) + "\n")
-        for event in runtime.events:
-            f.write(json.dumps(event) + "\n")
+    """Write ``runtime``'s event log, its header first (``Runtime.export_events``)."""
+    runtime.export_events(path, **extra)

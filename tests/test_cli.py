@@ -225,7 +225,8 @@ def test_explain_agrees_with_the_runtime_stats(tmp_path):
 def test_explain_without_evictions_says_everything_fit(tmp_path):
     runtime = chain_events(None)
     path = tmp_path / "ev.jsonl"
-    runtime.export_events(str(path))
+    # a log without the header line (written by other tools): the budget is unknown
+    path.write_text("".join(json.dumps(event) + "\n" for event in runtime.events))
     text = explain(summarize(load_events(str(path))))
     assert "None: everything fit." in text
     assert "budget is not known" in text
@@ -305,3 +306,17 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(command):
     process.stderr.close()
     assert process.wait(timeout=120) == cli.EXIT_BROKEN_PIPE, stderr
     assert stderr == ""
+
+
+def test_export_events_writes_the_header_minidtr_train_writes(tmp_path):
+    """README's own suggestion, ``rt.export_events(path)``: the log opens with the runtime's
+    header, so explain knows the budget, the clock's unit and the score formula."""
+    runtime = chain_events(2600)
+    path = tmp_path / "ev.jsonl"
+    runtime.export_events(str(path), model="chain")
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first == {**runtime.header(), "model": "chain"}
+    assert first["budget"] == 2600 and first["cost"] == "flops"
+    assert first["score"] == "(c + c(e*)) / (m * s)"
+    text = explain(summarize(load_events(str(path))))
+    assert "budget is not known" not in text and "2,600" in text

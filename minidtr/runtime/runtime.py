@@ -377,11 +377,28 @@ class Runtime:
         if limit is not None and slowdown > limit:
             raise ThrashError("step", slowdown, limit, self._budget, step_end=True)
 
-    def export_events(self, path: str) -> None:
-        """Write the event log as JSON lines (one event per line)."""
+    def header(self, **extra: Any) -> dict[str, Any]:
+        """The ``runtime`` event that opens an event log: the budget, the heuristic and its
+        score formula, the deallocation policy and the cost model (the clock's unit), and
+        any ``extra`` fields (``minidtr train`` adds the model and its size)."""
+        cost = self.cost if isinstance(self.cost, str) else getattr(self.cost, "__name__", "?")
+        return {
+            "event": "runtime",
+            "budget": self._budget,
+            "heuristic": self.heuristic.name,
+            "score": getattr(self.heuristic, "formula", "?"),
+            "dealloc": self.dealloc,
+            "cost": cost,
+            **extra,
+        }
+
+    def export_events(self, path: str, **extra: Any) -> None:
+        """Write the event log as JSON lines: the ``header`` (with ``extra``), then one
+        event per line; what ``minidtr explain`` reads."""
         if self.events is None:
             raise ValueError("this runtime was created without record_events=True")
         with open(path, "w") as f:
+            f.write(json.dumps(self.header(**extra)) + "\n")
             for event in self.events:
                 f.write(json.dumps(event) + "\n")
 
