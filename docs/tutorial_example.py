@@ -47,12 +47,13 @@ with md.Runtime(cost="flops") as rt:
     b = md.tanh(a)
     c = md.tanh(b @ weights[1])
     allocator = rt.allocator
+    context = allocator.eviction.context  # what a score reads: the clock, e*
     for name, t in (("a", a), ("b", b), ("c", c)):
         s = t.storage
         print(
             f"{name}: storage #{s.id} made by {s.producer.op.name}, {s.nbytes} bytes, "
             f"cost {s.cost:.0f}, last access at clock {s.last_access:.0f} "
-            f"(now {allocator.clock:.0f}), h_DTR score {rt.heuristic.score(s, allocator):.3g}"
+            f"(now {allocator.clock:.0f}), h_DTR score {rt.heuristic.score(s, context):.3g}"
         )
     allocator.evict(b.storage)
     print(

@@ -861,7 +861,7 @@ def run_command(argv: list[str]) -> int:
         "plot": run_plot,
         "models": run_models,
     }
-    from .runtime.allocator import deferred_interrupts
+    from .runtime.registry import deferred_interrupts
 
     try:
         with deferred_interrupts():

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .runtime.allocator import allocator_for
+from .runtime.registry import allocator_for
 from .runtime.storage import Cell, Recipe, Storage
 
 

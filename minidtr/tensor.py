@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import backend
-from .runtime.allocator import allocator_for
+from .runtime.registry import allocator_for
 from .runtime.storage import Cell
 
 float32 = np.dtype(np.float32)

@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import minidtr as md
-from minidtr.runtime import make_heuristic
-from minidtr.runtime.allocator import deferred_interrupts
+from minidtr.runtime import deferred_interrupts, make_heuristic
 
 
 def parse_args(

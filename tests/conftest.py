@@ -64,12 +64,14 @@ def _check_decisions_against_loop():
 def replay_slowdowns(monkeypatch) -> list[float]:
     """A list to which every allocator appends the slowdown so far, (compute + remat) /
     compute, after each rematerialization (``monkeypatch.undo()`` stops it)."""
+    from minidtr.runtime.remat import Rematerializer
+
     seen: list[float] = []
-    replay = _allocator_module.Allocator._replay
+    replay = Rematerializer.replay
 
     def noting(self, recipe, *args, **kwargs):
         replay(self, recipe, *args, **kwargs)
-        seen.append(self.stats.slowdown)
+        seen.append(self.allocator.stats.slowdown)
 
-    monkeypatch.setattr(_allocator_module.Allocator, "_replay", noting)
+    monkeypatch.setattr(Rematerializer, "replay", noting)
     return seen

@@ -1,12 +1,12 @@
 """Check every table-based eviction decision against the reference loop.
 
-``checked_decisions()`` wraps ``Eviction._choose_by_table`` so that each decision is
-made twice, by the table and by ``_choose_by_loop`` on the same pool (the sampler
-rewound in between), and asserts that both give the same victim, score, runner-up
-and shortlist, float for float. The whole suite runs this way with
-``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` (tests/conftest.py); each search then
-takes the loop's time as well, so a test that runs close to the wall-clock thrash
-guard (``max_wall_slowdown``) may trip it.
+``checked_decisions()`` wraps ``fast.search.TableSearch.choose`` so that each decision
+is made twice, by the table and by ``victims.choose_victim`` on the same pool (the
+sampler rewound in between), and asserts that both give the same victim, score,
+runner-up, shortlist and count of candidates scored, float for float. The whole suite
+runs this way with ``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` (tests/conftest.py);
+each search then takes the loop's time as well, so a test that runs close to the
+wall-clock thrash guard (``max_wall_slowdown``) may trip it.
 """
 
 from __future__ import annotations
@@ -14,47 +14,48 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from minidtr.runtime.eviction import Eviction
+from minidtr.runtime.fast.search import TableSearch
+from minidtr.runtime.victims import Choice, choose_victim, pool
 
 DECISIONS = {"checked": 0}
 
 
-def _same(fast, slow) -> bool:
-    victim, score, runner, shortlist = fast
-    victim_r, score_r, runner_r, shortlist_r = slow
+def _same(fast: Choice, slow: Choice) -> bool:
     return (
-        victim is victim_r
-        and type(score) is type(score_r)
-        and (score == score_r or score != score)  # NaN only through the loop itself
-        and runner == runner_r
-        and shortlist == shortlist_r
+        fast.victim is slow.victim
+        and type(fast.score) is type(slow.score)
+        and (fast.score == slow.score or fast.score != fast.score)  # NaN only through the loop
+        and fast.runner_up == slow.runner_up
+        and fast.shortlist == slow.shortlist
+        and fast.scored == slow.scored
     )
 
 
 @contextlib.contextmanager
 def checked_decisions() -> Iterator[dict[str, int]]:
-    original = Eviction._choose_by_table
+    original = TableSearch.choose
 
-    def choose(self, table):
-        state = self._sampler.getstate()
-        stats = self.stats
-        searches, scored = stats.searches, stats.scored
-        fast = original(self, table)
-        counted = (stats.searches - searches, stats.scored - scored)
-        after = self._sampler.getstate()
-        self._sampler.setstate(state)
-        slow = self._choose_by_loop(self._pool(list(table)))
-        assert (stats.searches - searches - counted[0], stats.scored - scored - counted[1]) == (
-            counted
-        ), "the table and the loop scored different numbers of candidates"
-        stats.searches, stats.scored = searches + counted[0], scored + counted[1]
-        assert self._sampler.getstate() == after, "the table and the loop sampled differently"
+    def choose(self, runtime):
+        eviction = self.eviction
+        state = eviction.sampler.getstate()
+        fast = original(self, runtime)
+        after = eviction.sampler.getstate()
+        eviction.sampler.setstate(state)
+        pooled = pool(list(self.table), runtime.min_size, runtime.sample, eviction.sampler)
+        eviction.scoring = True
+        try:
+            slow = choose_victim(
+                pooled, runtime.heuristic, eviction.context, runtime.events is not None
+            )
+        finally:
+            eviction.scoring = False
+        assert eviction.sampler.getstate() == after, "the table and the loop sampled differently"
         assert _same(fast, slow), f"table chose {fast}, the reference loop {slow}"
         DECISIONS["checked"] += 1
         return fast
 
-    Eviction._choose_by_table = choose
+    TableSearch.choose = choose
     try:
         yield DECISIONS
     finally:
-        Eviction._choose_by_table = original
+        TableSearch.choose = original

@@ -1,7 +1,8 @@
-"""The candidate table (minidtr/runtime/candidates.py) and the table-based eviction decision:
-the table behaves as the dict it replaces, its columns follow the storages, and every
-decision equals the reference loop's (same victim, score, runner-up, shortlist, float for
-float) for every heuristic, with and without sampling, min_size and events."""
+"""The candidate table (minidtr/runtime/fast/table.py) and the table-based eviction decision
+(fast/search.py): the table behaves as the ordered set it accelerates, its columns follow
+the storages, and every decision equals the reference loop's (same victim, score,
+runner-up, shortlist, float for float) for every heuristic, with and without sampling,
+min_size and events."""
 
 import random
 
@@ -10,43 +11,44 @@ import pytest
 from decision_check import checked_decisions
 
 import minidtr as md
-from minidtr.runtime.candidates import COMPACT_SLACK, LAZY_SLACK, CandidateTable
-from minidtr.runtime.eviction import lowest
+from minidtr.runtime.candidates import Candidates
+from minidtr.runtime.fast.borders import CHILD_KEY, border, border_evicted, border_left
+from minidtr.runtime.fast.search import TableSearch, lowest
+from minidtr.runtime.fast.table import COMPACT_SLACK, LAZY_SLACK, CandidateTable
 from minidtr.runtime.heuristics import HEURISTIC_NAMES, ablation_names
 from minidtr.testing import isolated_allocator
 
 
 class FakeStorage:
-    __slots__ = ("id", "row", "cost", "nbytes", "last_access", "locks")
+    __slots__ = ("id", "row", "cost", "nbytes", "last_access", "locks", "allocator")
 
     def __init__(self, id: int):
-        self.id, self.row = id, 0
+        self.id, self.row, self.allocator = id, 0, None
         self.cost, self.nbytes, self.last_access, self.locks = float(id), id % 7, 0.0, 0
 
     def __repr__(self) -> str:
         return f"S{self.id}"
 
 
-def test_table_behaves_as_an_insertion_ordered_dict():
+def kept_table() -> CandidateTable:
+    """A table of its own (no allocator), kept as under a budget."""
+    table = CandidateTable()
+    table.listing = True
+    return table
+
+
+def test_table_behaves_as_an_insertion_ordered_set():
     rng = random.Random(0)
-    table, reference = CandidateTable(), {}
+    table, reference = kept_table(), Candidates()
     storages = [FakeStorage(i) for i in range(300)]
     for step in range(5000):
         s = rng.choice(storages)
-        action = rng.random()
-        if action < 0.5:
-            table[s] = None
-            reference[s] = None
-        elif action < 0.8:
-            assert table.pop(s, None) is reference.pop(s, None)
-        elif s in reference:
-            del table[s]
-            del reference[s]
+        if rng.random() < 0.5:
+            table.add(s)
+            reference.add(s)
         else:
-            with pytest.raises(KeyError):
-                del table[s]
-            with pytest.raises(KeyError):
-                table.pop(s)
+            table.discard(s)
+            reference.discard(s)
         assert len(table) == len(reference)
         assert (s in table) == (s in reference)
         if step % 97 == 0:
@@ -62,19 +64,19 @@ def test_table_behaves_as_an_insertion_ordered_dict():
 
 def test_holes_are_squeezed_lazily_between_decisions():
     assert LAZY_SLACK == 1024  # the counts below assume it
-    table = CandidateTable()
+    table = kept_table()
     storages = [FakeStorage(i) for i in range(4000)]
     for s in storages:
-        table[s] = None
+        table.add(s)
     for s in storages[:2000]:  # more holes than an eighth, not more than the candidates
-        table.pop(s)
+        table.discard(s)
     assert table.rows == 4001  # not squeezed yet
     table.sync()
     assert table.rows == 2001
     assert list(table) == storages[2000:]
     assert [s.row for s in storages[2000:]] == list(range(1, 2001))
     for s in storages[2000:3600]:
-        table.pop(s)
+        table.discard(s)
     # squeezed when the 2001 rows passed 2 * 488 + 1024, at 488 candidates (since then
     # 88 more holes)
     assert table.rows == 489
@@ -83,19 +85,19 @@ def test_holes_are_squeezed_lazily_between_decisions():
 
 @pytest.mark.parametrize("one_by_one", [0, 1000])
 def test_columns_follow_the_storages_through_the_dirty_rule(monkeypatch, one_by_one):
-    from minidtr.runtime import candidates
+    from minidtr.runtime.fast import table as candidates
 
     monkeypatch.setattr(candidates, "SYNC_ONE_BY_ONE", one_by_one)  # arrays / row by row
     rng = random.Random(1)
-    table = CandidateTable()
+    table = kept_table()
     storages = [FakeStorage(i) for i in range(200)]
     for _ in range(3000):
         s = rng.choice(storages)
         action = rng.random()
         if action < 0.3:
-            table[s] = None
+            table.add(s)
         elif action < 0.45:
-            table.pop(s, None)
+            table.discard(s)
         elif action < 0.7:
             s.last_access = float(rng.randrange(100))
             table.dirty[s.row] = 1
@@ -155,20 +157,20 @@ def build_graph(rng: random.Random, n: int):
 def drive(rng: random.Random, tensors: list, steps: int) -> None:
     """Random decisions (each victim evicted), reads (rematerializing) and decisions made
     while something is locked."""
-    from minidtr.runtime.allocator import allocator_for
+    from minidtr.runtime import allocator_for
 
     allocator = allocator_for("cpu")
     for _ in range(steps):
         action = rng.random()
         if action < 0.6:
-            victim = allocator._choose_victim()[0]
+            victim = allocator.eviction.choose_victim().victim
             if victim is not None:
                 allocator.evict(victim)
         elif action < 0.85:
             rng.choice(tensors).numpy()
         else:
             with allocator.holding(rng.choice(tensors).cell.storage):
-                allocator._choose_victim()
+                allocator.eviction.choose_victim()
 
 
 HEURISTICS = sorted({*ablation_names(), *HEURISTIC_NAMES})
@@ -225,7 +227,7 @@ class ScoreOnly:
 
     name = "by-id"
 
-    def score(self, storage, allocator) -> float:
+    def score(self, storage, context) -> float:
         return -float(storage.id)
 
 
@@ -234,7 +236,7 @@ def test_custom_heuristic_objects_use_the_loop():
         before = counter["checked"]
         tensors = build_graph(random.Random(3), 20)
         with md.Runtime(budget=1 << 30, heuristic=ScoreOnly()) as rt:
-            victim = rt.allocator._choose_victim()[0]
+            victim = rt.allocator.eviction.choose_victim().victim
         assert victim is max(tensors, key=lambda t: t.cell.storage.id).cell.storage
         assert counter["checked"] == before
 
@@ -247,9 +249,10 @@ def test_a_cost_term_of_your_own_uses_the_loop(monkeypatch):
         before = counter["checked"]
         tensors = build_graph(random.Random(4), 20)
         heuristic = heuristics.Heuristic("negid", "negid", size=False, staleness=False)
-        assert not heuristic.vectorized and heuristics.make_heuristic("dtr_eq").vectorized
+        assert not TableSearch.handles(heuristic)
+        assert TableSearch.handles(heuristics.make_heuristic("dtr_eq"))
         with md.Runtime(budget=1 << 30, heuristic=heuristic) as rt:
-            victim = rt.allocator._choose_victim()[0]
+            victim = rt.allocator.eviction.choose_victim().victim
         assert victim is max(tensors, key=lambda t: t.cell.storage.id).cell.storage
         assert counter["checked"] == before
 
@@ -257,9 +260,9 @@ def test_a_cost_term_of_your_own_uses_the_loop(monkeypatch):
 def test_eq_decisions_survive_mirror_resets(monkeypatch):
     """The union-find mirror is rebuilt whenever it outgrows the table (here: nearly every
     decision); decisions stay the loop's."""
-    from minidtr.runtime import eviction
+    from minidtr.runtime.fast import eqterms
 
-    monkeypatch.setattr(eviction, "MIRROR_SLACK", -(10**6))  # a reset at every decision
+    monkeypatch.setattr(eqterms, "MIRROR_SLACK", -(10**6))  # a reset at every decision
     rng = random.Random(5)
     with isolated_allocator(), checked_decisions() as counter:
         before = counter["checked"]
@@ -272,7 +275,8 @@ def test_eq_decisions_survive_mirror_resets(monkeypatch):
 def test_class_mirror_labels_follow_the_union_find():
     """Every mirrored component's label is its class's, and the class's cost is its
     root's; a merge or a cost change names the labels it touched."""
-    from minidtr.runtime.neighbourhood import ClassMirror, Component, union
+    from minidtr.runtime.eqclasses import Component, union
+    from minidtr.runtime.fast.mirror import ClassMirror
 
     rng = random.Random(6)
     mirror = ClassMirror()
@@ -310,7 +314,7 @@ def test_cached_terms_follow_long_evicted_runs(heuristics):
     """A chain with long runs of evicted storages, rebuilt and evicted again at random:
     the table's cached neighbourhood terms (e*, classes, ancestors) stay the loop's,
     also across a switch of heuristic."""
-    from minidtr.runtime.allocator import allocator_for
+    from minidtr.runtime import allocator_for
 
     rng = random.Random(heuristics[0])
     with isolated_allocator(), checked_decisions() as counter:
@@ -325,9 +329,9 @@ def test_cached_terms_follow_long_evicted_runs(heuristics):
                 for _ in range(150):
                     action = rng.random()
                     if action < 0.55:
-                        victim = allocator._choose_victim()[0]
-                        if allocator.candidates.watching == "eq":
-                            assert_bordering_exact(allocator.candidates)
+                        victim = allocator.eviction.choose_victim().victim
+                        if allocator.eviction.candidates.watching == "eq":
+                            assert_bordering_exact(allocator.eviction.candidates)
                         if victim is not None:
                             allocator.evict(victim)
                     elif action < 0.75:
@@ -344,7 +348,7 @@ def test_freeing_an_evicted_chain_after_an_msps_run_does_not_walk_its_tail(monke
     nothing is scored, so the table stops flagging: freeing a chain whose every other
     storage is evicted (and still referenced) once took a walk of the whole remaining
     chain per death, quadratic in its length."""
-    from minidtr.runtime.allocator import allocator_for
+    from minidtr.runtime import allocator_for
     from minidtr.runtime.storage import Storage
 
     with isolated_allocator():
@@ -356,8 +360,8 @@ def test_freeing_an_evicted_chain_after_an_msps_run_does_not_walk_its_tail(monke
         with md.Runtime(budget=1 << 40, heuristic="msps", cost="flops"):
             for t in chain[1::2]:
                 allocator.evict(t.cell.storage)
-            allocator._choose_victim()
-        assert allocator.candidates.watching is None
+            allocator.eviction.choose_victim()
+        assert allocator.eviction.candidates.watching is None
         calls = 0
         live_children = Storage.live_children
 
@@ -378,8 +382,7 @@ def test_freeing_an_evicted_chain_under_msps_walks_each_storage_once(monkeypatch
     walked since the last decision: freeing a chain whose every other storage is
     evicted walks each storage about once, where it once walked the remaining evicted
     tail per death (some 10^6 steps for these 1,000 evicted storages)."""
-    from minidtr.runtime.allocator import allocator_for
-    from minidtr.runtime.candidates import CandidateTable
+    from minidtr.runtime import allocator_for
     from minidtr.runtime.storage import Storage
 
     with isolated_allocator():
@@ -391,8 +394,8 @@ def test_freeing_an_evicted_chain_under_msps_walks_each_storage_once(monkeypatch
         with md.Runtime(budget=1 << 40, heuristic="msps", cost="flops"):
             for t in chain[1::2]:
                 allocator.evict(t.cell.storage)
-            allocator._choose_victim()
-            assert allocator.candidates.watching == "ancestors"
+            allocator.eviction.choose_victim()
+            assert allocator.eviction.candidates.watching == "ancestors"
             walks = steps = 0
             walking = False
             mark_descendants = CandidateTable.mark_descendants
@@ -422,7 +425,7 @@ def test_freeing_an_evicted_chain_under_msps_walks_each_storage_once(monkeypatch
             monkeypatch.undo()
             with checked_decisions() as counter:  # and the next decision is the loop's
                 before = counter["checked"]
-                allocator._choose_victim()
+                allocator.eviction.choose_victim()
                 assert counter["checked"] > before
 
 
@@ -452,10 +455,11 @@ def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, 
     evictions that merge classes, rebuilds that re-read rows and the compactions that
     renumber rows; share 0 finds the changed rows through the index at every decision,
     a huge share by scanning the labels (the two must decide alike, as the loop)."""
-    from minidtr.runtime import candidates, eviction
-    from minidtr.runtime.allocator import allocator_for
+    from minidtr.runtime import allocator_for
+    from minidtr.runtime.fast import eqterms
+    from minidtr.runtime.fast import table as candidates
 
-    monkeypatch.setattr(eviction, "BORDER_SCAN_SHARE", share)
+    monkeypatch.setattr(eqterms, "BORDER_SCAN_SHARE", share)
     monkeypatch.setattr(candidates, "COMPACT_SLACK", 4)  # compact often
     rng = random.Random(7)
     with isolated_allocator(), checked_decisions() as counter:
@@ -467,14 +471,14 @@ def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, 
                 b = chain[rng.randrange(max(0, len(chain) - 6), len(chain))]
                 chain.append(a * 1.5 + b if rng.random() < 0.5 else a + 1.0)
         allocator = allocator_for("cpu")
-        table = allocator.candidates
+        table = allocator.eviction.candidates
         compactions = 0
         with md.Runtime(budget=1 << 30, heuristic="dtr_eq", cost="flops"):
             for _ in range(400):
                 action = rng.random()
                 rows = table.rows
                 if action < 0.5:
-                    victim = allocator._choose_victim()[0]
+                    victim = allocator.eviction.choose_victim().victim
                     assert_bordering_exact(table)
                     if victim is not None:
                         allocator.evict(victim)
@@ -496,11 +500,12 @@ def test_ratio_column_follows_every_rewrite_and_heuristic_switch(monkeypatch, on
     the rows that sync and the term updates rewrote (``one_by_one`` huge: always row by
     row; 0: always whole) and recomputed for another formula: one allocator goes through
     every heuristic in turn, twice, each deciding as the loop."""
-    from minidtr.runtime import candidates, eviction
+    from minidtr.runtime.fast import eqterms
+    from minidtr.runtime.fast import table as candidates
 
     monkeypatch.setattr(candidates, "RATIOS_ONE_BY_ONE", one_by_one)
     monkeypatch.setattr(candidates, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
-    monkeypatch.setattr(eviction, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
+    monkeypatch.setattr(eqterms, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
     rng = random.Random(8)
     names = [h for h in HEURISTICS if h != "random"] * 2
     with isolated_allocator(), checked_decisions() as counter:
@@ -517,9 +522,7 @@ def assert_edges_exact(allocator) -> None:
     in ``edges`` (their mirrored union-find nodes, parents then children, in the order
     ``Storage.neighbours`` gives) with their order keys in ``keys``, and 0 past them:
     what a re-read would write, kept up to date by the changes themselves."""
-    from minidtr.runtime.candidates import CHILD_KEY
-
-    table, mirror = allocator.candidates, allocator.eq_classes.mirror
+    table, mirror = allocator.eviction.candidates, allocator.eviction.eq_classes.listener
     width = table.edge_width
     for row in range(1, min(table.rows, len(table.frontier))):
         storage = table.storages[row]
@@ -544,8 +547,8 @@ def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch):
     the evicted set (rebuilt, freed), in the neighbours' order, with several changes
     between decisions and compactions renumbering the rows: after every change every
     row not flagged holds what a re-read would, and every decision is the loop's."""
-    from minidtr.runtime import candidates
-    from minidtr.runtime.allocator import allocator_for
+    from minidtr.runtime import allocator_for
+    from minidtr.runtime.fast import table as candidates
 
     monkeypatch.setattr(candidates, "COMPACT_SLACK", 4)  # compact often
     rng = random.Random(12)
@@ -561,14 +564,14 @@ def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch):
                     out = out + other
                 tensors.append(out)
         allocator = allocator_for("cpu")
-        table = allocator.candidates
+        table = allocator.eviction.candidates
         bordered = pending = 0
         with md.Runtime(budget=1 << 30, heuristic="dtr_eq", cost="flops"):
-            allocator._choose_victim()
+            allocator.eviction.choose_victim()
             for _ in range(500):
                 action = rng.random()
                 if action < 0.2:
-                    victim = allocator._choose_victim()[0]
+                    victim = allocator.eviction.choose_victim().victim
                     if victim is not None:
                         allocator.evict(victim)
                 elif action < 0.6:
@@ -587,31 +590,31 @@ def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch):
 
 
 def test_eq_border_keeps_a_rows_edges_in_key_order():
-    """``CandidateTable._border`` inserts an evicted neighbour at its place among a
+    """``borders.border`` inserts an evicted neighbour at its place among a
     row's edges (by order key), takes one out closing the gap, widens the table when a
     row needs one more place, lists the row as pending, and leaves to a re-read (flags)
     a row whose edges do not hold what a change expects."""
-    table = CandidateTable()
+    table = kept_table()
     for i in range(3):
-        table[FakeStorage(i + 1)] = None
+        table.add(FakeStorage(i + 1))
     table.sync()
     table.frontier = bytearray(len(table.frontier))  # nothing flagged
     for key, index in ((5, 50), (1, 10), (3, 30)):
-        table._border(1, key, index)
+        border(table, 1, key, index)
     assert table.edge_width == 3
     assert table.edges[:3, 1].tolist() == [10, 30, 50]
     assert table.keys[:3, 1].tolist() == [1, 3, 5]
-    table._border(1, 3, 0)
+    border(table, 1, 3, 0)
     assert table.edges[:3, 1].tolist() == [10, 50, 0]
     assert table.keys[:3, 1].tolist() == [1, 5, 0]
     assert table.pending == [1, 1, 1, 1] and not table.frontier[1]
-    table._border(2, 9, 90)
+    border(table, 2, 9, 90)
     assert table.edges[:3, 2].tolist() == [90, 0, 0]
-    table._border(1, 7, 0)  # not there
+    border(table, 1, 7, 0)  # not there
     assert table.frontier[1]
-    table._border(1, 1, 0)  # flagged rows wait for their re-read
+    border(table, 1, 1, 0)  # flagged rows wait for their re-read
     assert table.edges[:3, 1].tolist() == [10, 50, 0]
-    table._border(2, 9, 91)  # already there
+    border(table, 2, 9, 91)  # already there
     assert table.frontier[2] and table.pending == [1, 1, 1, 1, 2]
 
 
@@ -620,7 +623,6 @@ def test_eq_border_around_a_storage_reaches_each_neighbours_row():
     ``CHILD_KEY``) and its children's (by its place among their parents),
     ``border_left`` takes it out, and a child that no longer names it as a parent is
     left to a re-read."""
-    from minidtr.runtime.candidates import CHILD_KEY
 
     class Node(FakeStorage):
         __slots__ = ("parents", "outputs")
@@ -628,18 +630,18 @@ def test_eq_border_around_a_storage_reaches_each_neighbours_row():
         def live_children(self):
             return self.outputs
 
-    table = CandidateTable()
+    table = kept_table()
     parent, child, stranger, evicted = (Node(i + 1) for i in range(4))
     for node in (parent, child, stranger):
-        table[node] = None
+        table.add(node)
     table.sync()
     table.frontier = bytearray(len(table.frontier))
     evicted.parents, evicted.outputs = (parent,), [child, stranger]
     child.parents, stranger.parents = (parent, evicted), (parent,)
-    table.border_evicted(evicted, 7)
+    border_evicted(table, evicted, 7)
     assert table.edges[:1, [parent.row, child.row]].tolist() == [[7, 7]]
     assert table.keys[:1, [parent.row, child.row]].tolist() == [[CHILD_KEY + evicted.id, 1]]
     assert table.frontier[stranger.row] and not table.frontier[child.row]
-    table.border_left(evicted)
+    border_left(table, evicted)
     assert table.edges[:1, [parent.row, child.row]].tolist() == [[0, 0]]
     assert table.pending == [parent.row, child.row] * 2

@@ -71,11 +71,12 @@ def test_budget_evictions_record_the_candidates_with_their_score_terms(log):
 
 
 def test_recording_changes_no_decision(monkeypatch):
-    from minidtr.runtime import allocator as allocator_module
+    from minidtr.runtime import registry
+    from minidtr.runtime.allocator import Allocator
 
     stats = []
     for record in (False, True):
-        monkeypatch.setitem(allocator_module._ALLOCATORS, "cpu", allocator_module.Allocator("cpu"))
+        monkeypatch.setitem(registry.ALLOCATORS, "cpu", Allocator("cpu"))
         stats.append(chain_runtime(record=record).stats())
     for key in ("evictions", "dead_evictions", "remats", "orphan_remats", "peak_memory"):
         assert stats[0][key] == stats[1][key], key

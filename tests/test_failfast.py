@@ -18,7 +18,7 @@ import pytest
 import minidtr as md
 from minidtr import cli, sim
 from minidtr.explain import explain, load_events, summarize, write_event_log
-from minidtr.runtime import allocator as allocator_module
+from minidtr.runtime import deferred_interrupts, guard
 from minidtr.runtime.runtime import DEFAULT_MAX_SLOWDOWN, DEFAULT_MAX_WALL_SLOWDOWN
 from minidtr.runtime.storage import Storage
 from minidtr.sim.experiments import chain_trace
@@ -218,7 +218,7 @@ def test_mark_step_checks_the_expected_cost(value):
 def test_the_wall_clock_guard_sees_eviction_work(monkeypatch):
     budget = int(0.6 * unbounded_peak())
     # judge from the start, and call any eviction work at all too much
-    monkeypatch.setattr(allocator_module, "WALL_GUARD_AFTER", 0.0)
+    monkeypatch.setattr(guard, "WALL_GUARD_AFTER", 0.0)
     runtime = md.Runtime(budget=budget, cost="flops", max_slowdown=None, max_wall_slowdown=1.000001)
     with pytest.raises(md.ThrashError) as info:
         budgeted(runtime)
@@ -237,7 +237,7 @@ def test_the_wall_clock_guard_names_a_cheaper_heuristic_when_searching_is_the_co
     searching is most of the eviction work, the error says which heuristic costs less."""
     from minidtr.testing.programs import tanh_chain, unit_cost
 
-    monkeypatch.setattr(allocator_module, "WALL_GUARD_AFTER", 0.0)
+    monkeypatch.setattr(guard, "WALL_GUARD_AFTER", 0.0)
     messages = {}
     for heuristic in ("dtr", "dtr_eq"):
         with isolated_allocator():
@@ -454,7 +454,7 @@ def test_ctrl_c_inside_an_op_waits_for_a_consistent_point(fresh_allocator):
     peak = unbounded_peak()
     runtime = md.Runtime(budget=int(0.6 * peak), cost="flops", max_slowdown=None)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt), allocator_module.deferred_interrupts():
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts():
         timer.start()
         with runtime:
             deadline = time.perf_counter() + 30

@@ -230,7 +230,7 @@ def test_deaths_skip_the_orphan_test_only_until_a_referenced_value_is_evicted():
     reason but a death, turns the orphan test on for good, across budgets."""
     rng = np.random.default_rng(10)
     with isolated_allocator() as allocator:
-        table = allocator.candidates
+        table = allocator.eviction.candidates
         with md.Runtime(budget=1 << 30):
             x = randn(rng, 8, 8)
             md.tanh(x)  # a temporary: it dies at once, evicted inline
@@ -390,7 +390,7 @@ def test_deaths_inside_a_busy_allocator_wait_for_the_access_to_end():
 
         y = md.ops.apply(Probe(), x)
         assert seen == [True]
-        assert dead.buffer is None and dead not in allocator.candidates
+        assert dead.buffer is None and dead not in allocator.eviction.candidates
         assert y.is_resident
 
 

@@ -95,7 +95,7 @@ def _infeasible_budget(program, heuristic, frac, allocator):
     again = run_under(program, md.Runtime(cost="flops"), fresh=False)
     for (name, a), (_, b) in zip(expected, again, strict=True):
         assert a.tobytes() == b.tobytes(), name
-    assert all(s.locks == 0 for s in allocator.candidates)
+    assert all(s.locks == 0 for s in allocator.eviction.candidates)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import minidtr as md
 from minidtr.ops.op import Op, apply
 from minidtr.runtime import allocator_for, make_heuristic
-from minidtr.runtime.neighbourhood import brute_force_neighbourhood, evicted_ancestors_cost
+from minidtr.runtime.estar import ancestors_cost as evicted_ancestors_cost
+from minidtr.runtime.estar import evicted_neighbourhood as brute_force_neighbourhood
 from minidtr.testing import recompute
 
 ALLOC = allocator_for("cpu")
@@ -89,18 +90,28 @@ def test_scores_match_their_formulas_on_a_hand_built_chain():
         m = sb.nbytes
         stale_b = ALLOC.clock - sb.last_access
         stale_e = ALLOC.clock - se.last_access
-        ALLOC.track("estar")
+        ALLOC.eviction.track("estar")
         # e*(b) = its evicted descendants {c, d}; e*(e) = its evicted ancestors {d, c}
-        assert make_heuristic("dtr").score(sb, ALLOC) == pytest.approx((2 + 3 + 5) / (m * stale_b))
-        assert make_heuristic("dtr").score(se, ALLOC) == pytest.approx((7 + 3 + 5) / (m * stale_e))
-        assert make_heuristic("dtr_local").score(sb, ALLOC) == pytest.approx(2 / (m * stale_b))
+        assert make_heuristic("dtr").score(sb, ALLOC.eviction.context) == pytest.approx(
+            (2 + 3 + 5) / (m * stale_b)
+        )
+        assert make_heuristic("dtr").score(se, ALLOC.eviction.context) == pytest.approx(
+            (7 + 3 + 5) / (m * stale_e)
+        )
+        assert make_heuristic("dtr_local").score(sb, ALLOC.eviction.context) == pytest.approx(
+            2 / (m * stale_b)
+        )
         # msps counts evicted ancestors only: e's are d and c; b has none
-        assert make_heuristic("msps").score(se, ALLOC) == pytest.approx((7 + 5 + 3) / m)
-        assert make_heuristic("msps").score(sb, ALLOC) == pytest.approx(2 / m)
-        assert make_heuristic("lru").score(sb, ALLOC) == pytest.approx(1 / stale_b)
-        assert make_heuristic("size").score(sb, ALLOC) == pytest.approx(1 / m)
-        assert make_heuristic("none+nosize+nostale").score(sb, ALLOC) == 1.0
-        assert make_heuristic("local+size+nostale").score(sb, ALLOC) == pytest.approx(2 / m)
+        assert make_heuristic("msps").score(se, ALLOC.eviction.context) == pytest.approx(
+            (7 + 5 + 3) / m
+        )
+        assert make_heuristic("msps").score(sb, ALLOC.eviction.context) == pytest.approx(2 / m)
+        assert make_heuristic("lru").score(sb, ALLOC.eviction.context) == pytest.approx(1 / stale_b)
+        assert make_heuristic("size").score(sb, ALLOC.eviction.context) == pytest.approx(1 / m)
+        assert make_heuristic("none+nosize+nostale").score(sb, ALLOC.eviction.context) == 1.0
+        assert make_heuristic("local+size+nostale").score(
+            sb, ALLOC.eviction.context
+        ) == pytest.approx(2 / m)
 
 
 def test_eq_keeps_links_that_exact_estar_does_not_have():
@@ -114,12 +125,15 @@ def test_eq_keeps_links_that_exact_estar_does_not_have():
         d = step(b, unit=5.0)
         t = step(c, unit=1.0)
         for mode, expected in (("estar", 3.0), ("eq", 8.0)):
-            ALLOC.track(mode)
+            ALLOC.eviction.track(mode)
             for x in (b, c, d):
                 ALLOC.evict(x.storage)
             b.numpy()  # rematerializes b alone
-            structure = ALLOC.neighbourhood if mode == "estar" else ALLOC.eq_classes
-            assert structure.cost(t.storage) == expected
+            eviction = ALLOC.eviction
+            cost = (
+                eviction.neighbourhood.estar_cost if mode == "estar" else eviction.eq_classes.cost
+            )
+            assert cost(t.storage) == expected
             assert sum(s.cost for s in brute_force_neighbourhood(t.storage)) == 3.0
             for x in (b, c, d):
                 x.numpy()
@@ -138,7 +152,7 @@ def test_incremental_estar_matches_a_brute_force_walk(data):
 def test_incremental_estar_with_bitsets_matches_a_brute_force_walk(data):
     """The same with closures past two members held as bitsets, their new members summed in
     NumPy past one, and the indices started again past eight (neighbourhood.py)."""
-    from minidtr.runtime import neighbourhood
+    from minidtr.runtime.fast import closures as neighbourhood
 
     saved = neighbourhood.SMALL, neighbourhood.FEW_BITS, neighbourhood.MAX_BITS
     neighbourhood.SMALL, neighbourhood.FEW_BITS, neighbourhood.MAX_BITS = 2, 1, 8
@@ -151,7 +165,7 @@ def test_incremental_estar_with_bitsets_matches_a_brute_force_walk(data):
 def check_incremental_estar(data) -> None:
     n = data.draw(st.integers(3, 14))
     with md.Runtime(budget=10**9, cost=unit_cost):
-        ALLOC.track("estar")
+        ALLOC.eviction.track("estar")
         values = [fresh()]
         for k in range(n):
             parents = data.draw(st.lists(st.sampled_from(values), min_size=1, max_size=3))
@@ -172,7 +186,7 @@ def check_incremental_estar(data) -> None:
             for s in storages:
                 if s.buffer is not None and s.producer is not None:
                     want = sum(x.cost for x in brute_force_neighbourhood(s))
-                    assert ALLOC.neighbourhood.cost(s) == pytest.approx(want)
+                    assert ALLOC.eviction.neighbourhood.estar_cost(s) == pytest.approx(want)
 
 
 def test_msps_ancestor_walk():
@@ -375,7 +389,7 @@ def test_ignore_dealloc_leaves_dead_storages_resident_but_evictable():
         storage = y.storage
         memory = ALLOC.memory
         del y
-        assert ALLOC.memory == memory and storage in ALLOC.candidates
+        assert ALLOC.memory == memory and storage in ALLOC.eviction.candidates
         ALLOC.evict(storage)
     assert storage.buffer is None
 
@@ -547,7 +561,8 @@ def test_event_log_records_every_decision_and_exports_jsonl(tmp_path):
     path = tmp_path / "events.jsonl"
     rt.export_events(str(path))
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines == json.loads(json.dumps(rt.events))
+    assert lines[0] == json.loads(json.dumps(rt.header()))
+    assert lines[1:] == json.loads(json.dumps(rt.events))
     stats = rt.stats()
     for key in (
         "budget",
@@ -608,10 +623,10 @@ def made_before_a_budget(kept: bool):
             ys[3].pin().unpin()  # a candidate again: after ys[1]
             ys[5].pin()
             ys.append(md.tensor(np.ones(100)))  # a constant
-        order = [s.id for s in allocator.candidates]
+        order = [s.id for s in allocator.eviction.candidates]
         rt = md.Runtime(budget=10**9, heuristic="size", record_events=True)
         with rt:
-            listed = [s.id for s in allocator.candidates]
+            listed = [s.id for s in allocator.eviction.candidates]
             ids = {s.id: i for i, s in enumerate(t.storage for t in ys)}
             rt.budget = allocator.memory - 3 * 800  # evicts three
             fits = allocator.memory <= rt.budget
@@ -635,15 +650,15 @@ def test_leaving_a_budget_empties_the_table_and_a_dead_storage_is_freed_once():
     with md.Runtime(budget=ALLOC.memory + 10**6):
         x = fresh(100)
         y = step(x)
-        assert y.storage in ALLOC.candidates
-    assert len(ALLOC.candidates) == 0 and not ALLOC.listing
+        assert y.storage in ALLOC.eviction.candidates
+    assert len(ALLOC.eviction.candidates) == 0 and not ALLOC.eviction.candidates.listing
     memory = ALLOC.memory
     del y
     gc.collect()
     assert ALLOC.memory == memory - 800
     with md.Runtime(dealloc="ignore"):
         z = step(x)
-        assert z.storage in ALLOC.candidates, "ignore keeps dead storages: a table is kept"
+        assert z.storage in ALLOC.eviction.candidates, "ignore keeps dead storages: a table is kept"
 
 
 class WrongShape(Op):

@@ -73,7 +73,7 @@ def test_belady_knows_the_distance_to_each_next_use():
     a = replayer.cells["a"].storage
     assert belady.position == 5
     belady.position = 6  # as while instruction 6 (add_, which reads a through b) runs
-    assert belady.until_needed(a, replayer.allocator) == 1.0
+    assert belady.until_needed(a, replayer.allocator.eviction.context) == 1.0
     replayer.close()
 
 

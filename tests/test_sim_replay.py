@@ -8,7 +8,8 @@ import pytest
 
 import minidtr as md
 from minidtr import sim
-from minidtr.runtime import allocator as allocator_module
+from minidtr.runtime import registry
+from minidtr.runtime.allocator import Allocator
 from minidtr.sim.trace import (
     STEP,
     Annotate,
@@ -54,7 +55,7 @@ def fresh_allocator(monkeypatch):
     """Install a new CPU allocator (nothing left over from other tests counts)."""
 
     def install():
-        monkeypatch.setitem(allocator_module._ALLOCATORS, "cpu", allocator_module.Allocator("cpu"))
+        monkeypatch.setitem(registry.ALLOCATORS, "cpu", Allocator("cpu"))
 
     install()
     return install

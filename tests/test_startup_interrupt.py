@@ -84,7 +84,7 @@ def test_a_ctrl_c_no_op_answered_is_raised_at_the_end_of_the_deferral():
     import time
 
     import minidtr as md
-    from minidtr.runtime.allocator import deferred_interrupts
+    from minidtr.runtime import deferred_interrupts
 
     md.tensor([1.0])  # an allocator exists, so the first Ctrl-C is deferred
     with pytest.raises(KeyboardInterrupt), deferred_interrupts():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 import minidtr as md
-from minidtr.runtime import allocator as allocator_module
+from minidtr.runtime import registry as allocator_module
 from minidtr.testing import (
     InfeasibleBudget,
     NondeterminismError,
@@ -76,7 +76,7 @@ def allocator_state(allocator):
         allocator.memory,
         allocator.constant_bytes,
         allocator.next_id,
-        len(allocator.candidates),
+        len(allocator.eviction.candidates),
     )
 
 
@@ -386,7 +386,7 @@ def test_without_the_plugin_the_kept_error_breaks_the_next_test(pytester):
     first, second = run_in_both_orders(pytester, "-p", "no:minidtr.testing.plugin")
     first.assert_outcomes(passed=1, failed=1)
     first.stdout.fnmatch_lines(  # a BudgetError, or its subclass ThrashError
-        ["E *minidtr.runtime.runtime.*Error: *", "FAILED *test_training_fits_its_budget*"]
+        ["E *minidtr.runtime.errors.*Error: *", "FAILED *test_training_fits_its_budget*"]
     )
     second.assert_outcomes(passed=2)
 
@@ -395,7 +395,7 @@ def test_plugin_fixture_and_opt_out(pytester):
     pytester.makepyfile(
         test_fixture="""
 import minidtr as md
-from minidtr.runtime import allocator as allocator_module
+from minidtr.runtime import registry as allocator_module
 
 def test_own_allocator(minidtr_allocator):
     assert minidtr_allocator.memory == 0

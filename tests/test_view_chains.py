@@ -7,7 +7,7 @@ import pytest
 
 import minidtr as md
 from minidtr.ops import shape as shape_ops
-from minidtr.runtime.storage import MAX_VIEW_DEPTH, StridedLayout
+from minidtr.runtime.views import MAX_VIEW_DEPTH, StridedLayout
 from minidtr.testing import recompute
 
 

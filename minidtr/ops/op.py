@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
-from ..runtime.allocator import _ALLOCATORS, allocator_for
+from ..runtime.registry import ALLOCATORS, allocator_for
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 
@@ -181,7 +181,7 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
             device = "cpu"
         metas = op.infer(*cells)
     try:
-        allocator = _ALLOCATORS[device]  # allocator_for, inlined
+        allocator = ALLOCATORS[device]  # allocator_for, inlined
     except KeyError:
         allocator = allocator_for(device)
     out_cells = allocator.compute(op, cells, metas, device, _constant_mode)

@@ -1,10 +1,20 @@
 """The DTR runtime: storages and recipes, the budgeted allocator with its eviction
-manager, the heuristics, and the ``Runtime`` policy object."""
+manager, the heuristics, and the ``Runtime`` policy object.
 
-from .allocator import Allocator, allocator_for
-from .heuristics import HEURISTIC_NAMES, Heuristic, ablation_names, make_heuristic
+The policy reads as the paper does, one short module a piece: the score
+(``heuristics.py``), the victim search (``victims.py``), e* (``estar.py``; h_DTR^eq's
+classes in ``eqclasses.py``), the budget check (``ledger.py``, ``eviction.py``),
+rematerialization (``remat.py``) and the deallocation rules (``lifetime.py``). The
+allocator (``allocator.py``) composes them; ``fast/`` holds the accelerated
+equivalents that run unless ``Runtime(reference=True)``.
+"""
+
+from .allocator import Allocator
+from .errors import BudgetError, ThrashError
+from .heuristics import HEURISTIC_NAMES, Heuristic, ScoreContext, ablation_names, make_heuristic
 from .options import RuntimeOptions
-from .runtime import BudgetError, Runtime, Stats, ThrashError
+from .registry import allocator_for, deferred_interrupts
+from .runtime import Runtime, Stats
 from .storage import Cell, Recipe, Storage
 
 __all__ = [
@@ -16,10 +26,12 @@ __all__ = [
     "Recipe",
     "Runtime",
     "RuntimeOptions",
+    "ScoreContext",
     "Stats",
     "Storage",
     "ThrashError",
     "ablation_names",
     "allocator_for",
+    "deferred_interrupts",
     "make_heuristic",
 ]

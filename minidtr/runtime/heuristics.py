@@ -7,8 +7,8 @@ Every heuristic of the paper is one formula with three switchable terms,
 where the cost term C is one of
 
     estar      c(t) + c(e*(t))       exact evicted neighbourhood: evicted ancestors and
-                                     evicted descendants (h_DTR)
-    eq         c(t) + c(eq(t))       union-find approximation (h_DTR^eq)
+                                     evicted descendants (h_DTR; estar.py)
+    eq         c(t) + c(eq(t))       union-find approximation (h_DTR^eq; eqclasses.py)
     local      c(t)                  (h_DTR^local)
     ancestors  c(t) + c(evicted ancestors)   (h_MSPS, from Capuchin)
     none       1
@@ -17,9 +17,14 @@ M is the size m(t) in bytes or 1, and S the staleness s(t) = now - last
 access or 1. So h_LRU is ``none`` with staleness only and h_size is ``none``
 with size only. ``random`` draws a seeded uniform score.
 
+A heuristic scores a storage against a ``ScoreContext``: the clock and the
+neighbourhood terms, which is all a score may read of the runtime.
+
 To add a heuristic: add a cost term to ``COST_TERMS`` or a name to
-``NAMED``. Any point of the paper's ablation grid is selected by a name of
-the form ``"<cost>+<size|nosize>+<stale|nostale>"``, e.g. ``"eq+size+nostale"``.
+``NAMED``, or pass any object with a ``name`` and ``score(storage, context)``
+to ``md.Runtime(heuristic=...)``. Any point of the paper's ablation grid is
+selected by a name of the form ``"<cost>+<size|nosize>+<stale|nostale>"``,
+e.g. ``"eq+size+nostale"``.
 """
 
 from __future__ import annotations
@@ -29,47 +34,61 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from .neighbourhood import evicted_ancestors_cost
 from .storage import Storage
 
 if TYPE_CHECKING:
-    from .allocator import Allocator
+    from .eviction import Eviction
 
-MIN_STALENESS = 1e-9
-_FLOOR = np.full(1024, MIN_STALENESS)
-
-
-def staleness_floor(n: int) -> np.ndarray:
-    """``n`` copies of ``MIN_STALENESS`` (a view of one shared array): ``np.maximum`` of
-    two arrays takes a third of the time of an array and a scalar."""
-    global _FLOOR
-    if len(_FLOOR) < n:
-        _FLOOR = np.full(max(n, 2 * len(_FLOOR)), MIN_STALENESS)
-    return _FLOOR[:n]
+MIN_STALENESS = 1e-9  # the staleness of a storage accessed at this very tick
 
 
-COST_TERMS: dict[str, Callable[[Storage, Allocator], float]] = {
-    "estar": lambda s, a: s.cost + a.neighbourhood.cost(s),
-    "eq": lambda s, a: s.cost + a.eq_classes.cost(s),
-    "local": lambda s, a: s.cost,
-    "ancestors": lambda s, a: s.cost + evicted_ancestors_cost(s),
-    "none": lambda s, a: 1.0,
+class ScoreContext:
+    """What a score may read of the runtime: the logical clock (``clock``), and the
+    neighbourhood terms of a resident storage: ``estar(t)`` = c(e*(t)), ``eq(t)`` =
+    c(eq(t)), ``ancestors(t)`` = the cost of its evicted ancestors, ``descendant_ids(t)``
+    = the ids of its evicted descendants (what would need it)."""
+
+    __slots__ = ("_eviction",)
+
+    def __init__(self, eviction: Eviction):
+        self._eviction = eviction
+
+    @property
+    def clock(self) -> float:
+        return self._eviction.allocator.clock
+
+    def estar(self, storage: Storage) -> float:
+        return self._eviction.neighbourhood.estar_cost(storage)
+
+    def eq(self, storage: Storage) -> float:
+        return self._eviction.eq_classes.cost(storage)
+
+    def ancestors(self, storage: Storage) -> float:
+        return self._eviction.neighbourhood.ancestors_cost(storage)
+
+    def descendant_ids(self, storage: Storage) -> list[int]:
+        return self._eviction.neighbourhood.descendant_ids(storage)
+
+    def staleness(self, storage: Storage) -> float:
+        """s(t) = now - last access."""
+        return self.clock - storage.last_access
+
+
+COST_TERMS: dict[str, Callable[[Storage, ScoreContext], float]] = {
+    "estar": lambda s, context: s.cost + context.estar(s),
+    "eq": lambda s, context: s.cost + context.eq(s),
+    "local": lambda s, context: s.cost,
+    "ancestors": lambda s, context: s.cost + context.ancestors(s),
+    "none": lambda s, context: 1.0,
 }
 
-# The neighbourhood part of each cost term, for the event log (``Heuristic.terms``).
-NEIGHBOURHOOD_COST: dict[str, tuple[str, Callable[[Storage, Allocator], float]]] = {
-    "estar": ("c(e*)", lambda s, a: a.neighbourhood.cost(s)),
-    "eq": ("c(eq)", lambda s, a: a.eq_classes.cost(s)),
-    "ancestors": ("c(evicted ancestors)", lambda s, a: evicted_ancestors_cost(s)),
+# The neighbourhood part of each cost term: its name in the paper and its value, for the
+# event log (``Heuristic.terms``).
+NEIGHBOURHOOD_COST: dict[str, tuple[str, Callable[[Storage, ScoreContext], float]]] = {
+    "estar": ("c(e*)", lambda s, context: context.estar(s)),
+    "eq": ("c(eq)", lambda s, context: context.eq(s)),
+    "ancestors": ("c(evicted ancestors)", lambda s, context: context.ancestors(s)),
 }
-
-
-# The terms ``Heuristic.scores`` computes on arrays; a cost term added to (or replaced in)
-# the two dicts above is scored by ``Heuristic.score``, one storage at a time.
-BUILT_IN_COST_TERMS = dict(COST_TERMS)
-BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
 
 
 @dataclass(frozen=True)
@@ -85,68 +104,13 @@ class Heuristic:
         if self.cost not in COST_TERMS:
             raise ValueError(f"unknown cost term {self.cost!r}; expected one of {list(COST_TERMS)}")
 
-    def score(self, storage: Storage, allocator: Allocator) -> float:
-        value = COST_TERMS[self.cost](storage, allocator)
+    def score(self, storage: Storage, context: ScoreContext) -> float:
+        value = COST_TERMS[self.cost](storage, context)
         if self.size:
             value /= max(storage.nbytes, 1)
         if self.staleness:
-            value /= max(allocator.clock - storage.last_access, MIN_STALENESS)
+            value /= max(context.clock - storage.last_access, MIN_STALENESS)
         return value
-
-    @property
-    def vectorized(self) -> bool:
-        """Whether ``scores`` gives this heuristic's scores: its cost term is built in."""
-        cost = self.cost
-        return (
-            cost in BUILT_IN_COST_TERMS
-            and COST_TERMS[cost] is BUILT_IN_COST_TERMS[cost]
-            and NEIGHBOURHOOD_COST.get(cost) is BUILT_IN_NEIGHBOURHOOD_COST.get(cost)
-        )
-
-    def scores(
-        self,
-        cost: np.ndarray,
-        neighbourhood: np.ndarray | float | None,
-        size: np.ndarray,
-        staleness: np.ndarray | None,
-        unit: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """``score`` of many storages at once, from arrays of their cost c, neighbourhood
-        cost (``NEIGHBOURHOOD_COST``'s term, ignored when the cost term has none), size as
-        a float ``max(m, 1)``, staleness ``clock - last_access`` (overwritten; ignored
-        without the staleness term) and ``unit``, the cost term ``none``'s 1.0 per storage
-        (ones when omitted; the candidate table's has +inf for rows it does not score).
-        The same floating-point operations in the same order as ``score``, so the same
-        floats (eviction.py's fast path; ``score`` stays the definition); the arrays
-        given are not modified, except ``staleness``."""
-        fresh = False  # whether ``top`` is an array of our own, to divide in place
-        if self.cost == "none":
-            top = np.ones(len(cost)) if unit is None else unit
-        elif self.cost == "local" or (type(neighbourhood) is float and neighbourhood == 0.0):
-            top = cost  # c + 0.0 is c (costs are not -0.0)
-        else:
-            top = cost + neighbourhood
-            fresh = True
-        if self.staleness:
-            staleness = np.maximum(staleness, staleness_floor(len(staleness)), out=staleness)
-            if self.size:
-                value = np.divide(top, size, out=top if fresh else None)
-                value /= staleness
-                return value
-            return np.divide(top, staleness, out=top if fresh else None)
-        if self.size:
-            return np.divide(top, size, out=top if fresh else None)
-        return top if fresh else np.array(top, float)
-
-    def ratio_scores(self, ratio: np.ndarray, staleness: np.ndarray | None) -> np.ndarray:
-        """``scores`` from ``ratio``, each storage's cost term divided by its size term
-        (by the same operations: ``CandidateTable.ratios``) and its staleness ``clock -
-        last_access`` (ignored without the staleness term): the scores, in ``staleness``
-        (overwritten), or ``ratio`` itself (not to be modified) without staleness."""
-        if not self.staleness:
-            return ratio
-        staleness = np.maximum(staleness, staleness_floor(len(staleness)), out=staleness)
-        return np.divide(ratio, staleness, out=staleness)
 
     @property
     def formula(self) -> str:
@@ -159,14 +123,14 @@ class Heuristic:
             return top
         return f"{top} / " + (bottom[0] if len(bottom) == 1 else f"({' * '.join(bottom)})")
 
-    def terms(self, storage: Storage, allocator: Allocator) -> dict[str, float]:
+    def terms(self, storage: Storage, context: ScoreContext) -> dict[str, float]:
         """The parts of ``storage``'s score, for the event log: its cost c, its
         neighbourhood's cost (when the cost term has one), its size m and staleness s."""
         out = {"cost": storage.cost}
         if self.cost in NEIGHBOURHOOD_COST:
-            out["neighbourhood"] = NEIGHBOURHOOD_COST[self.cost][1](storage, allocator)
+            out["neighbourhood"] = NEIGHBOURHOOD_COST[self.cost][1](storage, context)
         out["nbytes"] = storage.nbytes
-        out["staleness"] = allocator.clock - storage.last_access
+        out["staleness"] = context.clock - storage.last_access
         return out
 
 
@@ -174,17 +138,16 @@ class RandomHeuristic:
     """h_rand: a uniform random score from a generator seeded per runtime."""
 
     name = "random"
+    formula = "uniform random"
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
 
-    formula = "uniform random"
-
-    def score(self, storage: Storage, allocator: Allocator) -> float:
+    def score(self, storage: Storage, context: ScoreContext) -> float:
         return self.rng.random()
 
-    def terms(self, storage: Storage, allocator: Allocator) -> dict[str, float]:
-        return {"nbytes": storage.nbytes, "staleness": allocator.clock - storage.last_access}
+    def terms(self, storage: Storage, context: ScoreContext) -> dict[str, float]:
+        return {"nbytes": storage.nbytes, "staleness": context.clock - storage.last_access}
 
 
 NAMED: dict[str, tuple[str, bool, bool]] = {

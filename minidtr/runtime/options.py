@@ -105,6 +105,11 @@ class RuntimeOptions:
         others, all stay resident as ordinary candidates after the access that needed
         them (the paper's simulator); by default they stay only while an evicted,
         referenced storage below them needs them (``minidtr.runtime.lifetime``).
+    reference: run the reference policy only: the plain code of docs/design.md's
+        "reading the policy" (the score, the loop over the candidates, e* walked at
+        every score, the budget check, the replay, the deallocation rules), without the
+        accelerator (``minidtr.runtime.fast``). Every decision is the same, only slower
+        (tested); for reading and stepping through in a debugger.
     """
 
     budget: int | None = None
@@ -120,6 +125,7 @@ class RuntimeOptions:
     max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN
     rebuild_orphans: bool = True
     keep_dead_remats: bool = False
+    reference: bool = False
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values

@@ -1,23 +1,35 @@
-"""Rematerialization: locking an access's inputs and rebuilding the evicted ones.
+"""Rematerialization: lock what an access reads, rebuilding whatever was evicted.
 
-Part of ``Allocator`` (a mixin, so that each concern reads on its own). Every op
-and every read locks what it reads (``_lock``). When all of it is resident that
-is a count per storage; otherwise ``rematerialize`` rebuilds the evicted ones,
-and before each the evicted inputs of its recipe, and so on up, depth first
-with an explicit stack of ``Frame``s (no recursion, whatever the chain's
-length). A rebuild replays the recipe (``_replay``): the same op on the same
-inputs, so the same bits, refilling every evicted output of the recipe.
+Every op and every read locks its input storages first, so that nothing evicts
+them while the kernel runs. When all of them are resident that is a count per
+storage (``lock``). Otherwise ``rematerialize`` rebuilds the evicted ones, as
+the paper's pseudocode does, but with an explicit stack instead of recursion
+(a chain of any length needs no Python stack):
+
+    rematerialize(t):
+        for each input s of t's recipe, evicted ones first:
+            if s is evicted: rematerialize(s)
+            lock(s)
+        replay t's recipe (the same op on the same inputs: the same bits)
+        unlock the inputs
+
+Replaying a recipe refills every evicted output of it (a multi-output op's
+siblings too). Making room for a replay may evict other values, even ones this
+access read a moment ago, which is why inputs are locked as they come back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import backend
-from .runtime import ThrashError
 from .storage import Recipe, Storage
+from .views import array_of
+
+if TYPE_CHECKING:
+    from .allocator import Allocator
 
 
 def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
@@ -38,9 +50,8 @@ def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class Frame:
-    """One level of ``Allocator.rematerialize``'s stack: a recipe to replay once its
-    inputs are resident and locked (``recipe`` is None for the access itself, at the
-    bottom of the stack)."""
+    """One level of ``rematerialize``'s stack: a recipe to replay once its inputs are
+    resident and locked (``recipe`` is None for the access itself, at the bottom)."""
 
     recipe: Storage | Recipe | None  # a storage that is its own recipe, or a shared Recipe
     evicted: list[Storage]  # inputs still to rebuild; ``pop()`` yields the one to rebuild next
@@ -48,48 +59,53 @@ class Frame:
     locked: list[Storage]  # inputs locked so far (unlocked once the recipe has run)
 
 
-def cascade_link(frames: list[Frame], cascade: int, trigger: str) -> dict[str, Any]:
-    """Where a replay sits in its access's cascade, for the remat event: the cascade's
-    number, the access that started it and ``parent``, an output of the replay whose input
-    this one rebuilds (the target of the frame below, see ``Allocator.rematerialize``), or
-    None when the access itself needs it. ``frames`` is the stack without the replay's own
-    frame."""
-    parent = frames[-2].evicted[-1].id if len(frames) > 1 else None
-    return {"cascade": cascade, "trigger": trigger, "parent": parent}
+@dataclass(slots=True)
+class CascadeLink:
+    """Where a replay sits in its access's cascade, for its remat event: the cascade's
+    number, the access that started it (``trigger``) and ``parent``, the output of the
+    replay whose input this one rebuilds, or None when the access itself needs it."""
+
+    cascade: int
+    trigger: str
+    parent: int | None
 
 
-class Rematerialization:
-    def _lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
+class Rematerializer:
+    """Owns: ``cascades``, the number of accesses that rematerialized something (which
+    numbers the remat events)."""
+
+    def __init__(self, allocator: Allocator):
+        self.allocator = allocator
+        self.cascades = 0
+
+    def lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
         """Lock every storage for an access; returns what it locked (the access unlocks it
-        when done). The fast path, when everything is resident, only counts the locks;
-        otherwise ``rematerialize`` rebuilds the evicted ones. ``trigger`` names the
-        access (the op, ``read``) in the remat events' cascade links."""
+        when done). ``trigger`` names the access in the remat events."""
+        allocator = self.allocator
         for storage in storages:
-            if storage.buffer is None or storage.allocator is not self:
+            if storage.buffer is None or storage.allocator is not allocator:
                 return self.rematerialize(storages, trigger)
-        clock = self.clock
-        dirty = self.candidates.dirty  # the candidate table re-reads these rows (candidates.py)
+        clock = allocator.clock
+        touch = allocator.eviction.candidates.touch
         for storage in storages:
             storage.locks += 1
             storage.last_access = clock  # an access counts from when it is requested
-            dirty[storage.row] = 1
+            touch(storage)
         return storages
 
     def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
         """Lock every storage, rebuilding the evicted ones first (and, before each rebuild,
         the evicted inputs of its recipe, and so on up). Returns what it locked.
 
-        Depth-first with an explicit stack of ``Frame``s, so a chain of any length needs
-        no recursion: the bottom frame is the access itself, each frame above it a recipe
-        to replay once its inputs are back. A frame rebuilds its evicted inputs one by one,
-        locking each as it comes back, and locks the inputs that were already resident
-        only at the end, all at once (rebuilding any evicted meanwhile). So a long chain
-        holds locks only on what it has rebuilt, not on everything resident along the way,
-        and the heuristic stays free to evict what it values least. When several inputs
-        are evicted, the one whose rebuild needs the most memory goes first (as in
-        Sethi-Ullman register allocation), so that little is held while it runs.
-        """
-        frames = [self._frame(None, storages)]
+        The bottom frame is the access itself, each frame above it a recipe to replay
+        once its inputs are back. A frame rebuilds its evicted inputs one by one, locking
+        each as it comes back, and locks the inputs that were already resident only at
+        the end, all at once (rebuilding any evicted meanwhile). So a long chain holds
+        locks only on what it has rebuilt, not on everything resident along the way.
+        When several inputs are evicted, the one whose rebuild needs the most memory
+        goes first (as in Sethi-Ullman register allocation), so that little is held
+        while it runs."""
+        frames = [self.frame(None, storages)]
         cascade = None  # this access's number in the remat events, taken at its first replay
         try:
             while True:
@@ -97,64 +113,50 @@ class Rematerialization:
                 if frame.evicted:
                     target = frame.evicted[-1]
                     if target.buffer is not None:  # rebuilt meanwhile, as a sibling
-                        self._lock_one(frame.evicted.pop(), frame.locked)
+                        self.lock_one(frame.evicted.pop(), frame.locked)
                     else:
-                        producer = self._producer_of(target)
-                        frames.append(self._frame(producer, producer.parents))
+                        producer = producer_of(target)
+                        frames.append(self.frame(producer, producer.parents))
                 elif frame.deferred:
-                    self._lock_deferred(frame)
+                    self.lock_deferred(frame)
                 elif frame.recipe is None:
                     return frame.locked
                 else:
                     frames.pop()
                     link = None
-                    if self.runtimes[-1].events is not None:
+                    if self.allocator.runtime.events is not None:
                         if cascade is None:
                             self.cascades += 1
                             cascade = self.cascades
-                        link = cascade_link(frames, cascade, trigger)
-                    self._replay_frame(frame, frames[-1], link)
+                        parent = frames[-2].evicted[-1].id if len(frames) > 1 else None
+                        link = CascadeLink(cascade, trigger, parent)
+                    self.replay_frame(frame, frames[-1], link)
         except BaseException:
             for frame in frames:
-                self._unlock(frame.locked)
+                self.unlock(frame.locked)
             raise
 
-    def _frame(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
+    def frame(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
+        allocator = self.allocator
+        touch = allocator.eviction.candidates.touch
         evicted: list[Storage] = []
         deferred: list[Storage] = []
         locked: list[Storage] = []
         for storage in inputs:
-            if storage.allocator is not self:
+            if storage.allocator is not allocator:
                 # another allocator's value (made outside an isolated run): a fixed input
                 # here, rebuilt, counted and locked by its owner, never evicted by this one
                 storage.allocator.lock_for_another(storage)
                 locked.append(storage)
                 continue
-            storage.last_access = self.clock  # an access counts from when it is requested
-            self.candidates.dirty[storage.row] = 1
+            storage.last_access = allocator.clock  # an access counts from when it is requested
+            touch(storage)
             (evicted if storage.buffer is None else deferred).append(storage)
         if len(evicted) > 1:
             evicted.sort(key=rebuild_need)
         return Frame(recipe, evicted, deferred, locked)
 
-    def lock_for_another(self, storage: Storage) -> None:
-        """Lock one of this allocator's storages for an access of another allocator,
-        rebuilding it here first if it was evicted; the other unlocks it (``_unlock``)."""
-        self._check_pending()
-        was_busy, self._busy = self._busy, True
-        try:
-            self._lock([storage], "read by another allocator")
-        finally:
-            self._done((), was_busy)
-
-    @staticmethod
-    def _producer_of(storage: Storage) -> Storage | Recipe:
-        recipe = storage.producer
-        if recipe is None:
-            raise RuntimeError(f"{storage!r} was banished and can no longer be recomputed")
-        return recipe
-
-    def _lock_deferred(self, frame: Frame) -> None:
+    def lock_deferred(self, frame: Frame) -> None:
         """A frame's evicted inputs are all back: lock its resident ones now, unless some
         were evicted meanwhile (to make room for the rebuilds): those are rebuilt first."""
         evicted = [s for s in frame.deferred if s.buffer is None]
@@ -164,98 +166,90 @@ class Rematerialization:
             frame.evicted = evicted
         else:
             for storage in frame.deferred:
-                self._lock_one(storage, frame.locked)
+                self.lock_one(storage, frame.locked)
             frame.deferred = []
 
-    def _replay_frame(self, frame: Frame, below: Frame, link: dict[str, Any] | None) -> None:
+    def replay_frame(self, frame: Frame, below: Frame, link: CascadeLink | None) -> None:
         """Replay a frame whose inputs are all locked, unlock them, and lock the outputs
         that the frame below was waiting for before anything else can evict them."""
+        guard = self.allocator.guard
         try:
-            outermost = self._begin_overhead()
+            outermost = guard.begin()
             try:
-                self._replay(frame.recipe, link)
+                self.replay(frame.recipe, link)
             finally:
                 if outermost:
-                    self._end_overhead()
+                    guard.end()
         finally:
-            self._unlock(frame.locked)
+            self.unlock(frame.locked)
         for ref in frame.recipe.outputs:
             output = ref()
             if output is not None and output.buffer is not None and output in below.evicted:
                 below.evicted.remove(output)
-                self._lock_one(output, below.locked)
+                self.lock_one(output, below.locked)
 
-    def _lock_one(self, storage: Storage, locked: list[Storage]) -> None:
+    def lock_one(self, storage: Storage, locked: list[Storage]) -> None:
         storage.locks += 1
-        storage.last_access = self.clock
-        self.candidates.dirty[storage.row] = 1
+        storage.last_access = self.allocator.clock
+        self.allocator.eviction.candidates.touch(storage)
         locked.append(storage)
 
-    def _unlock(self, storages: Sequence[Storage]) -> None:
+    def unlock(self, storages: Sequence[Storage]) -> None:
         for storage in storages:
             storage.locks -= 1
             if storage.evict_on_unlock and storage.locks == 0:
-                storage.allocator._unlocked_dead(storage)  # its owner's policy applies
+                storage.allocator.lifetimes.unlocked_dead(storage)  # its owner's policy
 
-    def _unlocked_dead(self, storage: Storage) -> None:
-        """A storage that died while locked is unlocked: the deallocation policy applies now."""
-        storage.evict_on_unlock = False
-        if storage.external_refs == 0:
-            self._on_dead(storage)
-
-    def _replay(self, recipe: Storage | Recipe, link: dict[str, Any] | None = None) -> None:
+    def replay(self, recipe: Storage | Recipe, link: CascadeLink | None = None) -> None:
         """Recompute a recipe whose inputs are resident and locked; refill every evicted
-        output (siblings included) and drop the duplicates of resident ones. ``link``
-        goes into the remat events (``cascade_link``). The cost-model thrash guard is
-        checked first (``_check_slowdown``)."""
-        self._check_slowdown(recipe)
-        stats = self.stats
-        arrays = [self._array(cell) for cell in recipe.inputs]
+        output (siblings included) and drop the duplicates of resident ones. The
+        cost-model thrash guard is checked first."""
+        allocator = self.allocator
+        allocator.guard.check_replay(recipe)
+        arrays = [array_of(cell) for cell in recipe.inputs]
         total = sum(recipe.out_nbytes)
-        self._reserve(total, recipe.op.name)
+        allocator.reserve(total, recipe.op.name)
         try:
             xp = backend.xp_for(recipe.device) if recipe.device is not None else None
             results = recipe.op.forward(xp, *arrays)
         except BaseException:
-            self.memory -= total
+            allocator.ledger.memory -= total
             raise
         if recipe.op.n_outputs == 1:
             results = (results,)
-        self.clock += recipe.run_cost
+        allocator.clock += recipe.run_cost
+        stats = allocator.stats
         stats.remats += 1
         stats.remat_cost += recipe.run_cost
         for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
-                storage.buffer = result
-                self._on_state_change(storage)
-                storage.last_access = self.clock
-                if storage.evictable:
-                    self._add_candidate(storage)
-                if storage.external_refs == 0:
-                    self._dead_remats.append(storage)
-                self._record(
-                    "remat", storage, cost=recipe.run_cost, replay=stats.remats, **(link or {})
-                )
+                self.refill(storage, result, recipe, link)
             else:
-                self.memory -= nbytes
+                allocator.ledger.memory -= nbytes
 
-    def _check_slowdown(self, recipe: Storage | Recipe) -> None:
-        """The cost-model thrash guard, checked before every replay: a replay that would
-        take the recomputation past ``max_slowdown - 1`` times the larger of the compute
-        so far and the compute expected by the end of the step (``Runtime.mark_step``)
-        raises ``ThrashError`` instead."""
-        runtime = self.runtime
-        limit = runtime.max_slowdown
-        if limit is None:
-            return
-        stats = runtime.stats_
-        compute = stats.compute_cost
-        expected = runtime.expected_compute
-        base = compute if compute >= expected else expected
-        if base > 0:
-            slowdown = 1.0 + (stats.remat_cost + recipe.run_cost) / base
-            if slowdown > limit:
-                raise ThrashError(
-                    recipe.op.name, slowdown, limit, self.budget, expected=compute < expected
-                )
+    def refill(
+        self, storage: Storage, result: Any, recipe: Storage | Recipe, link: CascadeLink | None
+    ) -> None:
+        """Put a replay's result back into an evicted storage."""
+        allocator = self.allocator
+        storage.buffer = result
+        allocator.eviction.left_evicted(storage)
+        storage.last_access = allocator.clock
+        if storage.evictable:
+            allocator.eviction.candidates.add(storage)
+        if storage.external_refs == 0:
+            allocator.lifetimes.dead_remats.append(storage)
+        extra: dict[str, Any] = {}
+        if link is not None:
+            extra = {"cascade": link.cascade, "trigger": link.trigger, "parent": link.parent}
+        allocator.record(
+            "remat", storage, cost=recipe.run_cost, replay=allocator.stats.remats, **extra
+        )
+
+
+def producer_of(storage: Storage) -> Storage | Recipe:
+    recipe = storage.producer
+    if recipe is None:
+        raise RuntimeError(f"{storage!r} was banished and can no longer be recomputed")
+    return recipe

@@ -12,6 +12,7 @@ while it is already active.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import numbers
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .errors import BudgetError, ThrashError
+from .guard import WALL_GUARD_AFTER  # noqa: F401  (re-exported)
 from .heuristics import make_heuristic
 from .options import (  # noqa: F401  (re-exported: the settings' checks lived here)
     COST_MODELS,
@@ -33,77 +36,7 @@ from .options import (  # noqa: F401  (re-exported: the settings' checks lived h
     check_limit,
 )
 
-
-class BudgetError(MemoryError):
-    """The budget cannot hold what an op needs, even after evicting everything evictable."""
-
-    def __init__(
-        self,
-        op: str,
-        needed: int,
-        budget: int,
-        memory: int,
-        pinned: int,
-        constant: int,
-        locked: int,
-    ):
-        self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
-        self.pinned, self.constant, self.locked = pinned, constant, locked
-        # needed is 0 when nothing new is asked for (entering a runtime, lowering a budget):
-        # what is resident alone does not fit
-        asks = f"needs {needed:,} bytes but the budget is" if needed else "the budget is"
-        super().__init__(
-            f"{op}: {asks} {budget:,} bytes and "
-            f"{memory:,} are in use after evicting all it could: {constant:,} constant, "
-            f"{pinned:,} pinned, {locked:,} locked by running ops. Raise the budget to at "
-            f"least {memory + needed:,} bytes or free references."
-        )
-
-
-class ThrashError(BudgetError):
-    """The run passed the runtime's thrash guard: recomputation made it more than
-    ``max_slowdown`` times slower in the cost model, or eviction work (searching for
-    victims, evicting, recomputing) made its wall time more than ``max_wall_slowdown``
-    times what it would be without it. The budget is too small to make progress at an
-    acceptable cost (the paper stops such runs at 2x)."""
-
-    def __init__(
-        self,
-        op: str,
-        slowdown: float,
-        limit: float,
-        budget: int | None,
-        *,
-        wall: bool = False,
-        detail: str = "",
-        expected: bool = False,
-        step_end: bool = False,
-    ):
-        self.op, self.slowdown, self.limit, self.budget = op, slowdown, limit, budget
-        self.wall = wall
-        budget_text = "no budget" if budget is None else f"budget {budget:,} bytes"
-        if wall:
-            what = (
-                f"eviction work ({detail}) has made this run {slowdown:.1f}x slower in wall "
-                f"time than without it, past max_wall_slowdown={limit:g}"
-            )
-        elif step_end:
-            what = (
-                f"recomputation has made this run {slowdown:.2f}x slower than without "
-                f"eviction (cost model) at the end of a step that computed less than "
-                f"expected, past max_slowdown={limit:g}"
-            )
-        else:
-            against = ", counting the compute expected by the end of this step" if expected else ""
-            what = (
-                f"recomputing {op} would make this run {slowdown:.2f}x slower than without "
-                f"eviction (cost model{against}), past max_slowdown={limit:g}"
-            )
-        MemoryError.__init__(
-            self,
-            f"{what} ({budget_text}). The budget is too small to train at an acceptable "
-            "cost: raise it, or raise the limit (None disables the guard).",
-        )
+__all__ = ["BudgetError", "Runtime", "Stats", "ThrashError"]
 
 
 @dataclass(slots=True)  # updated on every op: slot reads and writes are the cheapest
@@ -139,20 +72,7 @@ class Stats:
     def add(self, other: Stats, since: Stats) -> None:
         """Add what ``other`` counted after the snapshot ``since`` (for nested runtimes;
         not ``wall_time``, which the outer runtime's own clock already covers)."""
-        for name in (
-            "ops",
-            "evictions",
-            "remats",
-            "banished",
-            "dead_evictions",
-            "orphan_remats",
-            "compute_cost",
-            "remat_cost",
-            "search_time",
-            "searches",
-            "scored",
-            "overhead_time",
-        ):
+        for name in SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name) - getattr(since, name))
         self.peak_memory = max(self.peak_memory, other.peak_memory)
 
@@ -163,9 +83,10 @@ class Stats:
         return (total + self.remat_cost) / total if total > 0 else 1.0
 
 
-# The wall-clock guard judges only runs that have been active this long (seconds): before
-# that a ratio of wall times is noise, and nothing has ground for long yet.
-WALL_GUARD_AFTER = 10.0
+# the counters a nested runtime adds to the one it runs in (``Stats.add``)
+SUMMED = tuple(
+    f.name for f in dataclasses.fields(Stats) if f.name not in ("peak_memory", "wall_time")
+)
 # The settings a Runtime keeps in another form than its RuntimeOptions field (the others
 # are plain attributes of the same name).
 OWN_FORM = ("budget", "heuristic", "record_events")
@@ -180,35 +101,20 @@ class Runtime:
         heuristic: str | Any = "dtr",
         dealloc: str = "eager",
         cost: str | Callable[..., float] = "time",
-        *,
-        sample: bool = False,
-        min_size: float = 0.0,
-        record_events: bool = False,
-        seed: int = 0,
-        device: str = "cpu",
-        max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN,
-        max_wall_slowdown: float | None = DEFAULT_MAX_WALL_SLOWDOWN,
-        rebuild_orphans: bool = True,
-        keep_dead_remats: bool = False,
+        **options: Any,
     ):
         """Each keyword is a field of ``RuntimeOptions``, which says what it means
         (``Runtime.from_options`` takes such an object whole). A bad value raises
         ``ValueError`` or ``TypeError`` here, before the runtime is used."""
+        unknown = sorted(set(options) - set(OPTION_NAMES))
+        if unknown:
+            raise TypeError(
+                f"Runtime got unknown setting(s) {', '.join(unknown)}; the settings are "
+                f"{', '.join(OPTION_NAMES)}"
+            )
         self._configure(
             RuntimeOptions(
-                budget=budget,
-                heuristic=heuristic,
-                dealloc=dealloc,
-                cost=cost,
-                sample=sample,
-                min_size=min_size,
-                record_events=record_events,
-                seed=seed,
-                device=device,
-                max_slowdown=max_slowdown,
-                max_wall_slowdown=max_wall_slowdown,
-                rebuild_orphans=rebuild_orphans,
-                keep_dead_remats=keep_dead_remats,
+                budget=budget, heuristic=heuristic, dealloc=dealloc, cost=cost, **options
             )
         )
 
@@ -221,6 +127,9 @@ class Runtime:
 
     def _configure(self, options: RuntimeOptions) -> None:
         """Copy the settings to plain attributes (what the allocator reads on every op)."""
+        for name in OPTION_NAMES:
+            if name not in OWN_FORM:
+                setattr(self, name, getattr(options, name))
         self._budget = options.budget
         heuristic = options.heuristic
         self._heuristic_given = heuristic
@@ -228,16 +137,6 @@ class Runtime:
             self.heuristic = heuristic
         else:
             self.heuristic = make_heuristic(heuristic, options.seed)
-        self.dealloc = options.dealloc
-        self.cost = options.cost
-        self.sample = options.sample
-        self.min_size = options.min_size
-        self.seed = options.seed
-        self.device = options.device
-        self.max_slowdown = options.max_slowdown
-        self.max_wall_slowdown = options.max_wall_slowdown
-        self.rebuild_orphans = options.rebuild_orphans
-        self.keep_dead_remats = options.keep_dead_remats
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if options.record_events else None
         self._steps_marked = 0
@@ -246,7 +145,6 @@ class Runtime:
         # cost-model guard measures recomputation against max(compute so far, this)
         self.expected_compute = 0.0
         self.allocator = None
-        self._entered_at: Stats | None = None
         self._active_since = 0.0  # perf_counter() when last entered
 
     @property
@@ -285,19 +183,34 @@ class Runtime:
         return self.allocator is not None
 
     def __enter__(self) -> Runtime:
-        from .allocator import allocator_for
+        from .registry import allocator_for
 
-        allocator_for(self.device).push(self)
+        return self.enter_on(allocator_for(self.device))
+
+    def enter_on(self, allocator: Any) -> Runtime:
+        """Become the innermost active runtime of ``allocator`` (what ``with`` does on the
+        device's allocator; an allocator enters its default runtime this way)."""
+        if self.allocator is not None:
+            raise RuntimeError(f"{self!r} is already active; a runtime cannot be re-entered")
+        self._active_since = time.perf_counter()
+        allocator.push(self)
+        self.allocator = allocator
         return self
+
+    def leave(self) -> None:
+        """Stop being active (what the end of the ``with`` does, before its checks)."""
+        self.allocator.pop(self)
+        self.allocator = None
+        self.stats_.wall_time += time.perf_counter() - self._active_since
 
     def __exit__(self, *exc) -> None:
         allocator = self.allocator
-        allocator.pop(self)
+        self.leave()
         if exc[0] is None:
             allocator.raise_pending()  # e.g. a ThrashError met while a tensor died
             self.check_slowdown()
         else:
-            allocator.pending_error = None  # the run already fails with its own error
+            allocator.discard_pending()  # the run already fails with its own error
 
     def stats(self) -> dict[str, Any]:
         """Counters since creation (all activations together), with current memory."""
@@ -305,7 +218,7 @@ class Runtime:
         out["budget"] = self._budget
         out["heuristic"] = self.heuristic.name
         out["dealloc"] = self.dealloc
-        from .allocator import allocator_for
+        from .registry import allocator_for
 
         allocator = self.allocator or allocator_for(self.device)
         out["memory"] = allocator.memory
@@ -351,7 +264,7 @@ class Runtime:
                 f"in the cost model), got {expected_cost!r}"
             )
         self.check_slowdown()
-        from .allocator import allocator_for
+        from .registry import allocator_for
 
         allocator = self.allocator or allocator_for(self.device)
         compute = self.stats_.compute_cost

@@ -37,10 +37,9 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
     from .allocator import Allocator
+    from .views import StridedLayout
 
 
 PRUNE_MIN = 8
@@ -156,6 +155,7 @@ class Storage:
 
     def __init__(
         self,
+        *,
         allocator: Allocator,
         id: int,
         name: str,
@@ -193,12 +193,14 @@ class Storage:
         # child: no list to allocate and collect), a list of them from the second on
         self.children: list[weakref.ref[Storage]] | weakref.ref[Storage] | tuple = ()
         self.prune_at = PRUNE_MIN  # prune dead children when the list reaches this length
-        self.component = None  # h_DTR^eq's union-find class (neighbourhood.py)
-        self.above = None  # cached closures of evicted ancestors / descendants (h_DTR)
+        self.component = None  # h_DTR^eq's union-find class (eqclasses.py)
+        # the accelerator's, kept here for speed: cached closures of evicted ancestors /
+        # descendants (fast/closures.py) and the row in the candidate table (fast/table.py)
+        self.above = None
         self.below = None
         self.evict_on_unlock = False
         self.orphan_rebuilt_at: float | None = None  # last_access when last rebuilt as an orphan
-        self.row = 0  # in the allocator's candidate table (candidates.py); 0: not a candidate
+        self.row = 0  # 0: not in the table
         self.shape = shape
         self.dtype = dtype
         self.device = device
@@ -301,8 +303,8 @@ class Storage:
     def __del__(self):
         try:
             allocator = self.allocator
-            if self.buffer is not None or allocator.tracking is not None:
-                allocator.forget(self)  # otherwise there is nothing to forget
+            if self.buffer is not None or allocator.eviction.tracking is not None:
+                allocator.lifetimes.forget(self)  # otherwise there is nothing to forget
         except Exception:  # interpreter shutdown
             pass
 
@@ -370,78 +372,6 @@ class ViewCell:
 
     def __repr__(self) -> str:
         return f"ViewCell({self.shape}, {self.dtype}, of {self.storage!r})"
-
-
-MAX_VIEW_DEPTH = 16  # a view deeper than this is read in one step (``StridedLayout``)
-
-
-class StridedLayout:
-    """Where a view's elements lie in its storage's NumPy buffer: the byte offset of its
-    first element from the buffer's and its strides. Rebuilding the view from them is
-    one step (about 5 µs), against one view op per level of the chain it came through.
-    Valid while the buffer has the strides it had when the view was made: a rebuilt
-    buffer has them (the same op on the same inputs), and ``view_of`` checks."""
-
-    __slots__ = ("shape", "strides", "offset", "typestr", "readonly", "base_strides")
-
-    def __init__(self, view: Any, base: Any):
-        self.shape = view.shape
-        self.strides = view.strides
-        self.offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-        self.typestr = view.dtype.str
-        self.readonly = not view.flags.writeable
-        self.base_strides = base.strides
-
-    @staticmethod
-    def locate(view: Any, base: Any) -> StridedLayout | None:
-        """The layout of ``view`` in ``base``, or None unless both are NumPy arrays and
-        every byte of ``view`` lies in ``base``'s memory (a view op that had to copy, or
-        an empty view, is read by walking its chain)."""
-        if type(view) is not np.ndarray or type(base) is not np.ndarray or view.size == 0:
-            return None
-        layout = StridedLayout(view, base)
-        low, high = byte_extent(view)
-        base_low, base_high = byte_extent(base)
-        if low + layout.offset < base_low or high + layout.offset > base_high:
-            return None
-        return layout
-
-    def view_of(self, base: Any) -> Any:
-        """The view in ``base`` (a NumPy array that keeps ``base`` alive), or None when
-        ``base`` is laid out differently from the buffer the layout was taken in."""
-        if base.strides != self.base_strides:
-            return None
-        data, readonly = base.__array_interface__["data"]
-        interface = {
-            "data": (data + self.offset, readonly or self.readonly),
-            "shape": self.shape,
-            "strides": self.strides,
-            "typestr": self.typestr,
-            "version": 3,
-        }
-        return np.asarray(_ArrayOf(interface, base))
-
-
-def byte_extent(array: np.ndarray) -> tuple[int, int]:
-    """The bytes ``array`` spans, as offsets from its first element: (lowest, one past
-    the highest)."""
-    low = high = 0
-    for n, stride in zip(array.shape, array.strides, strict=True):
-        if stride < 0:
-            low += (n - 1) * stride
-        else:
-            high += (n - 1) * stride
-    return low, high + array.itemsize
-
-
-class _ArrayOf:
-    """An array interface and the array whose memory it describes (kept alive)."""
-
-    __slots__ = ("__array_interface__", "base")
-
-    def __init__(self, interface: dict, base: Any):
-        self.__array_interface__ = interface
-        self.base = base
 
 
 Cell = Storage | ViewCell  # a value: a storage (the whole of it) or a view of one

@@ -47,8 +47,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from ..runtime.heuristics import COST_TERMS, MIN_STALENESS
-from ..runtime.neighbourhood import evicted_children, evicted_descendants
+from ..runtime.heuristics import COST_TERMS, MIN_STALENESS, ScoreContext
 from ..runtime.storage import Storage
 from .trace import Call, Constant, Copy, CopyFrom, MakeConstant, Mutate, Release, Trace
 
@@ -194,11 +193,11 @@ class Belady(TraceHeuristic):
         key = self.key.get(storage_id)
         return None if key is None else self.uses.next_use(key, self.position)
 
-    def until_needed(self, storage: Storage, allocator) -> float:
+    def until_needed(self, storage: Storage, context: ScoreContext) -> float:
         """Distance to the first time ``storage`` is needed: its own next use, or that of
         an evicted descendant (whose rebuild would need it)."""
         nxt = self.next_use(storage.id)
-        for member in evicted_descendant_ids(storage, allocator):
+        for member in context.descendant_ids(storage):
             use = self.next_use(member)
             if use is not None and (nxt is None or use < nxt):
                 nxt = use
@@ -208,15 +207,15 @@ class Belady(TraceHeuristic):
             return nxt - self.position + 1.0
         return self.uses.clock[nxt] - self.uses.clock[self.position]
 
-    def score(self, storage: Storage, allocator) -> float:
+    def score(self, storage: Storage, context: ScoreContext) -> float:
         if storage.external_refs == 0:
             # dead, resident only to rebuild others: no use of its own to look ahead to
-            distance = allocator.clock - storage.last_access
+            distance = context.clock - storage.last_access
         else:
-            distance = self.until_needed(storage, allocator)
+            distance = self.until_needed(storage, context)
             if distance == math.inf:
                 return 0.0
-        value = self.cost_term(storage, allocator)
+        value = self.cost_term(storage, context)
         if self.size:
             value /= max(storage.nbytes, 1)
         return value / max(distance, MIN_STALENESS)
@@ -310,8 +309,8 @@ class Learned(TraceHeuristic):
         i = bisect_left(profile, age)
         return profile[i] - age if i < len(profile) else math.inf
 
-    def score(self, storage: Storage, allocator) -> float:
-        value = self.cost_term(storage, allocator)
+    def score(self, storage: Storage, context: ScoreContext) -> float:
+        value = self.cost_term(storage, context)
         if self.size:
             value /= max(storage.nbytes, 1)
         if storage.external_refs:
@@ -320,16 +319,7 @@ class Learned(TraceHeuristic):
                 self.predicted += 1
                 return value / max(distance, MIN_STALENESS)
         self.fallbacks += 1
-        return value / max(allocator.clock - storage.last_access, MIN_STALENESS)
-
-
-def evicted_descendant_ids(storage: Storage, allocator) -> list[int]:
-    """Ids of the evicted descendants of a resident storage (from h_DTR's cached closures
-    when they are maintained, else by a walk)."""
-    if allocator.tracking == "estar":
-        closures = allocator.neighbourhood
-        return [i for c in evicted_children(storage) for i in closures.closure_ids(c, "below")]
-    return [s.id for s in evicted_descendants(storage)]
+        return value / max(context.clock - storage.last_access, MIN_STALENESS)
 
 
 def make_trace_heuristic(name: str, trace: Trace | None) -> TraceHeuristic | None:

@@ -37,7 +37,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ..runtime.allocator import allocator_for
+from ..runtime.registry import allocator_for
 from ..runtime.storage import Cell, Recipe, Storage
 from .trace import (
     STEP,

@@ -235,7 +235,7 @@ class Replayer:
                 max_wall_slowdown=None,
             )
         )
-        self.allocator.push(self.runtime)
+        self.runtime.enter_on(self.allocator)
         self.cells: dict[str, Cell] = {}
         self.guard = ThrashGuard(self.runtime.stats_, thrash_cost)
         self.measure_floors = measure_floors
@@ -290,7 +290,7 @@ class Replayer:
 
     def close(self) -> None:
         if self.runtime.active:
-            self.allocator.pop(self.runtime)
+            self.runtime.leave()
 
     # ---- instructions --------------------------------------------------------------------
 

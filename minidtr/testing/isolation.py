@@ -19,24 +19,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ..runtime import allocator as allocator_module
+from ..runtime import registry
+from ..runtime.allocator import Allocator
 
 
 @contextlib.contextmanager
-def isolated_allocator(device: str = "cpu") -> Iterator[allocator_module.Allocator]:
+def isolated_allocator(device: str = "cpu") -> Iterator[Allocator]:
     """Run the block with a new allocator for ``device`` (yielded); restore the previous
     one on exit, whatever happens inside."""
-    fresh = allocator_module.Allocator(device)
-    allocators = allocator_module._ALLOCATORS
-    previous = allocators.get(device)
-    allocators[device] = fresh
+    fresh = Allocator(device)
+    saved = registry.installed()
+    registry.install(device, fresh)
     try:
         yield fresh
     finally:
-        if previous is None:
-            allocators.pop(device, None)
-        else:
-            allocators[device] = previous
+        registry.restore(saved)
 
 
 @contextlib.contextmanager
@@ -44,11 +41,9 @@ def isolated_allocators() -> Iterator[None]:
     """Run the block with no allocator at all: each device gets a new one on first use
     inside. On exit every allocator of before is restored and those of the block are
     dropped. (What the pytest plugin wraps around each test.)"""
-    allocators = allocator_module._ALLOCATORS
-    saved = dict(allocators)
-    allocators.clear()
+    saved = registry.installed()
+    registry.restore({})
     try:
         yield
     finally:
-        allocators.clear()
-        allocators.update(saved)
+        registry.restore(saved)

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..runtime import allocator as allocator_module
+from ..runtime.allocator import Allocator
+from ..runtime.registry import allocator_for
 from .isolation import isolated_allocators
 
 
@@ -49,10 +50,10 @@ def _minidtr_isolated_allocators(request: pytest.FixtureRequest) -> Iterator[Non
 
 
 @pytest.fixture
-def minidtr_allocator(request: pytest.FixtureRequest) -> Iterator[allocator_module.Allocator]:
+def minidtr_allocator(request: pytest.FixtureRequest) -> Iterator[Allocator]:
     """This test's own CPU allocator (a fresh one, dropped after the test)."""
     if request.config.getini("minidtr_isolate"):
-        yield allocator_module.allocator_for("cpu")
+        yield allocator_for("cpu")
         return
     with isolated_allocators():
-        yield allocator_module.allocator_for("cpu")
+        yield allocator_for("cpu")

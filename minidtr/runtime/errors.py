@@ -1,0 +1,75 @@
+"""The runtime's errors: a budget that cannot hold an op, and a run that thrashes."""
+
+from __future__ import annotations
+
+
+class BudgetError(MemoryError):
+    """The budget cannot hold what an op needs, even after evicting everything evictable."""
+
+    def __init__(
+        self,
+        op: str,
+        needed: int,
+        budget: int,
+        memory: int,
+        pinned: int,
+        constant: int,
+        locked: int,
+    ):
+        self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
+        self.pinned, self.constant, self.locked = pinned, constant, locked
+        # needed is 0 when nothing new is asked for (entering a runtime, lowering a budget):
+        # what is resident alone does not fit
+        asks = f"needs {needed:,} bytes but the budget is" if needed else "the budget is"
+        super().__init__(
+            f"{op}: {asks} {budget:,} bytes and "
+            f"{memory:,} are in use after evicting all it could: {constant:,} constant, "
+            f"{pinned:,} pinned, {locked:,} locked by running ops. Raise the budget to at "
+            f"least {memory + needed:,} bytes or free references."
+        )
+
+
+class ThrashError(BudgetError):
+    """The run passed the runtime's thrash guard: recomputation made it more than
+    ``max_slowdown`` times slower in the cost model, or eviction work (searching for
+    victims, evicting, recomputing) made its wall time more than ``max_wall_slowdown``
+    times what it would be without it. The budget is too small to make progress at an
+    acceptable cost (the paper stops such runs at 2x)."""
+
+    def __init__(
+        self,
+        op: str,
+        slowdown: float,
+        limit: float,
+        budget: int | None,
+        *,
+        wall: bool = False,
+        detail: str = "",
+        expected: bool = False,
+        step_end: bool = False,
+    ):
+        self.op, self.slowdown, self.limit, self.budget = op, slowdown, limit, budget
+        self.wall = wall
+        budget_text = "no budget" if budget is None else f"budget {budget:,} bytes"
+        if wall:
+            what = (
+                f"eviction work ({detail}) has made this run {slowdown:.1f}x slower in wall "
+                f"time than without it, past max_wall_slowdown={limit:g}"
+            )
+        elif step_end:
+            what = (
+                f"recomputation has made this run {slowdown:.2f}x slower than without "
+                f"eviction (cost model) at the end of a step that computed less than "
+                f"expected, past max_slowdown={limit:g}"
+            )
+        else:
+            against = ", counting the compute expected by the end of this step" if expected else ""
+            what = (
+                f"recomputing {op} would make this run {slowdown:.2f}x slower than without "
+                f"eviction (cost model{against}), past max_slowdown={limit:g}"
+            )
+        MemoryError.__init__(
+            self,
+            f"{what} ({budget_text}). The budget is too small to train at an acceptable "
+            "cost: raise it, or raise the limit (None disables the guard).",
+        )

@@ -1,0 +1,240 @@
+"""Accelerates ``estar.estar_cost``: c(e*(t)) from cached closures instead of walks.
+
+For each evicted storage the closure of its evicted ancestors ("above") and of its
+evicted descendants ("below") is kept, as a set with its summed cost, computed
+lazily and cached on the storage (``Storage.above`` / ``Storage.below``). ``e*(t)``
+is then the union of the closures of ``t``'s evicted parents and children. When a
+storage is evicted, rematerialized or freed, only the caches that can see it are
+invalidated: a walk from it through evicted storages that stops at caches already
+invalid (an invalid cache's descendants, resp. ancestors, are invalid too, so the
+walk never needs to go further). No score walks the graph.
+
+Equivalent to the walk: a closure is exactly the set the walk reaches, each member's
+cost counted once, and the built-in cost models' costs add up exactly (see
+``estar.total_cost``), so the sum is the same float whatever its order.
+
+A set of up to ``SMALL`` storages is a {storage id: cost} map; a larger one is a
+Python int used as a bitset over indices the storages in it get, so that closing
+over a neighbour is one ``|`` in C. A long run of evicted values has closures as
+long as the run, and a change rebuilds all those below it: the backward pass of a
+deep chain or a Tree-LSTM built some 90 million dict entries in two steps when
+every set was a map. Small sets stay maps because a bitset is as long as its
+highest index: with a hundred thousand evicted storages about, even a set of one
+would take 12 KB. A storage gives its index back when it changes (is evicted,
+rebuilt or freed), when every closure that held it has just been dropped, so the
+indices in use stay about as many as the storages in large closures; past
+``MAX_BITS`` with none given back, they start again from 0 with a new epoch.
+Epochs are unique across instances (``EPOCHS``), so a closure cached by one never
+passes for valid in another.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .. import estar
+from ..estar import evicted_children, evicted_parents
+from ..storage import Storage
+
+SMALL = 256  # members a closure holds as a map; past that, as a bitset
+MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
+FEW_BITS = 32  # up to this many new members, their costs are added one by one
+EPOCHS = itertools.count(1)
+
+
+class CachedClosures:
+    """Exact ``c(e*(t))`` from cached closures (``Storage.above`` / ``Storage.below``)."""
+
+    def __init__(self, eviction):
+        self.eviction = eviction  # whose ``tracking`` says whether the closures are kept
+        self.epoch = next(EPOCHS)
+        self.on_dropped = None  # called with each storage whose closures are dropped
+        self.bit_of: dict[int, int] = {}  # storage id -> its index in the bitsets
+        self.ids: list[int] = []  # index -> storage id (-1: free)
+        self.free: list[int] = []  # indices given back
+        self.costs = np.zeros(64)  # index -> the storage's cost when it was closed over
+        self.costs_at = memoryview(self.costs)
+
+    def invalidate_all(self) -> None:
+        """Make every closure stale (the indices stay: a closure being built still reads
+        its neighbours' bitsets)."""
+        self.epoch = next(EPOCHS)
+
+    def _check_indices(self) -> None:
+        """Past ``MAX_BITS`` indices with none given back, hand them out from 0 again, with
+        a new epoch so that no valid closure holds one. Checked where closures are asked
+        for, never between two closures that are merged."""
+        if len(self.ids) >= MAX_BITS and not self.free:
+            self.invalidate_all()
+            self.bit_of.clear()
+            self.ids.clear()
+
+    def estar_cost(self, storage: Storage) -> float:
+        """c(e*(t)) for a resident storage: its evicted ancestors and descendants (walked
+        while the closures are not kept, as ``estar.estar_cost``)."""
+        if self.eviction.tracking != "estar":
+            return estar.estar_cost(storage)
+        return self.cost_around(evicted_parents(storage), evicted_children(storage))
+
+    def ancestors_cost(self, storage: Storage) -> float:
+        """h_MSPS's term, walked as the reference does (only ``above`` is cached, and only
+        for h_DTR)."""
+        return estar.ancestors_cost(storage)
+
+    def descendant_ids(self, storage: Storage) -> list[int]:
+        """Ids of the evicted descendants of a resident storage."""
+        if self.eviction.tracking != "estar":
+            return [s.id for s in estar.evicted_descendants(storage)]
+        return [i for c in evicted_children(storage) for i in self.closure_ids(c, "below")]
+
+    def cost_around(self, parents: list[Storage], children: list[Storage]) -> float:
+        """``cost`` of a storage given its evicted parents and children."""
+        return self._union_cost(parents, "above") + self._union_cost(children, "below")
+
+    def _union_cost(self, storages: list[Storage], side: str) -> float:
+        if not storages:
+            return 0.0
+        self._check_indices()
+        closures = [self._closure(s, side) for s in storages]
+        if len(closures) == 1:
+            return closures[0][2]
+        members, _, total = self._merged(closures)
+        return sum(members.values()) if members is not None else total
+
+    def closure_ids(self, storage: Storage, side: str) -> list[int]:
+        """The ids in the cached closure of an evicted storage: itself and its evicted
+        ancestors (``"above"``) or descendants (``"below"``)."""
+        self._check_indices()
+        _, members, _, bits = self._closure(storage, side)
+        if members is not None:
+            return list(members)
+        ids, found = self.ids, []
+        while bits:
+            low = bits & -bits
+            found.append(ids[low.bit_length() - 1])
+            bits ^= low
+        return found
+
+    def _valid(self, closure) -> bool:
+        return closure is not None and closure[0] == self.epoch
+
+    def _closure(self, storage: Storage, side: str):
+        """[epoch, {id: cost} or None, total cost, bitset or None] of ``storage`` and its
+        evicted ancestors (``above``) or descendants (``below``), a map while it has at
+        most ``SMALL`` members and a bitset past that (a map's bitset too, once it was
+        merged with one); computed bottom-up with an explicit stack."""
+        step = evicted_parents if side == "above" else evicted_children
+        stack = [storage]
+        while stack:
+            node = stack[-1]
+            if self._valid(getattr(node, side)):
+                stack.pop()
+                continue
+            neighbours = step(node)
+            missing = [n for n in neighbours if not self._valid(getattr(n, side))]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            # the node is in none of its neighbours' closures: the graph has no cycle
+            members, bits, total = self._merged([getattr(n, side) for n in neighbours])
+            if members is not None:  # the total as the sum of the map, as ``_union_cost``
+                members[node.id] = node.cost
+                total = sum(members.values())
+                if len(members) > SMALL:
+                    members, bits = None, self._bits_of(members)
+            else:
+                bits |= self._bit(node.id, node.cost)
+                total += node.cost
+            setattr(node, side, [self.epoch, members, total, bits])
+        return getattr(storage, side)
+
+    def _merged(self, closures: list[list]) -> tuple[dict | None, int | None, float]:
+        """(members, bits, total) of the union of closures, each member's cost once: a new
+        map while the closures are maps and the union has at most ``SMALL`` members (the
+        caller sums it), else a bitset and its total."""
+        members: dict[int, float] = {}
+        for closure in closures:
+            if closure[1] is None:
+                break
+            members.update(closure[1])
+        else:
+            if len(members) <= SMALL:
+                return members, None, 0.0
+        bits, total = 0, 0.0
+        for closure in closures:
+            more = closure[3]
+            if more is None:  # a map merged with a bitset: its bits, kept for next time
+                more = closure[3] = self._bits_of(closure[1])
+            if not bits:
+                bits, total = more, closure[2]
+                continue
+            new = more & ~bits
+            if new:
+                bits |= new
+                total += self._summed(new)
+        return None, bits, total
+
+    def _bits_of(self, members: dict[int, float]) -> int:
+        bits = 0
+        for storage_id, cost in members.items():
+            bits |= self._bit(storage_id, cost)
+        return bits
+
+    def _summed(self, bits: int) -> float:
+        """The summed cost of the storages in a bitset: one by one when they are few, as
+        one NumPy sum over the set bits when many."""
+        if bits.bit_count() <= FEW_BITS:
+            total, costs = 0.0, self.costs_at
+            while bits:
+                low = bits & -bits
+                total += costs[low.bit_length() - 1]
+                bits ^= low
+            return total
+        raw = np.frombuffer(bits.to_bytes((bits.bit_length() + 7) // 8, "little"), np.uint8)
+        members = np.unpackbits(raw, bitorder="little").view(bool)
+        return float(self.costs[: members.size][members].sum())
+
+    def _bit(self, storage_id: int, cost: float) -> int:
+        """A storage's bit, recording its cost (an index is handed out the first time the
+        storage is in a bitset, and given back when it changes: ``on_change``)."""
+        index = self.bit_of.get(storage_id)
+        if index is None:
+            if self.free:
+                index = self.free.pop()
+                self.ids[index] = storage_id
+            else:
+                index = len(self.ids)
+                self.ids.append(storage_id)
+                if index >= self.costs.size:
+                    self.costs = np.concatenate([self.costs, np.zeros(self.costs.size)])
+                    self.costs_at = memoryview(self.costs)
+            self.bit_of[storage_id] = index
+        self.costs_at[index] = cost
+        return 1 << index
+
+    def on_change(self, storage: Storage) -> None:
+        """``storage`` was evicted, rematerialized, banished or freed: drop the caches that
+        may include it (those of evicted storages connected to it in either direction)."""
+        storage.above = storage.below = None
+        if self.on_dropped is not None:
+            self.on_dropped(storage)
+        self._invalidate(evicted_children(storage), "above", evicted_children)
+        self._invalidate(evicted_parents(storage), "below", evicted_parents)
+        index = self.bit_of.pop(storage.id, None)
+        if index is not None:  # no valid closure holds it now: the walks dropped them
+            self.ids[index] = -1
+            self.free.append(index)
+
+    def _invalidate(self, start: list[Storage], side: str, step) -> None:
+        stack = start
+        dropped = self.on_dropped
+        while stack:
+            node = stack.pop()
+            if self._valid(getattr(node, side)):
+                setattr(node, side, None)
+                if dropped is not None:
+                    dropped(node)
+                stack.extend(step(node))

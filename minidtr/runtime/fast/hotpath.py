@@ -1,0 +1,230 @@
+"""Accelerates ``Allocator.compute_general`` and ``Lifetimes.release`` for the cases that
+make up nearly every op and every death: the same steps, inlined, with nothing that
+cannot happen in those cases.
+
+``compute``: an op that is not a view, whose inputs are all resident values of this
+allocator and whose outputs fit the budget without evicting, while nothing watches
+(no observer, no event log) and the cost is the measured time. Nothing can evict an
+input meanwhile (no room is made, and deaths wait while the allocator is busy), so
+they are not even locked: no rematerialization frame, no search, no event. It makes
+the same storages, counts the same bytes and moves the clock as the general path
+would; it returns None, having changed nothing, for every other op.
+
+``release``: a temporary dying between ops under ``eager`` with no orphans to
+rebuild and no neighbourhood term watched is evicted inline (what
+``Lifetimes.apply_policy`` would do: ``Eviction.evict(storage, "dead")``); every
+other death takes the reference path.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..storage import Cell, Storage, resident_storages
+from ..views import array_of
+from .table import LAZY_SLACK
+
+if TYPE_CHECKING:
+    from ..allocator import Allocator
+
+
+class FastPath:
+    """The hot paths of one allocator (see the module docstring)."""
+
+    __slots__ = ("allocator", "ledger", "lifetimes", "table")
+
+    def __init__(self, allocator: Allocator):
+        self.allocator = allocator
+        self.ledger = allocator.ledger
+        self.lifetimes = allocator.lifetimes
+        self.table = allocator.eviction.candidates
+
+    def compute(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        metas: Sequence[tuple],
+        device: str | None,
+        constant: bool,
+    ) -> list[Storage] | None:
+        if len(metas) == 1:
+            shape, dtype = metas[0]
+            nbytes, sizes = dtype.itemsize, None
+            for d in shape:
+                nbytes *= d
+        else:
+            sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
+            nbytes = sum(sizes)
+        allocator = self.allocator
+        ledger = self.ledger
+        runtime = allocator.runtimes[-1]
+        if (
+            (ledger.budget is not None and ledger.memory + nbytes > ledger.budget)
+            or allocator.observer is not None
+            or runtime.events is not None
+            or runtime.cost != "time"
+            or device != allocator.device
+            or (parents := resident_storages(inputs)) is None
+        ):
+            return None
+        for storage in parents:
+            if storage.allocator is not allocator:
+                return None  # another allocator's value: locked through its owner
+        allocator.busy = True
+        clock = allocator.clock
+        dirty = self.table.dirty  # the candidate table re-reads these rows (table.py)
+        for storage in parents:
+            storage.last_access = clock  # an access counts from when it is requested
+            dirty[storage.row] = 1
+        try:
+            arrays = []
+            for cell in inputs:
+                arrays.append(array_of(cell) if cell.is_view else cell.buffer)
+            memory = ledger.memory = ledger.memory + nbytes  # fits: checked above
+            stats = runtime.stats_
+            if memory > stats.peak_memory:
+                stats.peak_memory = memory
+            try:
+                result, cost = allocator.run_kernel(op, device, arrays, metas)
+            except BaseException:
+                ledger.memory -= nbytes
+                raise
+            allocator.clock += cost
+            stats.ops += 1
+            stats.compute_cost += cost
+            if sizes is None and not constant:
+                return [
+                    self.new_evictable(op, inputs, parents, device, result, metas[0], nbytes, cost)
+                ]
+            return allocator.new_outputs(
+                op, inputs, parents, device, result, metas, sizes or [nbytes], cost, constant
+            )
+        finally:
+            lifetimes = self.lifetimes
+            if lifetimes.dying or lifetimes.released or lifetimes.kept_dead:
+                allocator.done((), False)  # deaths during the op, dead storages kept meanwhile
+            else:
+                allocator.busy = False
+
+    def new_evictable(
+        self,
+        op: Any,
+        inputs: tuple[Cell, ...],
+        parents: tuple[Storage, ...],
+        device: str | None,
+        result: Any,
+        meta: tuple,
+        nbytes: int,
+        cost: float,
+    ) -> Storage:
+        """``Allocator.new_evictable`` of a single output, with ``CandidateTable.add`` of a
+        new storage and ``Storage.add_child_ref`` inlined."""
+        allocator = self.allocator
+        allocator.next_id += 1
+        shape, dtype = meta
+        storage = Storage(
+            allocator=allocator, id=allocator.next_id, name=op.name, nbytes=nbytes,
+            shape=shape, dtype=dtype, device=device,
+            contiguous=True if device is None else result.flags.c_contiguous,
+            buffer=result, cost=cost, last_access=allocator.clock, op=op, inputs=inputs,
+            parents=parents,
+        )  # fmt: skip
+        table = self.table
+        if table.listing:
+            storage.row = len(table.storages)
+            table.storages.append(storage)
+            table.dirty.append(1)
+            table.count += 1
+        else:
+            table.note_listed(storage, allocator.next_id)
+        ref = weakref.ref(storage)
+        for parent in parents:
+            children = parent.children
+            if not children:
+                parent.children = ref
+            elif type(children) is list:
+                children.append(ref)
+                if len(children) >= parent.prune_at:
+                    parent.prune_children()
+            else:
+                parent.children = [children, ref]
+        return storage
+
+    def release(self, cell: Cell) -> None:
+        """``Lifetimes.release``, with the death of a plain temporary inlined."""
+        allocator = self.allocator
+        lifetimes = self.lifetimes
+        if allocator.observer is not None:
+            lifetimes.release(cell)
+            return
+        storage = cell.storage if cell.is_view else cell
+        storage.external_refs -= 1
+        if storage.external_refs:
+            return
+        if (
+            allocator.busy
+            or lifetimes.dying
+            or lifetimes.released
+            or storage.locks
+            or lifetimes.dead_remats
+            or lifetimes.kept_dead
+            or not self.plain_temporary(storage)
+        ):
+            lifetimes.died(storage)
+            return
+        if storage.op is None:
+            return  # a constant: no policy frees it; it goes with its metadata (forget)
+        # what apply_policy would do, evict(storage, "dead"), inlined with the table's pop.
+        # Dropping the buffer runs no Python code, so nothing needs ``busy``.
+        storage.buffer = None
+        self.ledger.memory -= storage.nbytes
+        row = storage.row
+        if row:
+            table = self.table
+            table.storages[row] = None
+            table.dirty[row] = 1
+            storage.row = 0
+            table.count -= 1
+            if len(table.storages) > 2 * table.count + LAZY_SLACK:
+                table.compact()
+        stats = allocator.runtimes[-1].stats_
+        stats.evictions += 1
+        stats.dead_evictions += 1
+
+    def plain_temporary(self, storage: Storage) -> bool:
+        """Whether the policy would only evict ``storage``, with nothing to tell anyone: a
+        constant (nothing to do), or an unpinned resident value under ``eager`` with no
+        event log, no neighbourhood structure kept and no orphan to rebuild."""
+        if storage.op is None:
+            return True
+        runtime = self.allocator.runtimes[-1]
+        table = self.table
+        return (
+            runtime.dealloc == "eager"
+            and storage.buffer is not None
+            and not storage.pinned
+            and runtime.events is None
+            and self.allocator.eviction.tracking is None
+            and (
+                not table.listing  # else: no neighbourhood term watched, no orphan made
+                or not table.watching
+                and not (table.orphans_possible and has_evicted_child(storage))
+            )
+        )
+
+
+def has_evicted_child(storage: Storage) -> bool:
+    """``lifetime.has_evicted_child``, reading the children's weak references without
+    building a list (a test on every death under a budget)."""
+    children = storage.children
+    if type(children) is not list:
+        child = children() if children else None
+        return child is not None and child.buffer is None
+    for ref in children:
+        child = ref()
+        if child is not None and child.buffer is None:
+            return True
+    return False

@@ -1,0 +1,330 @@
+"""Accelerates ``victims.choose_victim`` with ``Heuristic.score``: the same search on the
+candidate table's columns, as a few array operations instead of a call per candidate.
+
+The pool is the table's rows in insertion order (every row, holes and locked rows
+scored +inf, unless ``min_size`` or ``sample`` pick some, by the same draws as
+``victims.pool``), the neighbourhood terms come from the ``term`` column (recomputed
+for the flagged rows only) or, for h_DTR^eq, from the mirrored classes
+(``eqterms.py``), and the scores are one array expression by the same
+floating-point operations in the same order as ``Heuristic.score``, so the same
+floats. The first lowest score in row order is the candidate the loop would pick.
+Whatever the table cannot do exactly (a NaN, an infinite score a blocked row could
+tie with, a heuristic without a built-in cost term) goes to the loop itself.
+
+``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` repeats every table decision with the
+loop and asserts they agree (tests/decision_check.py); tests/test_reference.py
+compares whole runs of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import estar
+from ..estar import evicted_children, evicted_parents
+from ..heuristics import COST_TERMS, MIN_STALENESS, NEIGHBOURHOOD_COST, Heuristic
+from ..storage import Storage
+from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
+from .eqterms import eq_terms
+from .table import flagged_rows
+
+if TYPE_CHECKING:
+    from ..eviction import Eviction
+    from .table import CandidateTable
+
+MODES = ("estar", "eq")
+
+# The cost terms the arrays compute; a cost term added to (or replaced in) the dicts of
+# heuristics.py is scored by ``Heuristic.score``, one storage at a time.
+BUILT_IN_COST_TERMS = dict(COST_TERMS)
+BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
+
+_FLOOR = np.full(1024, MIN_STALENESS)
+
+
+class TableSearch:
+    """The search over ``table`` for ``eviction``."""
+
+    def __init__(self, eviction: Eviction, table: CandidateTable):
+        self.eviction = eviction
+        self.table = table
+
+    @staticmethod
+    def handles(heuristic: Any) -> bool:
+        """Whether the arrays give ``heuristic``'s scores: a ``Heuristic`` whose cost term
+        is built in."""
+        if type(heuristic) is not Heuristic:
+            return False
+        cost = heuristic.cost
+        return (
+            cost in BUILT_IN_COST_TERMS
+            and COST_TERMS[cost] is BUILT_IN_COST_TERMS[cost]
+            and NEIGHBOURHOOD_COST.get(cost) is BUILT_IN_NEIGHBOURHOOD_COST.get(cost)
+        )
+
+    def idle(self) -> None:
+        """No budget: nothing is scored, so stop flagging the rows a change touches (the
+        next decision re-flags every row). Flagging for msps walks every evicted
+        descendant, so a long evicted chain freed after an msps run would walk its whole
+        remaining tail once per death."""
+        self.table.watching = None
+
+    def choose(self, runtime: Any) -> Choice:
+        """The unlocked candidate with the lowest score, as ``victims.choose_victim``."""
+        eviction, table = self.eviction, self.table
+        heuristic: Heuristic = runtime.heuristic
+        wanted = SHORTLIST if runtime.events is not None else 2
+        table.sync()
+        used = table.rows
+        rows = None  # None: every row, holes and locked rows scored +inf
+        scored = len(table) - table.locked
+        if runtime.min_size > 0.0 or (runtime.sample and len(table) > 4) or scored < wanted:
+            rows = self.pool_rows(runtime, used)
+            scored = rows.size
+        mode = heuristic.cost
+        eviction.track(mode if mode in MODES else None)
+        values = self.scores(heuristic, rows, used)
+        order = lowest(values, wanted)
+        scores = list(map(values.item, order)) if order else []  # lowest first
+        if order is None or (
+            rows is None and scores and (math.isinf(scores[0]) or math.isinf(scores[-1]))
+        ):
+            # a NaN, or over the whole table an infinite score, which a blocked row could
+            # tie with: the reference loop decides, on the same pool
+            pool = range(used) if rows is None else rows.tolist()
+            storages = table.storages
+            return self.loop([s for r in pool if (s := storages[r]) is not None], runtime)
+        if not order:
+            return Choice(None, math.inf, None, None, scored)
+        if rows is not None:
+            order = rows[order].tolist()
+        storages = list(map(table.storages.__getitem__, order))
+        runner = (storages[1].id, scores[1]) if len(storages) > 1 else None
+        shortlist = None
+        if runtime.events is not None:
+            seen = list(zip(scores, storages, strict=True))
+            shortlist = shortlist_of(seen, heuristic, eviction.context)
+        return Choice(storages[0], scores[0], runner, shortlist, scored)
+
+    def loop(self, pooled: list[Storage], runtime: Any) -> Choice:
+        eviction = self.eviction
+        eviction.scoring = True
+        try:
+            return choose_victim(
+                pooled, runtime.heuristic, eviction.context, runtime.events is not None
+            )
+        finally:
+            eviction.scoring = False
+
+    def scores(self, heuristic: Heuristic, rows: np.ndarray | None, used: int) -> np.ndarray:
+        """The scores of the pool's rows (every row when ``rows`` is None)."""
+        table = self.table
+        clock = self.eviction.allocator.clock
+        mode = heuristic.cost
+        pick = slice(0, used) if rows is None else rows
+        neighbourhood = None
+        if mode in NEIGHBOURHOOD_COST:
+            neighbourhood = self.neighbourhood_terms(mode, rows, used)
+        if rows is None and (
+            type(neighbourhood) is not np.ndarray or neighbourhood.base is table.term
+        ):
+            # the table's ratio column, the score but for staleness, as the term column has it
+            staleness = None
+            if heuristic.staleness:
+                staleness = np.subtract(clock, table.last_access[pick], out=table.scratch[pick])
+            return ratio_scores(heuristic, table.ratios(mode, heuristic.size, used), staleness)
+        table.ratio_key = None  # terms per storage, or a pool: the ratios are not kept
+        table.rewritten = []
+        staleness = None
+        if heuristic.staleness:
+            staleness = clock - table.last_access[pick]
+        return scores(
+            heuristic,
+            table.cost[pick],
+            neighbourhood,
+            table.size[pick],
+            staleness,
+            table.unit[pick],
+        )
+
+    def pool_rows(self, runtime: Any, used: int) -> np.ndarray:
+        """``victims.pool`` on rows: the unlocked rows of the pool, in insertion order."""
+        table = self.table
+        rows = np.flatnonzero(table.active[:used])
+        if runtime.min_size > 0.0 and rows.size:
+            nbytes = table.nbytes[rows]
+            threshold = runtime.min_size * (int(nbytes.sum()) / rows.size)
+            rows = rows[nbytes >= threshold]
+        if runtime.sample and rows.size > 4:
+            stride = max(1, math.isqrt(rows.size))
+            rows = rows[self.eviction.sampler.randrange(stride) :: stride]
+        return rows[~table.blocked[rows]]
+
+    def neighbourhood_terms(
+        self, mode: str, rows: np.ndarray | None, used: int
+    ) -> np.ndarray | float:
+        """The neighbourhood part of the cost term for the scored rows (``rows``, or every
+        row): what ``Heuristic.score`` adds, 0.0 where no neighbour is evicted.
+
+        ``eq`` is computed from the table's ``edges`` and the mirrored classes
+        (``eqterms.py``); ``estar`` and ``ancestors`` per storage for the flagged rows
+        only, into the ``term`` column, which keeps every other row's term (a row is
+        flagged whenever a closure or walk its term read may have changed: table.py).
+        Whatever the table cannot do exactly (a class to rebuild after a mode switch) is
+        done per storage for every row, in insertion order, as the loop does, so that
+        the union-find classes built along the way are the same."""
+        eviction, table = self.eviction, self.table
+        closures = eviction.neighbourhood
+        eq = eviction.eq_classes
+        epoch = eq.epoch if mode == "eq" else closures.epoch if mode == "estar" else 0
+        if table.watching != mode or table.watched_epoch != epoch:
+            table.watch(mode, epoch)
+            closures.on_dropped = table.mark_neighbours if mode == "estar" else None
+        if mode == "eq":
+            eviction.scoring = True
+            try:
+                terms = eq_terms(eviction, table, rows, used)
+            finally:
+                eviction.scoring = False
+            if terms is not None:
+                return terms
+            return self.terms_by_storage(mode, rows, used)
+        stale = flagged_rows(table, rows, used)
+        if stale:
+            table.take_flags()
+            storages, term, frontier = table.storages, table.term, table.frontier
+            eviction.scoring = True
+            try:
+                for row in stale:
+                    value = neighbourhood_term(mode, eviction, storages[row])
+                    term[row] = 0.0 if value is None else value
+                    frontier[row] = 0
+            finally:
+                eviction.scoring = False
+            table.rewritten += stale
+        return table.term[:used] if rows is None else table.term[rows]
+
+    def terms_by_storage(self, mode: str, rows: np.ndarray | None, used: int) -> np.ndarray:
+        """Terms per storage (``neighbourhood_term``) for every scored row, in row order."""
+        eviction, table = self.eviction, self.table
+        if rows is None:
+            positions = np.flatnonzero(~table.blocked[:used])
+            terms = np.zeros(used)
+            chosen = positions.tolist()
+        else:
+            positions = np.arange(rows.size)
+            terms = np.zeros(rows.size)
+            chosen = rows.tolist()
+        storages = table.storages
+        values = []
+        eviction.scoring = True
+        try:
+            for row in chosen:
+                value = neighbourhood_term(mode, eviction, storages[row])
+                values.append(0.0 if value is None else value)
+        finally:
+            eviction.scoring = False
+        terms[positions] = values
+        return terms
+
+
+def neighbourhood_term(mode: str, eviction: Eviction, storage: Storage) -> float | None:
+    """The neighbourhood part of cost term ``mode`` of a resident storage, by the same
+    arithmetic as ``ScoreContext``'s, or None when no neighbour is evicted (the term is
+    then 0.0). Reads the neighbours once."""
+    parents = evicted_parents(storage)
+    children = evicted_children(storage)
+    if not parents and not children:
+        return None
+    if mode == "estar":
+        return eviction.neighbourhood.cost_around(parents, children)
+    if mode == "eq":
+        return eviction.eq_classes.cost_around(parents + children)
+    return estar.total_cost(estar.walk(parents, evicted_parents))
+
+
+def staleness_floor(n: int) -> np.ndarray:
+    """``n`` copies of ``MIN_STALENESS`` (a view of one shared array): ``np.maximum`` of
+    two arrays takes a third of the time of an array and a scalar."""
+    global _FLOOR
+    if len(_FLOOR) < n:
+        _FLOOR = np.full(max(n, 2 * len(_FLOOR)), MIN_STALENESS)
+    return _FLOOR[:n]
+
+
+def scores(
+    heuristic: Heuristic,
+    cost: np.ndarray,
+    neighbourhood: np.ndarray | float | None,
+    size: np.ndarray,
+    staleness: np.ndarray | None,
+    unit: np.ndarray | None = None,
+) -> np.ndarray:
+    """``heuristic.score`` of many storages at once, from arrays of their cost c,
+    neighbourhood cost (ignored when the cost term has none), size as a float
+    ``max(m, 1)``, staleness ``clock - last_access`` (overwritten; ignored without the
+    staleness term) and ``unit``, the cost term ``none``'s 1.0 per storage (ones when
+    omitted; the candidate table's has +inf for rows it does not score). The same
+    floating-point operations in the same order as ``score``, so the same floats; the
+    arrays given are not modified, except ``staleness``."""
+    fresh = False  # whether ``top`` is an array of our own, to divide in place
+    if heuristic.cost == "none":
+        top = np.ones(len(cost)) if unit is None else unit
+    elif heuristic.cost == "local" or (type(neighbourhood) is float and neighbourhood == 0.0):
+        top = cost  # c + 0.0 is c (costs are not -0.0)
+    else:
+        top = cost + neighbourhood
+        fresh = True
+    if heuristic.staleness:
+        staleness = np.maximum(staleness, staleness_floor(len(staleness)), out=staleness)
+        if heuristic.size:
+            value = np.divide(top, size, out=top if fresh else None)
+            value /= staleness
+            return value
+        return np.divide(top, staleness, out=top if fresh else None)
+    if heuristic.size:
+        return np.divide(top, size, out=top if fresh else None)
+    return top if fresh else np.array(top, float)
+
+
+def ratio_scores(
+    heuristic: Heuristic, ratio: np.ndarray, staleness: np.ndarray | None
+) -> np.ndarray:
+    """``scores`` from ``ratio``, each storage's cost term divided by its size term (by the
+    same operations: ``CandidateTable.ratios``) and its staleness ``clock - last_access``
+    (ignored without the staleness term): the scores, in ``staleness`` (overwritten), or
+    ``ratio`` itself (not to be modified) without staleness."""
+    if not heuristic.staleness:
+        return ratio
+    staleness = np.maximum(staleness, staleness_floor(len(staleness)), out=staleness)
+    return np.divide(ratio, staleness, out=staleness)
+
+
+def lowest(values: np.ndarray, k: int) -> list[int] | None:
+    """Positions of the ``k`` lowest values, lowest first, equal values in position order
+    (what a stable sort gives); None when a value is NaN."""
+    if not values.size:
+        return []
+    first = int(values.argmin())  # the first NaN, if there is one
+    if math.isnan(values.item(first)):
+        return None
+    if k == 1 or values.size == 1:
+        return [first]
+    if k == 2:
+        # every value before ``first`` is larger than it: the runner-up is the first
+        # lowest of the rest, the earlier one on a tie
+        second = first + 1 + int(values[first + 1 :].argmin()) if first + 1 < values.size else -1
+        if first:
+            earlier = int(values[:first].argmin())
+            if second < 0 or values.item(earlier) <= values.item(second):
+                second = earlier
+        return [first, second]
+    if values.size > k:
+        kth = np.partition(values, k - 1)[k - 1]
+        positions = np.flatnonzero(values <= kth)
+    else:
+        positions = np.arange(values.size)
+    return positions[np.argsort(values[positions], kind="stable")][:k].tolist()
