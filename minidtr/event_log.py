@@ -32,22 +32,21 @@ class EventLogError(ValueError):
 # ---- one field ---------------------------------------------------------------------------
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
+FLOAT_MAX = sys.float_info.max
 
 
-def _is_number(value: Any) -> bool:
-    """A finite int or float (not a bool; an int too large for a float is not finite)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return _is_int(value) and -sys.float_info.max <= value <= sys.float_info.max
+def _number_subclass(value: Any) -> bool:
+    """An instance of a subclass of int or float (NumPy's float64), not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def whole(minimum: int = 0) -> Callable[[Any], bool]:
     """A whole number from ``minimum`` to ``MAX_INT``."""
 
     def check(value: Any) -> bool:
-        return _is_int(value) and minimum <= value <= MAX_INT
+        return (type(value) is int or _number_subclass(value) and isinstance(value, int)) and (
+            minimum <= value <= MAX_INT
+        )
 
     check.expected = (  # type: ignore[attr-defined]
         f"a whole number >= {minimum:,}" if minimum > -MAX_INT else "a whole number"
@@ -56,10 +55,14 @@ def whole(minimum: int = 0) -> Callable[[Any], bool]:
 
 
 def finite(minimum: float = -math.inf) -> Callable[[Any], bool]:
-    """A finite number at least ``minimum`` (NaN and Infinity are not finite)."""
+    """A finite number at least ``minimum``: NaN and the infinities fail the comparisons,
+    and so does an int too large for a float."""
+    low = max(minimum, -FLOAT_MAX)
 
     def check(value: Any) -> bool:
-        return _is_number(value) and value >= minimum
+        return (type(value) in (int, float) or _number_subclass(value)) and (
+            low <= value <= FLOAT_MAX
+        )
 
     check.expected = (  # type: ignore[attr-defined]
         "a finite number" + (f" >= {minimum:g}" if minimum > -math.inf else "")
@@ -92,13 +95,13 @@ _runner_up.expected = "null or [storage id, score]"  # type: ignore[attr-defined
 
 
 def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, str | bool) or _is_number(value)
+    return value is None or isinstance(value, str | bool) or ANY_NUMBER(value)
 
 
 _scalar.expected = "a string, a finite number, true, false or null"  # type: ignore[attr-defined]
 
 STORAGE_ID = whole(0)
-SCORE = finite()
+ANY_NUMBER = SCORE = finite()
 COST = finite(0.0)
 CLOCK = finite(0.0)
 MEMORY = whole(-MAX_INT)
@@ -140,15 +143,13 @@ def _check_fields(
 ) -> None:
     """Every required field present and valid, every optional one valid where present;
     ``extra`` checks the fields neither names (None: any value)."""
-    for key, check in required.items():
-        if key not in event:
-            raise EventLogError(f"{where}: this {what} lacks the field {key!r}")
-        if not check(event[key]):
-            _wrong(where, what, key, event[key], check)
+    if not required.keys() <= event.keys():
+        missing = next(key for key in required if key not in event)
+        raise EventLogError(f"{where}: this {what} lacks the field {missing!r}")
     for key, value in event.items():
-        check = optional.get(key)
+        check = required.get(key) or optional.get(key)
         if check is None:
-            if key in required or key == "event" or extra is None:
+            if key == "event" or extra is None:
                 continue
             check = extra
         if not check(value):
@@ -220,7 +221,7 @@ def load_events(
             )
         f.seek(0)
         cost = 0.0
-        for number, raw in LineReader(f, limits, error, "event log"):
+        for number, raw in LineReader(f, limits, error, "an event log"):
             event = json_line(text_line(raw, number, error), number, error)
             check_event(event, f"{path}:{number}")
             cost += event.get("cost", 0.0) if event["event"] in ("alloc", "remat") else 0.0

@@ -1,22 +1,29 @@
 """Reading files minidtr did not necessarily write: event logs, traces, sweep CSVs.
 
 Whatever a file says, reading it takes bounded memory and time, and a bad file ends
-in one error naming the file and the line. Lines are read in chunks, so no line
-longer than ``max_line`` bytes and no file of more than ``max_bytes`` bytes
-(counted after decompression, for a ``.gz`` trace) is ever held or read in full:
-past either limit the reader stops at once. JSON is parsed one line at a time,
-and nesting too deep for the parser is an error on that line, not a
-``RecursionError``.
+in one error naming the file and the line. Lines are read in chunks, and a reader
+stops as soon as a file passes one of three limits:
 
-The limits default to ``DEFAULT_MAX_LINE`` and ``DEFAULT_MAX_BYTES``; the
-environment variables ``MINIDTR_MAX_LINE`` and ``MINIDTR_MAX_LOG_SIZE`` (a byte
-count such as ``64M`` or ``2G``) raise or lower them for every reader, and the
-reading functions take ``max_line=`` and ``max_bytes=`` keyword arguments, which
-win over both.
+- ``max_line``: no line longer than this many bytes (default 4 MiB; an event with
+  its candidates is under 1 KiB, a trace's line a few KiB at most);
+- ``max_bytes``: no file of more than this many bytes, counted after decompression
+  for a ``.gz`` trace (default 256 MiB; the bundled traces are under 1 MiB);
+- ``max_ratio``: a ``.gz`` file may not expand to more than this many times the
+  compressed bytes read (default 100; the bundled traces expand about 11 times),
+  once past its first 16 MiB. A gzip bomb is refused in a moment, whatever it
+  decompresses to.
+
+The environment variables ``MINIDTR_MAX_LINE`` and ``MINIDTR_MAX_LOG_SIZE`` (byte
+counts such as ``64M`` or ``2G``) and ``MINIDTR_MAX_GZIP_RATIO`` (a number) change
+them for every reader, the ``minidtr`` command's included; the reading functions
+take ``max_line=``, ``max_bytes=`` and ``max_ratio=`` keyword arguments, which win
+over both. JSON is parsed one line at a time, and nesting too deep for the parser is
+an error on that line, not a ``RecursionError``.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -25,9 +32,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-DEFAULT_MAX_LINE = 4 * 2**20  # bytes: an event with its candidates is under 1 KiB
-DEFAULT_MAX_BYTES = 512 * 2**20  # bytes: the bundled traces are under 1 MiB each
+DEFAULT_MAX_LINE = 4 * 2**20
+DEFAULT_MAX_BYTES = 256 * 2**20
+DEFAULT_MAX_RATIO = 100.0
+RATIO_SLACK = 16 * 2**20  # bytes a .gz file may expand to whatever its ratio
 LINE_VARIABLE, SIZE_VARIABLE = "MINIDTR_MAX_LINE", "MINIDTR_MAX_LOG_SIZE"
+RATIO_VARIABLE = "MINIDTR_MAX_GZIP_RATIO"
 CHUNK = 2**20  # bytes read at a time
 MAX_SHOWN = 60  # characters of a value quoted in an error message
 
@@ -36,10 +46,12 @@ ErrorFactory = Callable[[int | None, str], Exception]
 
 @dataclass(frozen=True)
 class ReadLimits:
-    """The longest line and the largest file (decompressed) a reader accepts, in bytes."""
+    """The longest line and the largest file (decompressed) a reader accepts, in bytes,
+    and how many times its compressed size a ``.gz`` file may expand to."""
 
     max_line: int = DEFAULT_MAX_LINE
     max_bytes: int = DEFAULT_MAX_BYTES
+    max_ratio: float = DEFAULT_MAX_RATIO
 
 
 def byte_count(text: str, what: str) -> int:
@@ -56,18 +68,36 @@ def byte_count(text: str, what: str) -> int:
     return int(value)
 
 
-def read_limits(max_line: int | None = None, max_bytes: int | None = None) -> ReadLimits:
+def _ratio(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 1:  # NaN fails too; inf turns the check off
+        raise ValueError(f"{what}: not a ratio >= 1: {text!r} (use e.g. 1000, or inf)")
+    return value
+
+
+def read_limits(
+    max_line: int | None = None, max_bytes: int | None = None, max_ratio: float | None = None
+) -> ReadLimits:
     """The limits in force: the arguments given, else the environment's, else the defaults."""
+    env = os.environ.get
     if max_line is None:
-        given = os.environ.get(LINE_VARIABLE)
+        given = env(LINE_VARIABLE)
         max_line = DEFAULT_MAX_LINE if given is None else byte_count(given, LINE_VARIABLE)
     if max_bytes is None:
-        given = os.environ.get(SIZE_VARIABLE)
+        given = env(SIZE_VARIABLE)
         max_bytes = DEFAULT_MAX_BYTES if given is None else byte_count(given, SIZE_VARIABLE)
+    if max_ratio is None:
+        given = env(RATIO_VARIABLE)
+        max_ratio = DEFAULT_MAX_RATIO if given is None else _ratio(given, RATIO_VARIABLE)
     for name, value in (("max_line", max_line), ("max_bytes", max_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a whole number of bytes >= 1, got {value!r}")
-    return ReadLimits(max_line, max_bytes)
+    if isinstance(max_ratio, bool) or not isinstance(max_ratio, int | float) or not max_ratio >= 1:
+        raise ValueError(f"max_ratio must be a number >= 1, got {max_ratio!r}")
+    return ReadLimits(max_line, max_bytes, float(max_ratio))
 
 
 def shown(value: Any) -> str:
@@ -95,7 +125,7 @@ def _escape(c: str) -> str:
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
-            return f"{n / scale:g} {unit}"
+            return f"{n / scale:.4g} {unit}"
     return f"{n} bytes"
 
 
@@ -105,8 +135,10 @@ class LineReader:
     (blank ones included).
 
     Memory is bounded by ``max_line`` plus one chunk, whatever the file holds; a line
-    longer than ``max_line``, or more than ``max_bytes`` in all, raises ``error(line,
-    message)`` as soon as it is seen. ``what`` names the file's kind in those messages."""
+    longer than ``max_line``, more than ``max_bytes`` in all or, from a ``GzipFile``,
+    more than ``max_ratio`` times the compressed bytes read raises ``error(line,
+    message)`` as soon as it is seen. ``what`` names the file's kind in those messages,
+    with its article ("a trace")."""
 
     def __init__(
         self,
@@ -120,6 +152,7 @@ class LineReader:
         self.blank = blank
         self.lines = 0
         self.total = 0
+        self.compressed = stream.fileobj if isinstance(stream, gzip.GzipFile) else None
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         tail = b""  # the start of a line whose end has not been read yet
@@ -145,27 +178,41 @@ class LineReader:
         try:
             chunk = self.stream.read(CHUNK)
         except (OSError, EOFError, zlib.error) as e:
-            raise self.error(None, f"cannot be read as a {self.what} ({e})") from None
+            raise self.error(None, f"cannot be read as {self.what} ({e})") from None
         self.total += len(chunk)
-        if self.total > self.limits.max_bytes:
+        limits = self.limits
+        if self.total > limits.max_bytes:
+            unpacked = " once decompressed" if self.compressed is not None else ""
             raise self.error(
                 self.lines + 1,
-                f"the {self.what} holds more than {_size(self.limits.max_bytes)} "
-                f"(decompressed); {SIZE_VARIABLE} or max_bytes= raises the limit",
+                f"{self.what} of more than {_size(limits.max_bytes)}{unpacked}: "
+                f"{SIZE_VARIABLE} or max_bytes= raises the limit",
             )
+        if self.compressed is not None and self.total > RATIO_SLACK:
+            packed = self.compressed.tell()
+            if self.total > limits.max_ratio * packed:
+                raise self.error(
+                    self.lines + 1,
+                    f"{_size(packed)} of gzip expanded to {_size(self.total)}, more than "
+                    f"{limits.max_ratio:g} times: a decompression bomb? {RATIO_VARIABLE} "
+                    "or max_ratio= raises the limit",
+                )
         return chunk
 
     def _check_length(self, line: bytes, number: int) -> None:
         if len(line) > self.limits.max_line:
             raise self.error(
                 number,
-                f"a line longer than {_size(self.limits.max_line)}: not a {self.what}? "
+                f"a line longer than {_size(self.limits.max_line)}: not {self.what}? "
                 f"({LINE_VARIABLE} or max_line= raises the limit)",
             )
 
 
 def _constant(name: str) -> float:
     return float(name)  # NaN, Infinity, -Infinity: kept, for the field checks to name
+
+
+_DECODER = json.JSONDecoder(parse_constant=_constant)
 
 
 def text_line(raw: bytes, number: int, error: ErrorFactory) -> str:
@@ -181,7 +228,7 @@ def json_line(text: str, number: int, error: ErrorFactory) -> Any:
     too deep to parse. NaN and Infinity are read as floats, for the caller's checks of
     each field to refuse by name."""
     try:
-        return json.loads(text, parse_constant=_constant)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as e:
         raise error(number, f"not valid JSON ({e.msg}); truncated?") from None
     except RecursionError:

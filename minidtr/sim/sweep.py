@@ -165,7 +165,7 @@ def read_csv(
 
     results = []
     with open(source, "rb") as f:
-        lines = LineReader(f, read_limits(max_line, max_bytes), error, "sweep CSV", blank=True)
+        lines = LineReader(f, read_limits(max_line, max_bytes), error, "a sweep CSV", blank=True)
         reader = csv.DictReader(text_line(raw, n, error) + "\n" for n, raw in lines)
         try:
             columns = reader.fieldnames or []

@@ -49,11 +49,11 @@ accepted too. TIME is in nanoseconds and may be fractional (minidtr writes the
 exact cost it used, so a replay reproduces its decisions). A path ending in
 ``.gz`` is read and written gzip-compressed.
 
-A log is read as it streams in (``minidtr.reading``): no line longer than
-``max_line`` bytes and no log of more than ``max_bytes`` bytes after
-decompression is read in full, so a crafted file (a gzip bomb, a single line of a
-gigabyte) ends in a ``TraceError`` within moments. The TIMEs must add up to a
-finite total and every MEMORY must fit in 63 bits.
+A log is read as it streams in, within ``minidtr.reading``'s limits on a line's
+length, on the log's size once decompressed and on how far a ``.gz`` log may
+expand, so a crafted file (a gzip bomb, a single line of a gigabyte) ends in a
+``TraceError`` within moments. The TIMEs must add up to a finite total and the
+MEMORY of all the storages a log makes to at most 2**63 - 1 bytes.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class _Lines:
 
     def __init__(self, source: str, stream: IO[bytes], **limits: int | None):
         self.source = source
-        self.reader = LineReader(stream, read_limits(**limits), self.error, "trace")
+        self.reader = LineReader(stream, read_limits(**limits), self.error, "a trace")
         self.rows = iter(self.reader)
         self.announced: tuple[int, int] | None = None  # (line of START, LINES it announces)
         self.taken = 0
@@ -392,18 +392,20 @@ def load_log(
     *,
     max_line: int | None = None,
     max_bytes: int | None = None,
+    max_ratio: float | None = None,
 ) -> Trace:
     """Read a log in the prototype's format (see the module docstring) into a ``Trace``.
 
     Raises ``TraceError`` naming the line for malformed JSON, missing keys, bad
     numbers, a CALL whose MEMORY/ALIAS lines are missing (a truncated log), a name
-    used before it is defined, a line longer than ``max_line`` bytes or a log of more
-    than ``max_bytes`` bytes (decompressed; both default to ``minidtr.reading``'s
-    limits, which the environment can change).
+    used before it is defined, a line longer than ``max_line`` bytes, a log of more
+    than ``max_bytes`` bytes (decompressed) or a ``.gz`` log that expands to more than
+    ``max_ratio`` times its size (all three default to ``minidtr.reading``'s limits,
+    which the environment can change).
     """
     source = os.fspath(path)
     with open_log(source) as stream:
-        lines = _Lines(source, stream, max_line=max_line, max_bytes=max_bytes)
+        lines = _Lines(source, stream, max_line=max_line, max_bytes=max_bytes, max_ratio=max_ratio)
         instructions = _parse(lines)
     if not lines.taken:
         raise lines.error(None, "empty: no instructions (is this a trace log?)")
