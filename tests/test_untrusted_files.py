@@ -288,7 +288,7 @@ def test_deep_nesting_in_a_trace_is_one_line(tmp_path):
         sim.load_log(path)
 
 
-# ---- traces whose numbers overflow ----------------------------------------------------------
+# ---- traces whose numbers overflow, or whose names are not text --------------------------------
 
 
 def trace_rows(time_a="5", time_b="5", memory="8"):
@@ -386,3 +386,20 @@ def test_a_short_or_long_row_is_named(sweep_csv):
     path.write_text("name,size\nx,1\n")
     with pytest.raises(ValueError, match="sweep.csv:1: not a sweep CSV"):
         read_csv(path)
+
+
+@pytest.mark.parametrize("field", ["NAME", "ARGS"])
+def test_a_trace_name_with_control_characters_is_refused(capsys, tmp_path, field):
+    rows = trace_rows()
+    rows[2][field] = "\x1b[2Jf" if field == "NAME" else ["c", "\x1b[31m"]
+    path = tmp_path / "t.log"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, out, err = run(capsys, "sim", "info", str(path))
+    assert code == 1 and "t.log:3: " in one_line(err) and "printable text" in err
+    assert "\x1b" not in out + err and "\\x1b" in err
+
+
+def test_a_trace_file_name_is_shown_escaped(tmp_path):
+    path = tmp_path / "a\x1b[31mb.log"
+    path.write_text("".join(json.dumps(row) + "\n" for row in trace_rows()))
+    assert sim.load_log(path).name == "a\\x1b[31mb"

@@ -52,8 +52,10 @@ exact cost it used, so a replay reproduces its decisions). A path ending in
 A log is read as it streams in, within ``minidtr.reading``'s limits on a line's
 length, on the log's size once decompressed and on how far a ``.gz`` log may
 expand, so a crafted file (a gzip bomb, a single line of a gigabyte) ends in a
-``TraceError`` within moments. The TIMEs must add up to a finite total and the
-MEMORY of all the storages a log makes to at most 2**63 - 1 bytes.
+``TraceError`` within moments. The TIMEs must add up to a finite total, the
+MEMORY of all the storages a log makes to at most 2**63 - 1 bytes, and names are
+printable text (no control character, such as the ESC of an ANSI escape sequence,
+reaches a terminal through ``minidtr sim info``).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ import os
 import sys
 from typing import IO, Any
 
-from ..reading import LineReader, json_line, read_limits, shown
+from ..reading import LineReader, json_line, printable, read_limits, shown
 from .instructions import (
     STEP,
     Annotate,
@@ -200,15 +202,21 @@ def _field(lines: _Lines, line: int, row: dict, key: str) -> Any:
 
 def _str(lines: _Lines, line: int, row: dict, key: str) -> str:
     value = _field(lines, line, row, key)
-    if not isinstance(value, str) or not value:
-        raise lines.error(line, f"{key} must be a non-empty string, got {shown(value)}")
+    if not isinstance(value, str) or not value.isprintable() or not value:
+        raise lines.error(
+            line, f"{key} must be a non-empty string of printable text, got {shown(value)}"
+        )
     return sys.intern(value)
 
 
 def _names(lines: _Lines, line: int, row: dict, key: str) -> tuple[str, ...]:
     value = _field(lines, line, row, key)
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise lines.error(line, f"{key} must be a list of names, got {shown(value)}")
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and v and v.isprintable() for v in value
+    ):
+        raise lines.error(
+            line, f"{key} must be a list of names (printable text), got {shown(value)}"
+        )
     return tuple(map(sys.intern, value))
 
 
@@ -383,7 +391,7 @@ def log_label(path: str | os.PathLike) -> str:
     base = os.path.basename(os.fspath(path))
     if base.endswith(".gz"):
         base = base[:-3]
-    return os.path.splitext(base)[0]
+    return printable(os.path.splitext(base)[0])  # a file's name may hold control characters
 
 
 def load_log(
