@@ -87,7 +87,10 @@ def or_null(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 def _runner_up(value: Any) -> bool:
     return value is None or (
-        isinstance(value, list) and len(value) == 2 and STORAGE_ID(value[0]) and SCORE(value[1])
+        isinstance(value, list | tuple)  # a tuple in memory, a list once written
+        and len(value) == 2
+        and STORAGE_ID(value[0])
+        and SCORE(value[1])
     )
 
 

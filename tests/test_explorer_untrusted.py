@@ -265,3 +265,16 @@ def test_plot_step_labels_never_overlap(tmp_path):
     assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
     assert re.match(r"step \d+", shown[0].get_text())
     fig.savefig(tmp_path / "t.png")
+
+
+def test_a_runtimes_own_events_pass_the_checks(tmp_path, fresh_allocator):
+    """Events in memory (a runner-up is a tuple there) are checked as a log's are."""
+    from test_explorer import chain_runtime
+
+    from minidtr.explain import check_events, runtime_header
+    from minidtr.explorer import write_html
+
+    runtime = chain_runtime(steps=2)
+    assert any(isinstance(e.get("runner_up"), tuple) for e in runtime.events)
+    check_events([runtime_header(runtime), *runtime.events])
+    assert write_html(runtime.events, str(tmp_path / "page.html")) > 0
