@@ -403,3 +403,13 @@ def test_a_trace_file_name_is_shown_escaped(tmp_path):
     path = tmp_path / "a\x1b[31mb.log"
     path.write_text("".join(json.dumps(row) + "\n" for row in trace_rows()))
     assert sim.load_log(path).name == "a\\x1b[31mb"
+
+
+def test_the_error_cli_md_shows_is_the_one_printed(capsys, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    write_events(tmp_path / "ev.jsonl", [HEADER, alloc(), alloc(2, nbytes="lots")])
+    code, _, err = run(capsys, "explain", "ev.jsonl")
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    assert code == 1 and one_line(err) in docs
