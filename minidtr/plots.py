@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .explain import human_bytes, resident_timeline
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
 
 DPI = 120
 KIB = 1024.0
@@ -52,7 +56,7 @@ def timeline_figure(
     budget: int | None = None,
     title: str = "",
     cost: str | None = None,
-):
+) -> Figure:
     """The figure ``memory_timeline`` saves (a matplotlib ``Figure``, laid out)."""
     plt = require_matplotlib()
     columns = resident_timeline(events)
@@ -113,7 +117,7 @@ def _draw_memory(ax, columns: dict[str, list], budget: int | None) -> None:
             )
 
 
-def _draw_steps(ax, columns: dict[str, list]) -> list:
+def _draw_steps(ax, columns: dict[str, list]) -> list[Annotation]:
     """A dotted line at each step boundary, and its label (``thin_labels`` hides those
     that would overprint another)."""
     labels = []
@@ -139,7 +143,7 @@ def _draw_steps(ax, columns: dict[str, list]) -> list:
     return labels
 
 
-def thin_labels(fig, labels: list, gap: float = 4.0) -> None:
+def thin_labels(fig: Figure, labels: list[Annotation], gap: float = 4.0) -> None:
     """Hide every label that would touch the last one kept (left to right, ``gap`` pixels
     apart), stick out of its axes or hide under the legend, so the ones shown stay
     legible at any step count."""
