@@ -44,12 +44,17 @@ def resnet_timeline() -> None:
 
 
 def tutorial_timeline() -> None:
+    """On an allocator of its own, as when the example runs alone: its clocks are then the
+    ones tutorial.md prints (the allocator's clock runs on across the runs of a process)."""
+    from minidtr.testing import isolated_allocator
+
     namespace: dict = {"__name__": "tutorial"}
     source = (Path(__file__).parent / "tutorial_example.py").read_text()
     devnull = open("/dev/null", "w")  # noqa: SIM115  (silence the example's prints)
     stdout, sys.stdout = sys.stdout, devnull
     try:
-        exec(compile(source, "tutorial_example.py", "exec"), namespace)
+        with isolated_allocator():
+            exec(compile(source, "tutorial_example.py", "exec"), namespace)
     finally:
         sys.stdout = stdout
         devnull.close()

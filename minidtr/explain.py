@@ -24,13 +24,19 @@ recomputing it cost.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_KINDS = ("runtime", "alloc", "evict", "remat", "free", "banish", "step")
+from .event_log import (  # noqa: F401  (read here by the command and the tests)
+    EVENT_KINDS,
+    EventLogError,
+    check_events,
+    load_events,
+)
+from .reading import printable
+
 ORPHAN_TRIGGER = "orphans of "  # how the remats of an orphan rebuild name their trigger
 
 
@@ -44,7 +50,7 @@ def clock_unit(cost: str | None) -> str:
     if cost == "time":
         return "measured ns (cost=time: each op's kernel time)"
     if cost:
-        return f"the units of the cost function {cost}"
+        return f"the units of the cost function {printable(str(cost))}"
     return "op costs (the log has no header, so the cost model is not known)"
 
 
@@ -53,58 +59,6 @@ ORPHAN_NOTE = (
     "rebuilt from that parent before the parent is freed, so that its later rebuild "
     "does not have to replay the dead chain above it"
 )
-REQUIRED_FIELDS = ("id", "op", "nbytes", "clock", "memory")
-
-
-class EventLogError(ValueError):
-    """An event log that cannot be read: names the file and, where it can, the line."""
-
-
-def load_events(path: str) -> list[dict[str, Any]]:
-    """Read a JSON-lines event log, checking each line names a known event and that the
-    log holds at least one event (a runtime header alone is an empty log)."""
-    events = []
-    number = 0
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            if number == 1 and raw.startswith(b"\x1f\x8b"):
-                raise EventLogError(
-                    f"{path}: a gzip file, not an event log (a trace from minidtr train "
-                    "--trace? read it with minidtr sim info); event logs are the JSON lines "
-                    "of minidtr train --events"
-                )
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise EventLogError(
-                    f"{path}:{number}: not text (bytes that are not UTF-8); "
-                    "is this an event log written by minidtr train --events?"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise EventLogError(f"{path}:{number}: not JSON ({e.msg}); truncated?") from None
-            if not isinstance(event, dict) or event.get("event") not in EVENT_KINDS:
-                raise EventLogError(
-                    f"{path}:{number}: not a minidtr event (expected a JSON object "
-                    f"with 'event' in {EVENT_KINDS})"
-                )
-            missing = [k for k in REQUIRED_FIELDS if k not in event]
-            if event["event"] not in ("runtime", "step") and missing:
-                raise EventLogError(
-                    f"{path}:{number}: this {event['event']!r} event lacks "
-                    + ", ".join(repr(k) for k in missing)
-                )
-            events.append(event)
-    if not any(e["event"] not in ("runtime", "step") for e in events):
-        where = "is empty" if not events else "holds only its runtime header"
-        raise EventLogError(
-            f"{path}: the event log {where}: it records no op (was it written by a "
-            "runtime with record_events=True that ran some ops?)"
-        )
-    return events
 
 
 @dataclass
@@ -220,7 +174,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             if reason != "dead":
                 evicted_by_op[op] += 1
                 evicted_bytes[op] += nbytes
-            if "score" in event:
+            if event.get("score") is not None:
                 runner = event.get("runner_up")
                 d = Decision(
                     event["clock"],
@@ -285,7 +239,7 @@ def explain(summary: Summary, top: int = 5) -> str:
     s = summary
     lines: list[str] = []
     budget = s.budget
-    policy = ", ".join(f"{k}={v}" for k, v in s.runtime.items() if k != "budget")
+    policy = ", ".join(printable(f"{k}={v}") for k, v in s.runtime.items() if k != "budget")
     lines.append("What happened")
     lines.append("-------------")
     lines.append(
@@ -323,7 +277,10 @@ def explain(summary: Summary, top: int = 5) -> str:
     where = ""
     if s.peak_event is not None:
         e = s.peak_event
-        where = f", reached at clock {e['clock']:,.0f} when {e['event']} of #{e['id']} ({e['op']})"
+        where = (
+            f", reached at clock {e['clock']:,.0f} when {e['event']} of #{e['id']} "
+            f"({printable(e['op'])})"
+        )
     lines.append(
         f"Peak resident memory {human_bytes(s.peak_memory)}"
         + (f" = {_share(s.peak_memory, budget)} of the budget" if budget else "")
@@ -333,7 +290,7 @@ def explain(summary: Summary, top: int = 5) -> str:
     total = sum(s.peak_resident_by_op.values())
     if total:
         parts = [
-            f"{op} {human_bytes(n)} ({_share(n, total)})"
+            f"{printable(op)} {human_bytes(n)} ({_share(n, total)})"
             for op, n in s.peak_resident_by_op.most_common(top)
         ]
         rest = len(s.peak_resident_by_op) - len(parts)
@@ -355,8 +312,10 @@ def explain(summary: Summary, top: int = 5) -> str:
     else:
         for op, n in s.budget_evictions_by_op.most_common(top):
             lines.append(
-                f"  {op:<22} evicted {n:>6,} times, {human_bytes(s.evicted_bytes_by_op[op])} in all"
+                f"  {printable(op):<22} evicted {n:>6,} times, "
+                f"{human_bytes(s.evicted_bytes_by_op[op])} in all"
             )
+        lines.extend(_more_ops(s.budget_evictions_by_op, top))
     lines.extend(_decisions(s, top))
 
     lines.append("")
@@ -380,13 +339,15 @@ def explain(summary: Summary, top: int = 5) -> str:
         for op, cost in s.remat_cost_by_op.most_common(top):
             n = s.remats_by_op[op]
             lines.append(
-                f"  {op:<22} {n:>6,} recomputations, cost {cost:>12,.0f} "
+                f"  {printable(op):<22} {n:>6,} recomputations, cost {cost:>12,.0f} "
                 f"({_share(cost, s.remat_cost)} of all recomputation)"
             )
+        lines.extend(_more_ops(s.remat_cost_by_op, top))
         repeated = [(sid, n) for sid, n in s.remats_by_storage.most_common(top) if n > 1]
         if repeated:
             parts = [
-                f"#{sid} ({s.storage_op[sid]}, {human_bytes(s.storage_bytes[sid])}) {n} times"
+                f"#{sid} ({printable(s.storage_op[sid])}, "
+                f"{human_bytes(s.storage_bytes[sid])}) {n} times"
                 for sid, n in repeated
             ]
             lines.append(
@@ -395,6 +356,12 @@ def explain(summary: Summary, top: int = 5) -> str:
                 + "."
             )
     return "\n".join(lines)
+
+
+def _more_ops(by_op: Counter, top: int) -> list[str]:
+    """The line that says how many ops a table of the ``top`` first leaves out."""
+    rest = len(by_op) - top
+    return [f"  and {rest} more op{'s' if rest > 1 else ''}"] if rest > 0 else []
 
 
 def _remats(s: Summary) -> str:
@@ -423,20 +390,23 @@ def _decisions(s: Summary, top: int) -> list[str]:
     )
     needing = Counter(d.needed_by for d in decisions if d.needed_by)
     if needing:
-        parts = [f"{op} ({n:,})" for op, n in needing.most_common(top)]
-        lines.append("Room was made for: " + ", ".join(parts) + ".")
+        parts = [f"{printable(op)} ({n:,})" for op, n in needing.most_common(top)]
+        rest = len(needing) - len(parts)
+        more = f", and {rest} more op{'s' if rest > 1 else ''}" if rest > 0 else ""
+        lines.append("Room was made for: " + ", ".join(parts) + more + ".")
     lines.append("First decisions:")
     for d in decisions[:top]:
         runner = (
             "no runner-up"
             if d.runner_up_id is None
-            else f"runner-up #{d.runner_up_id} ({s.storage_op.get(d.runner_up_id, '?')}) "
+            else f"runner-up #{d.runner_up_id} "
+            f"({printable(s.storage_op.get(d.runner_up_id, '?'))}) "
             f"scored {d.runner_up_score:.3g}"
         )
         lines.append(
-            f"  clock {d.clock:>10,.0f}: evicted #{d.id} ({d.op}, "
+            f"  clock {d.clock:>10,.0f}: evicted #{d.id} ({printable(d.op)}, "
             f"{human_bytes(d.nbytes)}) with score {d.score:.3g}; {runner}"
-            + (f"; to make room for {d.needed_by}" if d.needed_by else "")
+            + (f"; to make room for {printable(d.needed_by)}" if d.needed_by else "")
         )
     return lines
 

@@ -18,17 +18,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .event_log import check_events
 from .explain import clock_unit, explain, summarize
 from .explorer_page import PAGE
+from .reading import printable
 
 KINDS = ("alloc", "evict", "remat", "free", "banish")
 BUDGET_EVICTION, DEAD_EVICTION = "evict", "dead"
+HEADER_FIELDS = ("budget", "heuristic", "score", "dealloc", "cost")  # what the page reads
 
 
 def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
-    """The page's data: flat columns per event plus details for evictions and remats."""
+    """The page's data: flat columns per event plus details for evictions and remats.
+    ``events`` are checked first (``check_events``): the page takes numbers where it
+    expects numbers, and shows every string as text."""
+    check_events(events)
     summary = summarize(events)
-    header = summary.runtime
+    header = {k: v for k, v in summary.runtime.items() if k in HEADER_FIELDS}
     start = summary.start_clock
     ops: dict[str, int] = {}
     columns: dict[str, list] = {k: [] for k in ("kind", "t", "mem", "id", "op", "nbytes")}
@@ -73,6 +79,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
     return {
         "title": title,
         "header": header,
+        "start": start,
         "unit": clock_unit(header.get("cost")),
         "summary": explain(summary, top=5),
         "ops": list(ops),
@@ -125,9 +132,9 @@ def cascades(columns: dict[str, list], remats: dict[int, dict[str, Any]]) -> dic
 
 def write_html(events: list[dict[str, Any]], path: str, title: str = "") -> int:
     """Write the explorer page for ``events``; returns its size in bytes."""
-    data = json.dumps(page_data(events, title), separators=(",", ":"))
-    html = PAGE.replace("<!--TITLE-->", _escape(title or "minidtr event log"))
-    html = html.replace("/*DATA*/", data.replace("</", "<\\/"))
+    data = json.dumps(page_data(events, title), separators=(",", ":"), allow_nan=False)
+    html = PAGE.replace("<!--TITLE-->", _escape(printable(title or "minidtr event log")))
+    html = html.replace("/*DATA*/", _script_safe(data))
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)
     return len(html.encode())
@@ -135,3 +142,11 @@ def write_html(events: list[dict[str, Any]], path: str, title: str = "") -> int:
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _script_safe(data: str) -> str:
+    """JSON that cannot end or change the ``<script>`` element holding it: no ``<`` at all
+    (so neither ``</script>`` nor ``<!--``, which would put the parser in a state where a
+    later ``<script>`` swallows the page's own), and no ``&`` or ``>`` either. JSON
+    reads ``\\u003c`` as ``<``, so the data is unchanged."""
+    return data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

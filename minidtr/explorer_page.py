@@ -59,7 +59,8 @@ for (const i of rematIdx) {
   const r = D.remats[i];
   if (r && String(r.trigger || "").startsWith("orphans of ")) orphan[i] = 1;
 }
-const budget = D.header.budget ?? null;
+const budget = typeof D.header.budget === "number" ? D.header.budget : null;
+const START = D.start;  // the clock of the log's first event: T counts from it
 const steps = D.steps;
 const tEnd = Math.max(N ? T[N - 1] : 0, steps.length ? steps[steps.length - 1][1] : 0, 1);
 let memTop = 1;
@@ -80,14 +81,15 @@ G.rematY = G.evictY + G.lane + G.gap;
 G.axisY = G.rematY + G.lane + 14;
 
 function bytes(n) {
+  n = Number(n);
   const units = ["B", "KiB", "MiB", "GiB"];
   let u = 0;
   while (Math.abs(n) >= 1024 && u < units.length - 1) { n /= 1024; u++; }
   return u === 0 ? n.toFixed(0) + " B" : n.toFixed(1) + " " + units[u];
 }
-function num(x) { return Math.round(x).toLocaleString("en-US"); }
+function num(x) { return Math.round(Number(x)).toLocaleString("en-US"); }
 function sci(x) {
-  if (x === null || x === undefined) return "-";
+  if (typeof x !== "number") return "-";
   if (!isFinite(x)) return String(x);
   return Math.abs(x) >= 1e4 || (Math.abs(x) < 1e-2 && x !== 0) ? x.toExponential(2) : String(+x.toPrecision(4));
 }
@@ -97,9 +99,6 @@ function short(x) {
   if (a >= 1e6) return +(x / 1e6).toPrecision(3) + "M";
   if (a >= 1e3) return +(x / 1e3).toPrecision(3) + "k";
   return String(+x.toPrecision(3));
-}
-function esc(s) {
-  return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})[c]);
 }
 function lowerBound(arr, x) {  // first index with arr[i] >= x
   let lo = 0, hi = arr.length;
@@ -169,13 +168,14 @@ function draw() {
     ctx.fillText(bytes(v), G.left - 6, y);
   }
   ctx.textAlign = "center"; ctx.textBaseline = "top";
-  for (const v of niceTicks(view.a, view.b, Math.max(2, Math.floor(W / 110)))) {
-    const x = xOf(v);
+  for (const v of niceTicks(view.a + START, view.b + START, Math.max(2, Math.floor(W / 110)))) {
+    const x = xOf(v - START);
     ctx.fillText(short(v), x, G.axisY - 8);
   }
   ctx.textAlign = "right";
-  const unit = {flops: "estimated ns, cost=flops", time: "measured ns, cost=time"}[D.header.cost] || "cost units";
-  ctx.fillText("clock since the start of the log (" + unit + ")", G.left + W, G.axisY + 6);
+  const units = {flops: "estimated ns, cost=flops", time: "measured ns, cost=time"};
+  const unit = Object.hasOwn(units, D.header.cost) ? units[D.header.cost] : "cost units";
+  ctx.fillText("clock (" + unit + ")", G.left + W, G.axisY + 6);
   ctx.textAlign = "left"; ctx.textBaseline = "middle";
   ctx.fillStyle = "#c0392b"; ctx.fillText("evict", 4, G.evictY + G.lane / 2);
   ctx.fillStyle = "#1f5fbf"; ctx.fillText("remat", 4, G.rematY + G.lane / 2);
@@ -188,23 +188,27 @@ function draw() {
     ctx.fillRect(G.left + c, y1, 1, Math.max(1.2, y0 - y1));
   }
   // budget
+  let labelsEnd = G.left + W;  // step labels stop short of the budget's label when it is near the top
   if (budget !== null) {
     const y = Math.round(yOf(budget)) + 0.5;
+    const text = "budget " + bytes(budget);
+    if (y - 16 < G.top + 14) labelsEnd = G.left + W - 4 - ctx.measureText(text).width - 6;
     ctx.strokeStyle = "#e67e22"; ctx.lineWidth = 1.5; ctx.setLineDash([6, 4]);
     ctx.beginPath(); ctx.moveTo(G.left, y); ctx.lineTo(G.left + W, y); ctx.stroke();
     ctx.setLineDash([]);
     ctx.fillStyle = "#e67e22"; ctx.textAlign = "right"; ctx.textBaseline = "bottom";
-    ctx.fillText("budget " + bytes(budget), G.left + W - 4, y - 2);
+    ctx.fillText(text, G.left + W - 4, y - 2);
   }
   // step boundaries
   ctx.strokeStyle = "#8e44ad"; ctx.lineWidth = 1; ctx.setLineDash([3, 3]);
   ctx.fillStyle = "#8e44ad"; ctx.textAlign = "left"; ctx.textBaseline = "top";
-  let lastLabel = -1e9;
+  let lastEnd = -1e9;  // a label is drawn only clear of the last one drawn
   for (const [k, t] of steps) {
     if (t < view.a || t > view.b) continue;
     const x = Math.round(xOf(t)) + 0.5;
     ctx.beginPath(); ctx.moveTo(x, G.top); ctx.lineTo(x, G.rematY + G.lane); ctx.stroke();
-    if (x - lastLabel > 46) { ctx.fillText("step " + k, x + 3, G.top + 1); lastLabel = x; }
+    const label = "step " + k, end = x + 3 + ctx.measureText(label).width;
+    if (x + 3 > lastEnd + 6 && end <= labelsEnd) { ctx.fillText(label, x + 3, G.top + 1); lastEnd = end; }
   }
   ctx.setLineDash([]);
   // lanes
@@ -259,86 +263,103 @@ function pick(x, y) {
   return Math.abs(T[e] - t) <= Math.abs(T[r] - t) ? e : r;
 }
 
-function describe(i) {
-  return "#" + C.id[i] + " " + esc(D.ops[C.op[i]]) + " (" + bytes(C.nbytes[i]) + ")";
+// Every node built from the log's data is made with el(): strings become text nodes and
+// attributes are set one by one, so nothing in a log is ever parsed as HTML.
+function el(tag, attrs, ...kids) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value !== null && value !== undefined && value !== false) node.setAttribute(name, String(value));
+  }
+  for (const kid of kids.flat(Infinity)) {
+    if (kid !== null && kid !== undefined && kid !== false) node.append(kid instanceof Node ? kid : String(kid));
+  }
+  return node;
 }
+function opName(i) { return String(D.ops[C.op[i]]); }
+function describe(i) {
+  return "#" + C.id[i] + " " + opName(i) + " (" + bytes(C.nbytes[i]) + ")";
+}
+function clock(t) { return "clock " + num(t + START); }
 function when(i) {
   const k = stepOf(T[i]);
-  return "clock " + num(T[i]) + (k === null ? "" : " (step " + k + ")") + ", memory after " + bytes(M[i]);
+  return clock(T[i]) + (k === null ? "" : " (step " + k + ")") + ", memory after " + bytes(M[i]);
+}
+
+function candidateTable(cands, hasC, hasN) {
+  const head = el("tr", null, el("th", {class: "l"}), el("th", {class: "l"}, "storage"),
+    el("th", {class: "l"}, "op"), hasC && el("th", null, "c"), hasN && el("th", null, neighbourhood),
+    el("th", null, "m"), el("th", null, "s"), el("th", null, "score"));
+  const rows = cands.map((c, r) => el("tr", {class: r === 0 ? "victim" : r === 1 ? "runner" : null},
+    el("td", {class: "l"}, r === 0 ? "evicted" : r === 1 ? "runner-up" : "#" + (r + 1)),
+    el("td", {class: "l"}, "#" + c.id), el("td", {class: "l"}, c.op),
+    hasC && el("td", null, num(c.cost ?? 0)), hasN && el("td", null, num(c.neighbourhood ?? 0)),
+    el("td", null, c.nbytes === undefined ? "-" : bytes(c.nbytes)),
+    el("td", null, c.staleness === undefined ? "-" : num(c.staleness)), el("td", null, sci(c.score))));
+  return el("table", {class: "candidates"}, head, rows);
 }
 
 function evictionDetails(i) {
   const e = D.evictions[i] || {};
-  let h = "<h2 class=k-evict>Eviction of " + describe(i) + "</h2>";
-  h += "<p>At " + when(i) + ". Forced by the " + esc(e.reason === "budget" ? "budget" : e.reason)
-    + (e.for ? ", to make room for <b>" + esc(e.for) + "</b>" : "") + ".</p>";
+  const out = [el("h2", {class: "k-evict"}, "Eviction of " + describe(i)),
+    el("p", null, "At " + when(i) + ". Forced by the " + (e.reason === undefined ? "budget" : e.reason),
+      e.for ? [", to make room for ", el("b", null, e.for)] : "", ".")];
   const cands = e.candidates || [];
   if (cands.length) {
     const hasN = cands.some(c => "neighbourhood" in c), hasC = cands.some(c => "cost" in c);
-    h += "<p>Score = <code>" + esc(formula || "?") + "</code>; the lowest score is evicted. "
-      + (hasC ? "<i>c</i>: cost to recompute it; " : "")
-      + (hasN ? "<i>" + esc(neighbourhood) + "</i>: cost of the evicted neighbourhood its eviction would join; " : "")
-      + "<i>m</i>: bytes; <i>s</i>: staleness, clock since its last access.</p>";
-    h += "<table class=candidates><tr><th class=l></th><th class=l>storage</th><th class=l>op</th>"
-      + (hasC ? "<th>c</th>" : "") + (hasN ? "<th>" + esc(neighbourhood) + "</th>" : "")
-      + "<th>m</th><th>s</th><th>score</th></tr>";
-    cands.forEach((c, r) => {
-      const cls = r === 0 ? "victim" : r === 1 ? "runner" : "";
-      const label = r === 0 ? "evicted" : r === 1 ? "runner-up" : "#" + (r + 1);
-      h += "<tr class='" + cls + "'><td class=l>" + label + "</td><td class=l>#" + c.id + "</td><td class=l>"
-        + esc(c.op) + "</td>" + (hasC ? "<td>" + num(c.cost ?? 0) + "</td>" : "")
-        + (hasN ? "<td>" + num(c.neighbourhood ?? 0) + "</td>" : "")
-        + "<td>" + bytes(c.nbytes) + "</td><td>" + num(c.staleness) + "</td><td>" + sci(c.score) + "</td></tr>";
-    });
-    h += "</table>";
+    out.push(el("p", null, "Score = ", el("code", null, formula || "?"), "; the lowest score is evicted. ",
+      hasC ? [el("i", null, "c"), ": cost to recompute it; "] : "",
+      hasN ? [el("i", null, neighbourhood), ": cost of the evicted neighbourhood its eviction would join; "] : "",
+      el("i", null, "m"), ": bytes; ", el("i", null, "s"), ": staleness, clock since its last access."));
+    out.push(candidateTable(cands, hasC, hasN));
   }
   if (e.runner_up) {
     const [rid, rscore] = e.runner_up;
     const ratio = e.score > 0 ? " = " + (rscore / e.score).toFixed(2) + "× the victim's" : "";
-    h += "<p>Runner-up: #" + rid + " scored " + sci(rscore) + ratio + " (victim " + sci(e.score) + ").</p>";
-  } else if ("score" in e) {
-    h += "<p>Score " + sci(e.score) + "; no runner-up (the only candidate).</p>";
+    out.push(el("p", null, "Runner-up: #" + rid + " scored " + sci(rscore) + ratio + " (victim " + sci(e.score) + ")."));
+  } else if (typeof e.score === "number") {
+    out.push(el("p", null, "Score " + sci(e.score) + "; no runner-up (the only candidate)."));
   }
-  return h;
+  return out;
 }
 
 function triggerText(cascade) {
   const t = String(cascade.trigger);
-  if (t.startsWith("orphans of ")) return "rebuilding the orphans of dead " + esc(t.slice(11))
-    + " before it is freed";
-  if (t === "read") return "a read of a value";
-  return "the op <b>" + esc(t) + "</b>";
+  if (t.startsWith("orphans of ")) return ["rebuilding the orphans of dead " + t.slice(11) + " before it is freed"];
+  if (t === "read") return ["a read of a value"];
+  return ["the op ", el("b", null, t)];
+}
+
+function cascadeTree(cascade, i) {
+  const nodes = cascade.nodes, kids = nodes.map(() => []), roots = [];
+  nodes.forEach((n, k) => (n.up === null || n.up === undefined ? roots : kids[n.up]).push(k));
+  const sel = nodes.findIndex(n => n.events.includes(i));
+  function node(k) {
+    const n = nodes[k];
+    const what = opName(n.events[0]) + " → " + n.events.map(j => "#" + C.id[j]).join(", ")
+      + " (" + bytes(n.events.reduce((s, j) => s + C.nbytes[j], 0)) + "), cost " + num(n.cost || 0);
+    return el("li", null, el("span", {"data-event": n.events[0], class: k === sel ? "sel" : null}, what),
+      kids[k].length ? el("ul", {class: "tree"}, kids[k].map(node)) : null);
+  }
+  return {roots, tree: el("div", {class: "cascade"}, el("ul", {class: "tree"},
+    el("li", null, el("span", null, triggerText(cascade)), el("ul", {class: "tree"}, roots.map(node)))))};
 }
 
 function rematDetails(i) {
   const r = D.remats[i] || {};
-  let h = "<h2 class=k-remat>Rematerialization of " + describe(i) + "</h2>";
-  h += "<p>At " + when(i) + "; recomputing it cost " + num(r.cost ?? 0) + ".</p>";
-  const cascade = r.cascade !== undefined ? D.cascades[r.cascade] : null;
-  if (!cascade) return h + "<p class=muted>This log does not link remats into cascades.</p>";
-  const nodes = cascade.nodes, kids = nodes.map(() => []), roots = [];
-  nodes.forEach((n, k) => (n.up === null || n.up === undefined ? roots : kids[n.up]).push(k));
+  const out = [el("h2", {class: "k-remat"}, "Rematerialization of " + describe(i)),
+    el("p", null, "At " + when(i) + "; recomputing it cost " + num(r.cost ?? 0) + ".")];
+  const cascade = r.cascade !== undefined && Object.hasOwn(D.cascades, r.cascade) ? D.cascades[r.cascade] : null;
+  if (!cascade) return [...out, el("p", {class: "muted"}, "This log does not link remats into cascades.")];
+  const nodes = cascade.nodes, {roots, tree} = cascadeTree(cascade, i);
   const total = nodes.reduce((s, n) => s + (n.cost || 0), 0);
   const needed = roots.map(k => "#" + C.id[nodes[k].events[nodes[k].events.length - 1]]).join(", ");
-  h += "<p>Cascade " + r.cascade + ": " + triggerText(cascade) + " needed " + needed
+  out.push(el("p", null, "Cascade " + r.cascade + ": ", triggerText(cascade), " needed " + needed
     + (roots.length > 1 ? ", all evicted" : ", evicted") + ". Rebuilding took " + nodes.length
     + " replay" + (nodes.length > 1 ? "s" : "") + " costing " + num(total) + "; "
     + cascade.evictions + " budget eviction" + (cascade.evictions === 1 ? "" : "s")
-    + " made room meanwhile. The tree reads top down: each replay (op &rarr; the storages it"
-    + " rebuilt) needed the replays under it first, to rebuild its own evicted inputs.</p>";
-  const sel = nodes.findIndex(n => n.events.includes(i));
-  function node(k) {
-    const n = nodes[k];
-    const what = esc(D.ops[C.op[n.events[0]]]) + " &rarr; " + n.events.map(j => "#" + C.id[j]).join(", ")
-      + " (" + bytes(n.events.reduce((s, j) => s + C.nbytes[j], 0)) + ")";
-    let s = "<li><span data-event=" + n.events[0] + (k === sel ? " class=sel" : "") + ">" + what
-      + ", cost " + num(n.cost || 0) + "</span>";
-    if (kids[k].length) s += "<ul class=tree>" + kids[k].map(node).join("") + "</ul>";
-    return s + "</li>";
-  }
-  h += "<div class=cascade><ul class=tree><li><span>" + triggerText(cascade) + "</span><ul class=tree>"
-    + roots.map(node).join("") + "</ul></li></ul></div>";
-  return h;
+    + " made room meanwhile. The tree reads top down: each replay (op → the storages it"
+    + " rebuilt) needed the replays under it first, to rebuild its own evicted inputs."), tree);
+  return out;
 }
 
 function plainDetails(i) {
@@ -349,29 +370,30 @@ function plainDetails(i) {
     free: "Freed: its metadata was garbage collected.",
     banish: "Banished: freed for good; its children became constants.",
   }[k];
-  return "<h2 class=k-" + k + ">" + ({alloc: "Allocation", dead: "Eviction", free: "Free", banish: "Banishment"})[k]
-    + " of " + describe(i) + "</h2><p>At " + when(i) + ". " + text + "</p>";
+  const title = {alloc: "Allocation", dead: "Eviction", free: "Free", banish: "Banishment"}[k];
+  return [el("h2", {class: "k-" + k}, title + " of " + describe(i)), el("p", null, "At " + when(i) + ". " + text)];
 }
 
 const KIND_NAME = ["alloc", "evict (dead)", "evict (budget)", "remat", "free", "banish"];
 const KIND_CLASS = ["alloc", "dead", "evict", "remat", "free", "banish"];
 function nearby(i) {
-  const a = Math.max(0, i - 10), b = Math.min(N, i + 11);
-  let h = "<h2>Events around it</h2><table><tr><th>clock</th><th class=l>event</th><th class=l>storage</th><th>memory</th></tr>";
+  const a = Math.max(0, i - 10), b = Math.min(N, i + 11), rows = [];
   for (let j = a; j < b; j++) {
-    h += "<tr data-event=" + j + (j === i ? " class=sel" : "") + "><td>" + num(T[j]) + "</td><td class='l k-"
-      + KIND_CLASS[K[j]] + "'>" + KIND_NAME[K[j]] + "</td><td class=l>#" + C.id[j] + " " + esc(D.ops[C.op[j]]) + "</td><td>" + bytes(M[j]) + "</td></tr>";
+    rows.push(el("tr", {"data-event": j, class: j === i ? "sel" : null}, el("td", null, num(T[j] + START)),
+      el("td", {class: "l k-" + KIND_CLASS[K[j]]}, KIND_NAME[K[j]]),
+      el("td", {class: "l"}, "#" + C.id[j] + " " + opName(j)), el("td", null, bytes(M[j]))));
   }
-  return h + "</table>";
+  return [el("h2", null, "Events around it"), el("table", null, el("tr", null, el("th", null, "clock"),
+    el("th", {class: "l"}, "event"), el("th", {class: "l"}, "storage"), el("th", null, "memory")), rows)];
 }
 
 function select(i, recenter = true) {
-  if (i < 0 || i >= N) return;
+  if (!(i >= 0 && i < N)) return;
   selected = i;
   const details = document.getElementById("details");
-  details.innerHTML = K[i] === 2 ? evictionDetails(i) : K[i] === 3 ? rematDetails(i) : plainDetails(i);
+  details.replaceChildren(...(K[i] === 2 ? evictionDetails(i) : K[i] === 3 ? rematDetails(i) : plainDetails(i)));
   details.dataset.kind = KIND_CLASS[K[i]];
-  document.getElementById("nearby").innerHTML = nearby(i);
+  document.getElementById("nearby").replaceChildren(...nearby(i));
   if (recenter && (T[i] < view.a || T[i] > view.b)) {
     const half = (view.b - view.a) / 2;
     view.a = Math.max(0, T[i] - half); view.b = view.a + 2 * half;
@@ -406,7 +428,7 @@ canvas.addEventListener("mousemove", e => {
   const k = stepOf(t);
   const j = Math.max(0, lowerBound(T, t) - 1);
   document.getElementById("hover").textContent = t >= 0 && t <= tEnd && N
-    ? "clock " + num(t) + (k === null ? "" : ", step " + k) + ", memory " + bytes(M[j]) : "";
+    ? clock(t) + (k === null ? "" : ", step " + k) + ", memory " + bytes(M[j]) : "";
   if (drag && e.buttons) {
     const dx = e.offsetX - drag.x;
     if (Math.abs(dx) > 3) drag.moved = true;
@@ -445,11 +467,12 @@ document.getElementById("next-remat").onclick = () => step(rematIdx, 1);
 window.addEventListener("resize", redraw);
 
 const h = D.header;
-document.getElementById("meta").innerHTML = num(N) + " events: " + num(evictIdx.length)
+document.getElementById("meta").replaceChildren(el("span", null, num(N) + " events: " + num(evictIdx.length)
   + " budget evictions, " + num(rematIdx.length) + " remats, " + steps.length + " steps marked. "
-  + (budget !== null ? "Budget " + bytes(budget) + ". " : "No budget in the log. ")
-  + (h.heuristic ? "Heuristic " + esc(h.heuristic) + ", score <code>" + esc(formula) + "</code>. " : "")
-  + "The clock counts " + esc(D.unit) + ".";
+  + (budget !== null ? "Budget " + bytes(budget) + ". " : "No budget in the log. "),
+  h.heuristic ? ["Heuristic " + h.heuristic + ", score ", el("code", null, formula), ". "] : "",
+  "The clock counts " + D.unit + "; every clock on this page is the runtime's, as in the log"
+  + " and in minidtr explain (this log runs from clock " + num(START) + " to " + num(START + tEnd) + ")."));
 document.getElementById("summary").textContent = D.summary;
 draw();
 window.explorer = {

@@ -222,7 +222,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     traces = _load(p.prog, _log_paths(p, args))
     if traces is None:
         return 1
-    from .sweep import plot, sweep, table
+    from .sweep import SweepCsvError, plot, sweep, table
 
     thrash = args.thrash if args.thrash > 0 else math.inf
     finished: list = []
@@ -241,6 +241,9 @@ def sweep_main(argv: Sequence[str]) -> int:
                 thrash=thrash,
                 options=runtime_options(args),
             )
+    except SweepCsvError as e:  # a --resume CSV that is not a sweep's: a bad input file
+        print(f"minidtr sim: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:
         print(f"minidtr sim: {e}", file=sys.stderr)
         return 2

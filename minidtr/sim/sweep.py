@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+from ..reading import LineReader, read_limits, shown, text_line
 from ..runtime.options import RuntimeOptions
 from . import parallel
 from .simulator import REPLAY_SETTINGS, SimResult, replay_options, simulate
@@ -140,30 +141,70 @@ class _CsvLog:
 CSV_FIELDS = tuple(f.name for f in dataclasses.fields(SimResult) if f.name != "extra")
 
 
-def read_csv(path: str | os.PathLike, stamp: str | None = None) -> list[SimResult]:
-    """The results in a sweep's CSV (those written with options ``stamp``, if given)."""
-    types = {f.name: f.type for f in dataclasses.fields(SimResult)}
+class SweepCsvError(ValueError):
+    """A sweep CSV that is not one (``--resume`` reads it): names the file and the line."""
+
+
+def read_csv(
+    path: str | os.PathLike,
+    stamp: str | None = None,
+    *,
+    max_line: int | None = None,
+    max_bytes: int | None = None,
+) -> list[SimResult]:
+    """The results in a sweep's CSV (those written with options ``stamp``, if given).
+
+    The file is read within ``minidtr.reading``'s limits (``max_line``, ``max_bytes``);
+    a row that is not a sweep's (a field of the wrong type, too many or too few fields,
+    a field longer than the csv module's limit) is a ``SweepCsvError`` naming the file
+    and the line."""
+    source = os.fspath(path)
+
+    def error(line: int | None, message: str) -> SweepCsvError:
+        return SweepCsvError(f"{source}:{line}: {message}" if line else f"{source}: {message}")
+
     results = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if stamp is not None and row.get("options") != stamp:
-                raise ValueError(
-                    f"{path} holds results of other simulate options "
-                    f"({row.get('options')}, now {stamp}); write to a new file"
-                )
-            values = {}
-            for name in CSV_FIELDS:
-                text, kind = row.get(name), types[name]
-                if text is None or (text == "" and "None" in kind):
-                    values[name] = None
-                elif kind.startswith("int"):
-                    values[name] = int(text)
-                elif kind.startswith("float"):
-                    values[name] = float(text)
-                else:
-                    values[name] = text
-            results.append(SimResult(**values))
+    with open(source, "rb") as f:
+        lines = LineReader(f, read_limits(max_line, max_bytes), error, "a sweep CSV", blank=True)
+        reader = csv.DictReader(text_line(raw, n, error) + "\n" for n, raw in lines)
+        try:
+            columns = reader.fieldnames or []
+            if not {"trace", "heuristic", "ratio"} <= set(columns):
+                raise error(1, "not a sweep CSV (its header lacks trace, heuristic, ratio)")
+            for row in reader:
+                results.append(_csv_result(row, lines.lines, error, stamp))
+        except csv.Error as e:
+            raise error(lines.lines, f"not a sweep CSV ({e})") from None
     return results
+
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(SimResult)}
+
+
+def _csv_result(row: dict, line: int, error: Callable, stamp: str | None) -> SimResult:
+    """One row of a sweep's CSV as a ``SimResult``."""
+    if None in row or None in row.values():
+        raise error(line, "a row with more or fewer fields than the header")
+    if stamp is not None and row.get("options") != stamp:  # a usage error, not a bad file
+        raise ValueError(
+            f"{error(line, 'results of other simulate options')} "
+            f"({shown(row.get('options'))}, now {stamp}); write to a new file"
+        )
+    values: dict[str, Any] = {}
+    for name in CSV_FIELDS:
+        text, kind = row.get(name), _FIELD_TYPES[name]
+        try:
+            if text is None or (text == "" and "None" in kind):
+                values[name] = None
+            elif kind.startswith("int"):
+                values[name] = int(text)
+            elif kind.startswith("float"):
+                values[name] = float(text)
+            else:
+                values[name] = text
+        except ValueError:
+            raise error(line, f"the field {name!r} must be a number, got {shown(text)}") from None
+    return SimResult(**values)
 
 
 def _progress(total: int, initial: int):

@@ -48,6 +48,14 @@ MEMORY, TIME and ALIAS are strings in the prototype's logs; numbers are
 accepted too. TIME is in nanoseconds and may be fractional (minidtr writes the
 exact cost it used, so a replay reproduces its decisions). A path ending in
 ``.gz`` is read and written gzip-compressed.
+
+A log is read as it streams in, within ``minidtr.reading``'s limits on a line's
+length, on the log's size once decompressed and on how far a ``.gz`` log may
+expand, so a crafted file (a gzip bomb, a single line of a gigabyte) ends in a
+``TraceError`` within moments. The TIMEs must add up to a finite total, the
+MEMORY of all the storages a log makes to at most 2**63 - 1 bytes, and names are
+printable text (no control character, such as the ESC of an ANSI escape sequence,
+reaches a terminal through ``minidtr sim info``).
 """
 
 from __future__ import annotations
@@ -56,220 +64,165 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+import sys
+from typing import IO, Any
 
+from ..reading import LineReader, json_line, printable, read_limits, shown
+from .instructions import (
+    STEP,
+    Annotate,
+    Call,
+    Constant,
+    Copy,
+    CopyFrom,
+    Instruction,
+    MakeConstant,
+    Mutate,
+    Release,
+    Result,
+    Trace,
+    TraceError,
+    check_names,
+    make_trace,
+)
 
-class TraceError(ValueError):
-    """A malformed or truncated log; names the file and the line."""
+__all__ = [
+    "STEP",
+    "Annotate",
+    "Call",
+    "Constant",
+    "Copy",
+    "CopyFrom",
+    "Instruction",
+    "MakeConstant",
+    "Mutate",
+    "Release",
+    "Result",
+    "Trace",
+    "TraceError",
+    "check_names",
+    "load_log",
+    "log_label",
+    "make_trace",
+    "open_log",
+    "write_log",
+]
 
-    def __init__(self, source: str, line: int | None, message: str):
-        self.source, self.line = source, line
-        where = f"{source}:{line}" if line is not None else source
-        super().__init__(f"{where}: {message}")
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    name: str
-    nbytes: int
-    alias: int = -1  # index into ARGS of the argument whose storage this result views
-
-    @property
-    def fresh(self) -> bool:
-        return self.alias < 0
-
-
-@dataclass(frozen=True, slots=True)
-class Constant:
-    name: str
-    nbytes: int
-    line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    op: str
-    args: tuple[str, ...]
-    results: tuple[Result, ...]
-    time: float
-    constant: bool = False
-    line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Mutate:
-    op: str
-    args: tuple[str, ...]
-    mutate: tuple[int, ...]
-    time: float
-    line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    dst: str
-    src: str
-    line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class CopyFrom:
-    dst: str
-    src: str
-    line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    name: str
-    line: int = 0
-
-
-# The annotation a recorder writes where a live run marked the start of a training step.
-STEP = "STEP"
-
-
-@dataclass(frozen=True, slots=True)
-class Annotate:
-    annotation: str
-    line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class MakeConstant:
-    """The value of NAME loses its recipe and becomes a constant (minidtr extension); with
-    ``if_resident``, only if it is resident at that point (an evicted one keeps its recipe)."""
-
-    name: str
-    line: int = 0
-    if_resident: bool = False
-
-
-Instruction = Constant | Call | Mutate | Copy | CopyFrom | Release | Annotate | MakeConstant
-
-
-@dataclass
-class Trace:
-    """The instructions to replay (from START on) and what is known about them."""
-
-    instructions: list[Instruction]
-    name: str = "trace"
-    outputs: tuple[str, ...] = ()  # names still held at the end
-    ops: int = field(init=False)  # CALLs with results and MUTATEs
-    accesses: int = field(init=False)  # CALLs without results
-    total_compute: float = field(init=False)  # sum of TIME
-    constant_bytes: int = field(init=False)  # all CONSTANTs and constant results
-    # the compute of each step: from each ANNOTATE STEP (a live run's ``mark_step``) to
-    # the next, or to the end
-    step_costs: tuple[float, ...] = field(init=False)
-    _baseline: Any = field(default=None, init=False, repr=False)
-
-    def __post_init__(self):
-        ops = accesses = 0
-        compute = 0.0
-        constants = 0
-        step_starts = []
-        for ins in self.instructions:
-            if isinstance(ins, Annotate):
-                if ins.annotation == STEP:
-                    step_starts.append(compute)
-            elif isinstance(ins, Call):
-                compute += ins.time
-                if ins.results:
-                    ops += 1
-                else:
-                    accesses += 1
-                if ins.constant:
-                    constants += sum(r.nbytes for r in ins.results)
-            elif isinstance(ins, Mutate):
-                compute += ins.time
-                ops += 1
-            elif isinstance(ins, Constant):
-                constants += ins.nbytes
-        self.ops, self.accesses = ops, accesses
-        self.total_compute, self.constant_bytes = compute, constants
-        ends = [*step_starts[1:], compute] if step_starts else []
-        self.step_costs = tuple(end - start for start, end in zip(step_starts, ends, strict=True))
-
-    def __len__(self) -> int:
-        return len(self.instructions)
-
-    def baseline(self):
-        """The unbounded replay (peak memory, floors), computed once (see ``simulator``)."""
-        if self._baseline is None:
-            from .simulator import measure_baseline
-
-            self._baseline = measure_baseline(self)
-        return self._baseline
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "instructions": len(self.instructions),
-            "ops": self.ops,
-            "accesses": self.accesses,
-            "total_compute": self.total_compute,
-            "constant_bytes": self.constant_bytes,
-            "outputs": len(self.outputs),
-        }
+MAX_MEMORY = 2**63 - 1  # bytes: what an int64 holds
 
 
 # ---- reading ---------------------------------------------------------------------------
 
 
 class _Lines:
-    """The parsed JSON objects of a log with their line numbers, consumed in order."""
+    """The JSON objects of a log with their line numbers, read one at a time as the file
+    streams in, and the line count its ``ANNOTATE START`` line announces (``LINES``)."""
 
-    def __init__(self, source: str, rows: list[tuple[int, dict]], last_line: int):
-        self.source, self.rows, self.pos, self.last_line = source, rows, 0, last_line
+    def __init__(self, source: str, stream: IO[bytes], **limits: int | None):
+        self.source = source
+        self.reader = LineReader(stream, read_limits(**limits), self.error, "a trace")
+        self.rows = iter(self.reader)
+        self.announced: tuple[int, int] | None = None  # (line of START, LINES it announces)
+        self.taken = 0
 
     def error(self, line: int | None, message: str) -> TraceError:
         return TraceError(self.source, line, message)
 
+    def take(self) -> tuple[int, dict] | None:
+        """The next row with its line number, or None at the end of the log."""
+        item = next(self.rows, None)
+        if item is None:
+            return None
+        line, raw = item
+        if self.announced is not None and line > self.announced[1]:
+            raise self.error(line, self._count_mismatch(line))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.error(
+                None, f"cannot be read as a text log (line {line} is not UTF-8 text)"
+            ) from None
+        row = json_line(text, line, self.error)
+        if not isinstance(row, dict) or "INSTRUCTION" not in row:
+            raise self.error(line, "expected a JSON object with an INSTRUCTION key")
+        if self.announced is None and row.get("ANNOTATION") == "START" and "LINES" in row:
+            self.announced = (line, _int(self, line, row, "LINES", 1))
+        self.taken += 1
+        return line, row
+
     def next(self, kind: str, name: str, after: int) -> tuple[int, dict]:
         """The next row, which must be a ``kind`` line for ``name`` (MEMORY or ALIAS)."""
-        if self.pos >= len(self.rows):
+        item = self.take()
+        if item is None:
+            last = self.reader.lines
             raise self.error(
-                self.last_line,
-                f"truncated: the log ends where a {kind} line for "
-                f"{name!r} (announced on line {after}) should follow",
+                last,
+                self._count_mismatch(last)
+                if self.announced is not None
+                else f"truncated: the log ends where a {kind} line for "
+                f"{shown(name)} (announced on line {after}) should follow",
             )
-        line, row = self.rows[self.pos]
-        self.pos += 1
+        line, row = item
         if row.get("INSTRUCTION") != kind:
             raise self.error(
                 line,
-                f"expected a {kind} line for {name!r} (announced on line "
-                f"{after}), found {row.get('INSTRUCTION')!r}",
+                f"expected a {kind} line for {shown(name)} (announced on line "
+                f"{after}), found {shown(row.get('INSTRUCTION'))}",
             )
         if _str(self, line, row, "NAME") != name:
-            raise self.error(line, f"{kind} line names {row['NAME']!r}, expected {name!r}")
+            raise self.error(
+                line, f"{kind} line names {shown(row['NAME'])}, expected {shown(name)}"
+            )
         return line, row
+
+    def check_end(self) -> None:
+        """At the end: the log has as many lines as its START line announced, if it did."""
+        last = self.reader.lines
+        if self.announced is not None and self.announced[1] != last:
+            raise self.error(last, self._count_mismatch(last))
+
+    def _count_mismatch(self, line: int) -> str:
+        start, expected = self.announced
+        if line < expected:
+            return (
+                f"truncated: the log ends at line {line}, but its START line (line "
+                f"{start}) announces {expected} lines"
+            )
+        return (
+            f"line {line} is past the {expected} lines its START line (line {start}) "
+            "announces: something was appended"
+        )
 
 
 def _field(lines: _Lines, line: int, row: dict, key: str) -> Any:
     if key not in row:
-        raise lines.error(line, f"{row.get('INSTRUCTION')} is missing the key {key!r}")
+        raise lines.error(line, f"{shown(row.get('INSTRUCTION'))} is missing the key {shown(key)}")
     return row[key]
 
 
 def _str(lines: _Lines, line: int, row: dict, key: str) -> str:
     value = _field(lines, line, row, key)
-    if not isinstance(value, str) or not value:
-        raise lines.error(line, f"{key} must be a non-empty string, got {value!r}")
-    return value
+    if not isinstance(value, str) or not value.isprintable() or not value:
+        raise lines.error(
+            line, f"{key} must be a non-empty string of printable text, got {shown(value)}"
+        )
+    return sys.intern(value)
 
 
 def _names(lines: _Lines, line: int, row: dict, key: str) -> tuple[str, ...]:
     value = _field(lines, line, row, key)
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise lines.error(line, f"{key} must be a list of names, got {value!r}")
-    return tuple(value)
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and v and v.isprintable() for v in value
+    ):
+        raise lines.error(
+            line, f"{key} must be a list of names (printable text), got {shown(value)}"
+        )
+    return tuple(map(sys.intern, value))
 
 
-def _int(lines: _Lines, line: int, row: dict, key: str, minimum: int) -> int:
+def _int(
+    lines: _Lines, line: int, row: dict, key: str, minimum: int, maximum: int = MAX_MEMORY
+) -> int:
     value = _field(lines, line, row, key)
     try:
         if isinstance(value, bool) or not isinstance(value, str | int):
@@ -277,8 +230,10 @@ def _int(lines: _Lines, line: int, row: dict, key: str, minimum: int) -> int:
         number = int(value)
     except ValueError:
         number = minimum - 1
-    if number < minimum:
-        raise lines.error(line, f"{key} must be an integer >= {minimum}, got {value!r}")
+    if not minimum <= number <= maximum:
+        raise lines.error(
+            line, f"{key} must be an integer from {minimum} to {maximum:,}, got {shown(value)}"
+        )
     return number
 
 
@@ -288,87 +243,98 @@ def _time(lines: _Lines, line: int, row: dict) -> float:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ValueError
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         number = math.nan
     if not math.isfinite(number) or number < 0:
-        raise lines.error(line, f"TIME must be a finite number of ns >= 0, got {value!r}")
+        raise lines.error(line, f"TIME must be a finite number of ns >= 0, got {shown(value)}")
     return number
+
+
+def _constant(lines: _Lines, line: int, row: dict) -> Constant:
+    name = _str(lines, line, row, "NAME")
+    mline, mrow = lines.next("MEMORY", name, line)
+    return Constant(name, _int(lines, mline, mrow, "MEMORY", 0), line)
+
+
+def _call(lines: _Lines, line: int, row: dict) -> Call:
+    args = _names(lines, line, row, "ARGS")
+    names = _names(lines, line, row, "RESULT")
+    time_ns = _time(lines, line, row)
+    op = _str(lines, line, row, "NAME")
+    results = []
+    for name in names:
+        mline, mrow = lines.next("MEMORY", name, line)
+        aline, arow = lines.next("ALIAS", name, line)
+        alias = _int(lines, aline, arow, "ALIAS", -1)
+        if alias >= len(args):
+            raise lines.error(
+                aline,
+                f"ALIAS {alias} of {shown(name)} is not an argument "
+                f"index of {shown(op)} (it has {len(args)} arguments)",
+            )
+        results.append(Result(name, _int(lines, mline, mrow, "MEMORY", 0), alias))
+    constant = str(row.get("CONSTANT_RESULTS", "0")) == "1"
+    if constant and any(not r.fresh for r in results):
+        raise lines.error(line, "a CALL with CONSTANT_RESULTS cannot alias its arguments")
+    return Call(op, args, tuple(results), time_ns, constant, line)
+
+
+def _mutate(lines: _Lines, line: int, row: dict) -> Mutate:
+    args = _names(lines, line, row, "ARGS")
+    mutate = _field(lines, line, row, "MUTATE")
+    if (
+        not isinstance(mutate, list)
+        or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(args) for i in mutate
+        )
+        or len(set(mutate)) != len(mutate)
+    ):
+        raise lines.error(
+            line,
+            f"MUTATE must list distinct argument indices below {len(args)}, got {shown(mutate)}",
+        )
+    if len({args[i] for i in mutate}) != len(mutate):
+        raise lines.error(line, "MUTATE names the same handle twice")
+    op = _str(lines, line, row, "NAME")
+    return Mutate(op, args, tuple(mutate), _time(lines, line, row), line)
+
+
+def _annotate(lines: _Lines, line: int, row: dict) -> Annotate | MakeConstant:
+    annotation = _str(lines, line, row, "ANNOTATION")
+    if annotation == "CONSTANT" and "NAME" in row:
+        if_resident = str(row.get("IF_RESIDENT", "0")) == "1"
+        return MakeConstant(_str(lines, line, row, "NAME"), line, if_resident)
+    return Annotate(annotation, line)
+
+
+_PARSERS = {
+    "CONSTANT": _constant,
+    "CALL": _call,
+    "MUTATE": _mutate,
+    "COPY": lambda lines, line, row: Copy(
+        _str(lines, line, row, "DST"), _str(lines, line, row, "SRC"), line
+    ),
+    "COPY_FROM": lambda lines, line, row: CopyFrom(
+        _str(lines, line, row, "DST"), _str(lines, line, row, "SRC"), line
+    ),
+    "RELEASE": lambda lines, line, row: Release(_str(lines, line, row, "NAME"), line),
+    "ANNOTATE": _annotate,
+}
 
 
 def _parse(lines: _Lines) -> list[Instruction]:
     out: list[Instruction] = []
-    while lines.pos < len(lines.rows):
-        line, row = lines.rows[lines.pos]
-        lines.pos += 1
+    while (item := lines.take()) is not None:
+        line, row = item
         kind = row.get("INSTRUCTION")
-        if kind == "CONSTANT":
-            name = _str(lines, line, row, "NAME")
-            mline, mrow = lines.next("MEMORY", name, line)
-            out.append(Constant(name, _int(lines, mline, mrow, "MEMORY", 0), line))
-        elif kind == "CALL":
-            args = _names(lines, line, row, "ARGS")
-            names = _names(lines, line, row, "RESULT")
-            time_ns = _time(lines, line, row)
-            op = _str(lines, line, row, "NAME")
-            results = []
-            for name in names:
-                mline, mrow = lines.next("MEMORY", name, line)
-                aline, arow = lines.next("ALIAS", name, line)
-                alias = _int(lines, aline, arow, "ALIAS", -1)
-                if alias >= len(args):
-                    raise lines.error(
-                        aline,
-                        f"ALIAS {alias} of {name!r} is not an argument "
-                        f"index of {op} (it has {len(args)} arguments)",
-                    )
-                results.append(Result(name, _int(lines, mline, mrow, "MEMORY", 0), alias))
-            constant = str(row.get("CONSTANT_RESULTS", "0")) == "1"
-            if constant and any(not r.fresh for r in results):
-                raise lines.error(line, "a CALL with CONSTANT_RESULTS cannot alias its arguments")
-            out.append(Call(op, args, tuple(results), time_ns, constant, line))
-        elif kind == "MUTATE":
-            args = _names(lines, line, row, "ARGS")
-            mutate = _field(lines, line, row, "MUTATE")
-            if (
-                not isinstance(mutate, list)
-                or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(args)
-                    for i in mutate
-                )
-                or len(set(mutate)) != len(mutate)
-            ):
-                raise lines.error(
-                    line,
-                    f"MUTATE must list distinct argument indices below {len(args)}, got {mutate!r}",
-                )
-            if len({args[i] for i in mutate}) != len(mutate):
-                raise lines.error(line, "MUTATE names the same handle twice")
-            out.append(
-                Mutate(
-                    _str(lines, line, row, "NAME"),
-                    args,
-                    tuple(mutate),
-                    _time(lines, line, row),
-                    line,
-                )
-            )
-        elif kind == "COPY":
-            out.append(Copy(_str(lines, line, row, "DST"), _str(lines, line, row, "SRC"), line))
-        elif kind == "COPY_FROM":
-            out.append(CopyFrom(_str(lines, line, row, "DST"), _str(lines, line, row, "SRC"), line))
-        elif kind == "RELEASE":
-            out.append(Release(_str(lines, line, row, "NAME"), line))
-        elif kind == "ANNOTATE":
-            annotation = _str(lines, line, row, "ANNOTATION")
-            if annotation == "CONSTANT" and "NAME" in row:
-                if_resident = str(row.get("IF_RESIDENT", "0")) == "1"
-                out.append(MakeConstant(_str(lines, line, row, "NAME"), line, if_resident))
-            else:
-                out.append(Annotate(annotation, line))
+        parser = _PARSERS.get(kind) if isinstance(kind, str) else None
+        if parser is not None:
+            out.append(parser(lines, line, row))
         elif kind in ("MEMORY", "ALIAS"):
             raise lines.error(line, f"a {kind} line must follow a CONSTANT or CALL result")
         else:
-            raise lines.error(line, f"unknown INSTRUCTION {kind!r}")
+            raise lines.error(line, f"unknown INSTRUCTION {shown(kind)}")
+    lines.check_end()
     return out
 
 
@@ -384,63 +350,40 @@ def _defined_before_start(instructions: list[Instruction]) -> set[str]:
     return names
 
 
-def check_names(
-    instructions: Iterable[Instruction],
-    source: str = "trace",
-    before_start: frozenset[str] = frozenset(),
-) -> tuple[tuple[str, ...], list[int]]:
-    """Check every name is defined before use and not redefined while held. Returns the
-    names held at the end (the outputs, in definition order) and the positions of the
-    RELEASEs of names defined only before START (to be dropped)."""
-    live: dict[str, None] = {}
-    dropped: list[int] = []
-
-    def use(name: str, line: int, what: str) -> None:
-        if name not in live:
-            raise TraceError(source, line, f"{what} {name!r} is not a live name")
-
-    def define(name: str, line: int) -> None:
-        if name in live:
-            raise TraceError(source, line, f"{name!r} is defined again while still held")
-        live[name] = None
-
-    for position, ins in enumerate(instructions):
+def _check_totals(trace: Trace, source: str) -> None:
+    """The TIMEs must add up to a finite total (each is finite, but a sum can overflow to
+    inf, which would make every slowdown NaN), and the bytes of every storage the trace
+    makes to at most ``MAX_MEMORY`` (what a budget can be)."""
+    compute, nbytes = 0.0, 0
+    for ins in trace.instructions:
+        if isinstance(ins, Call | Mutate):
+            compute += ins.time
+            if math.isinf(compute):
+                raise TraceError(
+                    source,
+                    ins.line,
+                    "the TIMEs add up past the largest float here (the total compute would "
+                    "be infinite, and every slowdown undefined)",
+                )
         if isinstance(ins, Constant):
-            define(ins.name, ins.line)
+            nbytes += ins.nbytes
         elif isinstance(ins, Call):
-            for a in ins.args:
-                use(a, ins.line, f"{ins.op}: argument")
-            if len({r.name for r in ins.results}) != len(ins.results):
-                raise TraceError(source, ins.line, f"{ins.op}: a result name repeats")
-            for r in ins.results:
-                define(r.name, ins.line)
-        elif isinstance(ins, Mutate):
-            for a in ins.args:
-                use(a, ins.line, f"{ins.op}: argument")
-        elif isinstance(ins, Copy):
-            use(ins.src, ins.line, "COPY source")
-            define(ins.dst, ins.line)
-        elif isinstance(ins, CopyFrom):
-            use(ins.src, ins.line, "COPY_FROM source")
-            use(ins.dst, ins.line, "COPY_FROM destination")
-        elif isinstance(ins, MakeConstant):
-            use(ins.name, ins.line, "CONSTANT annotation of")
-        elif isinstance(ins, Release):
-            if ins.name in live:
-                del live[ins.name]
-            elif ins.name in before_start:
-                dropped.append(position)
-            else:
-                raise TraceError(source, ins.line, f"RELEASE of {ins.name!r}, not a live name")
-    return tuple(live), dropped
+            nbytes += sum(r.nbytes for r in ins.results if r.fresh)
+        if nbytes > MAX_MEMORY:
+            raise TraceError(
+                source,
+                ins.line,
+                f"the MEMORY of the storages made so far adds up past {MAX_MEMORY:,} "
+                "bytes (2**63 - 1, the largest budget)",
+            )
 
 
-def open_log(path: str | os.PathLike):
-    """Open a log for reading as text; gunzip it when the name ends in ``.gz``."""
+def open_log(path: str | os.PathLike) -> IO[bytes]:
+    """Open a log for reading as bytes; gunzip it when the name ends in ``.gz``."""
     source = os.fspath(path)
     if source.endswith(".gz"):
-        return gzip.open(source, "rt", encoding="utf-8")
-    return open(source, encoding="utf-8")
+        return gzip.open(source, "rb")
+    return open(source, "rb")
 
 
 def log_label(path: str | os.PathLike) -> str:
@@ -448,52 +391,32 @@ def log_label(path: str | os.PathLike) -> str:
     base = os.path.basename(os.fspath(path))
     if base.endswith(".gz"):
         base = base[:-3]
-    return os.path.splitext(base)[0]
+    return printable(os.path.splitext(base)[0])  # a file's name may hold control characters
 
 
-def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
+def load_log(
+    path: str | os.PathLike,
+    name: str | None = None,
+    *,
+    max_line: int | None = None,
+    max_bytes: int | None = None,
+    max_ratio: float | None = None,
+) -> Trace:
     """Read a log in the prototype's format (see the module docstring) into a ``Trace``.
 
     Raises ``TraceError`` naming the line for malformed JSON, missing keys, bad
-    numbers, a CALL whose MEMORY/ALIAS lines are missing (a truncated log), or a
-    name used before it is defined.
+    numbers, a CALL whose MEMORY/ALIAS lines are missing (a truncated log), a name
+    used before it is defined, a line longer than ``max_line`` bytes, a log of more
+    than ``max_bytes`` bytes (decompressed) or a ``.gz`` log that expands to more than
+    ``max_ratio`` times its size (all three default to ``minidtr.reading``'s limits,
+    which the environment can change).
     """
     source = os.fspath(path)
-    rows: list[tuple[int, dict]] = []
-    lines = _Lines(source, rows, 0)
-    announced: tuple[int, int] | None = None  # (line of START, LINES it announces)
-    with open_log(source) as f:
-        number = 0
-        try:
-            numbered = list(enumerate(f, start=1))
-        except (OSError, EOFError, UnicodeDecodeError) as e:
-            raise TraceError(source, None, f"cannot be read as a text log ({e})") from None
-        for number, text in numbered:
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise lines.error(number, f"not valid JSON ({e.msg}); truncated?") from None
-            if not isinstance(row, dict) or "INSTRUCTION" not in row:
-                raise lines.error(number, "expected a JSON object with an INSTRUCTION key")
-            if announced is None and row.get("ANNOTATION") == "START" and "LINES" in row:
-                announced = (number, _int(lines, number, row, "LINES", 1))
-            rows.append((number, row))
-        lines.last_line = number
-    if not rows:
+    with open_log(source) as stream:
+        lines = _Lines(source, stream, max_line=max_line, max_bytes=max_bytes, max_ratio=max_ratio)
+        instructions = _parse(lines)
+    if not lines.taken:
         raise lines.error(None, "empty: no instructions (is this a trace log?)")
-    if announced is not None and announced[1] != number:
-        start_line, expected = announced
-        raise lines.error(
-            number,
-            f"truncated: the log ends at line {number}, but its START line (line "
-            f"{start_line}) announces {expected} lines"
-            if number < expected
-            else f"the log has {number} lines, but its START line (line {start_line}) "
-            f"announces {expected}: something was appended",
-        )
-    instructions = _parse(lines)
     start = next(
         (
             i
@@ -511,7 +434,9 @@ def load_log(path: str | os.PathLike, name: str | None = None) -> Trace:
         raise lines.error(None, "no CONSTANT, CALL or MUTATE to replay (is this a trace log?)")
     for position in reversed(dropped):
         del instructions[position]
-    return Trace(instructions, name or log_label(source), outputs)
+    trace = Trace(instructions, name or log_label(source), outputs)
+    _check_totals(trace, source)
+    return trace
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -590,8 +515,3 @@ def write_log(trace: Trace, path: str | os.PathLike) -> None:
     else:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-
-
-def make_trace(instructions: list[Instruction], name: str = "trace") -> Trace:
-    """A checked ``Trace`` from instructions built in code (generators, the recorder)."""
-    return Trace(list(instructions), name, check_names(instructions, name)[0])
