@@ -19,7 +19,15 @@ import math
 import sys
 from collections.abc import Sequence
 
-from ..cli import add_runtime_arguments, number, runtime_options, whole_number
+from ..cli_args import (
+    UsageParser,
+    add_runtime_arguments,
+    check_input,
+    check_outputs,
+    number,
+    runtime_options,
+    whole_number,
+)
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
 SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
@@ -109,15 +117,12 @@ positive_seconds = number(
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
-    from ..cli import UsageParser
-
     return UsageParser(prog=prog, description=description)
 
 
 def _load(prog: str, paths: Sequence[str]):
     """The traces, or a one-line error: exit 2 for a file that cannot be opened (checked
     for all before any is read), 1 for one that is not a valid trace."""
-    from ..cli import check_input
     from .trace import TraceError, load_log
 
     for path in paths:
@@ -134,8 +139,6 @@ def _load(prog: str, paths: Sequence[str]):
 
 def _parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written."""
-    from ..cli import check_outputs
-
     args = p.parse_args(argv)
     check_outputs(
         p.prog, {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
