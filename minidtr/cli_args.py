@@ -98,6 +98,9 @@ def number(accept: Callable[[float], bool], expected: str) -> Callable[[str], fl
 
 parse_ratio = number(lambda value: 0.0 < value <= 1.0, "a number in (0, 1]")
 fraction = number(lambda value: 0.0 <= value < 1.0, "a fraction in [0, 1)")
+positive_seconds = number(
+    lambda value: value > 0 and math.isfinite(value), "a number of seconds > 0"
+)
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:

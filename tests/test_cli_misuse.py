@@ -1,0 +1,70 @@
+"""The command line tried as a new user would: a heuristic the simulator knows but the
+error did not list, options that would be silently ignored, outputs that would fail only
+after the work. Each ends in one line, with the right exit status, before any work."""
+
+import pytest
+
+from minidtr import cli
+from minidtr.sim.experiments import chain_trace
+from minidtr.sim.trace import write_log
+
+
+def run(capsys, *argv):
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    path = tmp_path / "t.log"
+    write_log(chain_trace(10), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "{trace}", "--heuristics", "dtr,nope"],
+        ["sim", "frontier", "{trace}", "--heuristic", "nope"],
+        ["sim", "optimal", "{trace}", "--heuristics", "nope"],
+        ["sim", "sqrt-n", "--heuristics", "nope"],
+    ],
+)
+def test_an_unknown_heuristic_lists_the_trace_heuristics_too(capsys, trace_file, argv):
+    argv = [a.replace("{trace}", trace_file) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert "unknown heuristic 'nope'" in line and "'dtr'" in line
+    assert "'belady'" in line and "'learned'" in line
+    assert line.endswith("--help)")
+
+
+def test_sim_frontier_takes_the_trace_heuristics(capsys, trace_file):
+    code, out, err = run(capsys, "sim", "frontier", trace_file, "--heuristic", "belady")
+    assert code == 0, err
+    assert "lowest ratio" in out
+
+
+def test_a_sim_plot_without_matplotlib_is_refused_before_the_replays(
+    capsys, trace_file, tmp_path, monkeypatch
+):
+    from minidtr import plots
+
+    def missing():
+        raise ImportError("plots need matplotlib: pip install 'minidtr[plots]'")
+
+    monkeypatch.setattr(plots, "require_matplotlib", missing)
+    code, out, err = run(capsys, "sim", trace_file, "--plot", str(tmp_path / "p.png"))
+    assert code == 2 and out == ""
+    assert "--plot: plots need matplotlib" in one_line(err)
