@@ -69,7 +69,17 @@ def run(args: argparse.Namespace) -> int:
         "memory it needs without a budget (the peak of two unbounded steps, measured "
         "first).\n"
     )
-    result, text = demo_report(DEMO_STEPS, Progress(DEMO_STEPS, True))
+    from .training import TrainingInterrupted
+
+    progress = Progress(DEMO_STEPS, True)
+    try:
+        result, text = demo_report(DEMO_STEPS, progress)
+    except TrainingInterrupted as stop:  # keep what the steps done show
+        progress.close()
+        if stop.result.losses:
+            print(summary_table(stop.result))
+        finish_outputs(stop.result, None, args.plot)
+        raise KeyboardInterrupt from None
     print(text)
     finish_outputs(result, None, args.plot)
     print(

@@ -3,6 +3,7 @@ run, the table of ``--find-budget``'s probes, and the model's floor in words."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -66,6 +67,11 @@ class Progress:
     def show(self, runtime: Any) -> None:
         self.bar.set_postfix_str(progress_text(runtime, self.loss), refresh=True)
 
+    def close(self) -> None:
+        """Clear the bar (before printing what an interrupted run did)."""
+        if self.bar is not None:
+            self.bar.close()
+
 
 def progress_text(runtime: Any, loss: float | None) -> str:
     """``loss 0.4131 | slowdown 1.52x (wall 2.1x), 490 remats, search 3.1 s``."""
@@ -120,17 +126,27 @@ def frontier_table(search: Any) -> str:
                 + (f"{p.slowdown:>8.3f}x{p.remats:>8,}{p.seconds_per_step:>8.2f}" if ran else "")
             ).rstrip()
         )
-    best = search.lowest
     rows.append("")
-    if best is None:
-        rows.append(f"no probed ratio trains within {search.max_slowdown:g}x")
-    else:
-        rows.append(
-            f"lowest ratio within {search.max_slowdown:g}x: {best.ratio:.2f} "
-            f"({human_bytes(best.budget)}, {best.slowdown:.3f}x), "
-            f"{best.budget / u.floor:.2f} x the floor"
-        )
+    rows.append(_frontier_verdict(search))
     return "\n".join(rows)
+
+
+def _frontier_verdict(search: Any) -> str:
+    """The last line: the lowest ratio found (so far, when the search was interrupted)."""
+    best, limit = search.lowest, f"{search.max_slowdown:g}x"
+    if search.interrupted:
+        done = f"interrupted (Ctrl-C) after {len(search.probes)} probes, before the search ended"
+        if best is None:
+            return f"{done}: no probe so far trains within {limit}"
+        done += f"; so far the lowest ratio within {limit}"
+    elif best is None:
+        return f"no probed ratio trains within {limit}"
+    else:
+        done = f"lowest ratio within {limit}"
+    return (
+        f"{done}: {best.ratio:.2f} ({human_bytes(best.budget)}, {best.slowdown:.3f}x), "
+        f"{best.budget / search.unbounded.floor:.2f} x the floor"
+    )
 
 
 def summary_table(result: Any) -> str:
@@ -155,6 +171,11 @@ def _summary_head(result: Any) -> list[str]:
         f"minidtr train {c.model} --size {c.size} --steps {c.steps} --batch "
         f"{task.batch_size} --seed {c.seed} ({task.model.num_parameters():,} parameters)"
     ]
+    if result.interrupted:
+        rows.append(
+            f"interrupted (Ctrl-C) after {len(result.losses)} of {c.steps} steps: "
+            "what follows is of the steps done"
+        )
     policy = f"(heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})"
     if result.budget is None:
         rows.append(f"budget: none {policy}")
@@ -173,15 +194,22 @@ def _summary_head(result: Any) -> list[str]:
 
 def _summary_learning(result: Any) -> list[str]:
     w = SUMMARY_WIDTH
+    if not result.losses:
+        return [f"{'loss':<{w}}no step finished"]
     tail = min(10, len(result.losses))
     end_loss = sum(result.losses[-tail:]) / tail
+    unmeasured = "   (end: not measured, the run was interrupted)" if result.interrupted else ""
     return [
         f"{'':<{w}}{'start':>12}{'end':>12}",
         f"{'loss':<{w}}{result.losses[0]:>12.4f}{end_loss:>12.4f}"
         f"   (end: mean of the last {tail} steps)",
-        f"{'test ' + result.task.metric:<{w}}{result.accuracy_start:>12.1%}"
-        f"{result.accuracy_end:>12.1%}",
+        f"{'test ' + result.task.metric:<{w}}{_percent(result.accuracy_start)}"
+        f"{_percent(result.accuracy_end)}{unmeasured}",
     ]
+
+
+def _percent(fraction: float) -> str:
+    return f"{'-':>12}" if math.isnan(fraction) else f"{fraction:>12.1%}"
 
 
 def _summary_costs(result: Any) -> list[str]:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from typing import Any
 
@@ -12,6 +14,7 @@ from .cli_args import (
     EXIT_FAILED,
     EXIT_USAGE,
     FIND_BUDGET_SLOWDOWN,
+    RUNTIME_ARGUMENTS,
     UNSET,
     add_runtime_arguments,
     check_outputs,
@@ -26,6 +29,10 @@ from .explain import write_event_log
 PROG = "minidtr train"
 DEFAULT_STEPS = 50
 FIND_BUDGET_STEPS = 3
+# The settings that act only when something is evicted to make room: without a budget
+# (--budget, --ratio or --find-budget) they are refused rather than silently ignored.
+# --dealloc is not one of them: it decides what a dead tensor's death frees, budget or not.
+EVICTION_SETTINGS = ("heuristic", "rebuild_orphans", "max_slowdown", "max_wall_slowdown")
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -52,6 +59,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         f"--max-slowdown (default {FIND_BUDGET_SLOWDOWN}), probing {FIND_BUDGET_STEPS} steps "
         "(or --steps) per ratio, and print the table of probes",
     )
+    train.set_defaults(**dict.fromkeys(EVICTION_SETTINGS, UNSET))  # to tell them given
     return train
 
 
@@ -121,6 +129,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     device that is not there, outputs that cannot be written, matplotlib missing."""
     if args.find_budget and (args.budget is not None or args.ratio is not None):
         usage_error(PROG, "--find-budget searches the budget; drop --budget/--ratio")
+    _check_eviction_settings(args)
+    outputs = {"--events": args.events, "--trace": args.trace, "--plot": args.plot}
+    if args.find_budget and any(outputs.values()):
+        given = ", ".join(option for option, path in outputs.items() if path)
+        usage_error(PROG, f"--find-budget writes no {given} (its probes are short runs): drop it")
     if args.device != "cpu":
         from . import backend
 
@@ -128,7 +141,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             backend.xp_for(args.device)
         except RuntimeError as e:
             usage_error(PROG, str(e))
-    check_outputs(PROG, {"--events": args.events, "--trace": args.trace, "--plot": args.plot})
+    check_outputs(PROG, outputs)
     if args.plot:
         from .plots import require_matplotlib
 
@@ -138,10 +151,28 @@ def check_arguments(args: argparse.Namespace) -> None:
             usage_error(PROG, f"--plot: {e}")
 
 
+def _check_eviction_settings(args: argparse.Namespace) -> None:
+    """Refuse the settings that would be silently ignored for want of a budget."""
+    if args.budget is not None or args.ratio is not None or args.find_budget:
+        return
+    given = [
+        RUNTIME_ARGUMENTS[name][0]  # the flag
+        for name in EVICTION_SETTINGS
+        if getattr(args, name) is not UNSET
+    ]
+    if given:
+        usage_error(
+            PROG,
+            f"{', '.join(given)}: no effect without a budget (nothing is evicted to make "
+            "room): add --budget BYTES or --ratio R",
+        )
+
+
 def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
-    """Train ``config`` as ``args`` say; print the summary and write the outputs."""
+    """Train ``config`` as ``args`` say; print the summary and write the outputs. On
+    Ctrl-C, print and write what the steps done recorded, then stop (exit 130)."""
     from .runtime import BudgetError, ThrashError
-    from .training import ConfigError, measure_unbounded, train
+    from .training import ConfigError, TrainingInterrupted, measure_unbounded, train
 
     progress = Progress(args.steps, not args.no_progress)
     try:
@@ -154,6 +185,10 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
             watch=progress.watch,
             unbounded=unbounded,
         )
+    except TrainingInterrupted as stop:
+        progress.close()
+        keep_interrupted(stop.result, args)
+        raise KeyboardInterrupt from None
     except ConfigError as e:
         usage_error(PROG, str(e))
     except ThrashError as e:
@@ -184,10 +219,27 @@ def max_slowdown(args: argparse.Namespace) -> float | None:
     return FIND_BUDGET_SLOWDOWN if args.find_budget else DEFAULT_MAX_SLOWDOWN
 
 
-def run_find_budget(config: Any, args: argparse.Namespace) -> int:
-    from .budget_search import find_budget
+def keep_interrupted(result: Any, args: argparse.Namespace) -> None:
+    """What an interrupted run keeps: the summary of the steps done, the event log (its
+    header says it was interrupted, and after how many steps) and the memory timeline.
+    Not the trace: a trace is a whole run, recorded only when the run ends."""
+    if result.losses:
+        print(summary_table(result))
+    finish_outputs(result, args.events, args.plot)
+    if args.trace:
+        print(f"trace: not written to {args.trace} (the run was interrupted)")
 
-    search = find_budget(config, max_slowdown=max_slowdown(args))
+
+def run_find_budget(config: Any, args: argparse.Namespace) -> int:
+    """Probe for the lowest budget ratio and print the probes; on Ctrl-C print those that
+    finished, then stop (exit 130)."""
+    from .budget_search import SearchInterrupted, find_budget
+
+    try:
+        search = find_budget(config, max_slowdown=max_slowdown(args))
+    except SearchInterrupted as stop:
+        print(frontier_table(stop.search))
+        raise KeyboardInterrupt from None
     print(frontier_table(search))
     return 0
 
@@ -213,23 +265,44 @@ def finish_outputs(
 ) -> None:
     """Write the event log and the memory timeline of ``result``; say where each went."""
     if events_path:
-        write_event_log(
-            events_path, result.runtime, model=result.config.model, size=result.config.size
-        )
-        print(
-            f"event log: {events_path} ({len(result.runtime.events):,} events; "
-            f"minidtr explain {events_path})"
-        )
+        write_events(result, events_path)
     if plot_path:
-        from .plots import memory_timeline
-
-        memory_timeline(
-            result.runtime.events,
-            plot_path,
-            result.budget,
-            title=f"{result.config.model} ({result.config.size}), {result.config.steps} steps",
-            cost=result.config.cost,
-        )
-        print(f"memory timeline: {plot_path}")
+        draw_timeline(result, plot_path)
     if trace_path:
         print(f"trace: {trace_path}")
+
+
+def write_events(result: Any, path: str) -> None:
+    """The event log of ``result`` at ``path``, after its header (the budget, the policy,
+    the model and, for an interrupted run, ``interrupted`` and ``steps_done``). Removed
+    if a second Ctrl-C stops the writing, rather than left cut."""
+    c, events = result.config, result.runtime.events
+    if not events:
+        print(f"event log: not written to {path} (no op ran)")
+        return
+    header: dict[str, Any] = {"model": c.model, "size": c.size}
+    if result.interrupted:
+        header.update(interrupted=True, steps_done=len(result.losses))
+    try:
+        write_event_log(path, result.runtime, **header)
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        raise
+    done = f" of {len(result.losses)} steps, interrupted" if result.interrupted else ""
+    print(f"event log: {path} ({len(events):,} events{done}; minidtr explain {path})")
+
+
+def draw_timeline(result: Any, path: str) -> None:
+    from .plots import memory_timeline
+
+    c = result.config
+    steps = f"{len(result.losses)} of {c.steps} steps (interrupted)" if result.interrupted else ""
+    memory_timeline(
+        result.runtime.events,
+        path,
+        result.budget,
+        title=f"{c.model} ({c.size}), {steps or f'{c.steps} steps'}",
+        cost=c.cost,
+    )
+    print(f"memory timeline: {path}")
