@@ -68,3 +68,51 @@ def test_a_sim_plot_without_matplotlib_is_refused_before_the_replays(
     code, out, err = run(capsys, "sim", trace_file, "--plot", str(tmp_path / "p.png"))
     assert code == 2 and out == ""
     assert "--plot: plots need matplotlib" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("options", "flags"),
+    [
+        (["--heuristic", "lru"], "--heuristic"),
+        (["--heuristic", "dtr"], "--heuristic"),  # given, even at its default
+        (["--no-orphan-rebuild"], "--no-orphan-rebuild"),
+        (["--max-slowdown", "3"], "--max-slowdown"),
+        (["--heuristic", "lru", "--max-wall-slowdown", "9"], "--heuristic, --max-wall-slowdown"),
+    ],
+)
+def test_eviction_settings_without_a_budget_are_refused(capsys, options, flags):
+    """Unbudgeted, nothing is evicted to make room: the heuristic would never run."""
+    code, out, err = run(capsys, "train", "mlp", "--size", "tiny", *options)
+    assert code == 2 and out == ""
+    assert one_line(err) == (
+        f"minidtr train: {flags}: no effect without a budget (nothing is evicted to make "
+        "room): add --budget BYTES or --ratio R (see minidtr train --help)"
+    )
+
+
+def test_eviction_settings_with_a_budget_or_find_budget_are_taken():
+    from minidtr.cli_train import _check_eviction_settings
+
+    parse = cli.build_parser().parse_args
+    for budget in (["--ratio", "0.5"], ["--budget", "1M"], ["--find-budget"]):
+        _check_eviction_settings(parse(["train", "mlp", "--heuristic", "lru", *budget]))
+
+
+def test_dealloc_without_a_budget_still_acts(capsys):
+    """--dealloc decides what a death frees, budget or not: ignore keeps every dead
+    tensor resident, so the unbudgeted peak grows; it is not refused."""
+    peaks = {}
+    for policy in ("eager", "ignore"):
+        argv = ["train", "mlp", "--size", "tiny", "--steps", "2", "--no-progress"]
+        code, out, err = run(capsys, *argv, "--dealloc", policy)
+        assert code == 0, err
+        peaks[policy] = out.split("peak memory")[1].split("\n")[0].strip()
+    assert peaks["eager"] != peaks["ignore"]
+
+
+@pytest.mark.parametrize("option", ["--events", "--trace", "--plot"])
+def test_find_budget_refuses_the_outputs_it_would_not_write(capsys, tmp_path, option):
+    path = str(tmp_path / "out")
+    code, out, err = run(capsys, "train", "mlp", "--find-budget", option, path)
+    assert code == 2 and out == ""
+    assert f"--find-budget writes no {option}" in one_line(err)
