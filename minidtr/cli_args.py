@@ -274,15 +274,44 @@ def check_output(path: str) -> str | None:
     return None
 
 
-def check_outputs(prog: str, paths: dict[str, str | None]) -> None:
+def check_outputs(prog: str, paths: dict[str, str | None], inputs: Sequence[str] = ()) -> None:
     """Usage error (exit 2) naming the option (or argument) of the first output path that
-    cannot be written."""
-    for option, path in paths.items():
-        if path is None:
-            continue
+    cannot be written, or that is another output's path or an input's (``inputs``):
+    writing it would overwrite what was just written, or what the command reads."""
+    given = {option: path for option, path in paths.items() if path is not None}
+    for option, path in given.items():
         problem = check_output(path)
         if problem is not None:
             usage_error(prog, f"{option}: {problem}")
+    taken = {os.path.realpath(path): f"the input {path}" for path in inputs}
+    for option, path in given.items():
+        where = os.path.realpath(path)
+        if where in taken:
+            usage_error(prog, f"{option}: {path} is {taken[where]} too: give another path")
+        taken[where] = f"the path of {option}"
+
+
+def require_plotting(prog: str, option: str | None, path: str) -> None:
+    """Usage error (exit 2), before any work, unless matplotlib is installed and can
+    write ``path`` in the format its extension names (none: PNG). ``option`` names the
+    output in the message (None: the message is matplotlib's alone)."""
+    from .plots import require_matplotlib
+
+    label = "" if option is None else f"{option}: "
+    try:
+        require_matplotlib()
+    except ImportError as e:
+        usage_error(prog, f"{label}{e}")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(path)[1].removeprefix(".").lower()
+    if extension and extension not in formats:
+        usage_error(
+            prog,
+            f"{label or f'{path}: '}matplotlib cannot write a .{extension} file "
+            f"(it writes {', '.join(sorted(formats))}; no extension: PNG)",
+        )
 
 
 def check_input(prog: str, path: str) -> None:

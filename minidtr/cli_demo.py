@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_args import check_outputs, usage_error
+from .cli_args import check_outputs, require_plotting
 from .cli_report import Progress, summary_table
 from .cli_train import finish_outputs
 from .explain import explain, runtime_header, summarize
@@ -58,12 +58,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``minidtr demo`` on parsed ``args``; returns the exit status."""
     check_outputs(PROG, {"--plot": args.plot})
     if args.plot:
-        from .plots import require_matplotlib
-
-        try:
-            require_matplotlib()
-        except ImportError as e:
-            usage_error(PROG, f"--plot: {e}")
+        require_plotting(PROG, "--plot", args.plot)
     print(
         f"Training the small {DEMO_MODEL} on the 8x8 digits under {DEMO_RATIO:.0%} of the "
         "memory it needs without a budget (the peak of two unbounded steps, measured "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_args import check_input, check_outputs, parse_bytes, usage_error, whole_number
+from .cli_args import check_input, check_outputs, parse_bytes, require_plotting, whole_number
 from .explain import explain, human_bytes, load_events, summarize
 
 
@@ -48,7 +48,7 @@ def add_plot_parser(sub: Any) -> argparse.ArgumentParser:
 def run_explain(args: argparse.Namespace) -> int:
     """Run ``minidtr explain`` on parsed ``args``; returns the exit status."""
     check_input("minidtr explain", args.events)
-    check_outputs("minidtr explain", {"--html": args.html})
+    check_outputs("minidtr explain", {"--html": args.html}, inputs=[args.events])
     events = load_events(args.events)
     print(explain(summarize(events), top=args.top))
     if args.html:
@@ -61,14 +61,11 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def run_plot(args: argparse.Namespace) -> int:
     """Run ``minidtr plot`` on parsed ``args``; returns the exit status."""
-    from .plots import memory_timeline, require_matplotlib
+    from .plots import memory_timeline
 
     check_input("minidtr plot", args.events)
-    check_outputs("minidtr plot", {"OUT.png": args.out})
-    try:
-        require_matplotlib()
-    except ImportError as e:
-        usage_error("minidtr plot", str(e))
+    check_outputs("minidtr plot", {"OUT.png": args.out}, inputs=[args.events])
+    require_plotting("minidtr plot", None, args.out)
     events = load_events(args.events)
     budget = args.budget if args.budget is not None else summarize(events).budget
     memory_timeline(events, args.out, budget, title=args.events)

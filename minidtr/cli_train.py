@@ -19,6 +19,7 @@ from .cli_args import (
     add_runtime_arguments,
     check_outputs,
     parse_ratio,
+    require_plotting,
     runtime_options,
     usage_error,
     whole_number,
@@ -143,12 +144,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             usage_error(PROG, str(e))
     check_outputs(PROG, outputs)
     if args.plot:
-        from .plots import require_matplotlib
-
-        try:
-            require_matplotlib()
-        except ImportError as e:
-            usage_error(PROG, f"--plot: {e}")
+        require_plotting(PROG, "--plot", args.plot)
 
 
 def _check_eviction_settings(args: argparse.Namespace) -> None:

@@ -2,6 +2,8 @@
 error did not list, options that would be silently ignored, outputs that would fail only
 after the work. Each ends in one line, with the right exit status, before any work."""
 
+from pathlib import Path
+
 import pytest
 
 from minidtr import cli
@@ -116,3 +118,68 @@ def test_find_budget_refuses_the_outputs_it_would_not_write(capsys, tmp_path, op
     code, out, err = run(capsys, "train", "mlp", "--find-budget", option, path)
     assert code == 2 and out == ""
     assert f"--find-budget writes no {option}" in one_line(err)
+
+
+@pytest.fixture
+def event_log(tmp_path):
+    import minidtr as md
+    from minidtr.explain import write_event_log
+
+    runtime = md.Runtime(record_events=True)
+    with runtime:
+        md.sum(md.tensor([1.0, 2.0]) * 2.0)
+    path = tmp_path / "ev.jsonl"
+    write_event_log(str(path), runtime)
+    return str(path)
+
+
+def test_an_output_over_an_input_or_another_output_is_refused(
+    capsys, trace_file, event_log, tmp_path
+):
+    """Each of these overwrote the file the command read (or had just written)."""
+    trace_text, log_text = Path(trace_file).read_text(), Path(event_log).read_text()
+    cases = [
+        (["sim", trace_file, "--csv", trace_file], f"--csv: {trace_file} is the input"),
+        (["plot", event_log, event_log], f"OUT.png: {event_log} is the input"),
+        (["explain", event_log, "--html", event_log], f"--html: {event_log} is the input"),
+        (
+            ["train", "mlp", "--events", str(tmp_path / "a"), "--plot", str(tmp_path / "a")],
+            "--plot: ", "is the path of --events too",
+        ),
+    ]  # fmt: skip
+    for argv, *expected in cases:
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "", argv
+        assert all(part in one_line(err) for part in expected), err
+    assert Path(trace_file).read_text() == trace_text
+    assert Path(event_log).read_text() == log_text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plot", "{log}", "{tmp}/timeline.txt"],
+        ["train", "mlp", "--ratio", "0.5", "--plot", "{tmp}/timeline.doc"],
+        ["sim", "{trace}", "--plot", "{tmp}/figure.csv"],
+    ],
+)
+def test_a_plot_in_a_format_matplotlib_cannot_write_is_refused_before_the_work(
+    capsys, trace_file, event_log, tmp_path, argv
+):
+    pytest.importorskip("matplotlib")
+    fill = {"{log}": event_log, "{trace}": trace_file, "{tmp}": str(tmp_path)}
+    for key, value in fill.items():
+        argv = [a.replace(key, value) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "matplotlib cannot write a ." in one_line(err)
+    assert not list(tmp_path.glob("timeline*")) and not list(tmp_path.glob("figure*"))
+
+
+@pytest.mark.parametrize(
+    "address", ["", "tcp://head", "ucx://head:8786", "inproc://x", "head", "foo://head:1"]
+)
+def test_a_scheduler_address_dask_cannot_take_is_a_usage_error(capsys, trace_file, address):
+    code, out, err = run(capsys, "sim", trace_file, "--scheduler", address)
+    assert code == 2 and out == ""
+    assert one_line(err).startswith("minidtr sim: --scheduler: expected tls://HOST:PORT")

@@ -26,6 +26,7 @@ from ..cli_args import (
     check_outputs,
     number,
     positive_seconds,
+    require_plotting,
     runtime_options,
     whole_number,
 )
@@ -146,19 +147,13 @@ def _load(prog: str, paths: Sequence[str]):
 
 
 def _parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written
-    and, for --plot, that matplotlib is there."""
+    """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written,
+    are not the input traces, and, for --plot, that matplotlib can write it."""
     args = p.parse_args(argv)
-    check_outputs(
-        p.prog, {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
-    )
-    if getattr(args, "plot", None):  # before the replays, not after them
-        from ..plots import require_matplotlib
-
-        try:
-            require_matplotlib()
-        except ImportError as e:
-            p.error(f"--plot: {e}")
+    outputs = {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
+    check_outputs(p.prog, outputs, inputs=getattr(args, "logs", ()))
+    if outputs["--plot"]:  # before the replays, not after them
+        require_plotting(p.prog, "--plot", outputs["--plot"])
     return args
 
 

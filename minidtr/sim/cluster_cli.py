@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 from ..cli_args import check_input, positive_seconds
 
 DEFAULT_WORKER_TIMEOUT = 30.0  # seconds to wait for a scheduler's first worker
+# What --scheduler takes: tcp:// (the default scheme) or tls://, a host and a port.
+ADDRESS = re.compile(r"((?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d+")
 
 TRUST_NOTE = (
     "Only give a scheduler you trust: its workers and this command unpickle what it "
@@ -86,6 +89,7 @@ def cluster_settings(
         if given:
             p.error(f"{', '.join(given)}: only with --scheduler ADDRESS")
         return None
+    _check_address(p, args.scheduler)
     if getattr(args, "jobs", None) is not None:
         p.error(
             "--jobs counts local processes; with --scheduler the cluster's workers run the "
@@ -97,6 +101,15 @@ def cluster_settings(
             p.error(f"{', '.join(tls_flags)}: for a tls:// scheduler, not {args.scheduler}")
         return ClusterSettings(args.scheduler, None, timeout)
     return ClusterSettings(args.scheduler, _tls_files(p, args, tls_flags), timeout)
+
+
+def _check_address(p: argparse.ArgumentParser, address: str) -> None:
+    match = ADDRESS.fullmatch(address)
+    if match is None or match["scheme"] not in (None, "tcp", "tls"):
+        p.error(
+            f"--scheduler: expected tls://HOST:PORT or tcp://HOST:PORT (a Dask scheduler's "
+            f"address), got {address!r}"
+        )
 
 
 def _tls_flags_given(args: argparse.Namespace) -> list[str]:
@@ -152,7 +165,7 @@ def cluster(settings: ClusterSettings | None) -> Iterator[Any]:
         client = parallel.connect(address, security)
     except ImportError as e:
         raise ValueError(str(e)) from None
-    except OSError as e:
+    except (OSError, ValueError, TypeError) as e:  # Dask's words for what went wrong
         raise ValueError(f"cannot reach the Dask scheduler at {address}: {e}") from None
     with client:
         _wait_for_a_worker(client, settings)
