@@ -183,3 +183,11 @@ def test_a_scheduler_address_dask_cannot_take_is_a_usage_error(capsys, trace_fil
     code, out, err = run(capsys, "sim", trace_file, "--scheduler", address)
     assert code == 2 and out == ""
     assert one_line(err).startswith("minidtr sim: --scheduler: expected tls://HOST:PORT")
+
+
+def test_sim_frontier_checks_its_tolerance_before_loading_traces(capsys):
+    code, out, err = run(
+        capsys, "sim", "frontier", "nowhere.log", "--step", "0.1", "--tolerance", "0.5"
+    )
+    assert code == 2 and out == ""
+    assert "--tolerance (0.5) must be at most --step (0.1)" in one_line(err)

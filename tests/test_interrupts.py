@@ -161,3 +161,31 @@ def test_a_second_ctrl_c_while_the_log_is_written_leaves_no_cut_log(
     with pytest.raises(KeyboardInterrupt):
         cli_train.write_events(result, str(path))
     assert not path.exists()
+
+
+def test_ctrl_c_keeps_the_probes_of_sim_frontier(tmp_path, capsys, monkeypatch):
+    """The third replay is interrupted: the two probes before it are printed."""
+    from minidtr.sim import frontier as frontier_module
+    from minidtr.sim.cli import main as sim_main
+    from minidtr.sim.experiments import chain_trace
+    from minidtr.sim.trace import write_log
+
+    write_log(chain_trace(40), tmp_path / "chain.log")
+    replays = []
+    simulate = frontier_module.simulate
+
+    def interrupted_third(*args, **kwargs):
+        replays.append(None)
+        if len(replays) == 3:
+            raise KeyboardInterrupt
+        return simulate(*args, **kwargs)
+
+    monkeypatch.setattr(frontier_module, "simulate", interrupted_third)
+    assert sim_main(["frontier", str(tmp_path / "chain.log")]) == 130
+    out, err = capsys.readouterr()
+    assert err == "minidtr sim frontier: interrupted\n"
+    assert [line.split()[0] for line in out.splitlines()[2:4]] == ["1.000", "0.900"]
+    assert out.splitlines()[-1] == (
+        "interrupted (Ctrl-C) after 2 probes, before the search ended; "
+        "so far the lowest ratio within 2x: 0.900"
+    )

@@ -174,8 +174,9 @@ def _print_rows(rows: list[dict], csv_path: str | None, columns=None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = sweep_main
+    command, prog = sweep_main, "minidtr sim"
     if argv and argv[0] in SUBCOMMANDS:
+        prog = f"minidtr sim {argv[0]}"
         command = {
             "info": info_main,
             "frontier": frontier_main,
@@ -189,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # a usage error (its one line is printed) or --help: its status
         return e.code if isinstance(e.code, int) else 2
     except KeyboardInterrupt:
-        print("minidtr sim: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 
@@ -349,27 +350,50 @@ def frontier_main(argv: Sequence[str]) -> int:
     )
     add_runtime_arguments(p, ["dealloc", "rebuild_orphans"])
     args = p.parse_args(argv)
+    if args.tolerance > args.step:
+        p.error(f"--tolerance ({args.tolerance:g}) must be at most --step ({args.step:g})")
     traces = _load(p.prog, args.logs)
     if traces is None:
         return 1
-    from .frontier import frontier
-
     for i, trace in enumerate(traces):
         try:
-            result = frontier(
+            table = _frontier_table(trace, args, "\n" if i else "")
+        except ValueError as e:
+            print(f"minidtr sim frontier: {e}", file=sys.stderr)
+            return 2
+        print(table)
+    return 0
+
+
+def _frontier_table(trace: Any, args: argparse.Namespace, before: str) -> str:
+    """``trace``'s frontier as a table (after ``before``). On Ctrl-C, print the table of
+    the probes that finished and say the search was interrupted, then stop."""
+    from .floors import floor
+    from .frontier import Frontier, format_frontier, frontier
+
+    probes: list = []
+    try:
+        return (
+            before
+            + frontier(
                 trace,
                 args.max_slowdown,
                 args.heuristic,
                 step=args.step,
                 tolerance=args.tolerance,
+                on_probe=probes.append,
                 dealloc=args.dealloc,
                 rebuild_orphans=args.rebuild_orphans,
-            )
-        except ValueError as e:
-            print(f"minidtr sim frontier: {e}", file=sys.stderr)
-            return 2
-        print(("\n" if i else "") + result.table())
-    return 0
+            ).table()
+        )
+    except KeyboardInterrupt:
+        so_far = Frontier(trace.name, args.heuristic, args.max_slowdown, floor(trace), probes)
+        best = so_far.lowest
+        verdict = f"interrupted (Ctrl-C) after {len(probes)} probes, before the search ended"
+        if best is not None:
+            verdict += f"; so far the lowest ratio within {args.max_slowdown:g}x: {best.ratio:.3f}"
+        print(before + "\n".join([*format_frontier(so_far).splitlines()[:-1], verdict]))
+        raise
 
 
 def optimal_main(argv: Sequence[str]) -> int:
