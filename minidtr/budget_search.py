@@ -5,7 +5,8 @@ trains a few steps at ratios 0.9, 0.8, ... of that peak until one fails (out
 of memory, or slower than ``max_slowdown``), and bisects between the lowest
 success and the first failure. Each probe runs on a fresh allocator, so what a
 failed probe leaves resident does not count against the next one. Ratios
-below the floor are not run: no policy can fit them.
+below the floor are not run: no policy can fit them. Ctrl-C raises
+``SearchInterrupted`` with the probes that finished.
 """
 
 from __future__ import annotations
@@ -41,11 +42,20 @@ class BudgetSearch:
     unbounded: Floors
     max_slowdown: float
     probes: list[Probe]
+    interrupted: bool = False  # Ctrl-C stopped the search: ``probes`` are those finished
 
     @property
     def lowest(self) -> Probe | None:
         ok = [p for p in self.probes if p.status == "ok"]
         return min(ok, key=lambda p: p.ratio) if ok else None
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``find_budget``'s probes; ``search`` holds those that finished."""
+
+    def __init__(self, search: BudgetSearch):
+        super().__init__(f"interrupted after {len(search.probes)} probes")
+        self.search = search
 
 
 def probe(config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
@@ -83,13 +93,29 @@ def find_budget(
 ) -> BudgetSearch:
     """Probe ratios of the unbounded peak, coarse then bisecting to ``RESOLUTION``, for the
     lowest at which ``config.steps`` steps train within ``max_slowdown``. ``known`` probes
-    (same config and limit) are used instead of running those ratios again."""
+    (same config and limit) are used instead of running those ratios again. Ctrl-C during
+    a probe raises ``SearchInterrupted`` with the probes that finished."""
     config = dataclasses.replace(config, max_slowdown=max_slowdown)
     if unbounded is None:
         with isolated_allocator(config.device):
             unbounded = measure_unbounded(config)
         gc.collect()
     done = {round(p.ratio, 2): p for p in known}
+
+    def search(interrupted: bool = False) -> BudgetSearch:
+        probes = sorted(done.values(), key=lambda p: -p.ratio)
+        return BudgetSearch(config, unbounded, max_slowdown, probes, interrupted)
+
+    try:
+        _probe_down(config, unbounded, done)
+    except KeyboardInterrupt:
+        raise SearchInterrupted(search(interrupted=True)) from None
+    return search()
+
+
+def _probe_down(config: TrainConfig, unbounded: Floors, done: dict[float, Probe]) -> None:
+    """Probe the coarse ratios down to the first failure, then bisect; each probe goes
+    into ``done`` (by its ratio, rounded) as it finishes."""
 
     def run(ratio: float) -> Probe:
         if round(ratio, 2) not in done:
@@ -103,20 +129,18 @@ def find_budget(
             failed = ratio
             break
         ok = ratio
-    if failed is not None:
-        floor = math.ceil(unbounded.floor_ratio / RESOLUTION) * RESOLUTION
-        failed = max(failed, floor - RESOLUTION)
-        while ok - failed > RESOLUTION * 1.5:
-            ratio = round(round((ok + failed) / 2 / RESOLUTION) * RESOLUTION, 2)
-            if ratio >= ok or ratio <= failed:
-                break
-            p = run(ratio)
-            if p.status == "ok":
-                ok = ratio
-            else:
-                failed = ratio
-    probes = sorted(done.values(), key=lambda p: -p.ratio)
-    return BudgetSearch(config, unbounded, max_slowdown, probes)
+    if failed is None:
+        return
+    floor = math.ceil(unbounded.floor_ratio / RESOLUTION) * RESOLUTION
+    failed = max(failed, floor - RESOLUTION)
+    while ok - failed > RESOLUTION * 1.5:
+        ratio = round(round((ok + failed) / 2 / RESOLUTION) * RESOLUTION, 2)
+        if ratio >= ok or ratio <= failed:
+            break
+        if run(ratio).status == "ok":
+            ok = ratio
+        else:
+            failed = ratio
 
 
 class _Capture:

@@ -110,10 +110,22 @@ class TrainResult:
     budget: int | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     floors: Floors | None = None  # of the unbounded run the budget was measured against
+    interrupted: bool = False  # Ctrl-C stopped the steps: ``losses`` are those done
 
     @property
     def steps_per_second(self) -> float:
         return len(self.losses) / self.seconds if self.seconds > 0 else math.inf
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``train``'s budgeted steps. ``result`` is what the steps done recorded:
+    their losses, the runtime with its statistics (and events, when recorded), the budget
+    and floors, ``interrupted`` set, and no end accuracy (nan: measuring it takes time
+    after a Ctrl-C)."""
+
+    def __init__(self, result: TrainResult):
+        super().__init__(f"interrupted after {len(result.losses)} of {result.config.steps} steps")
+        self.result = result
 
 
 def build_task(config: TrainConfig) -> Task:
@@ -209,7 +221,53 @@ def train(
     reports the budgeted runtime's statistics while the steps run); ``unbounded`` is the
     ``measure_unbounded`` of this config when the caller has it already. Under a budget
     the unbounded run is measured first (for the ratio, and to report the floor).
+    Ctrl-C during the steps raises ``TrainingInterrupted`` with what they did.
     """
+    check_config(config)
+    if unbounded is None and (config.ratio is not None or config.budget is not None):
+        unbounded = measure_unbounded(config)
+    budget = config.budget
+    if config.ratio is not None:
+        budget = int(config.ratio * unbounded.peak)
+    task = build_task(config)
+    optimizer = task.make_optimizer(task.model.parameters())
+    accuracy_start = accuracy(task, cost=config.cost) if config.evaluate else math.nan
+    runtime = Runtime.from_options(config.options.replace(budget=budget))
+    batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
+    steps = range(config.steps) if progress is None else progress(range(config.steps))
+    losses: list[float] = []
+    started = time.perf_counter()
+
+    def result(interrupted: bool = False) -> TrainResult:
+        """What the steps did so far (the end accuracy is measured after)."""
+        return TrainResult(
+            config=config,
+            task=task,
+            runtime=runtime,
+            losses=losses,
+            accuracy_start=accuracy_start,
+            accuracy_end=math.nan,
+            seconds=time.perf_counter() - started,
+            unbounded_peak=None if unbounded is None else unbounded.peak,
+            budget=budget,
+            stats=runtime.stats(),
+            floors=unbounded,
+            interrupted=interrupted,
+        )
+
+    try:
+        with runtime, trace or nullcontext(), watch(runtime) if watch else nullcontext():
+            _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, unbounded)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(result(interrupted=True)) from None
+    finished = result()
+    if config.evaluate:
+        finished.accuracy_end = accuracy(task, cost=config.cost)
+    return finished
+
+
+def check_config(config: TrainConfig) -> None:
+    """``ConfigError`` for a config ``train`` cannot run, found before any work."""
     if config.budget is not None and config.ratio is not None:
         raise ConfigError("give a budget in bytes or a ratio, not both")
     if config.steps < 1:
@@ -223,46 +281,13 @@ def train(
         raise ConfigError(str(e)) from None
     if config.ratio is not None and not 0.0 < config.ratio <= 1.0:
         raise ConfigError(f"ratio must be in (0, 1], got {config.ratio}")
-    if unbounded is None and (config.ratio is not None or config.budget is not None):
-        unbounded = measure_unbounded(config)
-    unbounded_peak = None if unbounded is None else unbounded.peak
-    budget = config.budget
-    if config.ratio is not None:
-        budget = int(config.ratio * unbounded.peak)
-    task = build_task(config)
-    optimizer = task.make_optimizer(task.model.parameters())
-    accuracy_start = accuracy(task, cost=config.cost) if config.evaluate else math.nan
-    runtime = Runtime.from_options(config.options.replace(budget=budget))
-    batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
-    steps: Iterable[int] = range(config.steps)
-    if progress is not None:
-        steps = progress(steps)
-    losses = []
-    started = time.perf_counter()
-    first_step_cost = None if unbounded is None else unbounded.first_step_cost
-    with runtime, trace or nullcontext(), watch(runtime) if watch else nullcontext():
-        _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, first_step_cost)
-    seconds = time.perf_counter() - started
-    accuracy_end = accuracy(task, cost=config.cost) if config.evaluate else math.nan
-    return TrainResult(
-        config,
-        task,
-        runtime,
-        losses,
-        accuracy_start,
-        accuracy_end,
-        seconds,
-        unbounded_peak,
-        budget,
-        runtime.stats(),
-        unbounded,
-    )
 
 
-def _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, first_step_cost) -> None:
+def _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, unbounded) -> None:
     """The training loop. The first step is expected to compute what the unbounded run's
     first step did (the thrash guard's measure, ``Runtime.mark_step``), each later one
     what the step before it did."""
+    first_step_cost = None if unbounded is None else unbounded.first_step_cost
     for i in steps:
         runtime.mark_step(i, expected_cost=first_step_cost if i == 0 else None)
         losses.append(train_step(task, optimizer, next(batches)))

@@ -244,8 +244,8 @@ def test_sim_optimal_reports_a_bad_scheduler_in_one_line(tmp_path, capsys):
 def test_losing_the_scheduler_mid_run_is_one_error_not_a_traceback(monkeypatch):
     """distributed raises CommClosedError (an OSError) from whatever call was waiting."""
     comm = pytest.importorskip("distributed.comm")
-    from minidtr.sim import cli as sim_cli
     from minidtr.sim import parallel
+    from minidtr.sim.cluster_cli import ClusterSettings, cluster
 
     class Client:
         def __enter__(self):
@@ -254,9 +254,12 @@ def test_losing_the_scheduler_mid_run_is_one_error_not_a_traceback(monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(parallel, "connect", lambda address: Client())
+        def wait_for_workers(self, n, timeout):
+            pass
+
+    monkeypatch.setattr(parallel, "connect", lambda address, security=None: Client())
     with (
         pytest.raises(ValueError, match=r"^lost the Dask scheduler at tcp://head:8786: in <TCP"),
-        sim_cli._cluster("tcp://head:8786"),
+        cluster(ClusterSettings("tcp://head:8786")),
     ):
         raise comm.CommClosedError("in <TCP (closed)>: Stream is closed")

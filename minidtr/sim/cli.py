@@ -14,12 +14,23 @@ minidtr sim adversary [--budget 8 --n ...]  Theorem 3.2's adversarial family
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from ..cli import add_runtime_arguments, number, runtime_options, whole_number
+from ..cli_args import (
+    UsageParser,
+    add_runtime_arguments,
+    check_input,
+    check_outputs,
+    number,
+    positive_seconds,
+    require_plotting,
+    runtime_options,
+    whole_number,
+)
+from .cluster_cli import add_cluster_options, cluster, cluster_settings
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
 SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
@@ -82,42 +93,45 @@ def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str
     return paths
 
 
-def heuristic_names(text: str) -> list[str]:
-    """Heuristic names, each a runtime heuristic or one of the simulator's trace
-    heuristics (belady, learned and their variants)."""
+def heuristic_name(name: str) -> str:
+    """A heuristic the simulator knows: a runtime heuristic or one of its trace heuristics
+    (belady, learned and their variants); an unknown name's error lists both kinds."""
     from ..runtime.heuristics import make_heuristic
     from .clairvoyant import TRACE_HEURISTICS, parse_variant
 
-    values = names(text)
-    for name in values:
-        try:
-            if name.split("+")[0] in TRACE_HEURISTICS:
-                parse_variant(name)
-            else:
-                make_heuristic(name)
-        except ValueError as e:
+    try:
+        if name.split("+")[0] in TRACE_HEURISTICS:
+            parse_variant(name)
+        else:
+            make_heuristic(name)
+    except ValueError as e:
+        if name.split("+")[0] in TRACE_HEURISTICS:
             raise argparse.ArgumentTypeError(str(e)) from None
-    return values
+        trace_names = " and ".join(repr(family) for family in TRACE_HEURISTICS)
+        raise argparse.ArgumentTypeError(
+            f"{e}; or the simulator's trace heuristics {trace_names} "
+            "(and their <family>+<cost>+<size|nosize>+<time|ops> variants)"
+        ) from None
+    return name
+
+
+def heuristic_names(text: str) -> list[str]:
+    """Comma-separated heuristic names, each as ``heuristic_name`` takes it."""
+    return [heuristic_name(name) for name in names(text)]
 
 
 thrash_limit = number(lambda value: value == 0 or value > 1, "a slowdown > 1, or 0 for no limit")
 above_one = number(lambda value: value > 1, "a slowdown > 1")
 open_fraction = number(lambda value: 0.0 < value < 1.0, "a fraction in (0, 1)")
-positive_seconds = number(
-    lambda value: value > 0 and math.isfinite(value), "a number of seconds > 0"
-)
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
-    from ..cli import UsageParser
-
     return UsageParser(prog=prog, description=description)
 
 
 def _load(prog: str, paths: Sequence[str]):
     """The traces, or a one-line error: exit 2 for a file that cannot be opened (checked
     for all before any is read), 1 for one that is not a valid trace."""
-    from ..cli import check_input
     from .trace import TraceError, load_log
 
     for path in paths:
@@ -133,13 +147,13 @@ def _load(prog: str, paths: Sequence[str]):
 
 
 def _parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written."""
-    from ..cli import check_outputs
-
+    """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written,
+    are not the input traces, and, for --plot, that matplotlib can write it."""
     args = p.parse_args(argv)
-    check_outputs(
-        p.prog, {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
-    )
+    outputs = {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
+    check_outputs(p.prog, outputs, inputs=getattr(args, "logs", ()))
+    if outputs["--plot"]:  # before the replays, not after them
+        require_plotting(p.prog, "--plot", outputs["--plot"])
     return args
 
 
@@ -160,8 +174,9 @@ def _print_rows(rows: list[dict], csv_path: str | None, columns=None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = sweep_main
+    command, prog = sweep_main, "minidtr sim"
     if argv and argv[0] in SUBCOMMANDS:
+        prog = f"minidtr sim {argv[0]}"
         command = {
             "info": info_main,
             "frontier": frontier_main,
@@ -175,11 +190,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # a usage error (its one line is printed) or --help: its status
         return e.code if isinstance(e.code, int) else 2
     except KeyboardInterrupt:
-        print("minidtr sim: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 
 def sweep_main(argv: Sequence[str]) -> int:
+    p = _sweep_parser()
+    args = _parse(p, argv)
+    if args.resume and not args.csv:
+        p.error("--resume needs --csv FILE (the sweep's results so far)")
+    settings = cluster_settings(p, args)
+    traces = _load(p.prog, _log_paths(p, args))
+    if traces is None:
+        return 1
+    thrash = args.thrash if args.thrash > 0 else math.inf
+    finished: list = []
+    from .sweep import SweepCsvError
+
+    try:
+        with cluster(settings) as client:
+            results = _sweep(traces, args, client, thrash, finished.append)
+    except SweepCsvError as e:  # a --resume CSV that is not a sweep's: a bad input file
+        print(f"minidtr sim: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"minidtr sim: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        where = f"; they are in {args.csv}: rerun with --resume to finish" if args.csv else ""
+        done = len(finished)
+        print(f"\nminidtr sim: interrupted after {done} new replays{where}", file=sys.stderr)
+        return 130
+    _print_sweep(results, traces, args, thrash)
+    return 0
+
+
+def _sweep_parser() -> argparse.ArgumentParser:
     p = parser(
         "minidtr sim",
         "Replay DTR logs under budgets and heuristics (other commands: "
@@ -214,44 +260,33 @@ def sweep_main(argv: Sequence[str]) -> int:
         action="store_true",
         help="keep the results already in --csv FILE and replay only the missing points",
     )
-    _add_cluster_option(p)
     p.add_argument("--plot", metavar="FILE", help="slowdown vs budget ratio (PNG, matplotlib)")
-    args = _parse(p, argv)
-    if args.resume and not args.csv:
-        p.error("--resume needs --csv FILE (the sweep's results so far)")
-    traces = _load(p.prog, _log_paths(p, args))
-    if traces is None:
-        return 1
-    from .sweep import SweepCsvError, plot, sweep, table
+    add_cluster_options(p)
+    return p
 
-    thrash = args.thrash if args.thrash > 0 else math.inf
-    finished: list = []
-    try:
-        with _cluster(args.scheduler) as client:
-            results = sweep(
-                traces,
-                args.ratios,
-                args.heuristics,
-                jobs=args.jobs,
-                client=client,
-                csv_path=args.csv,
-                resume=args.resume,
-                progress=sys.stderr.isatty(),
-                on_result=finished.append,
-                thrash=thrash,
-                options=runtime_options(args),
-            )
-    except SweepCsvError as e:  # a --resume CSV that is not a sweep's: a bad input file
-        print(f"minidtr sim: {e}", file=sys.stderr)
-        return 1
-    except ValueError as e:
-        print(f"minidtr sim: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        where = f"; they are in {args.csv}: rerun with --resume to finish" if args.csv else ""
-        done = len(finished)
-        print(f"\nminidtr sim: interrupted after {done} new replays{where}", file=sys.stderr)
-        return 130
+
+def _sweep(traces: list, args: argparse.Namespace, client: Any, thrash: float, on_result) -> list:
+    from .sweep import sweep
+
+    return sweep(
+        traces,
+        args.ratios,
+        args.heuristics,
+        jobs=args.jobs,
+        client=client,
+        csv_path=args.csv,
+        resume=args.resume,
+        progress=sys.stderr.isatty(),
+        on_result=on_result,
+        thrash=thrash,
+        options=runtime_options(args),
+    )
+
+
+def _print_sweep(results: list, traces: list, args: argparse.Namespace, thrash: float) -> None:
+    """The sweep's table, its replay speed, and where the CSV and the plot went."""
+    from .sweep import plot, table
+
     print(table(results))
     replay = sum(r.replay_time for r in results)
     ops = sum(r.instructions_done for r in results)
@@ -264,7 +299,6 @@ def sweep_main(argv: Sequence[str]) -> int:
     if args.plot:
         plot(results, traces, args.plot, thrash)
         print(f"plot: {args.plot}")
-    return 0
 
 
 def info_main(argv: Sequence[str]) -> int:
@@ -306,7 +340,12 @@ def frontier_main(argv: Sequence[str]) -> int:
     p.add_argument(
         "--max-slowdown", type=above_one, default=2.0, help="the slowdown allowed (default 2)"
     )
-    p.add_argument("--heuristic", default="dtr", help="eviction heuristic (default dtr)")
+    p.add_argument(
+        "--heuristic",
+        type=heuristic_name,
+        default="dtr",
+        help="eviction heuristic (default dtr; the simulator's belady and learned too)",
+    )
     p.add_argument("--step", type=open_fraction, default=0.1, help="scan step (default 0.1)")
     p.add_argument(
         "--tolerance",
@@ -316,27 +355,50 @@ def frontier_main(argv: Sequence[str]) -> int:
     )
     add_runtime_arguments(p, ["dealloc", "rebuild_orphans"])
     args = p.parse_args(argv)
+    if args.tolerance > args.step:
+        p.error(f"--tolerance ({args.tolerance:g}) must be at most --step ({args.step:g})")
     traces = _load(p.prog, args.logs)
     if traces is None:
         return 1
-    from .frontier import frontier
-
     for i, trace in enumerate(traces):
         try:
-            result = frontier(
+            table = _frontier_table(trace, args, "\n" if i else "")
+        except ValueError as e:
+            print(f"minidtr sim frontier: {e}", file=sys.stderr)
+            return 2
+        print(table)
+    return 0
+
+
+def _frontier_table(trace: Any, args: argparse.Namespace, before: str) -> str:
+    """``trace``'s frontier as a table (after ``before``). On Ctrl-C, print the table of
+    the probes that finished and say the search was interrupted, then stop."""
+    from .floors import floor
+    from .frontier import Frontier, format_frontier, frontier
+
+    probes: list = []
+    try:
+        return (
+            before
+            + frontier(
                 trace,
                 args.max_slowdown,
                 args.heuristic,
                 step=args.step,
                 tolerance=args.tolerance,
+                on_probe=probes.append,
                 dealloc=args.dealloc,
                 rebuild_orphans=args.rebuild_orphans,
-            )
-        except ValueError as e:
-            print(f"minidtr sim frontier: {e}", file=sys.stderr)
-            return 2
-        print(("\n" if i else "") + result.table())
-    return 0
+            ).table()
+        )
+    except KeyboardInterrupt:
+        so_far = Frontier(trace.name, args.heuristic, args.max_slowdown, floor(trace), probes)
+        best = so_far.lowest
+        verdict = f"interrupted (Ctrl-C) after {len(probes)} probes, before the search ended"
+        if best is not None:
+            verdict += f"; so far the lowest ratio within {args.max_slowdown:g}x: {best.ratio:.3f}"
+        print(before + "\n".join([*format_frontier(so_far).splitlines()[:-1], verdict]))
+        raise
 
 
 def optimal_main(argv: Sequence[str]) -> int:
@@ -350,16 +412,17 @@ def optimal_main(argv: Sequence[str]) -> int:
     _add_heuristics(p, ["dtr"])
     p.add_argument("--time-limit", type=positive_seconds, default=60.0, help="seconds per budget")
     _add_jobs_option(p)
-    _add_cluster_option(p)
     p.add_argument("--csv", metavar="FILE")
+    add_cluster_options(p)
     args = _parse(p, argv)
+    settings = cluster_settings(p, args)
     traces = _load(p.prog, args.logs)
     if traces is None:
         return 1
     from .sweep import optimal_rows
 
     try:
-        with _cluster(args.scheduler) as client:
+        with cluster(settings) as client:
             rows = optimal_rows(
                 traces,
                 args.ratios,
@@ -436,38 +499,6 @@ def _add_jobs_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
     )
-
-
-def _add_cluster_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="run the replays on a Dask cluster (e.g. tcp://host:8786; "
-        "pip install 'minidtr[dask]') instead of local processes",
-    )
-
-
-@contextlib.contextmanager
-def _cluster(address: str | None):
-    """A Dask client for ``address`` for the body, or None (local processes)."""
-    if address is None:
-        yield None
-        return
-    from .parallel import connect
-
-    try:
-        client = connect(address)
-    except ImportError as e:
-        raise ValueError(str(e)) from None
-    except OSError as e:
-        raise ValueError(f"cannot reach the Dask scheduler at {address}: {e}") from None
-    from distributed.comm import CommClosedError
-
-    with client:
-        try:
-            yield client
-        except CommClosedError as e:  # the scheduler went away during the run
-            raise ValueError(f"lost the Dask scheduler at {address}: {e}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -153,10 +153,42 @@ def _run_dask(fn, traces, tasks, client, retries) -> Iterator[tuple[int, Any]]:
         handles.clear()
 
 
-def connect(address: str) -> Any:
-    """A Dask client for a running scheduler (``dask scheduler`` / ``dask worker``)."""
+def connect(address: str, security: Any = None, timeout: float = 10.0) -> Any:
+    """A Dask client for a running scheduler (``dask scheduler`` / ``dask worker``).
+
+    ``security`` is a ``distributed.security.Security`` (see ``tls_security``); without
+    one, Dask's configuration decides (``distributed.comm.tls`` in a Dask config file).
+    Whoever runs the scheduler runs code here: the results it sends are unpickled."""
     try:
         from distributed import Client
     except ImportError as e:
         raise ImportError("running on a cluster needs Dask: pip install 'minidtr[dask]'") from e
-    return Client(address, timeout="10s")
+    return Client(address, security=security, timeout=f"{timeout}s")
+
+
+def tls_security(ca_file: str | None, cert: str | None, key: str | None = None) -> Any:
+    """The ``Security`` of a client of a ``tls://`` scheduler: the certificate authority
+    that signed the cluster's certificates, this client's certificate and its key (None
+    when the certificate file holds the key too). Encryption is required: a ``tcp://``
+    address is refused rather than used in the clear."""
+    from distributed.security import Security
+
+    return Security(
+        tls_ca_file=ca_file,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        require_encryption=True,
+    )
+
+
+def configured_tls() -> bool:
+    """Whether Dask's configuration (a Dask config file, or ``DASK_*`` variables) names a
+    certificate authority for TLS."""
+    import dask
+
+    return bool(dask.config.get("distributed.comm.tls.ca-file", None))
+
+
+def wait_for_workers(client: Any, timeout: float) -> None:
+    """Return once the scheduler has a worker; ``TimeoutError`` after ``timeout`` s."""
+    client.wait_for_workers(1, timeout=timeout)

@@ -1,0 +1,324 @@
+"""The argument parsing and checks that ``minidtr`` and ``minidtr sim`` share: a parser
+whose usage errors are one line, the argument types (byte counts, ratios, slowdowns,
+heuristic names), the runtime's settings as arguments (``RUNTIME_ARGUMENTS``, each
+defined once), input and output paths checked before any work, and the exit statuses.
+
+Nothing here imports a command: the front door (``minidtr.cli``) and the simulator's
+command line (``minidtr.sim.cli``) both import this module, never each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from .runtime.heuristics import HEURISTIC_NAMES, make_heuristic
+from .runtime.options import (
+    COST_MODELS,
+    DEALLOC_POLICIES,
+    DEFAULT_MAX_SLOWDOWN,
+    DEFAULT_MAX_WALL_SLOWDOWN,
+    MAX_BUDGET,
+    OPTION_NAMES,
+    RuntimeOptions,
+)
+from .runtime.runtime import WALL_GUARD_AFTER
+
+# Exit statuses (docs/cli.md): 0 done; 1 the work failed (the budget is too small, the run
+# thrashed, an input file is malformed); 2 a usage error (a bad option value, an input
+# file that cannot be opened, an output path that cannot be written), reported before any
+# work starts; 130 interrupted (Ctrl-C).
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, the status of a tool its reader stopped
+
+FIND_BUDGET_SLOWDOWN = 2.0  # the paper's thrashing line, the limit of --find-budget's probes
+UNSET = object()  # an option left at its default, which depends on other options
+
+
+class UsageParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2): the
+    command and the problem, without the usage block (``--help`` shows that)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def usage_error(prog: str, message: str) -> NoReturn:
+    """Report a usage error found after parsing, as the parser reports its own (one line,
+    exit status 2)."""
+    print(f"{prog}: {message} (see {prog} --help)", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def parse_bytes(text: str) -> int:
+    """``123456``, ``512K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes: finite, >= 0
+    and at most 2**63 - 1 (what an int64 holds)."""
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    given = text
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a byte count: {given!r} (use e.g. 3000000, 512K, 1.5M)"
+        ) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite byte count: {given!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a budget cannot be negative: {given!r}")
+    if value > MAX_BUDGET:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET:,} bytes (2**63 - 1), got {given!r}")
+    return int(value)
+
+
+def number(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a number that ``accept`` takes, else the error ``must be
+    {expected}, got {text!r}``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+        return value
+
+    parse.__name__ = expected
+    return parse
+
+
+parse_ratio = number(lambda value: 0.0 < value <= 1.0, "a number in (0, 1]")
+fraction = number(lambda value: 0.0 <= value < 1.0, "a fraction in [0, 1)")
+positive_seconds = number(
+    lambda value: value > 0 and math.isfinite(value), "a number of seconds > 0"
+)
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+def parse_slowdown(text: str) -> float | None:
+    """A thrash limit: a number > 1, or ``none`` (no limit)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a slowdown > 1 (e.g. 2 for twice as slow) or 'none', got {text!r}"
+        ) from None
+    if math.isnan(value) or value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"must be > 1 (a slowdown: 2 means twice as slow), or 'none' to disable, got {text}"
+        )
+    return value
+
+
+def parse_heuristic(text: str) -> str:
+    """A heuristic name the runtime knows (one of ``HEURISTIC_NAMES`` or an ablation name)."""
+    try:
+        make_heuristic(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+# The command-line arguments of the runtime's settings (RuntimeOptions fields), defined once
+# for every command: a command adds those it offers with ``add_runtime_arguments`` and
+# builds its RuntimeOptions with ``runtime_options``. Each argument's dest is its field.
+RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "budget": (
+        "--budget",
+        dict(
+            type=parse_bytes,
+            metavar="BYTES",
+            help="memory budget in bytes (K, M, G suffixes allowed)",
+        ),
+    ),
+    "heuristic": (
+        "--heuristic",
+        dict(
+            default="dtr",
+            type=parse_heuristic,
+            metavar="H",
+            help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)} or an ablation name "
+            "like eq+size+nostale (default dtr)",
+        ),
+    ),
+    "dealloc": (
+        "--dealloc",
+        dict(
+            default="eager",
+            choices=DEALLOC_POLICIES,
+            help="what happens when a tensor's last reference dies (default eager)",
+        ),
+    ),
+    "rebuild_orphans": (
+        "--no-orphan-rebuild",
+        dict(
+            action="store_false",
+            help="plain eager eviction, as the paper's prototype: do not rebuild the evicted, "
+            "still-referenced children of a dead tensor before evicting it",
+        ),
+    ),
+    "keep_dead_remats": (
+        "--keep-dead-remats",
+        dict(
+            action="store_true",
+            help="keep rematerialized tensors nobody references resident as ordinary "
+            "candidates (the paper's simulator; with --no-orphan-rebuild it replays as the "
+            "prototype did)",
+        ),
+    ),
+    "cost": (
+        "--cost",
+        dict(
+            default="flops",
+            choices=COST_MODELS,
+            help="op cost: flops (deterministic estimate, default) or time (measured)",
+        ),
+    ),
+    "sample": ("--sample", dict(action="store_true", help="score about sqrt(n) candidates")),
+    "min_size": (
+        "--min-size",
+        dict(
+            type=fraction,
+            default=0.0,
+            help="skip candidates smaller than this fraction of the mean size",
+        ),
+    ),
+    "max_slowdown": (
+        "--max-slowdown",
+        dict(
+            type=parse_slowdown,
+            default=UNSET,
+            metavar="X",
+            help="the thrash guard: stop with an error rather than recompute past X times the "
+            "run's compute in the cost model (the paper calls a run past 2 thrashing; default "
+            f"{DEFAULT_MAX_SLOWDOWN:g}, {FIND_BUDGET_SLOWDOWN:g} with --find-budget; 'none' "
+            "disables it)",
+        ),
+    ),
+    "max_wall_slowdown": (
+        "--max-wall-slowdown",
+        dict(
+            type=parse_slowdown,
+            default=DEFAULT_MAX_WALL_SLOWDOWN,
+            metavar="X",
+            help="the thrash guard in wall time: stop with an error once eviction work "
+            "(searching for victims, evicting, recomputing) makes the run X times slower than "
+            f"the rest, judged after {WALL_GUARD_AFTER:g} s (default "
+            f"{DEFAULT_MAX_WALL_SLOWDOWN:g}; 'none' disables it)",
+        ),
+    ),
+}
+
+
+def add_runtime_arguments(
+    target: argparse.ArgumentParser | argparse._ArgumentGroup, names: Sequence[str]
+) -> None:
+    """Add the arguments of the settings ``names`` (RuntimeOptions fields, in this order)
+    to ``target``, a parser or an argument group."""
+    for name in names:
+        flag, spec = RUNTIME_ARGUMENTS[name]
+        target.add_argument(flag, dest=name, **spec)
+
+
+def runtime_options(args: argparse.Namespace, **given: Any) -> RuntimeOptions:
+    """The RuntimeOptions of parsed ``args``: every field the command has an argument for
+    (its dest is the field's name: ``--seed`` and ``--device`` count too), the others at
+    their defaults (as are those left ``UNSET``), and ``given`` over both."""
+    parsed = {
+        name: value for name in OPTION_NAMES if (value := getattr(args, name, UNSET)) is not UNSET
+    }
+    return RuntimeOptions(**{**parsed, **given})
+
+
+def check_output(path: str) -> str | None:
+    """Why ``path`` cannot be written (None when it can): checked before any work, so a
+    long run does not end by failing to save what it made."""
+    if not path:
+        return "an empty path"
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"cannot write {path}: the folder {folder} does not exist"
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            return f"cannot write {path}: permission denied"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write {path}: the folder {folder} is not writable"
+    return None
+
+
+def check_outputs(prog: str, paths: dict[str, str | None], inputs: Sequence[str] = ()) -> None:
+    """Usage error (exit 2) naming the option (or argument) of the first output path that
+    cannot be written, or that is another output's path or an input's (``inputs``):
+    writing it would overwrite what was just written, or what the command reads."""
+    given = {option: path for option, path in paths.items() if path is not None}
+    for option, path in given.items():
+        problem = check_output(path)
+        if problem is not None:
+            usage_error(prog, f"{option}: {problem}")
+    taken = {os.path.realpath(path): f"the input {path}" for path in inputs}
+    for option, path in given.items():
+        where = os.path.realpath(path)
+        if where in taken:
+            usage_error(prog, f"{option}: {path} is {taken[where]} too: give another path")
+        taken[where] = f"the path of {option}"
+
+
+def require_plotting(prog: str, option: str | None, path: str) -> None:
+    """Usage error (exit 2), before any work, unless matplotlib is installed and can
+    write ``path`` in the format its extension names (none: PNG). ``option`` names the
+    output in the message (None: the message is matplotlib's alone)."""
+    from .plots import require_matplotlib
+
+    label = "" if option is None else f"{option}: "
+    try:
+        require_matplotlib()
+    except ImportError as e:
+        usage_error(prog, f"{label}{e}")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(path)[1].removeprefix(".").lower()
+    if extension and extension not in formats:
+        usage_error(
+            prog,
+            f"{label or f'{path}: '}matplotlib cannot write a .{extension} file "
+            f"(it writes {', '.join(sorted(formats))}; no extension: PNG)",
+        )
+
+
+def check_input(prog: str, path: str) -> None:
+    """Usage error (exit 2) when an input file cannot be opened for reading."""
+    if os.path.isdir(path):
+        usage_error(prog, f"{path} is a directory, not a file")
+    if not os.path.exists(path):
+        usage_error(prog, f"{path}: no such file")
+    if not os.access(path, os.R_OK):
+        usage_error(prog, f"cannot read {path}: permission denied")

@@ -1,0 +1,193 @@
+"""The command line tried as a new user would: a heuristic the simulator knows but the
+error did not list, options that would be silently ignored, outputs that would fail only
+after the work. Each ends in one line, with the right exit status, before any work."""
+
+from pathlib import Path
+
+import pytest
+
+from minidtr import cli
+from minidtr.sim.experiments import chain_trace
+from minidtr.sim.trace import write_log
+
+
+def run(capsys, *argv):
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    path = tmp_path / "t.log"
+    write_log(chain_trace(10), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "{trace}", "--heuristics", "dtr,nope"],
+        ["sim", "frontier", "{trace}", "--heuristic", "nope"],
+        ["sim", "optimal", "{trace}", "--heuristics", "nope"],
+        ["sim", "sqrt-n", "--heuristics", "nope"],
+    ],
+)
+def test_an_unknown_heuristic_lists_the_trace_heuristics_too(capsys, trace_file, argv):
+    argv = [a.replace("{trace}", trace_file) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert "unknown heuristic 'nope'" in line and "'dtr'" in line
+    assert "'belady'" in line and "'learned'" in line
+    assert line.endswith("--help)")
+
+
+def test_sim_frontier_takes_the_trace_heuristics(capsys, trace_file):
+    code, out, err = run(capsys, "sim", "frontier", trace_file, "--heuristic", "belady")
+    assert code == 0, err
+    assert "lowest ratio" in out
+
+
+def test_a_sim_plot_without_matplotlib_is_refused_before_the_replays(
+    capsys, trace_file, tmp_path, monkeypatch
+):
+    from minidtr import plots
+
+    def missing():
+        raise ImportError("plots need matplotlib: pip install 'minidtr[plots]'")
+
+    monkeypatch.setattr(plots, "require_matplotlib", missing)
+    code, out, err = run(capsys, "sim", trace_file, "--plot", str(tmp_path / "p.png"))
+    assert code == 2 and out == ""
+    assert "--plot: plots need matplotlib" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    ("options", "flags"),
+    [
+        (["--heuristic", "lru"], "--heuristic"),
+        (["--heuristic", "dtr"], "--heuristic"),  # given, even at its default
+        (["--no-orphan-rebuild"], "--no-orphan-rebuild"),
+        (["--max-slowdown", "3"], "--max-slowdown"),
+        (["--heuristic", "lru", "--max-wall-slowdown", "9"], "--heuristic, --max-wall-slowdown"),
+    ],
+)
+def test_eviction_settings_without_a_budget_are_refused(capsys, options, flags):
+    """Unbudgeted, nothing is evicted to make room: the heuristic would never run."""
+    code, out, err = run(capsys, "train", "mlp", "--size", "tiny", *options)
+    assert code == 2 and out == ""
+    assert one_line(err) == (
+        f"minidtr train: {flags}: no effect without a budget (nothing is evicted to make "
+        "room): add --budget BYTES or --ratio R (see minidtr train --help)"
+    )
+
+
+def test_eviction_settings_with_a_budget_or_find_budget_are_taken():
+    from minidtr.cli_train import _check_eviction_settings
+
+    parse = cli.build_parser().parse_args
+    for budget in (["--ratio", "0.5"], ["--budget", "1M"], ["--find-budget"]):
+        _check_eviction_settings(parse(["train", "mlp", "--heuristic", "lru", *budget]))
+
+
+def test_dealloc_without_a_budget_still_acts(capsys):
+    """--dealloc decides what a death frees, budget or not: ignore keeps every dead
+    tensor resident, so the unbudgeted peak grows; it is not refused."""
+    peaks = {}
+    for policy in ("eager", "ignore"):
+        argv = ["train", "mlp", "--size", "tiny", "--steps", "2", "--no-progress"]
+        code, out, err = run(capsys, *argv, "--dealloc", policy)
+        assert code == 0, err
+        peaks[policy] = out.split("peak memory")[1].split("\n")[0].strip()
+    assert peaks["eager"] != peaks["ignore"]
+
+
+@pytest.mark.parametrize("option", ["--events", "--trace", "--plot"])
+def test_find_budget_refuses_the_outputs_it_would_not_write(capsys, tmp_path, option):
+    path = str(tmp_path / "out")
+    code, out, err = run(capsys, "train", "mlp", "--find-budget", option, path)
+    assert code == 2 and out == ""
+    assert f"--find-budget writes no {option}" in one_line(err)
+
+
+@pytest.fixture
+def event_log(tmp_path):
+    import minidtr as md
+    from minidtr.explain import write_event_log
+
+    runtime = md.Runtime(record_events=True)
+    with runtime:
+        md.sum(md.tensor([1.0, 2.0]) * 2.0)
+    path = tmp_path / "ev.jsonl"
+    write_event_log(str(path), runtime)
+    return str(path)
+
+
+def test_an_output_over_an_input_or_another_output_is_refused(
+    capsys, trace_file, event_log, tmp_path
+):
+    """Each of these overwrote the file the command read (or had just written)."""
+    trace_text, log_text = Path(trace_file).read_text(), Path(event_log).read_text()
+    cases = [
+        (["sim", trace_file, "--csv", trace_file], f"--csv: {trace_file} is the input"),
+        (["plot", event_log, event_log], f"OUT.png: {event_log} is the input"),
+        (["explain", event_log, "--html", event_log], f"--html: {event_log} is the input"),
+        (
+            ["train", "mlp", "--events", str(tmp_path / "a"), "--plot", str(tmp_path / "a")],
+            "--plot: ", "is the path of --events too",
+        ),
+    ]  # fmt: skip
+    for argv, *expected in cases:
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "", argv
+        assert all(part in one_line(err) for part in expected), err
+    assert Path(trace_file).read_text() == trace_text
+    assert Path(event_log).read_text() == log_text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plot", "{log}", "{tmp}/timeline.txt"],
+        ["train", "mlp", "--ratio", "0.5", "--plot", "{tmp}/timeline.doc"],
+        ["sim", "{trace}", "--plot", "{tmp}/figure.csv"],
+    ],
+)
+def test_a_plot_in_a_format_matplotlib_cannot_write_is_refused_before_the_work(
+    capsys, trace_file, event_log, tmp_path, argv
+):
+    pytest.importorskip("matplotlib")
+    fill = {"{log}": event_log, "{trace}": trace_file, "{tmp}": str(tmp_path)}
+    for key, value in fill.items():
+        argv = [a.replace(key, value) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "matplotlib cannot write a ." in one_line(err)
+    assert not list(tmp_path.glob("timeline*")) and not list(tmp_path.glob("figure*"))
+
+
+@pytest.mark.parametrize(
+    "address", ["", "tcp://head", "ucx://head:8786", "inproc://x", "head", "foo://head:1"]
+)
+def test_a_scheduler_address_dask_cannot_take_is_a_usage_error(capsys, trace_file, address):
+    code, out, err = run(capsys, "sim", trace_file, "--scheduler", address)
+    assert code == 2 and out == ""
+    assert one_line(err).startswith("minidtr sim: --scheduler: expected tls://HOST:PORT")
+
+
+def test_sim_frontier_checks_its_tolerance_before_loading_traces(capsys):
+    code, out, err = run(
+        capsys, "sim", "frontier", "nowhere.log", "--step", "0.1", "--tolerance", "0.5"
+    )
+    assert code == 2 and out == ""
+    assert "--tolerance (0.5) must be at most --step (0.1)" in one_line(err)
