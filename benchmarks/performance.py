@@ -8,7 +8,7 @@
 2. Training steps: the small ResNet-32 of ``minidtr train resnet`` (with the share of the
    step spent in op kernels; the rest is bookkeeping), and the wide MLP of
    benchmarks/overhead_mlp.py against hand-written NumPy and PyTorch.
-3. One eviction decision (``Allocator._choose_victim``) with 10^2 .. 10^5 candidates, per
+3. One eviction decision (``Eviction.choose_victim``) with 10^2 .. 10^5 candidates, per
    heuristic, in a graph where no candidate borders an evicted storage, in one where
    every candidate does, and in the same one right after an eviction and a rebuild, next
    to the reference loop (``--decisions`` runs only this).
@@ -32,7 +32,10 @@ from collections.abc import Callable
 import numpy as np
 
 import minidtr as md
-from minidtr.runtime.allocator import Allocator, allocator_for
+from minidtr.runtime import registry
+from minidtr.runtime.allocator import Allocator
+from minidtr.runtime.registry import allocator_for
+from minidtr.runtime.victims import choose_victim, pool
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -154,7 +157,7 @@ def resnet_step(rounds: int) -> None:
     allocator = allocator_for("cpu")
     kernel_time = [0.0]
     ops = [0]
-    original = Allocator._run_kernel  # every kernel of an op runs through it
+    original = Allocator.run_kernel  # every kernel of an op runs through it
 
     def timed_run(self, op, device, arrays, metas):
         started = time.perf_counter()
@@ -168,13 +171,13 @@ def resnet_step(rounds: int) -> None:
     for i in range(rounds + 1):
         idx = rng.choice(task.n_train, task.batch_size, replace=False)
         kernel_time[0], ops[0] = 0.0, 0
-        Allocator._run_kernel = timed_run
+        Allocator.run_kernel = timed_run
         try:
             started = time.perf_counter()
             train_step(task, optimizer, idx)
             elapsed = time.perf_counter() - started
         finally:
-            Allocator._run_kernel = original
+            Allocator.run_kernel = original
         if i:  # the first step creates the optimizer state
             steps.append(elapsed)
             kernels.append(kernel_time[0])
@@ -199,7 +202,7 @@ def wide_mlp(rounds: int) -> None:
 
 
 def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> None:
-    """Time one victim search (``Allocator._choose_victim``, min over ``rounds``) among ``n``
+    """Time one victim search (``Eviction.choose_victim``, min over ``rounds``) among ``n``
     evictable storages, on an allocator of its own, in three graphs:
 
     - *fan*: the outputs of ``n`` ops on one constant, all resident: no candidate has an
@@ -213,16 +216,16 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
 
     ``loop`` is the reference loop (one ``score`` call per candidate, what every search did
     before the candidate table) with dtr_eq, for comparison."""
-    from minidtr.runtime import allocator as allocator_module
 
     columns = [*heuristics, "loop"]
     print(f"\n3. One eviction decision (min of {rounds}), us")
     print(f"{'graph':>6}{'candidates':>11}" + "".join(f"{h:>10}" for h in columns))
-    saved = allocator_module._ALLOCATORS.get("cpu")
+    saved = registry.installed()
     try:
         for graph in ("fan", "chain", "churn"):
             for n in counts:
-                allocator = allocator_module._ALLOCATORS["cpu"] = Allocator("cpu")
+                allocator = Allocator("cpu")
+                registry.install("cpu", allocator)
                 keep = _decision_graph(allocator, graph, n)
                 evicted = keep[1::2] if graph == "churn" else []
                 cells = []
@@ -233,15 +236,17 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
                         continue
                     heuristic = "dtr_eq" if h == "loop" else h
                     with md.Runtime(budget=1 << 40, heuristic=heuristic, cost="flops"):
-                        choose = allocator._choose_victim
+                        eviction = allocator.eviction
+                        choose = eviction.choose_victim
                         if h == "loop":
 
-                            def choose(allocator=allocator):
-                                pool = allocator._pool(list(allocator.candidates))
-                                return allocator._choose_by_loop(pool)
+                            def choose(eviction=eviction):
+                                heuristic = eviction.allocator.runtime.heuristic
+                                pooled = pool(eviction.candidates, 0.0, False, eviction.sampler)
+                                return choose_victim(pooled, heuristic, eviction.context, False)
 
                         allocator.clock += 1.0
-                        listed = len(allocator.candidates)
+                        listed = len(eviction.candidates)
                         choose()  # builds whatever the heuristic caches
                         times = []
                         for i in range(rounds if n <= 10_000 else max(1, rounds // 3)):
@@ -256,8 +261,7 @@ def eviction_decision(counts: list[int], heuristics: list[str], rounds: int) -> 
                 print(f"{graph:>6}{listed:>11}" + "".join(f"{c:>10}" for c in cells))
                 del keep
     finally:
-        if saved is not None:
-            allocator_module._ALLOCATORS["cpu"] = saved
+        registry.restore(saved)
 
 
 def _decision_graph(allocator: Allocator, graph: str, n: int) -> list:

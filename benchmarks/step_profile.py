@@ -51,7 +51,7 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
     """Count kernel and outermost-apply CPU time into ``spent``, ops by name into ``ops``,
     and per op name into ``by_op`` (keys (name, "kernel") and (name, "apply")); returns
     a function that undoes it."""
-    run, apply = Allocator._run_kernel, op_module.apply  # every op's kernel runs through it
+    run, apply = Allocator.run_kernel, op_module.apply  # every op's kernel runs through it
     clock = time.thread_time_ns
     depth = [0]
 
@@ -79,12 +79,12 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
 
     modules = [m for name, m in sys.modules.items() if name.startswith("minidtr.")]
     patched = [m for m in modules if getattr(m, "apply", None) is apply]
-    Allocator._run_kernel = timed_run
+    Allocator.run_kernel = timed_run
     for m in patched:
         m.apply = timed_apply
 
     def undo():
-        Allocator._run_kernel = run
+        Allocator.run_kernel = run
         for m in patched:
             m.apply = apply
 

@@ -40,17 +40,17 @@ TIGHT = (("lstm", 0.2), ("unet", 0.2), ("densenet", 0.2), ("treelstm", 0.15))
 
 
 def _trainable(model: str, ratio: float, steps: int) -> dict:
-    from minidtr.runtime import allocator as allocator_module
+    from minidtr.runtime.remat import Rematerializer
     from minidtr.training import TrainConfig, train
 
     highest = [1.0]
-    replay = allocator_module.Allocator._replay
+    replay = Rematerializer.replay
 
     def noting(self, recipe, *args, **kwargs):
         replay(self, recipe, *args, **kwargs)
-        highest[0] = max(highest[0], self.stats.slowdown)
+        highest[0] = max(highest[0], self.allocator.stats.slowdown)
 
-    allocator_module.Allocator._replay = noting
+    Rematerializer.replay = noting
     config = TrainConfig(model, steps=steps, ratio=ratio, max_slowdown=None, max_wall_slowdown=None)
     result = train(config)
     return {

@@ -192,6 +192,15 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             "prototype did)",
         ),
     ),
+    "reference": (
+        "--reference",
+        dict(
+            action="store_true",
+            help="run the reference policy only (the plain code docs/design.md walks "
+            "through, without the accelerator): the same decisions, slower; for reading "
+            "and stepping through in a debugger",
+        ),
+    ),
     "cost": (
         "--cost",
         dict(

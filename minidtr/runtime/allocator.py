@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import backend
 from . import fast
+from .costs import model_cost
 from .errors import BudgetError
 from .eviction import Eviction
 from .guard import ThrashGuard
@@ -57,9 +58,6 @@ from .remat import Rematerializer
 from .runtime import Runtime, Stats
 from .storage import Cell, Recipe, Storage, distinct_storages
 from .views import array_of, new_views
-
-NOMINAL_FLOPS_PER_NS = 32.0
-NOMINAL_BYTES_PER_NS = 8.0
 
 # Check every kernel's outputs against the shapes and dtypes its op declared (``infer``):
 # catches bugs in ops, at a cost on every op, so the test suite turns it on
@@ -86,7 +84,12 @@ def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> No
 class Allocator:
     """Budgeted memory for one device, with the DTR eviction manager built in."""
 
+    # How many allocators are alive. A storage keeps its allocator alive, so while there is
+    # one, every storage is its: no value can come from another (``FastPath.compute``).
+    alive = 0
+
     def __init__(self, device: str | None = "cpu", default: Runtime | None = None):
+        Allocator.alive += 1
         self.device = device
         self.xp = backend.xp_for(device) if device is not None else None
         self.clock = 0.0
@@ -104,6 +107,9 @@ class Allocator:
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
         (default or Runtime(device=device or "cpu")).enter_on(self)
+
+    def __del__(self) -> None:
+        Allocator.alive -= 1
 
     # ---- runtimes ---------------------------------------------------------------------
 
@@ -424,16 +430,7 @@ class Allocator:
         outputs) and the cost, by which the clock has advanced."""
         results, elapsed = self.run_kernel(op, device, arrays, metas)
         runtime = self.runtime
-        mode = runtime.cost
-        if mode == "time":
-            cost = elapsed
-        else:
-            in_metas = [(c.shape, c.dtype) for c in inputs]
-            if mode == "flops":
-                flops, nbytes = op.cost(in_metas, list(metas))
-                cost = max(flops / NOMINAL_FLOPS_PER_NS + nbytes / NOMINAL_BYTES_PER_NS, 1.0)
-            else:
-                cost = float(mode(op, in_metas, list(metas)))
+        cost = elapsed if runtime.cost == "time" else model_cost(runtime.cost, op, inputs, metas)
         self.clock += cost
         stats = runtime.stats_
         stats.ops += 1
@@ -541,12 +538,9 @@ class Allocator:
         self.eviction.evict(storage, reason)
 
     def release(self, cell: Cell) -> None:
-        """A Tensor handle to ``cell`` died (``Lifetimes.release``; the accelerator's
-        ``FastPath.release`` frees a plain temporary itself)."""
-        if self.fast is not None:
-            self.fast.release(cell)
-        else:
-            self.lifetimes.release(cell)
+        """A Tensor handle to ``cell`` died (``Lifetimes.release``). While accelerated, the
+        allocator's ``release`` is ``FastPath.release`` instead (``fast.install``)."""
+        self.lifetimes.release(cell)
 
     def add_ref(self, cell: Cell) -> None:
         self.lifetimes.add_ref(cell)

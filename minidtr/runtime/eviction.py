@@ -53,7 +53,11 @@ class Eviction:
         self.sampler = random.Random(0)
         self.scoring = False
         self.search: Any = None
-        self.context = ScoreContext(self)
+
+    @property
+    def context(self) -> ScoreContext:
+        """What a score may read now (a new one for each decision: the clock moves)."""
+        return ScoreContext(self.allocator.clock, self.neighbourhood, self.eq_classes)
 
     def make_room(self, target: int, op_name: str, needed: int) -> None:
         """Evict until at most ``target`` bytes are resident (the allocator is busy).
@@ -99,8 +103,9 @@ class Eviction:
         started = time.perf_counter()
         runtime = self.allocator.runtime
         heuristic = runtime.heuristic
-        if self.search is not None and self.search.handles(heuristic):
-            choice = self.search.choose(runtime)
+        search = self.search
+        if search is not None and search.handles(heuristic):
+            choice = search.choose(runtime)
         else:
             mode = getattr(heuristic, "cost", None)
             self.track(mode if mode in MODES else None)

@@ -32,46 +32,37 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .storage import Storage
-
-if TYPE_CHECKING:
-    from .eviction import Eviction
 
 MIN_STALENESS = 1e-9  # the staleness of a storage accessed at this very tick
 
 
 class ScoreContext:
-    """What a score may read of the runtime: the logical clock (``clock``), and the
-    neighbourhood terms of a resident storage: ``estar(t)`` = c(e*(t)), ``eq(t)`` =
-    c(eq(t)), ``ancestors(t)`` = the cost of its evicted ancestors, ``descendant_ids(t)``
-    = the ids of its evicted descendants (what would need it)."""
+    """What a score may read of the runtime, as of one decision: the logical ``clock``,
+    and the neighbourhood terms of a resident storage: ``estar(t)`` = c(e*(t)),
+    ``eq(t)`` = c(eq(t)), ``ancestors(t)`` = the cost of its evicted ancestors, and
+    ``descendant_ids(t)``, the ids of its evicted descendants (what would need it)."""
 
-    __slots__ = ("_eviction",)
+    __slots__ = ("clock", "_neighbourhood", "_eq_classes")
 
-    def __init__(self, eviction: Eviction):
-        self._eviction = eviction
-
-    @property
-    def clock(self) -> float:
-        return self._eviction.allocator.clock
+    def __init__(self, clock: float, neighbourhood: Any, eq_classes: Any):
+        self.clock = clock
+        self._neighbourhood = neighbourhood
+        self._eq_classes = eq_classes
 
     def estar(self, storage: Storage) -> float:
-        return self._eviction.neighbourhood.estar_cost(storage)
+        return self._neighbourhood.estar_cost(storage)
 
     def eq(self, storage: Storage) -> float:
-        return self._eviction.eq_classes.cost(storage)
+        return self._eq_classes.cost(storage)
 
     def ancestors(self, storage: Storage) -> float:
-        return self._eviction.neighbourhood.ancestors_cost(storage)
+        return self._neighbourhood.ancestors_cost(storage)
 
     def descendant_ids(self, storage: Storage) -> list[int]:
-        return self._eviction.neighbourhood.descendant_ids(storage)
-
-    def staleness(self, storage: Storage) -> float:
-        """s(t) = now - last access."""
-        return self.clock - storage.last_access
+        return self._neighbourhood.descendant_ids(storage)
 
 
 COST_TERMS: dict[str, Callable[[Storage, ScoreContext], float]] = {

@@ -245,7 +245,7 @@ def _sweep_parser() -> argparse.ArgumentParser:
         help="comma-separated names (default: all seven; ablation names such as "
         "eq+size+nostale work too, and the simulator's belady and learned)",
     )
-    add_runtime_arguments(p, ["dealloc", "rebuild_orphans", "keep_dead_remats"])
+    add_runtime_arguments(p, ["dealloc", "rebuild_orphans", "keep_dead_remats", "reference"])
     p.add_argument(
         "--thrash",
         type=thrash_limit,

@@ -175,6 +175,7 @@ REPLAY_SETTINGS = (
     "record_events",
     "rebuild_orphans",
     "keep_dead_remats",
+    "reference",
 )
 
 

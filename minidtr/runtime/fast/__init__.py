@@ -48,6 +48,8 @@ def install(allocator: Allocator, order: list[Storage]) -> None:
     eviction.eq_classes.listener = ClassMirror(table)
     eviction.search = TableSearch(eviction, table)
     allocator.fast = FastPath(allocator)
+    # every death calls it: bound here rather than dispatched in Allocator.release
+    allocator.release = allocator.fast.release
 
 
 def uninstall(allocator: Allocator, order: list[Storage]) -> None:
@@ -60,3 +62,4 @@ def uninstall(allocator: Allocator, order: list[Storage]) -> None:
     eviction.eq_classes.listener = None
     eviction.search = None
     allocator.fast = None
+    vars(allocator).pop("release", None)  # Allocator.release again

@@ -60,9 +60,9 @@ class TableSearch:
             return False
         cost = heuristic.cost
         return (
-            cost in BUILT_IN_COST_TERMS
-            and COST_TERMS[cost] is BUILT_IN_COST_TERMS[cost]
+            COST_TERMS.get(cost) is BUILT_IN_COST_TERMS.get(cost)
             and NEIGHBOURHOOD_COST.get(cost) is BUILT_IN_NEIGHBOURHOOD_COST.get(cost)
+            and cost in BUILT_IN_COST_TERMS
         )
 
     def idle(self) -> None:

@@ -201,7 +201,9 @@ class CandidateTable:
     def add(self, storage: Storage) -> None:
         """``storage`` became a candidate; one that already is keeps its place."""
         if not self.listing:
-            self.note_listed(storage, self.owner.next_id)
+            next_id = self.owner.next_id
+            if storage.id != next_id:  # the newest storage's place is its id already
+                self.note_listed(storage, next_id)
             return
         row = storage.row
         if row:
@@ -303,9 +305,10 @@ class CandidateTable:
     def relist(self, order: list[Storage]) -> None:
         """A new table for candidates kept elsewhere until now, in ``order``."""
         listing, self.listing = self.listing, False
+        next_id = self.owner.next_id
         for storage in order:
             storage.row = 0
-            self.add(storage)  # noted where a kept table would put it
+            self.note_listed(storage, next_id)  # where a kept table would put it
         if listing:
             self.start_listing()
 

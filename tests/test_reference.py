@@ -1,0 +1,270 @@
+"""The reference policy and the accelerator decide identically.
+
+``Runtime(reference=True)`` runs the plain policy alone (minidtr/runtime: the score, the
+loop over the candidates, e* walked at every score, the budget check, the replay, the
+deallocation rules); the default runs the accelerated equivalents of runtime/fast. Both
+must make the same decisions: the same event log line for line, the same statistics and
+the same values. Checked on the bundled models' traces for every heuristic (the
+simulator drives the same allocator), on live training steps, with the accelerator's hot
+paths on (no event log), and on random programs with hypothesis. The full grid, live
+training of all seven models, is behind ``-m slow``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import minidtr as md
+from minidtr import sim
+from minidtr.runtime import HEURISTIC_NAMES, fast
+from minidtr.runtime.candidates import Candidates
+from minidtr.testing import isolated_allocator, run_under
+from minidtr.testing.strategies import (
+    deallocs,
+    heuristics,
+    random_programs,
+    training_loops,
+    unbounded_peak,
+)
+
+# each model's lowest trainable ratio (docs/models.md, the frontier of h_DTR)
+LOWEST = {
+    "mlp": 0.18,
+    "resnet": 0.2,
+    "densenet": 0.27,
+    "unet": 0.27,
+    "lstm": 0.21,
+    "transformer": 0.16,
+    "treelstm": 0.18,
+}
+COMPARED = (
+    "status",
+    "slowdown",
+    "remats",
+    "evictions",
+    "dead_evictions",
+    "banished",
+    "orphan_remats",
+    "peak_memory",
+    "ops",
+)
+
+
+def replayed(trace, ratio: float, heuristic: str, reference: bool):
+    result = sim.simulate(
+        trace, ratio=ratio, heuristic=heuristic, record_events=True, reference=reference
+    )
+    return {name: getattr(result, name) for name in COMPARED}, result.extra["events"]
+
+
+def assert_same_events(fast_events: list, reference_events: list) -> None:
+    for i, (a, b) in enumerate(zip(fast_events, reference_events, strict=False)):
+        assert a == b, f"event {i} differs:\n  accelerated {a}\n  reference   {b}"
+    assert len(fast_events) == len(reference_events)
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {path.name.split(".")[0]: sim.load_log(path) for path in sim.bundled_traces()}
+
+
+@pytest.mark.parametrize("model", sorted(LOWEST))
+def test_bundled_traces_replay_identically_with_the_reference_policy(traces, model):
+    """Every heuristic at the model's lowest trainable ratio and at 0.5: the same events,
+    the same statistics (thrashing or running out included)."""
+    trace = traces[model]
+    for ratio in (LOWEST[model], 0.5):
+        for heuristic in HEURISTIC_NAMES:
+            stats, events = replayed(trace, ratio, heuristic, reference=False)
+            reference_stats, reference_events = replayed(trace, ratio, heuristic, reference=True)
+            assert stats == reference_stats or _both_nan(stats, reference_stats), (
+                model,
+                ratio,
+                heuristic,
+            )
+            assert_same_events(events, reference_events)
+
+
+def _both_nan(a: dict, b: dict) -> bool:
+    """Equal but for a slowdown that is nan in both (an out-of-memory replay)."""
+    return {k: v for k, v in a.items() if k != "slowdown"} == {
+        k: v for k, v in b.items() if k != "slowdown"
+    } and (math.isnan(a["slowdown"]) and math.isnan(b["slowdown"]))
+
+
+def mlp_steps(budget: int | None, heuristic: str, reference: bool, events: bool):
+    """Two training steps of a small MLP with dropout under ``budget``: the values, the
+    runtime's statistics and, with ``events``, its event log."""
+    with isolated_allocator():
+        md.manual_seed(0)
+        layers = [md.nn.Linear(16, 32), md.nn.ReLU(), md.nn.Dropout(0.2)]
+        for _ in range(6):
+            layers += [md.nn.Linear(32, 32), md.nn.ReLU()]
+        model = md.nn.Sequential(*layers, md.nn.Linear(32, 10))
+        opt = md.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        rng = np.random.default_rng(0)
+        x = md.tensor(rng.standard_normal((512, 16)).astype(np.float32))
+        y = md.tensor(rng.integers(0, 10, 512))
+        runtime = md.Runtime(
+            budget=budget,
+            heuristic=heuristic,
+            cost="flops",
+            record_events=events,
+            reference=reference,
+            max_slowdown=None,
+        )
+        losses = []
+        with runtime:
+            for _ in range(2):
+                loss = md.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.numpy())
+        values = [*losses, *(p.numpy() for p in model.parameters())]
+        stats = runtime.stats()
+        counts = {k: stats[k] for k in ("evictions", "remats", "peak_memory", "compute_cost")}
+        return values, counts, runtime.events
+
+
+@pytest.mark.parametrize("heuristic", HEURISTIC_NAMES)
+def test_live_training_decides_identically(heuristic):
+    """Live steps under a tight budget: with an event log (every decision compared) and
+    without one, where the accelerator's hot paths run (their counts compared)."""
+    budget = int(0.55 * mlp_steps(None, "dtr", False, False)[1]["peak_memory"])
+    for events in (True, False):
+        values, counts, log = mlp_steps(budget, heuristic, reference=False, events=events)
+        ref_values, ref_counts, ref_log = mlp_steps(budget, heuristic, True, events)
+        assert counts == ref_counts and counts["evictions"] > 0, (heuristic, events)
+        for a, b in zip(values, ref_values, strict=True):
+            np.testing.assert_array_equal(a, b)
+        if events:
+            assert_same_events(log, ref_log)
+
+
+def test_the_reference_runs_no_accelerated_code():
+    """Inside a reference runtime the allocator holds the reference pieces only, and
+    leaving it brings the accelerator back, with the candidates in the same order."""
+    with isolated_allocator() as allocator:
+        x = md.tensor(np.ones(8, np.float32))
+        kept = [md.tanh(x), md.exp(x), md.tanh(x) * 2.0]
+        before = list(allocator.eviction.candidates.in_order())
+        with md.Runtime(budget=10**6, reference=True):
+            assert allocator.fast is None and allocator.eviction.search is None
+            assert type(allocator.eviction.candidates) is Candidates
+            assert "release" not in vars(allocator)
+            assert allocator.eviction.candidates.in_order() == before
+            kept.append(md.exp(kept[0]))
+        assert isinstance(allocator.fast, fast.FastPath)
+        assert isinstance(allocator.eviction.candidates, fast.CandidateTable)
+        assert allocator.eviction.candidates.in_order() == [*before, kept[-1].storage]
+
+
+def test_the_reference_modules_never_import_the_accelerator():
+    import ast
+    import pathlib
+
+    runtime = pathlib.Path(md.__file__).parent / "runtime"
+    reference_modules = (
+        "heuristics", "victims", "estar", "eqclasses", "candidates", "ledger", "eviction",
+        "remat", "lifetime", "guard", "storage", "views", "costs",
+    )  # fmt: skip
+    for name in reference_modules:
+        tree = ast.parse((runtime / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert "fast" not in (node.module or ""), f"{name}.py imports {node.module}"
+
+
+def run_both(fn, budget: int, heuristic: str, dealloc: str):
+    """``fn`` under the accelerated and under the reference policy: (outputs or the
+    error's message, event log) of each."""
+    runs = []
+    for reference in (False, True):
+        runtime = md.Runtime(
+            budget=budget,
+            heuristic=heuristic,
+            dealloc=dealloc,
+            cost="flops",
+            record_events=True,
+            reference=reference,
+            max_slowdown=None,
+        )
+        try:
+            outputs = run_under(fn, runtime)
+        except md.BudgetError as error:
+            outputs = str(error)
+        runs.append((outputs, runtime.events))
+    return runs
+
+
+def assert_same_runs(runs) -> None:
+    (outputs, events), (ref_outputs, ref_events) = runs
+    if isinstance(outputs, str) or isinstance(ref_outputs, str):
+        assert outputs == ref_outputs
+    else:
+        for (name, a), (_, b) in zip(outputs, ref_outputs, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    assert_same_events(events, ref_events)
+
+
+PROPERTY_SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@PROPERTY_SETTINGS
+@given(random_programs(), heuristics(), deallocs(), st.floats(0.3, 0.95))
+def test_random_programs_decide_identically(program, heuristic, dealloc, ratio):
+    """The property tests' random programs (tests/test_remat_properties.py) under a budget
+    between 0.3 and 0.95 of their peak, every heuristic and deallocation policy."""
+    budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
+    assert_same_runs(run_both(program, budget, heuristic, dealloc))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(training_loops(), heuristics(), st.floats(0.3, 0.95))
+def test_random_training_loops_decide_identically(loop, heuristic, ratio):
+    """Its training loops (an MLP, an unrolled LSTM, a tree, a CNN), likewise."""
+    _, fn = loop
+    budget = int(ratio * unbounded_peak(fn))
+    assert_same_runs(run_both(fn, budget, heuristic, "eager"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", sorted(LOWEST))
+def test_bundled_models_train_identically_with_the_reference_policy(model):
+    """Two live steps of each bundled model, every heuristic, at its lowest trainable ratio
+    and at 0.5 (minidtr train's settings): the same event log, line for line."""
+    from minidtr.training import TrainConfig, train
+
+    for ratio in (LOWEST[model], 0.5):
+        for heuristic in HEURISTIC_NAMES:
+            logs = []
+            for reference in (False, True):
+                config = TrainConfig(
+                    model,
+                    steps=2,
+                    ratio=ratio,
+                    heuristic=heuristic,
+                    record_events=True,
+                    reference=reference,
+                    max_wall_slowdown=None,
+                )
+                with isolated_allocator():
+                    try:
+                        result = train(config)
+                        logs.append(("ok", result.runtime.events, result.stats["remats"]))
+                    except md.BudgetError as error:  # a ThrashError too: compare messages
+                        logs.append(("failed", str(error), None))
+            assert logs[0][0] == logs[1][0], (model, ratio, heuristic)
+            if logs[0][0] == "ok":
+                assert_same_events(logs[0][1], logs[1][1])
+                assert logs[0][2] == logs[1][2]
+            else:
+                assert logs[0][1] == logs[1][1]
