@@ -500,10 +500,10 @@ def test_ratio_column_follows_every_rewrite_and_heuristic_switch(monkeypatch, on
     the rows that sync and the term updates rewrote (``one_by_one`` huge: always row by
     row; 0: always whole) and recomputed for another formula: one allocator goes through
     every heuristic in turn, twice, each deciding as the loop."""
-    from minidtr.runtime.fast import eqterms
+    from minidtr.runtime.fast import eqterms, search
     from minidtr.runtime.fast import table as candidates
 
-    monkeypatch.setattr(candidates, "RATIOS_ONE_BY_ONE", one_by_one)
+    monkeypatch.setattr(search, "RATIOS_ONE_BY_ONE", one_by_one)
     monkeypatch.setattr(candidates, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
     monkeypatch.setattr(eqterms, "SYNC_ONE_BY_ONE", 4 if one_by_one else 32)
     rng = random.Random(8)

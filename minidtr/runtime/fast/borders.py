@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..storage import Storage
 
 if TYPE_CHECKING:
@@ -109,3 +111,19 @@ def border(table: CandidateTable, row: int, key: int, index: int) -> None:
         edges[place][row] = index
         keys[place][row] = key
     table.pending.append(row)
+
+
+def bordering_index(table: CandidateTable, width: int) -> dict[int, set[int]]:
+    """``table.bordering`` as the ``labels`` columns give it (built afresh when None)."""
+    if table.bordering is None:
+        index: dict[int, set[int]] = {}
+        positions, rows = np.nonzero(table.labels[:width, : len(table.storages)])
+        names = table.labels[positions, rows].tolist()
+        for label, row in zip(names, rows.tolist(), strict=True):
+            found = index.get(label)
+            if found is None:
+                index[label] = {row}
+            else:
+                found.add(row)
+        table.bordering = index
+    return table.bordering

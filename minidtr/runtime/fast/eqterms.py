@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .borders import CHILD_KEY
+from .borders import CHILD_KEY, bordering_index
 from .table import SYNC_ONE_BY_ONE, flagged_rows
 
 if TYPE_CHECKING:
@@ -173,8 +173,18 @@ def eq_few(mirror: ClassMirror, table: CandidateTable, read: list, width: int, u
         if index is not None and left:
             move_in_border_index(index, row, left, seen, entered)
     table.rewritten += read
-    if not touched:
-        return
+    others = rows_naming(table, index, touched, read, width, used) if touched else []
+    if others:
+        eq_recompute(mirror, table, others, width, [])
+        table.rewritten += others
+
+
+def rows_naming(
+    table: CandidateTable, index: dict, touched: set, read: list, width: int, used: int
+) -> list[int]:
+    """The rows other than ``read`` whose labels name one of ``touched``: from ``index``,
+    or, when they are more than 1/``BORDER_SCAN_SHARE`` of the rows, by a scan of the
+    ``labels`` columns."""
     found = []
     listed = 0
     for name in touched:
@@ -183,29 +193,25 @@ def eq_few(mirror: ClassMirror, table: CandidateTable, read: list, width: int, u
             found.append(rows)
             listed += len(rows)
     if not found:
-        return
+        return []
     if listed * BORDER_SCAN_SHARE <= used:
         others = set().union(*found)
         others.difference_update(read)
-        others = list(others)
-    else:
-        columns = table.labels[:width, :used]
-        hit = np.zeros(used, bool)
-        for name in touched:
-            for j in range(width):
-                hit |= columns[j] == name
-        hit[read] = False
-        others = np.flatnonzero(hit).tolist()
-    if others:
-        eq_recompute(mirror, table, others, width, [])
-        table.rewritten += others
+        return list(others)
+    columns = table.labels[:width, :used]
+    hit = np.zeros(used, bool)
+    for name in touched:
+        for j in range(width):
+            hit |= columns[j] == name
+    hit[read] = False
+    return np.flatnonzero(hit).tolist()
 
 
 def eq_merged_index(mirror: ClassMirror, table: CandidateTable, width: int) -> dict[int, set[int]]:
     """``table.bordering`` (built from the ``labels`` columns if need be) with each
     label a merge retired since the last decision moved onto the label that took
     its members (the smaller set into the larger)."""
-    index = table.bordering_index(width)
+    index = bordering_index(table, width)
     for retired, kept in mirror.merged:
         moved = index.pop(retired, None)
         if moved:

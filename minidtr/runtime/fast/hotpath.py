@@ -45,14 +45,8 @@ class FastPath:
         self.lifetimes = allocator.lifetimes
         self.table = allocator.eviction.candidates
 
-    def compute(
-        self,
-        op: Any,
-        inputs: tuple[Cell, ...],
-        metas: Sequence[tuple],
-        device: str | None,
-        constant: bool,
-    ) -> list[Storage] | None:
+    def compute(self, op: Any, inputs: tuple, metas: Sequence, device: Any, constant: bool) -> Any:
+        """``Allocator.compute_general`` for the cases of the module docstring, else None."""
         if len(metas) == 1:
             shape, dtype = metas[0]
             nbytes, sizes = dtype.itemsize, None
@@ -72,10 +66,8 @@ class FastPath:
             or (parents := resident_storages(inputs)) is None
         ):
             return None
-        if allocator.alive > 1:  # (``Allocator.alive``)
-            for storage in parents:
-                if storage.allocator is not allocator:
-                    return None  # another allocator's value: locked through its owner
+        if allocator.alive > 1 and not all_owned(parents, allocator):  # (``Allocator.alive``)
+            return None  # another allocator's value: locked through its owner
         allocator.busy = True
         clock = allocator.clock
         dirty = self.table.dirty  # the candidate table re-reads these rows (table.py)
@@ -213,6 +205,10 @@ class FastPath:
         stats = runtime.stats_
         stats.evictions += 1
         stats.dead_evictions += 1
+
+
+def all_owned(storages: tuple[Storage, ...], allocator: Allocator) -> bool:
+    return all(storage.allocator is allocator for storage in storages)
 
 
 def has_evicted_child(storage: Storage) -> bool:

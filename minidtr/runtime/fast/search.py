@@ -42,6 +42,8 @@ MODES = ("estar", "eq")
 BUILT_IN_COST_TERMS = dict(COST_TERMS)
 BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
 
+RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
+
 _FLOOR = np.full(1024, MIN_STALENESS)
 
 
@@ -135,7 +137,7 @@ class TableSearch:
             staleness = None
             if heuristic.staleness:
                 staleness = np.subtract(clock, table.last_access[pick], out=table.scratch[pick])
-            return ratio_scores(heuristic, table.ratios(mode, heuristic.size, used), staleness)
+            return ratio_scores(heuristic, ratios(table, mode, heuristic.size, used), staleness)
         table.ratio_key = None  # terms per storage, or a pool: the ratios are not kept
         table.rewritten = []
         staleness = None
@@ -294,13 +296,46 @@ def ratio_scores(
     heuristic: Heuristic, ratio: np.ndarray, staleness: np.ndarray | None
 ) -> np.ndarray:
     """``scores`` from ``ratio``, each storage's cost term divided by its size term (by the
-    same operations: ``CandidateTable.ratios``) and its staleness ``clock - last_access``
+    same operations: ``ratios``) and its staleness ``clock - last_access``
     (ignored without the staleness term): the scores, in ``staleness`` (overwritten), or
     ``ratio`` itself (not to be modified) without staleness."""
     if not heuristic.staleness:
         return ratio
     staleness = np.maximum(staleness, staleness_floor(len(staleness)), out=staleness)
     return np.divide(ratio, staleness, out=staleness)
+
+
+def ratios(table: CandidateTable, mode: str, size: bool, used: int) -> np.ndarray:
+    """``table.ratio[:used]`` for cost term ``mode`` (``term`` must hold its neighbourhood
+    part) and with the size term or not, recomputing the ``rewritten`` rows (every
+    row when they are many or the formula changed)."""
+    ratio = table.ratio
+    rows, table.rewritten = table.rewritten, []
+    if table.ratio_key != (mode, size) or len(rows) > RATIOS_ONE_BY_ONE:
+        pick = slice(0, used)
+        if mode == "none":
+            top = table.unit[pick]
+        elif mode == "local":
+            top = table.cost[pick]
+        else:
+            top = np.add(table.cost[pick], table.term[pick], out=ratio[pick])
+        if size:
+            np.divide(top, table.size[pick], out=ratio[pick])
+        elif top.base is not ratio:
+            ratio[pick] = top
+        table.ratio_key = (mode, size)
+        return ratio[pick]
+    cost, term, out, divisor = table.cost_at, table.term_at, table.ratio_at, table.size_at
+    if mode == "none":
+        cost = table.unit_at
+    if mode in ("none", "local"):
+        for row in rows:
+            out[row] = cost[row] / divisor[row] if size else cost[row]
+    else:
+        for row in rows:
+            top = cost[row] + term[row]
+            out[row] = top / divisor[row] if size else top
+    return ratio[:used]
 
 
 def lowest(values: np.ndarray, k: int) -> list[int] | None:

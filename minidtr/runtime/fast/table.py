@@ -77,7 +77,6 @@ COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
 LAZY_SLACK = 1024  # holes tolerated beyond the candidates' count between decisions
 FLAGS_ONE_BY_ONE = 64  # up to this many flagged rows, ``flagged_rows`` finds them one at a time
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
-RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 
 
 class CandidateTable:
@@ -456,53 +455,6 @@ class CandidateTable:
             setattr(self, name, new)
         self._capacity = capacity
         self._bind()
-
-    def ratios(self, mode: str, size: bool, used: int) -> np.ndarray:
-        """``ratio[:used]`` for cost term ``mode`` (``term`` must hold its neighbourhood
-        part) and with the size term or not, recomputing the ``rewritten`` rows (every
-        row when they are many or the formula changed)."""
-        ratio = self.ratio
-        rows, self.rewritten = self.rewritten, []
-        if self.ratio_key != (mode, size) or len(rows) > RATIOS_ONE_BY_ONE:
-            pick = slice(0, used)
-            if mode == "none":
-                top = self.unit[pick]
-            elif mode == "local":
-                top = self.cost[pick]
-            else:
-                top = np.add(self.cost[pick], self.term[pick], out=ratio[pick])
-            if size:
-                np.divide(top, self.size[pick], out=ratio[pick])
-            elif top.base is not ratio:
-                ratio[pick] = top
-            self.ratio_key = (mode, size)
-            return ratio[pick]
-        cost, term, out, divisor = self.cost_at, self.term_at, self.ratio_at, self.size_at
-        if mode == "none":
-            cost = self.unit_at
-        if mode in ("none", "local"):
-            for row in rows:
-                out[row] = cost[row] / divisor[row] if size else cost[row]
-        else:
-            for row in rows:
-                top = cost[row] + term[row]
-                out[row] = top / divisor[row] if size else top
-        return ratio[:used]
-
-    def bordering_index(self, width: int) -> dict[int, set[int]]:
-        """``bordering`` as the ``labels`` columns give it (built afresh when None)."""
-        if self.bordering is None:
-            index: dict[int, set[int]] = {}
-            positions, rows = np.nonzero(self.labels[:width, : len(self.storages)])
-            names = self.labels[positions, rows].tolist()
-            for label, row in zip(names, rows.tolist(), strict=True):
-                found = index.get(label)
-                if found is None:
-                    index[label] = {row}
-                else:
-                    found.add(row)
-            self.bordering = index
-        return self.bordering
 
     def widen(self, width: int) -> None:
         """Room for ``width`` evicted neighbours per row in ``edges``."""
