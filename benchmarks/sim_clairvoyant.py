@@ -26,6 +26,7 @@ import tempfile
 import time
 
 from minidtr import sim
+from minidtr.sim.simulator import baseline
 from minidtr.sim.sweep import format_rows, sweep
 
 MODELS = ("mlp", "resnet", "densenet", "unet", "lstm", "transformer", "treelstm")
@@ -75,7 +76,7 @@ def optimum_cells(trace, ratios, max_nodes: int, time_limit: float) -> dict[floa
         return {r: f"({len(graph)} nodes)" for r in ratios}
     floor_ratio = sim.floor(trace).ratio
     ratios = [r for r in ratios if r >= floor_ratio]
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     out = {}
     for ratio in ratios:
         opt = solve_optimal(graph, int(ratio * peak), time_limit=time_limit)

@@ -24,6 +24,7 @@ import numpy as np
 import minidtr as md
 from minidtr import sim
 from minidtr.sim.graph import graph_from_trace
+from minidtr.sim.simulator import baseline
 from minidtr.sim.sweep import compare_with_optimal, format_rows
 
 
@@ -102,7 +103,7 @@ def main() -> None:
         for name in args.models.split(","):
             trace = record(name, directory)
             graph = graph_from_trace(trace)
-            base = trace.baseline()
+            base = baseline(trace)
             print(
                 f"\n{name}: {trace.ops} ops, {len(graph)} graph nodes, peak {base.peak_memory:,} B,"
                 f" constants {base.constant_floor:,} B, one op's needs {base.bottleneck:,} B"

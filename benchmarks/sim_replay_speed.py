@@ -22,6 +22,7 @@ import numpy as np
 
 import minidtr as md
 from minidtr import sim
+from minidtr.sim.simulator import baseline
 from minidtr.sim.sweep import DEFAULT_HEURISTICS
 
 
@@ -66,7 +67,7 @@ def large_trace(directory: str) -> sim.Trace:
 
 def measure(trace: sim.Trace, ratios, heuristics) -> None:
     started = time.perf_counter()
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     print(
         f"\n{trace.name}: {len(trace):,} instructions, {trace.ops:,} ops, peak {peak:,} B "
         f"(unbounded replay {time.perf_counter() - started:.2f} s)"

@@ -16,6 +16,7 @@ from minidtr.sim.chain import (
 from minidtr.sim.checkmate import check_schedule, greedy_schedule, solve_optimal
 from minidtr.sim.experiments import chain_trace
 from minidtr.sim.graph import Graph, graph_from_trace
+from minidtr.sim.simulator import baseline
 from minidtr.sim.trace import Call, Constant, Copy, MakeConstant, Release, Result
 
 pytest.importorskip("scipy")
@@ -153,7 +154,7 @@ def test_time_limit_bounds_the_whole_solve():
     trace = sim.load_log(Path(minidtr.sim.__file__).parent / "traces" / "mlp.log.gz")
     graph = graph_from_trace(trace)
     started = time.perf_counter()
-    result = solve_optimal(graph, int(0.7 * trace.baseline().peak_memory), time_limit=4)
+    result = solve_optimal(graph, int(0.7 * baseline(trace).peak_memory), time_limit=4)
     elapsed = time.perf_counter() - started
     assert result.status == "time_limit" and result.found
     assert elapsed < 4 + 3.5, f"solve_optimal ran {elapsed:.1f} s at a limit of 4 s"

@@ -12,6 +12,7 @@ import pytest
 
 from minidtr import sim
 from minidtr.sim.cli import main as sim_main
+from minidtr.sim.simulator import baseline
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODELS = ("densenet", "lstm", "mlp", "resnet", "transformer", "treelstm", "unet")
@@ -43,15 +44,15 @@ def test_the_clone_links_traces_to_the_package_data():
 def test_replays_at_a_few_ratios(traces, model):
     trace = traces[model]
     assert trace.name == model and trace.ops > 30
-    baseline = trace.baseline()
+    unbounded = baseline(trace)
     full = sim.simulate(trace, ratio=1.0)
     assert full.status == "ok" and full.remats == 0 and full.slowdown == 1.0
-    assert full.peak_memory == baseline.peak_memory
+    assert full.peak_memory == unbounded.peak_memory
     roomy = sim.simulate(trace, ratio=0.9)
     assert roomy.status == "ok" and 1.0 <= roomy.slowdown < 2.0
     assert roomy.peak_memory <= roomy.budget
     if model != "treelstm":  # its thousands of tiny ops take long to exhaust a budget
-        floor = max(baseline.constant_floor, baseline.bottleneck) / baseline.peak_memory
+        floor = max(unbounded.constant_floor, unbounded.bottleneck) / unbounded.peak_memory
         below = sim.simulate(trace, ratio=0.95 * floor)  # no policy can finish below a floor
         assert below.status in ("oom", "thrash")
 

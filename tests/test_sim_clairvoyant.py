@@ -8,7 +8,7 @@ import minidtr as md
 from minidtr import sim
 from minidtr.sim.clairvoyant import Belady, Learned, next_uses, parse_variant
 from minidtr.sim.experiments import chain_trace, sqrt_budget
-from minidtr.sim.simulator import Replayer
+from minidtr.sim.simulator import Replayer, baseline
 from minidtr.sim.trace import (
     Annotate,
     Call,
@@ -106,7 +106,7 @@ def test_belady_on_a_chain_is_never_worse_than_dtr(n):
 @pytest.mark.parametrize("heuristic", ["belady", "learned", "belady+none+nosize+ops"])
 def test_trace_heuristics_stay_in_budget_and_repeat_exactly(heuristic):
     trace = chain_trace(48)
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     for ratio in (0.6, 0.4, 0.3):
         first = sim.simulate(trace, ratio=ratio, heuristic=heuristic, thrash=None)
         again = sim.simulate(trace, ratio=ratio, heuristic=heuristic, thrash=None)
@@ -176,7 +176,7 @@ def test_learned_predicts_the_second_step_from_the_first(distance):
 
 def test_learned_falls_back_to_dtr_on_a_single_step():
     trace = repeated_steps(1)
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     for ratio in (0.8, 0.6):
         dtr = sim.simulate(trace, ratio=ratio, heuristic="dtr")
         learned = sim.simulate(trace, ratio=ratio, heuristic="learned")

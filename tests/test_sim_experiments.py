@@ -16,6 +16,7 @@ from minidtr.sim.experiments import (
     sqrt_budget,
     sqrt_n_rows,
 )
+from minidtr.sim.simulator import baseline
 from minidtr.sim.sweep import sweep, table, write_csv
 from minidtr.sim.trace import Call
 
@@ -27,7 +28,7 @@ def test_chain_trace_shape():
     assert calls[-1].args == ("b1",) and calls[-2].args == ("f0", "b2")
     assert trace.outputs == ("b0",)
     assert trace.ops == 10 and trace.total_compute == 10
-    assert trace.baseline().peak_memory == 5  # f0..f4, then f0..f3 and the first gradient
+    assert baseline(trace).peak_memory == 5  # f0..f4, then f0..f3 and the first gradient
 
 
 def test_sqrt_n_chain_dtr_is_linear_and_lru_is_not():

@@ -1,6 +1,7 @@
 """The physical floor of a trace (``sim.floor``) and the simulator's out-of-memory message."""
 
 from minidtr import sim
+from minidtr.sim.simulator import baseline
 from minidtr.sim.trace import Call, Constant, Release, Result
 
 
@@ -25,7 +26,7 @@ def small_trace():
 def test_floor_parts_on_a_hand_built_trace():
     trace = small_trace()
     f = sim.floor(trace)
-    assert f.peak == trace.baseline().peak_memory == 310
+    assert f.peak == baseline(trace).peak_memory == 310
     assert f.constants == 40
     assert (f.working_set, f.working_set_op) == (300, "big")
     assert (f.bytes, f.op) == (310, "big")

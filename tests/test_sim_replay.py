@@ -10,6 +10,7 @@ import minidtr as md
 from minidtr import sim
 from minidtr.runtime import registry
 from minidtr.runtime.allocator import Allocator
+from minidtr.sim.simulator import baseline
 from minidtr.sim.trace import (
     STEP,
     Annotate,
@@ -96,7 +97,7 @@ def test_replay_matches_the_live_run_decision_for_decision(tmp_path, fresh_alloc
     trace = sim.load_log(tmp_path / "mlp.log")
     assert trace.ops > 40 and trace.accesses >= 2
     assert any(c.constant for c in trace.instructions if isinstance(c, Call))
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     compared = 0
     for heuristic in ("dtr", "dtr_eq", "lru", "msps", "size", "random"):
         for ratio in (0.95, 0.85, 0.75):
@@ -120,7 +121,7 @@ def test_dealloc_policies_match_too(tmp_path, fresh_allocator):
     outcomes = []
     for dealloc in ("banish", "ignore"):
         for ratio in (0.95, 0.9, 0.85):
-            budget = int(ratio * trace.baseline().peak_memory)
+            budget = int(ratio * baseline(trace).peak_memory)
             fresh_allocator()
             live, _ = live_or_oom(budget, "dtr", dealloc)
             result = sim.simulate(trace, budget=budget, dealloc=dealloc, thrash=None, outputs=False)
@@ -133,7 +134,7 @@ def test_a_budget_does_not_change_the_recorded_trace(tmp_path, fresh_allocator):
     live_run(None, "dtr", record_to=tmp_path / "a.log")
     trace = sim.load_log(tmp_path / "a.log")
     fresh_allocator()
-    live_run(int(0.8 * trace.baseline().peak_memory), "dtr", record_to=tmp_path / "b.log")
+    live_run(int(0.8 * baseline(trace).peak_memory), "dtr", record_to=tmp_path / "b.log")
     assert (tmp_path / "a.log").read_text() == (tmp_path / "b.log").read_text()
 
 
@@ -208,7 +209,7 @@ def test_a_death_inside_an_op_is_recorded_where_it_takes_effect(fresh_allocator)
     op = next(i for i in ops if trace.instructions[i].op == "drops_a_handle")
     tanh_name = next(ins for ins in trace.instructions if getattr(ins, "op", "") == "tanh")
     assert trace.instructions[op + 1] == Release(tanh_name.results[0].name)
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     outcomes = []
     for ratio in (1.0, 0.9, 0.8, 0.7, 0.6):
         budget = int(ratio * peak)
@@ -262,8 +263,8 @@ def test_if_resident_leaves_an_evicted_value_evictable():
     result = sim.simulate(trace, budget=120, outputs=False)
     assert result.status == "ok" and result.remats == 1 and result.evictions == 3
     # unbounded, loss was resident and became a constant, but no floor counts it as one
-    baseline = trace.baseline()
-    assert baseline.constant_floor == 10 and baseline.bottleneck == 110
+    unbounded = baseline(trace)
+    assert unbounded.constant_floor == 10 and unbounded.bottleneck == 110
     assert sim.simulate(trace, budget=110, outputs=False).status == "ok"
 
 
@@ -288,7 +289,7 @@ def test_eager_eviction_frees_released_values():
     assert result.status == "ok" and result.slowdown == 1.0
     assert result.peak_memory == 30  # x, the input of an op and its output
     assert result.dead_evictions == 9
-    assert trace.baseline().peak_memory == 30
+    assert baseline(trace).peak_memory == 30
 
 
 def test_outputs_are_rematerialized_at_the_end():
@@ -296,7 +297,7 @@ def test_outputs_are_rematerialized_at_the_end():
     for i in range(3):
         ins.append(Call("f", ("x",), (Result(f"a{i}", 10),), 5.0))
     trace = sim.make_trace(ins)
-    assert trace.baseline().peak_memory == 40
+    assert baseline(trace).peak_memory == 40
     # 30 bytes: computing a2 evicts one of a0, a1, and the end needs all three (40): oom
     result = sim.simulate(trace, budget=30)
     assert result.status == "oom" and math.isnan(result.slowdown) and "f" in result.error
@@ -348,7 +349,7 @@ def test_views_share_their_base_storage():
         Call("g", ("v", "s1"), (Result("b", 10),), 1.0),
     ]
     trace = sim.make_trace(ins)
-    assert trace.baseline().peak_memory == 120  # the views add nothing
+    assert baseline(trace).peak_memory == 120  # the views add nothing
     # releasing a does not free the storage: v, s0 and s1 still hold it
     result = sim.simulate(trace, outputs=False)
     assert result.dead_evictions == 0
@@ -363,7 +364,7 @@ def test_mixed_fresh_and_aliased_results():
     ]
     trace = sim.make_trace(ins)
     assert trace.total_compute == 9.0
-    assert trace.baseline().peak_memory == 150
+    assert baseline(trace).peak_memory == 150
     result = sim.simulate(trace, ratio=1.0)
     assert result.status == "ok" and result.compute == 9.0 and result.dead_evictions == 0
 
@@ -378,10 +379,10 @@ def test_mutate_is_copy_on_write():
     ]
     trace = sim.make_trace(ins)
     # the old value stays (alias_of_a still holds it) next to the new one
-    assert trace.baseline().peak_memory == 220
+    assert baseline(trace).peak_memory == 220
     dropped = sim.make_trace([*ins[:2], Mutate("relu_", ("a",), (0,), 1.0), *ins[4:]])
     # with no other name on the old value, it is evicted once a is rebound
-    assert dropped.baseline().peak_memory == 210
+    assert baseline(dropped).peak_memory == 210
     assert sim.simulate(dropped, ratio=1.0).dead_evictions == 1
 
 
@@ -430,7 +431,7 @@ def test_shared_logs_replay(shared_traces):
         trace = sim.load_log(shared_traces / f"{name}.log")
         full = sim.simulate(trace, ratio=1.0)
         assert full.status == "ok" and full.remats == 0 and full.slowdown == 1.0
-        assert full.peak_memory == trace.baseline().peak_memory
+        assert full.peak_memory == baseline(trace).peak_memory
         for heuristic in ("dtr", "msps"):
             result = sim.simulate(trace, ratio=0.7, heuristic=heuristic)
             assert result.status == "ok" and 1.0 < result.slowdown < 1.2

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from minidtr import sim
+from minidtr.sim.simulator import baseline
 from minidtr.sim.trace import Call, Constant, Copy, MakeConstant, Mutate, Release, Result
 
 
@@ -197,9 +198,9 @@ def test_shared_logs_load(shared_traces):
         assert trace.ops == ops
         assert trace.total_compute > 0 and trace.constant_bytes > 0
         assert len(trace.outputs) > 0
-        baseline = trace.baseline()
-        assert baseline.constant_floor <= baseline.bottleneck <= baseline.peak_memory
-        assert not math.isnan(baseline.peak_memory)
+        unbounded = baseline(trace)
+        assert unbounded.constant_floor <= unbounded.bottleneck <= unbounded.peak_memory
+        assert not math.isnan(unbounded.peak_memory)
 
 
 def test_constant_annotation_round_trips_and_pins_the_value(tmp_path):
@@ -220,7 +221,7 @@ def test_constant_annotation_round_trips_and_pins_the_value(tmp_path):
     )
     again = sim.load_log(tmp_path / "k.log")
     assert again.instructions[3] == MakeConstant("a", line=again.instructions[3].line)
-    assert trace.baseline().constant_floor == 110
+    assert baseline(trace).constant_floor == 110
     # a is a constant now: at 209 bytes, computing b cannot evict it
     assert sim.simulate(trace, budget=209).status == "oom"
     assert sim.simulate(trace, budget=209, outputs=False).status == "oom"

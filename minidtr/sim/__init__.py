@@ -12,12 +12,13 @@ revolve for chains) live in ``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
 from .bundled import bundled_traces
 from .floors import Floor, floor
 from .record import Recorder, record
-from .simulator import Baseline, Replayer, SimResult, simulate
+from .simulator import Baseline, Replayer, SimResult, baseline, simulate
 from .sweep import sweep
 from .trace import Trace, TraceError, load_log, make_trace, write_log
 
 __all__ = [
     "Baseline",
+    "baseline",
     "Floor",
     "Recorder",
     "Replayer",

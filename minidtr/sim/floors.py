@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .simulator import baseline
 from .trace import Trace
 
 
@@ -57,7 +58,7 @@ class Floor:
 
 def floor(trace: Trace) -> Floor:
     """The physical floor of ``trace`` (measured once per trace, with its peak)."""
-    b = trace.baseline()
+    b = baseline(trace)
     op = b.bottleneck_op if b.bottleneck > b.constant_floor else ""
     return Floor(
         peak=b.peak_memory,

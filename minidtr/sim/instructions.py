@@ -114,7 +114,9 @@ class Trace:
     # the compute of each step: from each ANNOTATE STEP (a live run's ``mark_step``) to
     # the next, or to the end
     step_costs: tuple[float, ...] = field(init=False)
-    _baseline: Any = field(default=None, init=False, repr=False)
+    # the unbounded replay (``simulator.baseline``), kept once measured: it travels with
+    # the trace to a sweep's workers
+    measured_baseline: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         ops = accesses = 0
@@ -145,14 +147,6 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.instructions)
-
-    def baseline(self):
-        """The unbounded replay (peak memory, floors), computed once (see ``simulator``)."""
-        if self._baseline is None:
-            from .simulator import measure_baseline
-
-            self._baseline = measure_baseline(self)
-        return self._baseline
 
     def summary(self) -> dict[str, Any]:
         return {

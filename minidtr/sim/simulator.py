@@ -393,6 +393,14 @@ class Replayer:
         self.allocator.release(self.cells.pop(ins.name))
 
 
+def baseline(trace: Trace) -> Baseline:
+    """The unbounded replay of ``trace`` (``measure_baseline``), measured once and kept
+    with the trace."""
+    if trace.measured_baseline is None:
+        trace.measured_baseline = measure_baseline(trace)
+    return trace.measured_baseline
+
+
 def measure_baseline(trace: Trace) -> Baseline:
     """Replay without a budget: the peak (what ratios are relative to) and the two floors
     below which no policy can run the trace."""
@@ -420,7 +428,7 @@ def resolve_budget(trace: Trace, ratio: float | None, budget: int | None) -> int
         return budget
     if not ratio > 0:
         raise ValueError(f"the budget ratio must be > 0, got {ratio}")
-    return int(ratio * trace.baseline().peak_memory)
+    return int(ratio * baseline(trace).peak_memory)
 
 
 def simulate(

@@ -22,7 +22,7 @@ from typing import Any
 from ..reading import LineReader, read_limits, shown, text_line
 from ..runtime.options import RuntimeOptions
 from . import parallel
-from .simulator import REPLAY_SETTINGS, SimResult, replay_options, simulate
+from .simulator import REPLAY_SETTINGS, SimResult, baseline, replay_options, simulate
 from .trace import Trace
 
 DEFAULT_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
@@ -75,7 +75,7 @@ def sweep(
                 done[key] = result
     pending = [key for key in keys if key not in done]
     for i in sorted({key[0] for key in pending}):
-        traces[i].baseline()  # measured once, here, and shipped with the trace
+        baseline(traces[i])  # measured once, here, and shipped with the trace
     tasks = [(i, (ratio, h, options, thrash)) for i, h, ratio in pending]
     log = _CsvLog(csv_path, stamp, append=resume) if csv_path is not None else None
     bar = _progress(len(keys), len(done)) if progress else None
@@ -286,9 +286,9 @@ def plot(
     names = list(dict.fromkeys(r.trace for r in results))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
-        baseline = by_name[name].baseline()
-        constant = baseline.constant_floor / baseline.peak_memory
-        bottleneck = baseline.bottleneck / baseline.peak_memory
+        unbounded = baseline(by_name[name])
+        constant = unbounded.constant_floor / unbounded.peak_memory
+        bottleneck = unbounded.bottleneck / unbounded.peak_memory
         ax.axvspan(0, constant, color="0.55", alpha=0.5, lw=0, label="constants")
         ax.axvspan(constant, bottleneck, color="0.8", alpha=0.5, lw=0, label="one op's needs")
         rows = [r for r in results if r.trace == name]
@@ -348,7 +348,7 @@ def optimal_rows(
     """``compare_with_optimal`` for several traces at once, every (trace, ratio) a task."""
     traces = list(traces)
     for trace in traces:
-        trace.baseline()
+        baseline(trace)
     options = (tuple(heuristics), time_limit)
     tasks = [(i, (ratio, *options)) for i in range(len(traces)) for ratio in ratios]
     rows: list[dict | None] = [None] * len(tasks)
@@ -372,7 +372,7 @@ def _optimal_row(trace: Trace, ratio: float, heuristics: Sequence[str], time_lim
 
     graph = graph_from_trace(trace)
     total = trace.total_compute
-    budget = int(ratio * trace.baseline().peak_memory)
+    budget = int(ratio * baseline(trace).peak_memory)
     opt = solve_optimal(graph, budget, time_limit=time_limit)
     upper = 1 + (opt.cost - graph.compute) / total if opt.found else math.nan
     lower = 1 + (opt.bound - graph.compute) / total if math.isfinite(opt.bound) else math.nan

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime import Runtime
+from ..sim.simulator import baseline
 
 # A budget under which a run gets slower than this (compute and recompute over compute)
 # counts as infeasible: it is thrashing (the paper stops at 2x). The default of
@@ -129,7 +130,7 @@ def minimal_replay_budget(
         )
         return result.status == "ok"
 
-    peak = trace.baseline().peak_memory
+    peak = baseline(trace).peak_memory
     high = peak if high is None else high
     if not fits(high):
         return None
@@ -161,19 +162,19 @@ def budget_floor(
     if trace is None:
         trace, peak = record_reference(fn, cost, device)
     elif peak is None:
-        peak = trace.baseline().peak_memory
+        peak = baseline(trace).peak_memory
     key = (fingerprint(trace), peak, heuristic, dealloc, rebuild_orphans, max_slowdown)
     if key in _FLOORS:
         _FLOORS.move_to_end(key)
         return _FLOORS[key]
-    baseline = trace.baseline()
-    largest_op = max(baseline.bottleneck, baseline.constant_floor)
-    high = max(peak, baseline.peak_memory, 1)
+    unbounded = baseline(trace)
+    largest_op = max(unbounded.bottleneck, unbounded.constant_floor)
+    high = max(peak, unbounded.peak_memory, 1)
     minimal = minimal_replay_budget(
         trace, heuristic, dealloc, rebuild_orphans, largest_op - 1, high, max_slowdown
     )
     floor = Floor(
-        peak, baseline.constant_floor, largest_op, minimal, heuristic, dealloc, max_slowdown
+        peak, unbounded.constant_floor, largest_op, minimal, heuristic, dealloc, max_slowdown
     )
     _FLOORS[key] = floor
     if len(_FLOORS) > _FLOORS_KEPT:
