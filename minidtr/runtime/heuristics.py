@@ -32,7 +32,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .storage import Storage
 
@@ -73,12 +73,19 @@ COST_TERMS: dict[str, Callable[[Storage, ScoreContext], float]] = {
     "none": lambda s, context: 1.0,
 }
 
-# The neighbourhood part of each cost term: its name in the paper and its value, for the
-# event log (``Heuristic.terms``).
-NEIGHBOURHOOD_COST: dict[str, tuple[str, Callable[[Storage, ScoreContext], float]]] = {
-    "estar": ("c(e*)", lambda s, context: context.estar(s)),
-    "eq": ("c(eq)", lambda s, context: context.eq(s)),
-    "ancestors": ("c(evicted ancestors)", lambda s, context: context.ancestors(s)),
+
+class NeighbourhoodTerm(NamedTuple):
+    """The neighbourhood part of a cost term: its name in the paper and its value."""
+
+    notation: str
+    value: Callable[[Storage, ScoreContext], float]
+
+
+# The neighbourhood part of each cost term, for the event log (``Heuristic.terms``).
+NEIGHBOURHOOD_COST: dict[str, NeighbourhoodTerm] = {
+    "estar": NeighbourhoodTerm("c(e*)", lambda s, context: context.estar(s)),
+    "eq": NeighbourhoodTerm("c(eq)", lambda s, context: context.eq(s)),
+    "ancestors": NeighbourhoodTerm("c(evicted ancestors)", lambda s, context: context.ancestors(s)),
 }
 
 
@@ -108,7 +115,7 @@ class Heuristic:
         """The score in the paper's notation, e.g. ``(c + c(e*)) / (m * s)``."""
         top = {"local": "c", "none": "1"}.get(self.cost)
         if top is None:
-            top = f"(c + {NEIGHBOURHOOD_COST[self.cost][0]})"
+            top = f"(c + {NEIGHBOURHOOD_COST[self.cost].notation})"
         bottom = [name for name, used in (("m", self.size), ("s", self.staleness)) if used]
         if not bottom:
             return top
@@ -119,7 +126,7 @@ class Heuristic:
         neighbourhood's cost (when the cost term has one), its size m and staleness s."""
         out = {"cost": storage.cost}
         if self.cost in NEIGHBOURHOOD_COST:
-            out["neighbourhood"] = NEIGHBOURHOOD_COST[self.cost][1](storage, context)
+            out["neighbourhood"] = NEIGHBOURHOOD_COST[self.cost].value(storage, context)
         out["nbytes"] = storage.nbytes
         out["staleness"] = context.clock - storage.last_access
         return out

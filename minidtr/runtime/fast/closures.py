@@ -44,6 +44,17 @@ FEW_BITS = 32  # up to this many new members, their costs are added one by one
 EPOCHS = itertools.count(1)
 
 
+class Closure:
+    """The evicted ancestors (or descendants) of an evicted storage, itself included, as of
+    ``epoch``: a {storage id: cost} map (``members``, None past ``SMALL``) or a bitset
+    (``bits``, also kept for a map once it was merged with one), and the summed cost."""
+
+    __slots__ = ("epoch", "members", "total", "bits")
+
+    def __init__(self, epoch: int, members: dict | None, total: float, bits: int | None):
+        self.epoch, self.members, self.total, self.bits = epoch, members, total, bits
+
+
 class CachedClosures:
     """Exact ``c(e*(t))`` from cached closures (``Storage.above`` / ``Storage.below``)."""
 
@@ -99,7 +110,7 @@ class CachedClosures:
         self._check_indices()
         closures = [self._closure(s, side) for s in storages]
         if len(closures) == 1:
-            return closures[0][2]
+            return closures[0].total
         members, _, total = self._merged(closures)
         return sum(members.values()) if members is not None else total
 
@@ -107,7 +118,8 @@ class CachedClosures:
         """The ids in the cached closure of an evicted storage: itself and its evicted
         ancestors (``"above"``) or descendants (``"below"``)."""
         self._check_indices()
-        _, members, _, bits = self._closure(storage, side)
+        closure = self._closure(storage, side)
+        members, bits = closure.members, closure.bits
         if members is not None:
             return list(members)
         ids, found = self.ids, []
@@ -117,14 +129,14 @@ class CachedClosures:
             bits ^= low
         return found
 
-    def _valid(self, closure) -> bool:
-        return closure is not None and closure[0] == self.epoch
+    def _valid(self, closure: Closure | None) -> bool:
+        return closure is not None and closure.epoch == self.epoch
 
-    def _closure(self, storage: Storage, side: str):
-        """[epoch, {id: cost} or None, total cost, bitset or None] of ``storage`` and its
-        evicted ancestors (``above``) or descendants (``below``), a map while it has at
-        most ``SMALL`` members and a bitset past that (a map's bitset too, once it was
-        merged with one); computed bottom-up with an explicit stack."""
+    def _closure(self, storage: Storage, side: str) -> Closure:
+        """The ``Closure`` of ``storage`` and its evicted ancestors (``above``) or
+        descendants (``below``), a map while it has at most ``SMALL`` members and a bitset
+        past that (a map's bitset too, once it was merged with one); computed bottom-up
+        with an explicit stack."""
         step = evicted_parents if side == "above" else evicted_children
         stack = [storage]
         while stack:
@@ -148,28 +160,28 @@ class CachedClosures:
             else:
                 bits |= self._bit(node.id, node.cost)
                 total += node.cost
-            setattr(node, side, [self.epoch, members, total, bits])
+            setattr(node, side, Closure(self.epoch, members, total, bits))
         return getattr(storage, side)
 
-    def _merged(self, closures: list[list]) -> tuple[dict | None, int | None, float]:
+    def _merged(self, closures: list[Closure]) -> tuple[dict | None, int | None, float]:
         """(members, bits, total) of the union of closures, each member's cost once: a new
         map while the closures are maps and the union has at most ``SMALL`` members (the
         caller sums it), else a bitset and its total."""
         members: dict[int, float] = {}
         for closure in closures:
-            if closure[1] is None:
+            if closure.members is None:
                 break
-            members.update(closure[1])
+            members.update(closure.members)
         else:
             if len(members) <= SMALL:
                 return members, None, 0.0
         bits, total = 0, 0.0
         for closure in closures:
-            more = closure[3]
+            more = closure.bits
             if more is None:  # a map merged with a bitset: its bits, kept for next time
-                more = closure[3] = self._bits_of(closure[1])
+                more = closure.bits = self._bits_of(closure.members)
             if not bits:
-                bits, total = more, closure[2]
+                bits, total = more, closure.total
                 continue
             new = more & ~bits
             if new:
