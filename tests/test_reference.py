@@ -268,3 +268,35 @@ def test_bundled_models_train_identically_with_the_reference_policy(model):
                 assert logs[0][2] == logs[1][2]
             else:
                 assert logs[0][1] == logs[1][1]
+
+
+def test_the_hot_path_makes_the_storage_the_reference_makes(monkeypatch):
+    """``FastPath.new_evictable`` builds a Storage positionally, as fast as it can; every
+    field must be what the reference's keyword construction gives."""
+    from minidtr.runtime.storage import Storage
+
+    made, built = [], []
+    new_evictable = fast.FastPath.new_evictable
+
+    def noting(self, *args):
+        built.append(args)
+        return new_evictable(self, *args)
+
+    monkeypatch.setattr(fast.FastPath, "new_evictable", noting)
+    with isolated_allocator() as allocator:
+        x = md.tensor(np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4))
+        for reference in (False, True):
+            with md.Runtime(cost="flops", reference=reference):
+                before = allocator.stats.ops
+                y = md.tanh(x)
+                assert allocator.stats.ops == before + 1
+            made.append(y)
+        assert len(built) == 1  # the first through the hot path, the second not
+        fast_storage, reference_storage = (t.storage for t in made)
+        assert fast_storage.id + 1 == reference_storage.id
+        skip = {"id", "buffer", "last_access", "__weakref__", "op"}
+        for name in Storage.__slots__:
+            if name not in skip:
+                assert getattr(fast_storage, name) == getattr(reference_storage, name), name
+        assert type(fast_storage.op) is type(reference_storage.op)
+        np.testing.assert_array_equal(fast_storage.buffer, reference_storage.buffer)

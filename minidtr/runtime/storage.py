@@ -155,7 +155,6 @@ class Storage:
 
     def __init__(
         self,
-        *,
         allocator: Allocator,
         id: int,
         name: str,

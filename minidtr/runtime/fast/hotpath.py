@@ -122,15 +122,14 @@ class FastPath:
         allocator = self.allocator
         allocator.next_id += 1
         shape, dtype = meta
-        # ``Storage(...)`` with keywords, without the dict a class call with keywords builds
-        # (type.__call__ passes them to __init__ as one): 6,000 instructions an op less
+        # ``Storage(allocator=..., ...)`` as the reference makes it, but positionally and
+        # without type.__call__ (whose keywords go to __init__ as a dict): 7,000
+        # instructions an op less (tests/test_reference.py compares the storages)
         storage = NEW(Storage)
         storage.__init__(
-            allocator=allocator, id=allocator.next_id, name=op.name, nbytes=nbytes,
-            shape=shape, dtype=dtype, device=device,
-            contiguous=True if device is None else result.flags.c_contiguous,
-            buffer=result, cost=cost, last_access=allocator.clock, op=op, inputs=inputs,
-            parents=parents,
+            allocator, allocator.next_id, op.name, nbytes, shape, dtype, device, 0,
+            True if device is None else result.flags.c_contiguous, result, cost,
+            allocator.clock, op, inputs, parents,
         )  # fmt: skip
         table = self.table
         if table.listing:  # else its place is its id (``CandidateTable.add``)
