@@ -90,11 +90,11 @@ def _runner_up(value: Any) -> bool:
         isinstance(value, list | tuple)  # a tuple in memory, a list once written
         and len(value) == 2
         and STORAGE_ID(value[0])
-        and SCORE(value[1])
+        and (value[1] is None or SCORE(value[1]))
     )
 
 
-_runner_up.expected = "null or [storage id, score]"  # type: ignore[attr-defined]
+_runner_up.expected = "null or [storage id, score or null]"  # type: ignore[attr-defined]
 
 
 def _scalar(value: Any) -> bool:

@@ -300,3 +300,31 @@ def test_the_hot_path_makes_the_storage_the_reference_makes(monkeypatch):
                 assert getattr(fast_storage, name) == getattr(reference_storage, name), name
         assert type(fast_storage.op) is type(reference_storage.op)
         np.testing.assert_array_equal(fast_storage.buffer, reference_storage.buffer)
+
+
+class Unbounded:
+    """A heuristic of a user's: every score infinite."""
+
+    name = "unbounded"
+
+    def score(self, storage, context) -> float:
+        return float("inf")
+
+
+def test_an_infinite_score_is_logged_as_null_and_the_log_reads(tmp_path):
+    from minidtr.explain import explain, load_events, summarize
+
+    with isolated_allocator():
+        x = md.tensor(np.ones(256, np.float32))
+        runtime = md.Runtime(budget=5 * 1024, heuristic=Unbounded(), record_events=True)
+        with runtime:
+            kept = [x]
+            for _ in range(8):
+                kept.append(md.tanh(kept[-1]))
+            kept[1].numpy()
+        path = tmp_path / "ev.jsonl"
+        runtime.export_events(str(path))
+    evictions = [e for e in runtime.events if e["event"] == "evict" and e["reason"] == "budget"]
+    assert evictions and all(e["score"] is None for e in evictions)
+    assert "Infinity" not in path.read_text()
+    assert "Evictions forced by the budget" in explain(summarize(load_events(str(path))))

@@ -27,7 +27,7 @@ from .errors import BudgetError
 from .estar import WalkedNeighbourhood
 from .heuristics import ScoreContext
 from .storage import Storage
-from .victims import Choice, choose_victim, pool
+from .victims import Choice, choose_victim, finite_or_none, pool
 
 if TYPE_CHECKING:
     from .allocator import Allocator
@@ -146,8 +146,9 @@ class Eviction:
         if runtime.events is not None:
             extra: dict[str, Any] = {"reason": reason}
             if choice is not None:
-                extra["score"] = choice.score
-                extra["runner_up"] = choice.runner_up
+                extra["score"] = finite_or_none(choice.score)
+                runner = choice.runner_up
+                extra["runner_up"] = runner and (runner[0], finite_or_none(runner[1]))
                 if choice.shortlist:
                     extra["candidates"] = choice.shortlist
             allocator.record("evict", storage, **extra)

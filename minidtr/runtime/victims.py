@@ -82,6 +82,12 @@ def choose_victim(pooled: list[Storage], heuristic: Any, context: Any, record: b
     return Choice(best, best_score, runner, shortlist, scored)
 
 
+def finite_or_none(score: float) -> float | None:
+    """A score as the event log keeps it: an infinite or NaN score (a heuristic of your own
+    may give one) is null, since JSON has no such numbers."""
+    return score if math.isfinite(score) else None
+
+
 def shortlist_of(
     seen: list[tuple[float, Storage]], heuristic: Any, context: Any
 ) -> list[dict[str, Any]]:
@@ -90,7 +96,7 @@ def shortlist_of(
     terms = getattr(heuristic, "terms", None)
     out = []
     for value, storage in heapq.nsmallest(SHORTLIST, seen, key=lambda pair: pair[0]):
-        entry = {"id": storage.id, "op": storage.name, "score": value}
+        entry = {"id": storage.id, "op": storage.name, "score": finite_or_none(value)}
         if terms is not None:
             entry.update(terms(storage, context))
         out.append(entry)
