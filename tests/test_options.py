@@ -22,6 +22,9 @@ def test_options_check_and_normalize_as_the_runtime_did():
         RuntimeOptions(budget=-1)
     with pytest.raises(TypeError, match="budget must be a number"):
         RuntimeOptions(budget="1M")
+    with pytest.raises(ValueError, match="budget is a number of bytes, got 0.3: for a fraction"):
+        md.Runtime(budget=0.3)  # a ratio where bytes were meant
+    assert md.Runtime(budget=1.5).budget == 1  # whole bytes, rounded down (documented)
     with pytest.raises(ValueError, match="max_wall_slowdown must be > 1"):
         RuntimeOptions(max_wall_slowdown=1.0)
     with pytest.raises(ValueError, match="unknown dealloc 'lazy'"):

@@ -41,6 +41,12 @@ def check_budget(value: Any) -> int | None:
         raise ValueError(f"budget must be >= 0 bytes or None, got {value}")
     if value > MAX_BUDGET:
         raise ValueError(f"budget must be at most {MAX_BUDGET:,} bytes (2**63 - 1), got {value:g}")
+    if 0 < value < 1:
+        raise ValueError(
+            f"budget is a number of bytes, got {value}: for a fraction of the unbounded peak, "
+            "measure the peak first (md.Runtime().stats()['peak_memory']) and give "
+            "int(fraction * peak), or use minidtr train --ratio"
+        )
     return int(value)  # a fraction of a byte is rounded down: 0.3 * peak is a fine budget
 
 
@@ -62,7 +68,9 @@ def check_limit(name: str, value: Any) -> float | None:
 class RuntimeOptions:
     """The settings of a ``Runtime``; each field is a keyword of ``md.Runtime``.
 
-    budget: bytes, a hard limit on resident bytes; None = unbounded.
+    budget: bytes, a hard limit on resident bytes; None = unbounded. A number that is
+        not whole is rounded down to whole bytes (``0.3 * peak`` is a fine budget);
+        one between 0 and 1 is refused, as a ratio given where bytes were meant.
     heuristic: a name from ``minidtr.runtime.heuristics`` (dtr, dtr_eq, dtr_local,
         msps, lru, size, random, or an ablation-grid name), or an object with a
         ``name`` and ``score(storage, allocator)`` (lower = evicted first). The name is
