@@ -267,6 +267,9 @@ class CandidateTable:
         ``gc.collect``), in ``listed_at`` order. A storage frozen by ``gc.freeze()`` is not
         found: it stays resident, unevictable."""
         owner = self.owner
+        ledger = owner.ledger
+        if ledger.memory == ledger.constant_bytes + ledger.pinned_bytes:
+            return []  # nothing resident is evictable: no need to scan the heap
         found = [
             obj
             for obj in gc.get_objects()
