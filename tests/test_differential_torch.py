@@ -358,6 +358,11 @@ CASES: list[Case] = [
             ("bool mask", np.array([True, False, True, True])),
             ("bool mask 2-d", (np.arange(12).reshape(4, 3) % 3 == 0)),
             ("empty list", ([],)),
+            ("empty lists", ([], slice(None), [])),
+            ("mask and empty list", (np.array([False, False, True, False]), [])),
+            ("false mask and empty list", (np.zeros(4, bool), slice(1, None), [])),
+            ("ellipsis and empty list", (Ellipsis, [])),
+            ("new axis, int and empty list", (None, 1, [])),
         )
     ],
     Case(

@@ -231,6 +231,11 @@ def test_empty_list_index_gives_an_empty_result():
     x = md.randn((3, 2), seed=0)
     assert x[[]].shape == (0, 2)
     assert x[:, []].shape == (3, 0)
+    mask = np.array([False, True, False])
+    assert x[mask, []].shape == (0,)  # as NumPy and PyTorch: [] is an empty integer index
+    assert x[md.tensor(mask), []].shape == (0,)
+    assert x[[], []].shape == (0,)
+    assert x[np.zeros(3, bool), [[]]].shape == (1, 0)
 
 
 # ---- invalid inputs that used to be accepted --------------------------------------------------

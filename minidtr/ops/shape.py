@@ -299,11 +299,18 @@ class IndexGrad(Op):
         return out
 
 
+def index_array(k) -> np.ndarray:
+    """An index as an array. An empty list selects nothing, so it holds integers: NumPy and
+    PyTorch read ``x[[]]`` and ``x[mask, []]`` so, where ``np.asarray([])`` is float."""
+    array = np.asarray(k)
+    return array.astype(np.int64) if isinstance(k, list) and array.size == 0 else array
+
+
 def check_masks(x: Tensor, key: tuple) -> None:
     """A boolean mask must match the shape of the axes it indexes (NumPy's rule), checked on
     a zero-size stand-in before the masks become integer indices."""
     probe = tuple(
-        k.numpy() if isinstance(k, Tensor) else (np.asarray(k) if isinstance(k, list) else k)
+        k.numpy() if isinstance(k, Tensor) else (index_array(k) if isinstance(k, list) else k)
         for k in key
     )
     try:
@@ -332,9 +339,7 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
             if isinstance(k, Tensor):
                 k = k if k.dtype != np.bool_ else k.numpy()
             if not isinstance(k, Tensor):
-                array = np.asarray(k)
-                if isinstance(k, list) and array.size == 0:
-                    array = array.astype(np.int64)  # x[[]]: an empty selection, as NumPy
+                array = index_array(k)
                 if array.dtype == np.bool_ and array.ndim == 0:
                     raise IndexError(
                         "getitem: a scalar bool index is not supported; use None for a new axis"
