@@ -27,7 +27,7 @@ from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .elementwise import zero_where
-from .op import DTypeError, Op, apply, expect_tensor, float_dtype, shared_op
+from .op import HALF, DTypeError, Op, apply, expect_tensor, float_dtype, in_float32, shared_op
 from .reduce import mean as reduce_mean
 from .reduce import sum as reduce_sum
 
@@ -525,6 +525,8 @@ class AvgPool2d(Pool2d):
     name = "avg_pool2d"
 
     def forward(self, xp, x):
+        if x.dtype == HALF:  # window sums in float32, as PyTorch's
+            return in_float32(self.forward, xp, x)
         window = self.window
         out_hw = window.out_hw(x.shape[2:])
         out = window.window_view(xp, window.batch_last(xp, x), out_hw).sum(axis=(1, 2))
@@ -548,6 +550,8 @@ class AvgPool2dGrad(Op):
 
     def forward(self, xp, g):
         """Every window gets the same share: a broadcast, folded into the image."""
+        if g.dtype == HALF:
+            return in_float32(self.forward, xp, g)
         window = self.window
         (kh, kw), (n, c, oh, ow) = window.kernel, g.shape
         share = g.transpose(1, 2, 3, 0) * (1.0 / (kh * kw))

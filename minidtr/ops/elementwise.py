@@ -23,12 +23,14 @@ from ..runtime.storage import Cell
 from ..tensor import DEFAULT_DTYPE, Tensor, int64, tensor
 from .op import (
     FLOAT32,
+    HALF,
     DTypeError,
     Op,
     apply,
     broadcast_shape,
     expect_tensor,
     float_dtype,
+    in_float32,
     same_dtype,
 )
 
@@ -251,6 +253,8 @@ class Sigmoid(Unary):
     retain_outputs = (0,)
 
     def forward(self, xp, x):
+        if x.dtype is HALF:  # rounded once, as PyTorch's
+            return in_float32(self.forward, xp, x)
         return xp.tanh(x * 0.5) * 0.5 + 0.5
 
     def backward(self, ctx, g):
@@ -287,6 +291,8 @@ class Gelu(Unary):
         self.approximate = approximate
 
     def forward(self, xp, x):
+        if x.dtype is HALF:
+            return in_float32(self.forward, xp, x)
         if self.approximate == "tanh":
             return 0.5 * x * (1.0 + xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
         return 0.5 * x * (1.0 + backend.erf(xp, x * INV_SQRT_2))
@@ -299,7 +305,8 @@ class ActivationGrad(Op):
     """dL/dx of an activation, from the saved output (relu, sigmoid, tanh, sqrt) or input
     (gelu): one op per backward node, where the chain rule in ops would take two to four
     (and a scalar constant). Each computes what that chain computed, in the same order,
-    so the gradients are the same floats."""
+    so the gradients are the same floats (for float16: that chain's floats in float32,
+    rounded once, see ``in_float32``)."""
 
     name = "activation_grad"
     differentiable = False
@@ -319,12 +326,14 @@ class ActivationGrad(Op):
         kind = self.kind
         if kind == "relu":  # 0 at x <= 0; a NaN passes the gradient on, as in PyTorch
             return zero_where(xp, y <= backend.zero(xp, y.dtype), g)
+        if kind == "sqrt":
+            return g / (y + y)  # y * 2.0, the same float
+        if y.dtype is HALF:  # the chains below rounded once, as PyTorch's
+            return in_float32(self.forward, xp, y, g)
         if kind == "sigmoid":
             return g * y * (backend.one(xp, y.dtype) - y)
         if kind == "tanh":
             return g * (backend.one(xp, y.dtype) - y * y)
-        if kind == "sqrt":
-            return g / (y + y)  # y * 2.0, the same float
         x = y
         if kind == "gelu_tanh":
             inner = SQRT_2_OVER_PI * (x + 0.044715 * x**3)

@@ -14,7 +14,16 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, expect_tensor, float_dtype, normalize_axis
+from .op import (
+    HALF,
+    DTypeError,
+    Op,
+    apply,
+    expect_tensor,
+    float_dtype,
+    in_float32,
+    normalize_axis,
+)
 
 
 def stable_log_softmax(xp, x, axis: int):
@@ -38,6 +47,8 @@ class Softmax(Op):
     def forward(self, xp, x):
         if x.size == 0:  # an empty axis, or empty elsewhere: nothing to normalize
             return xp.empty_like(x)
+        if x.dtype == HALF:  # sums in float32, as PyTorch's
+            return in_float32(self.forward, xp, x)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
         e /= e.sum(axis=self.axis, keepdims=True)
         return e
@@ -56,6 +67,8 @@ class LogSoftmax(Softmax):
     def forward(self, xp, x):
         if x.size == 0:
             return xp.empty_like(x)
+        if x.dtype == HALF:
+            return in_float32(self.forward, xp, x)
         return stable_log_softmax(xp, x, self.axis)
 
 
@@ -74,6 +87,8 @@ class SoftmaxGrad(Op):
         return [(y.shape, y.dtype)]
 
     def forward(self, xp, y, g):
+        if y.dtype == HALF:
+            return in_float32(self.forward, xp, y, g)
         if self.of == "softmax":
             dx = g * y
             dx -= y * dx.sum(axis=self.axis, keepdims=True)
@@ -119,6 +134,8 @@ class CrossEntropy(Op):
         return [((), dtype)]
 
     def forward(self, xp, logits, targets):
+        if logits.dtype == HALF:
+            return in_float32(self.forward, xp, logits, targets)
         rows = xp.arange(logits.shape[0])
         picked = stable_log_softmax(xp, logits, 1)[rows, targets]
         return xp.asarray(-picked.mean(), dtype=logits.dtype)
@@ -141,6 +158,8 @@ class CrossEntropyGrad(Op):
         return [(logits.shape, logits.dtype)]
 
     def forward(self, xp, logits, targets, g):
+        if logits.dtype == HALF:
+            return in_float32(self.forward, xp, logits, targets, g)
         p = xp.exp(stable_log_softmax(xp, logits, 1))
         p[xp.arange(logits.shape[0]), targets] -= 1.0
         p *= g

@@ -18,6 +18,7 @@ import math
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import (
+    HALF,
     DTypeError,
     Op,
     ShapeError,
@@ -25,6 +26,7 @@ from .op import (
     as_constants,
     expect_tensor,
     float_dtype,
+    in_float32,
     shared_op,
 )
 
@@ -93,6 +95,8 @@ class Normalize(Op):
         return y, mean, var
 
     def normalize(self, xp, x, *params):
+        if x.dtype == HALF:  # statistics in float32, as PyTorch's
+            return in_float32(self.normalize, xp, x, *params)
         if self.per_channel:
             return self.forward_per_channel(xp, x, *params)
         mean = x.mean(axis=self.stat_axes, keepdims=True)
@@ -197,6 +201,8 @@ class NormalizeGrad(Op):
         return (*grads, g if self.relu else g.copy())
 
     def normalize_grad(self, xp, x, mean, var, *rest):
+        if x.dtype == HALF:
+            return in_float32(self.normalize_grad, xp, x, mean, var, *rest)
         if self.param_axis not in self.stat_axes:
             return self.forward_per_channel(xp, x, mean, var, *rest)
         g = rest[-1]
@@ -359,6 +365,8 @@ class RunningStats(Op):
         return [(running_mean.shape, running_mean.dtype), (running_var.shape, running_var.dtype)]
 
     def forward(self, xp, running_mean, running_var, mean, var):
+        if running_mean.dtype == HALF:
+            return in_float32(self.forward, xp, running_mean, running_var, mean, var)
         m, count = self.momentum, self.count
         new_mean = running_mean * (1.0 - m) + mean.reshape(-1) * m
         new_var = running_var * (1.0 - m) + var.reshape(-1) * (m * count / (count - 1))

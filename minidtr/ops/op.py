@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -198,7 +198,24 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
 # ---- helpers shared by infer methods ---------------------------------------------------
 
 FLOAT32 = np.dtype(np.float32)
-FLOATS = (FLOAT32, np.dtype(np.float64), np.dtype(np.float16))
+HALF = np.dtype(np.float16)
+FLOATS = (FLOAT32, np.dtype(np.float64), HALF)
+
+
+def in_float32(forward: Callable, xp, *arrays):
+    """``forward(xp, *arrays)`` with its float16 arrays widened to float32, and its float32
+    results rounded back to float16 once at the end.
+
+    PyTorch's CPU kernels compute float16 in float32 (their "opmath" type), so a sum, a
+    mean, a variance or a chain of steps inside one kernel collects no float16 rounding
+    error on the way. The ops whose kernels reduce (normalization, softmax, losses,
+    pooling) or chain several roundings (sigmoid, gelu and their gradients) run their
+    float16 inputs through this."""
+    wide = [a.astype(FLOAT32) if a.dtype == HALF else a for a in arrays]
+    out = forward(xp, *wide)
+    if type(out) is tuple:
+        return tuple([o.astype(HALF) if o.dtype == FLOAT32 else o for o in out])
+    return out.astype(HALF)
 
 
 def same_dtype(op: Op, *cells: Cell) -> np.dtype:

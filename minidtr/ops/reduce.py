@@ -8,7 +8,7 @@ import numpy as np
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import Op, apply, expect_tensor, float_dtype, normalize_axes
+from .op import FLOAT32, HALF, Op, apply, expect_tensor, float_dtype, normalize_axes
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
@@ -55,6 +55,9 @@ class Sum(Reduce):
         return x.dtype
 
     def forward(self, xp, x):
+        if x.dtype == HALF:  # accumulated in float32, as PyTorch's (and NumPy's mean)
+            out = xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
+            return out.astype(HALF)
         return xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self.out_dtype(x))
 
     def backward(self, ctx, g):
@@ -96,6 +99,9 @@ class Mean(Reduce):
         return float_dtype(self, x)
 
     def forward(self, xp, x):
+        if x.dtype == HALF:
+            out = xp.mean(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
+            return out.astype(HALF)
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, ctx, g):
