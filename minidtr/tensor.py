@@ -33,6 +33,8 @@ DEFAULT_DTYPE = float32
 
 def checked_dtype(dtype, where: str) -> np.dtype:
     """``dtype`` as a NumPy dtype, if tensors can hold it: bool, integers or floats."""
+    if dtype is None:  # NumPy reads None as float64
+        raise TypeError(f"{where}: dtype must be a dtype such as md.float32, got None")
     try:
         dtype = np.dtype(dtype)
     except TypeError as error:
@@ -42,6 +44,35 @@ def checked_dtype(dtype, where: str) -> np.dtype:
             f"{where}: tensors hold bool, integer or floating-point values, not {dtype}"
         )
     return dtype
+
+
+def array_module(device, where: str):
+    """The array module of ``device`` (``backend.xp_for``), an unknown device named as
+    ``where``'s argument."""
+    try:
+        return backend.xp_for(device)
+    except ValueError:
+        raise ValueError(
+            f"{where}: device must be one of {backend.DEVICES}, got {device!r}"
+        ) from None
+
+
+def shape_of(shape, where: str) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = None if isinstance(shape, str) else tuple(shape)
+    except TypeError:  # not iterable
+        dims = None
+    if dims is None or not all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims
+    ):
+        raise TypeError(f"{where}: shape must be non-negative ints, got {shape!r}")
+    shape = dims
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{where}: shape must be non-negative ints, got {shape}")
+    return tuple(int(d) for d in shape)
 
 
 class Tensor:
@@ -369,7 +400,10 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
     """
     if isinstance(data, Tensor):
         raise TypeError("tensor(): data is already a Tensor; use .detach() to share it")
-    xp = backend.xp_for(device)
+    try:
+        xp = backend.xp_for(device)  # (array_module's call costs each scalar operand a frame)
+    except ValueError:
+        xp = array_module(device, "tensor()")
     source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
     if not hasattr(source, "dtype") or not hasattr(source, "shape"):
         source = _python_data(source, dtype)
@@ -389,29 +423,27 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
 def full(
     shape, value: float, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu"
 ) -> Tensor:
-    shape = _shape_of(shape, "full")
-    dtype = checked_dtype(dtype, "full")
+    """A tensor of ``shape`` filled with ``value``; ``dtype=None`` is the default float32."""
+    return _filled(shape, value, dtype, requires_grad, device, "full")
+
+
+def _filled(shape, value, dtype, requires_grad: bool, device: str, where: str) -> Tensor:
+    shape = shape_of(shape, where)
+    dtype = checked_dtype(DEFAULT_DTYPE if dtype is None else dtype, where)
+    if not isinstance(value, numbers.Real | np.bool_):
+        raise TypeError(f"{where}: value must be a number, got {type(value).__name__} {value!r}")
     if requires_grad and dtype.kind != "f":
-        raise TypeError(f"full(): only floating-point tensors can require grad, not {dtype}")
-    xp = backend.xp_for(device)
+        raise TypeError(f"{where}: only floating-point tensors can require grad, not {dtype}")
+    xp = array_module(device, where)
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
 
 
-def _shape_of(shape, where: str) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
-    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in shape):
-        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}")
-    if any(d < 0 for d in shape):
-        raise ValueError(f"{where}: shape must be non-negative, got {shape}")
-    return tuple(int(d) for d in shape)
-
-
 def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
-    return full(shape, 0, dtype, requires_grad, device)
+    return _filled(shape, 0, dtype, requires_grad, device, "zeros")
 
 
 def ones(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
-    return full(shape, 1, dtype, requires_grad, device)
+    return _filled(shape, 1, dtype, requires_grad, device, "ones")
 
 
 def zeros_like(x: Tensor) -> Tensor:
@@ -441,7 +473,7 @@ def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
     dtype = checked_dtype(dtype, "arange")
     steps = -(-(stop - start) // step) if integral else math.ceil((stop - start) / step)
     n = max(0, steps)
-    xp = backend.xp_for(device)
+    xp = array_module(device, "arange")
     if integral and dtype.kind in "iu":
         return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)
     return constant(

@@ -350,4 +350,17 @@ def test_bad_arguments_raise_clear_errors():
         optim.SGD([p], lr=0.1, momentum=-0.5)
     with pytest.raises(ValueError, match="betas"):
         optim.Adam([p], betas=(0.9, 1.0))
+    # the optimizer and the argument named, not Python's comparison or unpacking
+    with pytest.raises(TypeError, match="SGD: lr must be a number, got str"):
+        optim.SGD([p], lr="0.1")
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0 and finite, got nan"):
+        optim.SGD([p], lr=float("nan"))
+    with pytest.raises(TypeError, match="SGD: momentum must be a number"):
+        optim.SGD([p], lr=0.1, momentum=None)
+    with pytest.raises(TypeError, match="Adam: betas must be a pair of numbers, got 0.9"):
+        optim.Adam([p], betas=0.9)
+    with pytest.raises(TypeError, match=r"Adam: betas\[1\] must be a number"):
+        optim.Adam([p], betas=(0.9, "x"))
+    with pytest.raises(ValueError, match="Adam: eps must be >= 0 and finite, got inf"):
+        optim.Adam([p], eps=float("inf"))
     assert len(optim.SGD([p, p], lr=0.1).params) == 1

@@ -24,6 +24,7 @@ from .op import (
     ShapeError,
     apply,
     as_constants,
+    expect_number,
     expect_tensor,
     float_dtype,
     in_float32,
@@ -288,25 +289,9 @@ def batch_norm(
     ``(1 - momentum) * running + momentum * batch`` (the variance unbiased), as
     PyTorch does. Eval normalizes with the running statistics.
     """
-    if expect_tensor("batch_norm", x).ndim < 2:
-        raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
-    channels, dtype = x.shape[1], x.dtype
-    expected = (channels,)
-    for p in (weight, bias, running_mean, running_var):
-        if p is not None and (type(p) is not Tensor or p.shape != expected or p.dtype != dtype):
-            for what, q in (
-                ("weight", weight),
-                ("bias", bias),
-                ("running_mean", running_mean),
-                ("running_var", running_var),
-            ):
-                _check_param("batch_norm", what, q, x, channels)
-    if residual is not None and type(residual) is not Tensor:
-        raise TypeError(
-            f"batch_norm: residual must be a Tensor or None, got {type(residual).__name__}"
-        )
-    if (running_mean is None) != (running_var is None):
-        raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+    _check_batch_norm(x, weight, bias, running_mean, running_var, residual)
+    eps = expect_number("batch_norm", eps, "eps")
+    momentum = expect_number("batch_norm", momentum, "momentum")
     if not training:
         if running_mean is None:
             raise ValueError(
@@ -346,6 +331,29 @@ def batch_norm(
         running_mean.assign(new_mean)
         running_var.assign(new_var)
     return y
+
+
+def _check_batch_norm(x, weight, bias, running_mean, running_var, residual) -> None:
+    """batch_norm's tensors: x (N, C, ...), the others (C,) of x's dtype, or None."""
+    if expect_tensor("batch_norm", x).ndim < 2:
+        raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
+    channels, dtype = x.shape[1], x.dtype
+    expected = (channels,)
+    for p in (weight, bias, running_mean, running_var):
+        if p is not None and (type(p) is not Tensor or p.shape != expected or p.dtype != dtype):
+            for what, q in (
+                ("weight", weight),
+                ("bias", bias),
+                ("running_mean", running_mean),
+                ("running_var", running_var),
+            ):
+                _check_param("batch_norm", what, q, x, channels)
+    if residual is not None and type(residual) is not Tensor:
+        raise TypeError(
+            f"batch_norm: residual must be a Tensor or None, got {type(residual).__name__}"
+        )
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("batch_norm: give both running_mean and running_var, or neither")
 
 
 class RunningStats(Op):
@@ -394,6 +402,7 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         raise ShapeError("layer_norm: expects at least 1 dimension, got a 0-d tensor")
     for what, p in (("weight", weight), ("bias", bias)):
         _check_param("layer_norm", what, p, x, x.shape[-1])
+    eps = expect_number("layer_norm", eps, "eps")
     params = tuple(p for p in (weight, bias) if p is not None)
     op = shared_op(
         Normalize,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -246,6 +247,14 @@ def expect_tensor(op_name: str, value, what: str = "x") -> Tensor:
     if not isinstance(value, Tensor):
         raise TypeError(f"{op_name}: {what} must be a Tensor, got {type(value).__name__}")
     return value
+
+
+def expect_number(op_name: str, value, what: str) -> float:
+    """``value`` as a float if it is a real number (not a bool); else a TypeError naming the
+    op and the argument."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{op_name}: {what} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def axis_in_range(op_name: str, axis, ndim: int, shape: tuple[int, ...]) -> int:
