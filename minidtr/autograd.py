@@ -16,36 +16,22 @@ counts as run for its own inputs.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import ops
+from .modes import as_constants, grad_enabled, no_grad
 from .runtime import allocator as allocator_module
 from .tensor import Tensor, ones_like  # defined before tensor.py imports the ops
 
 if TYPE_CHECKING:
     from .ops.op import Op
 
-_grad_enabled = True
+__all__ = ["Node", "backward", "grad", "grad_enabled", "no_grad"]
+
 _sequence = itertools.count()
-
-
-def grad_enabled() -> bool:
-    return _grad_enabled
-
-
-@contextlib.contextmanager
-def no_grad() -> Iterator[None]:
-    """Ops inside record no backward graph."""
-    global _grad_enabled
-    previous, _grad_enabled = _grad_enabled, False
-    try:
-        yield
-    finally:
-        _grad_enabled = previous
 
 
 class Node:
@@ -463,8 +449,6 @@ def _as_constant(g: Tensor) -> Tensor:
     broadcast) is copied, so optimizers work on arrays in the parameter's own layout.
     """
     if g.cell.is_view or not g.cell.contiguous:
-        from .ops.op import as_constants  # on this rare path only
-
         with no_grad(), as_constants():
             return ops.copy(g)
     storage = g.cell  # not a view: its own storage

@@ -203,6 +203,51 @@ def test_no_grad_and_detach_record_nothing():
         (z * 2).sum().backward()
 
 
+def test_grad_and_constant_modes_are_context_variables():
+    """Each thread and each copied context has its own modes; a block restores what was
+    there, also when nested, raised through or used as a decorator (recursively too)."""
+    import contextvars
+    import threading
+
+    x = md.tensor(np.ones(2), requires_grad=True)
+    seen = {}
+
+    def other_thread():
+        seen["grad"] = md.autograd.grad_enabled()
+        seen["recorded"] = (x * 2).grad_fn is not None
+        seen["constant"] = (x * 2).storage.constant
+
+    with md.no_grad(), md.as_constants():
+        assert not md.autograd.grad_enabled()
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert (x * 2).storage.constant
+    assert seen == {"grad": True, "recorded": True, "constant": False}
+
+    def in_copy():
+        with md.no_grad():
+            pass
+        md.modes.GRAD_ENABLED.set(False)  # a change that stays inside the copy
+        return (x * 2).grad_fn
+
+    assert contextvars.copy_context().run(in_copy) is None
+    assert (x * 2).grad_fn is not None and md.autograd.grad_enabled()
+
+    with pytest.raises(KeyError), md.no_grad():
+        with md.as_constants(), md.no_grad():
+            assert not md.autograd.grad_enabled()
+        assert not (x * 2).storage.constant
+        raise KeyError
+    assert md.autograd.grad_enabled()
+
+    @md.no_grad()
+    def depth(n):
+        return (x * 2).grad_fn if n == 0 else depth(n - 1)
+
+    assert depth(3) is None and (x * 2).grad_fn is not None
+
+
 def test_leaf_gradients_become_contiguous_constants():
     """A finished .grad has no recipe (it would keep the graph alive) and the parameter's
     layout (the transposed view a matmul gradient produces is copied)."""

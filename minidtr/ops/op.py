@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import autograd
+from ..modes import as_constants, constant_mode, grad_mode  # noqa: F401 (ops.op.as_constants)
 from ..runtime.allocator import _ALLOCATORS, allocator_for
 from ..runtime.storage import Cell
 from ..tensor import Tensor
@@ -111,31 +112,6 @@ class Op:
         return f"{self.name}({attrs})"
 
 
-_constant_mode = False
-
-
-class ConstantMode:
-    """The context manager of ``as_constants`` (a class: entered on every batch-norm
-    layer's running statistics, where a generator-based one cost several microseconds)."""
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> None:
-        global _constant_mode
-        self.previous, _constant_mode = _constant_mode, True
-
-    def __exit__(self, *exc_info) -> None:
-        global _constant_mode
-        _constant_mode = self.previous
-
-
-def as_constants() -> ConstantMode:
-    """Ops inside produce constants: values with no recipe that are never evicted and
-    keep no graph alive. Optimizers and running statistics update through this, so
-    every step's new parameters do not chain back to the previous step."""
-    return ConstantMode()
-
-
 def different_devices(op: Op, cells: tuple[Cell, ...]) -> Exception:
     devices = sorted({str(c.device) for c in cells})
     return op.error(
@@ -185,13 +161,15 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
         allocator = _ALLOCATORS[device]  # allocator_for, inlined
     except KeyError:
         allocator = allocator_for(device)
-    out_cells = allocator.compute(op, cells, metas, device, _constant_mode)
+    constant = constant_mode()
+    out_cells = allocator.compute(op, cells, metas, device, constant)
     single = op.n_outputs == 1
     output = Tensor(out_cells[0]) if single else tuple([Tensor(c) for c in out_cells])
-    if op.differentiable and autograd._grad_enabled and not _constant_mode:
+    if op.differentiable and not constant:
         for t in inputs:
             if t._requires_grad:
-                autograd.attach(op, inputs, (output,) if single else output)
+                if grad_mode():
+                    autograd.attach(op, inputs, (output,) if single else output)
                 break
     return output
 
