@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import minidtr as md
+from minidtr.ops.shape import IndexSlot
 
 F32, F64, I64, I32, BOOL = (
     np.dtype(np.float32),
@@ -109,6 +110,42 @@ def test_integer_ops_stay_integer():
     assert values(md.maximum(x, 0)) == [0, 4]
     with pytest.raises(ValueError, match="pow: integers to negative integer powers"):
         x**-1
+
+
+def test_infer_reads_metadata_only_and_values_are_checked_when_the_op_runs():
+    """``infer`` runs before room is made and must not read an input's value (which could
+    rebuild an evicted input inside it): the value checks of pow, indexing, embedding and
+    cross_entropy happen in ``forward``, and still name the op."""
+    from minidtr.ops.elementwise import Pow
+    from minidtr.ops.embedding import Embedding
+    from minidtr.ops.loss import CrossEntropy
+    from minidtr.ops.shape import Gather
+
+    with md.Runtime() as runtime:
+        ints = md.tensor([-1, 2, 7]) + 0  # computed: evictable
+        allocator = ints.storage.allocator
+        allocator.evict(ints.storage)
+        cells = {
+            Pow(): (ints.cell, ints.cell),
+            Gather((IndexSlot(0),), 1): (md.ones(4).cell, ints.cell),
+            Embedding(): (md.ones((5, 2)).cell, ints.cell),
+            CrossEntropy(): (md.ones((3, 4)).cell, ints.cell),
+        }
+        for op, inputs in cells.items():
+            op.infer(*inputs)
+            assert ints.storage.buffer is None, op.name
+        assert runtime.stats()["remats"] == 0
+    with pytest.raises(ValueError, match="pow: integers to negative integer powers"):
+        md.tensor([2, 3]) ** md.tensor([1, -1])
+    with pytest.raises(IndexError, match=r"getitem: index .* is out of range: index 7 is out"):
+        md.ones(4)[md.tensor([0, 7])]
+    with pytest.raises(IndexError, match="embedding: index 7 is out of range for 5 rows"):
+        md.embedding(md.ones((5, 2)), md.tensor([0, 7]))
+    with pytest.raises(IndexError, match="cross_entropy: target -1 is out of range for 4"):
+        md.cross_entropy(md.ones((2, 4)), md.tensor([0, -1]))
+    assert md.ones((0, 3))[md.tensor([], dtype=md.int64)].shape == (0, 3)
+    with pytest.raises(IndexError, match="getitem: index .* is out of range"):
+        md.ones((0, 3))[md.tensor([0])]  # nothing is in range of an empty axis
 
 
 def test_tensor_tensor_dtypes_must_match():

@@ -9,7 +9,7 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, expect_tensor, float_dtype
+from .op import DTypeError, Op, apply, expect_tensor, first_outside, float_dtype
 
 
 class Embedding(Op):
@@ -26,19 +26,18 @@ class Embedding(Op):
             raise self.error(
                 f"indices must be integers, got {indices.dtype}", weight, indices, kind=DTypeError
             )
+        return [((*indices.shape, weight.shape[1]), dtype)]
+
+    def forward(self, xp, weight, indices):
         rows = weight.shape[0]
-        values = backend.to_host(indices.storage.allocator.read(indices))
-        bad = values[(values < 0) | (values >= rows)]
-        if bad.size:
+        bad = first_outside(xp, indices, 0, rows)
+        if bad is not None:
             raise self.error(
-                f"index {bad[0]} is out of range for {rows} rows (valid: 0..{rows - 1})",
+                f"index {bad} is out of range for {rows} rows (valid: 0..{rows - 1})",
                 weight,
                 indices,
                 kind=IndexError,
             )
-        return [((*indices.shape, weight.shape[1]), dtype)]
-
-    def forward(self, xp, weight, indices):
         return xp.take(weight, indices, axis=0)
 
     def cost(self, in_metas, out_metas):

@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import (
@@ -20,6 +19,7 @@ from .op import (
     Op,
     apply,
     expect_tensor,
+    first_outside,
     float_dtype,
     in_float32,
     normalize_axis,
@@ -122,18 +122,18 @@ class CrossEntropy(Op):
             )
         if n == 0:
             raise self.error("needs at least one row to average over", logits, targets)
-        values = backend.to_host(targets.storage.allocator.read(targets))
-        bad = values[(values < 0) | (values >= classes)]
-        if bad.size:
+        return [((), dtype)]
+
+    def forward(self, xp, logits, targets):
+        classes = logits.shape[1]
+        bad = first_outside(xp, targets, 0, classes)
+        if bad is not None:
             raise self.error(
-                f"target {bad[0]} is out of range for {classes} classes (valid: 0..{classes - 1})",
+                f"target {bad} is out of range for {classes} classes (valid: 0..{classes - 1})",
                 logits,
                 targets,
                 kind=IndexError,
             )
-        return [((), dtype)]
-
-    def forward(self, xp, logits, targets):
         if logits.dtype == HALF:
             return in_float32(self.forward, xp, logits, targets)
         rows = xp.arange(logits.shape[0])

@@ -5,8 +5,12 @@ seed, ...) and four methods:
 
 - ``infer(*cells)``: check the inputs and return each output's (shape, dtype),
   before anything runs, so the allocator can make room first and a bad input
-  fails with a message naming the op, the shapes and the dtypes;
-- ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays;
+  fails with a message naming the op, the shapes and the dtypes. It reads the
+  cells' metadata only, never their values (an evicted input would be rebuilt
+  inside it, before room is made);
+- ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays. A check of
+  the values (an index in range, no negative integer exponent) goes here, raising
+  ``self.error(...)`` with the arrays for the message (``first_outside`` helps);
 - ``backward(ctx, grad)``: the vector-Jacobian product written in minidtr ops.
   ``ctx`` is the application's backward node: ``ctx.inputs``/``ctx.outputs``
   hold Tensors at the indices the op declared in ``retain_inputs``/
@@ -225,6 +229,15 @@ def expect_tensor(op_name: str, value, what: str = "x") -> Tensor:
     if not isinstance(value, Tensor):
         raise TypeError(f"{op_name}: {what} must be a Tensor, got {type(value).__name__}")
     return value
+
+
+def first_outside(xp, values, low: int, high: int) -> int | None:
+    """The first of the integer ``values`` outside [low, high), or None: a value check for a
+    ``forward`` (``infer`` sees metadata only), one reduction on the device."""
+    outside = (values < low) | (values >= high)
+    if not bool(outside.any()):
+        return None
+    return int(values[outside].reshape(-1)[0])
 
 
 def expect_number(op_name: str, value, what: str) -> float:

@@ -223,9 +223,17 @@ def resolve(key: tuple, indices: Sequence) -> tuple:
 
 
 def indexed_shape(op: Op, x: Cell, key: tuple, index_cells: Sequence[Cell]) -> tuple[int, ...]:
-    indices = [backend.to_host(c.storage.allocator.read(c)) for c in index_cells]
+    """The shape of ``x[key]``, from metadata only: the index arrays stand in as zeros of
+    their shapes (broadcast, no memory), which is all the result's shape depends on."""
+    stand_ins = [np.broadcast_to(np.intp(0), c.shape) for c in index_cells]
+    return probe(op, x, key, stand_ins).shape
+
+
+def probe(op: Op, x, key: tuple, indices: Sequence) -> np.ndarray:
+    """``x[key]`` on a stand-in of ``x`` of zero-size elements: checks the key (and the
+    values of host ``indices``) without touching memory; an IndexError names the op."""
     try:
-        return np.empty(x.shape, dtype=ZERO_SIZE)[resolve(key, indices)].shape
+        return np.empty(x.shape, dtype=ZERO_SIZE)[resolve(key, indices)]
     except IndexError as error:
         raise op.error(f"index {key!r} is out of range: {error}", x, kind=IndexError) from None
 
@@ -266,7 +274,14 @@ class Gather(Op):
         return [(indexed_shape(self, x, self.key, indices), x.dtype)]
 
     def forward(self, xp, x, *indices):
-        return x[resolve(self.key, indices)]
+        if xp is not np:  # CuPy wraps an out-of-range index around; NumPy raises
+            probe(self, x, self.key, [backend.to_host(k) for k in indices])
+        try:
+            return x[resolve(self.key, indices)]
+        except IndexError as error:
+            raise self.error(
+                f"index {self.key!r} is out of range: {error}", x, *indices, kind=IndexError
+            ) from None
 
     def backward(self, ctx, g):
         indices = ctx.inputs[1:]
