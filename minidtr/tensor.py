@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -76,13 +78,13 @@ def shape_of(shape, where: str) -> tuple[int, ...]:
 
 
 class Tensor:
-    __slots__ = ("cell", "grad", "_requires_grad", "grad_fn", "__weakref__")
+    __slots__ = ("cell", "_grad", "_requires_grad", "grad_fn", "__weakref__")
     __array_priority__ = 1000  # numpy_array * tensor -> Tensor.__rmul__
     __hash__ = object.__hash__
 
     def __init__(self, cell: Cell, requires_grad: bool = False):
         self.cell = cell
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
         self.grad_fn = None
         self._requires_grad = False
         if requires_grad:
@@ -159,6 +161,48 @@ class Tensor:
     @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient ``backward()`` accumulated: for a leaf that requires grad, or a
+        tensor that called ``retain_grad()``. Read on any other non-leaf, it is None and
+        warns (a UserWarning, once per line under Python's default filter), as PyTorch."""
+        fn = self.grad_fn
+        if fn is not None and self._grad is None and not self.retains_grad:
+            warnings.warn(
+                f"the .grad of a tensor that is not a leaf (made by {fn.op.name}) is not "
+                "filled by backward(): call .retain_grad() on it before backward() to keep "
+                "its gradient, or read the .grad of the leaf tensors it was computed from",
+                UserWarning,
+                stacklevel=2,
+            )
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
+        self._grad = value
+
+    def retain_grad(self) -> None:
+        """Have ``backward()`` fill this non-leaf's ``.grad`` too (a leaf's is filled anyway).
+        The gradient is kept as a constant, counted in memory, until ``.grad`` is dropped."""
+        if not self._requires_grad:
+            raise RuntimeError("retain_grad: this tensor does not require grad")
+        fn = self.grad_fn
+        if fn is None or self.retains_grad:
+            return
+        if fn.retained is None:
+            fn.retained = []
+        fn.retained.append(weakref.ref(self))
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether this non-leaf called ``retain_grad()``."""
+        fn = self.grad_fn
+        if fn is None or fn.retained is None:
+            return False
+        return any(ref() is self for ref in fn.retained)
 
     def __len__(self) -> int:
         if not self.shape:
