@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, expect_tensor, first_outside, float_dtype
+from .op import DTypeError, Op, apply, expect_tensor, first_outside, float_dtype, numel
 
 
 class Embedding(Op):
@@ -68,7 +66,7 @@ class EmbeddingGrad(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(math.prod(in_metas[1][0])), nbytes
+        return float(numel(in_metas[1])), nbytes
 
 
 def embedding(weight: Tensor, indices) -> Tensor:

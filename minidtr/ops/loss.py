@@ -7,8 +7,6 @@ before keeps anyway), so no (N, C) intermediate stays alive.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..runtime.storage import Cell
@@ -23,6 +21,7 @@ from .op import (
     float_dtype,
     in_float32,
     normalize_axis,
+    numel,
 )
 
 
@@ -55,7 +54,7 @@ class Softmax(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 12.0 * math.prod(in_metas[0][0]), nbytes
+        return 12.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
         return apply(SoftmaxGrad(self.name, self.axis), ctx.outputs[0], g)
@@ -142,7 +141,7 @@ class CrossEntropy(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 10.0 * math.prod(in_metas[0][0]), nbytes
+        return 10.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
         return apply(CrossEntropyGrad(), ctx.inputs[0], ctx.inputs[1], g), None
@@ -186,10 +185,10 @@ class MSELoss(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 3.0 * math.prod(in_metas[0][0]), nbytes
+        return 3.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
-        from .elementwise import neg
+        from .arithmetic import neg
 
         da = apply(MSELossGrad(), ctx.inputs[0], ctx.inputs[1], g)
         return (da if ctx.needs_grad[0] else None), (neg(da) if ctx.needs_grad[1] else None)

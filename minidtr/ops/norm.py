@@ -28,6 +28,7 @@ from .op import (
     expect_tensor,
     float_dtype,
     in_float32,
+    numel,
     shared_op,
 )
 
@@ -138,7 +139,7 @@ class Normalize(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 8.0 * math.prod(in_metas[0][0]), nbytes
+        return 8.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, grads):
         g = grads[0]
@@ -246,7 +247,7 @@ class NormalizeGrad(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 12.0 * math.prod(in_metas[0][0]), nbytes
+        return 12.0 * numel(in_metas[0]), nbytes
 
 
 def as_channels(x, axis: int):
@@ -301,7 +302,7 @@ def batch_norm(
         if residual is not None:
             y = y + residual
         if relu:
-            from .elementwise import relu as relu_op
+            from .activation import relu as relu_op
 
             return relu_op(y)
         return y
@@ -383,7 +384,8 @@ class RunningStats(Op):
 
 def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
     """y = x * scale + shift with per-channel scale and shift computed from the running stats."""
-    from .elementwise import neg, sqrt
+    from .activation import sqrt
+    from .arithmetic import neg
     from .shape import reshape
 
     scale = 1.0 / sqrt(running_var + float(eps))
@@ -413,4 +415,5 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         weight is not None,
         bias is not None,
     )
-    return apply(op, x, *params)[0]
+    y, _, _ = apply(op, x, *params)  # (y, mean, var)
+    return y

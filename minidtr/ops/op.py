@@ -44,6 +44,12 @@ from ..tensor import Tensor
 Meta = tuple[tuple[int, ...], np.dtype]
 
 
+def numel(meta: Meta) -> int:
+    """The number of elements of a (shape, dtype) pair."""
+    shape, _ = meta
+    return math.prod(shape)
+
+
 class ShapeError(ValueError):
     """An op was given shapes it cannot work with."""
 

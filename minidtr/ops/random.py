@@ -15,7 +15,7 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor, array_module, checked_dtype, shape_of
-from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype
+from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype, numel
 
 _default = np.random.default_rng(0)
 
@@ -81,7 +81,7 @@ class Dropout(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 4.0 * math.prod(in_metas[0][0]), nbytes
+        return 4.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
         return apply(Dropout(self.p, self.seed), g)

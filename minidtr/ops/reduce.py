@@ -8,7 +8,7 @@ import numpy as np
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import FLOAT32, HALF, Op, apply, expect_tensor, float_dtype, normalize_axes
+from .op import FLOAT32, HALF, Op, apply, expect_tensor, float_dtype, normalize_axes, numel
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
@@ -33,7 +33,7 @@ class Reduce(Op):
     def cost(self, in_metas, out_metas):
         ((shape, dtype),) = in_metas
         n = math.prod(shape)
-        return float(n), float(n * dtype.itemsize + math.prod(out_metas[0][0]) * dtype.itemsize)
+        return float(n), float(n * dtype.itemsize + numel(out_metas[0]) * dtype.itemsize)
 
     def expand(self, g: Tensor, in_shape: tuple[int, ...]) -> Tensor:
         """The output gradient with the reduced axes of ``in_shape`` put back (size 1),
@@ -105,7 +105,7 @@ class Mean(Reduce):
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, ctx, g):
-        from .elementwise import Scale
+        from .arithmetic import Scale
         from .shape import broadcast_to
 
         shape = ctx.in_shapes[0]
