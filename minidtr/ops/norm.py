@@ -298,14 +298,7 @@ def batch_norm(
             raise ValueError(
                 "batch_norm: eval mode (training=False) needs running_mean and running_var"
             )
-        y = _batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
-        if residual is not None:
-            y = y + residual
-        if relu:
-            from .activation import relu as relu_op
-
-            return relu_op(y)
-        return y
+        return _batch_norm_eval(x, weight, bias, running_mean, running_var, eps, relu, residual)
     stat_axes = (0, *range(2, x.ndim))
     count = math.prod(x.shape[a] for a in stat_axes)
     if count < 2:
@@ -382,8 +375,10 @@ class RunningStats(Op):
         return new_mean, new_var
 
 
-def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
-    """y = x * scale + shift with per-channel scale and shift computed from the running stats."""
+def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps, relu, residual) -> Tensor:
+    """y = x * scale + shift with per-channel scale and shift computed from the running
+    stats, as the separate ops (then ``+ residual``, then the ReLU)."""
+    from .activation import relu as relu_op
     from .activation import sqrt
     from .arithmetic import neg
     from .shape import reshape
@@ -395,7 +390,10 @@ def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
     if bias is not None:
         shift = shift + bias
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    return x * reshape(scale, shape) + reshape(shift, shape)
+    y = x * reshape(scale, shape) + reshape(shift, shape)
+    if residual is not None:
+        y = y + residual
+    return relu_op(y) if relu else y
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
