@@ -196,8 +196,10 @@ def grad(
     The results are ordinary tensors with recipes (evictable, recomputable); None for an
     input the root does not depend on. ``.grad`` fields are left alone.
     """
+    if isinstance(inputs, Tensor):
+        raise TypeError("grad: inputs must be a list of leaf tensors, got a single Tensor")
     for t in inputs:
-        if t.grad_fn is not None or not t.requires_grad:
+        if not isinstance(t, Tensor) or t.grad_fn is not None or not t.requires_grad:
             raise ValueError("grad: inputs must be leaf tensors that require grad")
     found = _gradients(root, grad, retain_graph, "grad")
     return [found[id(t)].grad if id(t) in found else None for t in inputs]

@@ -263,6 +263,8 @@ class Tensor:
         """
         if self.grad_fn is not None:
             raise RuntimeError("assign() is for leaf tensors (parameters, buffers)")
+        if not isinstance(value, Tensor):
+            raise TypeError(f"assign: value must be a Tensor, got {type(value).__name__}")
         old, new = self.cell, value.cell
         if new.shape != old.shape or new.dtype != old.dtype:
             raise ValueError(

@@ -275,6 +275,24 @@ def test_empty_list_index_gives_an_empty_result():
     assert x[np.zeros(3, bool), [[]]].shape == (1, 0)
 
 
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda x: md.broadcast_to(x, "ab"), TypeError, "broadcast_to: shape must be"),
+        (lambda x: x.assign(np.ones((3, 2))), TypeError, "assign: value must be a Tensor"),
+        (lambda x: x[slice("a", None)], TypeError, "getitem: index .* is not valid"),
+        (lambda x: md.grad(x.sum(), x), TypeError, "grad: inputs must be a list"),
+        (lambda x: md.nn.Sequential(1), TypeError, "Sequential: expected a Module, got int"),
+    ],
+)
+def test_misuse_is_named_by_minidtr_not_a_lower_layer(call, error, message):
+    """Arguments of the wrong kind fail in the function given them, naming it (they were
+    NumPy's TypeErrors, an AttributeError, or a misleading message)."""
+    x = md.tensor(np.ones((3, 2)), requires_grad=True)
+    with pytest.raises(error, match=message):
+        call(x)
+
+
 # ---- invalid inputs that used to be accepted --------------------------------------------------
 
 

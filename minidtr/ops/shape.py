@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import backend
 from ..runtime.storage import Cell
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, shape_of, tensor
 from .op import (
     DTypeError,
     Op,
@@ -236,6 +236,8 @@ def probe(op: Op, x, key: tuple, indices: Sequence) -> np.ndarray:
         return np.empty(x.shape, dtype=ZERO_SIZE)[resolve(key, indices)]
     except IndexError as error:
         raise op.error(f"index {key!r} is out of range: {error}", x, kind=IndexError) from None
+    except TypeError as error:  # a slice of non-integers, say
+        raise op.error(f"index {key!r} is not valid: {error}", x, kind=TypeError) from None
 
 
 class GetItem(View):
@@ -411,7 +413,7 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
     expect_tensor("broadcast_to", x)
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    shape = shape_of(shape, "broadcast_to")
     return x if shape == x.shape else apply(BroadcastTo(shape), x)
 
 
