@@ -433,6 +433,7 @@ CASES: list[Case] = [
             ((2, 5, 4), (3, 4), (3,)),
             ((0, 4), (3, 4), (3,)),
             ((4,), (3, 4), (3,)),
+            ((2, 3), (0, 3), (0,)),
         ],
         ("normal", "normal", "normal"),
     ),
@@ -440,7 +441,7 @@ CASES: list[Case] = [
         "linear no bias",
         md.linear,
         TF.linear,
-        [((5, 4), (3, 4)), ((2, 1, 4), (2, 4))],
+        [((5, 4), (3, 4)), ((2, 1, 4), (2, 4)), ((0, 3), (0, 3)), ((3, 0), (3, 0))],
         ("normal", "normal"),
     ),
     Case(
@@ -528,6 +529,13 @@ CASES: list[Case] = [
         ("normal", "normal", "normal"),
     ),
     Case(
+        "batch_norm train no params",
+        lambda x: md.batch_norm(x, None, None),
+        lambda x: TF.batch_norm(x, None, None, training=True),
+        [((4, 3),), ((4, 0, 2, 2),)],
+        ("normal",),
+    ),
+    Case(
         "batch_norm train relu",
         lambda x, w, b: md.batch_norm(x, w, b, relu=True),
         lambda x, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, training=True)),
@@ -603,6 +611,13 @@ CASES: list[Case] = [
         md.embedding,
         lambda w, i: TF.embedding(i, w),
         [((6, 3), (2, 4)), ((6, 3), ()), ((6, 3), (0,))],
+        ("normal", "int:6"),
+    ),
+    Case(
+        "embedding of no columns",
+        md.embedding,
+        lambda w, i: TF.embedding(i, w),
+        [((6, 0), (2, 4))],
         ("normal", "int:6"),
     ),
 ]

@@ -560,3 +560,13 @@ def test_random_arguments_give_a_value_or_an_error_naming_the_op():
                 head = str(error).split(":")[0]
                 assert head in (name, name + "()"), f"{name}: the error names {head!r}: {error}"
     assert calls == 25 * len(random_argument_calls(rng))
+
+
+def test_a_convolution_with_no_output_channels_gives_an_empty_result():
+    """(PyTorch refuses an empty weight; the product of an empty weight is empty, not an
+    error inside the kernel's reshape.)"""
+    x = md.tensor(np.ones((1, 2, 4, 4)), requires_grad=True)
+    y = md.conv2d(x, md.tensor(np.ones((0, 2, 3, 3))))
+    assert y.shape == (1, 0, 2, 2)
+    y.sum().backward()
+    assert x.grad.numpy().tolist() == np.zeros((1, 2, 4, 4)).tolist()

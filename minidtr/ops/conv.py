@@ -55,7 +55,7 @@ class Conv2d(Op):
         window = self.window(w.shape)
         oh, ow = window.out_hw(x.shape[2:])
         cols = window.columns(xp, x, (oh, ow))
-        out = batch_first(xp, (w.reshape(o, -1) @ cols).reshape(o, oh, ow, n))
+        out = batch_first(xp, (w.reshape(o, cols.shape[0]) @ cols).reshape(o, oh, ow, n))
         if bias:
             out += bias[0].reshape(1, o, 1, 1)
         return out

@@ -61,7 +61,8 @@ class EmbeddingGrad(Op):
 
     def forward(self, xp, indices, g):
         out = xp.zeros(self.weight_shape, dtype=g.dtype)
-        backend.scatter_add(xp, out, indices.reshape(-1), g.reshape(-1, self.weight_shape[1]))
+        rows = indices.reshape(-1)
+        backend.scatter_add(xp, out, rows, g.reshape(rows.size, self.weight_shape[1]))
         return out
 
     def cost(self, in_metas, out_metas):

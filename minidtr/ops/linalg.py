@@ -173,7 +173,8 @@ class LinearWeightGrad(Op):
         return [((g.shape[-1], x.shape[-1]), g.dtype)]
 
     def forward(self, xp, g, x):
-        return xp.matmul(g.reshape(-1, g.shape[-1]).T, x.reshape(-1, x.shape[-1]))
+        rows = math.prod(x.shape[:-1])  # not -1: a size-0 array cannot infer it
+        return xp.matmul(g.reshape(rows, g.shape[-1]).T, x.reshape(rows, x.shape[-1]))
 
     def cost(self, in_metas, out_metas):
         (g_shape, dtype), (x_shape, _) = in_metas

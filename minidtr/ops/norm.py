@@ -252,8 +252,8 @@ class NormalizeGrad(Op):
 
 def as_channels(x, axis: int):
     """``x`` as a (A, C, R) view: the axes before ``axis``, ``axis``, the axes after."""
-    a = math.prod(x.shape[:axis])
-    return x.reshape(a, x.shape[axis], -1)
+    a, r = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+    return x.reshape(a, x.shape[axis], r)
 
 
 def _check_param(name: str, what: str, p: Tensor | None, x: Tensor, channels: int) -> None:
