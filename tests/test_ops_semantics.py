@@ -115,7 +115,7 @@ def test_integer_ops_stay_integer():
 def test_infer_reads_metadata_only_and_values_are_checked_when_the_op_runs():
     """``infer`` runs before room is made and must not read an input's value (which could
     rebuild an evicted input inside it): the value checks of pow, indexing, embedding and
-    cross_entropy happen in ``forward``, and still name the op."""
+    cross_entropy are their functions', made before the op, and still name the op."""
     from minidtr.ops.arithmetic import Pow
     from minidtr.ops.embedding import Embedding
     from minidtr.ops.loss import CrossEntropy

@@ -13,7 +13,16 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import DEFAULT_DTYPE, Tensor
-from .op import DTypeError, Op, apply, broadcast_shape, expect_tensor, float_dtype, same_dtype
+from .op import (
+    DTypeError,
+    Op,
+    apply,
+    broadcast_shape,
+    expect_tensor,
+    float_dtype,
+    host_values,
+    same_dtype,
+)
 from .promotion import astype, operands
 
 
@@ -131,13 +140,6 @@ class Pow(Binary):
         return [(shape, dtype)]
 
     def forward(self, xp, a, b):
-        if b.dtype.kind == "i" and bool((b < 0).any()):  # a value check: not in infer
-            raise self.error(
-                "integers to negative integer powers are not allowed; convert to float",
-                a,
-                b,
-                kind=ValueError,
-            )
         return a**b
 
     def backward(self, ctx, g):
@@ -302,7 +304,15 @@ def div(a, b) -> Tensor:
 
 
 def pow(a, b) -> Tensor:
-    return apply(_POW, *operands("pow", a, b))
+    a, b = operands("pow", a, b)
+    if b.dtype.kind == "i" and a.dtype == b.dtype and (host_values(b) < 0).any():
+        raise _POW.error(
+            "integers to negative integer powers are not allowed; convert to float",
+            a.cell,
+            b.cell,
+            kind=ValueError,
+        )
+    return apply(_POW, a, b)
 
 
 def maximum(a, b) -> Tensor:

@@ -7,7 +7,16 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, expect_tensor, first_outside, float_dtype, numel
+from .op import (
+    DTypeError,
+    Op,
+    apply,
+    expect_tensor,
+    first_outside,
+    float_dtype,
+    host_values,
+    numel,
+)
 
 
 class Embedding(Op):
@@ -27,15 +36,6 @@ class Embedding(Op):
         return [((*indices.shape, weight.shape[1]), dtype)]
 
     def forward(self, xp, weight, indices):
-        rows = weight.shape[0]
-        bad = first_outside(xp, indices, 0, rows)
-        if bad is not None:
-            raise self.error(
-                f"index {bad} is out of range for {rows} rows (valid: 0..{rows - 1})",
-                weight,
-                indices,
-                kind=IndexError,
-            )
         return xp.take(weight, indices, axis=0)
 
     def cost(self, in_metas, out_metas):
@@ -80,4 +80,15 @@ def embedding(weight: Tensor, indices) -> Tensor:
         if array.dtype.kind not in "iu":
             raise DTypeError(f"embedding: indices must be integers, got {array.dtype}")
         indices = tensor(array, device=weight.device)
-    return apply(Embedding(), weight, indices)
+    op = Embedding()
+    if weight.ndim == 2 and isinstance(indices, Tensor) and indices.dtype.kind in "iu":
+        rows = weight.shape[0]
+        bad = first_outside(host_values(indices), 0, rows)
+        if bad is not None:
+            raise op.error(
+                f"index {bad} is out of range for {rows} rows (valid: 0..{rows - 1})",
+                weight.cell,
+                indices.cell,
+                kind=IndexError,
+            )
+    return apply(op, weight, indices)

@@ -19,6 +19,7 @@ from .op import (
     expect_tensor,
     first_outside,
     float_dtype,
+    host_values,
     in_float32,
     normalize_axis,
     numel,
@@ -124,15 +125,6 @@ class CrossEntropy(Op):
         return [((), dtype)]
 
     def forward(self, xp, logits, targets):
-        classes = logits.shape[1]
-        bad = first_outside(xp, targets, 0, classes)
-        if bad is not None:
-            raise self.error(
-                f"target {bad} is out of range for {classes} classes (valid: 0..{classes - 1})",
-                logits,
-                targets,
-                kind=IndexError,
-            )
         if logits.dtype == HALF:
             return in_float32(self.forward, xp, logits, targets)
         rows = xp.arange(logits.shape[0])
@@ -230,7 +222,18 @@ def cross_entropy(logits: Tensor, targets) -> Tensor:
                 f"cross_entropy: targets must be integer class indices, got {array.dtype}"
             )
         targets = tensor(array, device=logits.device)
-    return apply(CrossEntropy(), logits, targets)
+    op = CrossEntropy()
+    if logits.ndim == 2 and isinstance(targets, Tensor) and targets.dtype.kind in "iu":
+        classes = logits.shape[1]
+        bad = first_outside(host_values(targets), 0, classes)
+        if bad is not None:
+            raise op.error(
+                f"target {bad} is out of range for {classes} classes (valid: 0..{classes - 1})",
+                logits.cell,
+                targets.cell,
+                kind=IndexError,
+            )
+    return apply(op, logits, targets)
 
 
 def mse_loss(a: Tensor, b: Tensor) -> Tensor:

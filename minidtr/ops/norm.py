@@ -413,5 +413,5 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         weight is not None,
         bias is not None,
     )
-    y, _, _ = apply(op, x, *params)  # (y, mean, var)
-    return y
+    # (y, mean, var): mean and var die with the tuple, var first, the order traces record
+    return apply(op, x, *params)[0]

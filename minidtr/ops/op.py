@@ -7,10 +7,10 @@ seed, ...) and four methods:
   before anything runs, so the allocator can make room first and a bad input
   fails with a message naming the op, the shapes and the dtypes. It reads the
   cells' metadata only, never their values (an evicted input would be rebuilt
-  inside it, before room is made);
-- ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays. A check of
-  the values (an index in range, no negative integer exponent) goes here, raising
-  ``self.error(...)`` with the arrays for the message (``first_outside`` helps);
+  inside it, before room is made). A value the op needs valid (an index in range,
+  no negative integer exponent) is checked by the op's function before ``apply``,
+  through ``host_values``;
+- ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays;
 - ``backward(ctx, grad)``: the vector-Jacobian product written in minidtr ops.
   ``ctx`` is the application's backward node: ``ctx.inputs``/``ctx.outputs``
   hold Tensors at the indices the op declared in ``retain_inputs``/
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, backend
 from ..modes import as_constants, constant_mode, grad_mode  # noqa: F401 (ops.op.as_constants)
 from ..runtime.allocator import _ALLOCATORS, allocator_for
 from ..runtime.storage import Cell
@@ -237,11 +237,18 @@ def expect_tensor(op_name: str, value, what: str = "x") -> Tensor:
     return value
 
 
-def first_outside(xp, values, low: int, high: int) -> int | None:
-    """The first of the integer ``values`` outside [low, high), or None: a value check for a
-    ``forward`` (``infer`` sees metadata only), one reduction on the device."""
+def host_values(t: Tensor) -> np.ndarray:
+    """``t``'s values on the host, read through its allocator (rebuilt first if it was
+    evicted; a ``read`` in a recorded trace). An op's function checks the values the op
+    needs valid with these before it calls ``apply``: ``infer`` sees metadata only."""
+    cell = t.cell
+    return backend.to_host(cell.storage.allocator.read(cell))
+
+
+def first_outside(values: np.ndarray, low: int, high: int) -> int | None:
+    """The first of the integer ``values`` outside [low, high), or None."""
     outside = (values < low) | (values >= high)
-    if not bool(outside.any()):
+    if not outside.any():
         return None
     return int(values[outside].reshape(-1)[0])
 

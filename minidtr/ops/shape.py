@@ -23,6 +23,7 @@ from .op import (
     apply,
     axis_in_range,
     expect_tensor,
+    host_values,
     normalize_axis,
     same_dtype,
 )
@@ -276,14 +277,7 @@ class Gather(Op):
         return [(indexed_shape(self, x, self.key, indices), x.dtype)]
 
     def forward(self, xp, x, *indices):
-        if xp is not np:  # CuPy wraps an out-of-range index around; NumPy raises
-            probe(self, x, self.key, [backend.to_host(k) for k in indices])
-        try:
-            return x[resolve(self.key, indices)]
-        except IndexError as error:
-            raise self.error(
-                f"index {self.key!r} is out of range: {error}", x, *indices, kind=IndexError
-            ) from None
+        return x[resolve(self.key, indices)]
 
     def backward(self, ctx, g):
         indices = ctx.inputs[1:]
@@ -422,7 +416,10 @@ def getitem(x: Tensor, key) -> Tensor:
     template, indices = normalize_key(x, key)
     if not indices:
         return apply(GetItem(template), x)
-    return apply(Gather(template, len(indices)), x, *indices)
+    op = Gather(template, len(indices))
+    if all(k.dtype.kind in "iu" for k in indices):  # in range (NumPy raises, CuPy wraps)
+        probe(op, x.cell, template, [host_values(k) for k in indices])
+    return apply(op, x, *indices)
 
 
 def tensor_list(name: str, tensors) -> list[Tensor]:
