@@ -47,7 +47,7 @@ class Softmax(Op):
     def forward(self, xp, x):
         if x.size == 0:  # an empty axis, or empty elsewhere: nothing to normalize
             return xp.empty_like(x)
-        if x.dtype == HALF:  # sums in float32, as PyTorch's
+        if x.dtype is HALF:  # sums in float32, as PyTorch's
             return in_float32(self.forward, xp, x)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
         e /= e.sum(axis=self.axis, keepdims=True)
@@ -67,7 +67,7 @@ class LogSoftmax(Softmax):
     def forward(self, xp, x):
         if x.size == 0:
             return xp.empty_like(x)
-        if x.dtype == HALF:
+        if x.dtype is HALF:
             return in_float32(self.forward, xp, x)
         return stable_log_softmax(xp, x, self.axis)
 
@@ -87,7 +87,7 @@ class SoftmaxGrad(Op):
         return [(y.shape, y.dtype)]
 
     def forward(self, xp, y, g):
-        if y.dtype == HALF:
+        if y.dtype is HALF:
             return in_float32(self.forward, xp, y, g)
         if self.of == "softmax":
             dx = g * y
@@ -125,7 +125,7 @@ class CrossEntropy(Op):
         return [((), dtype)]
 
     def forward(self, xp, logits, targets):
-        if logits.dtype == HALF:
+        if logits.dtype is HALF:
             return in_float32(self.forward, xp, logits, targets)
         rows = xp.arange(logits.shape[0])
         picked = stable_log_softmax(xp, logits, 1)[rows, targets]
@@ -149,7 +149,7 @@ class CrossEntropyGrad(Op):
         return [(logits.shape, logits.dtype)]
 
     def forward(self, xp, logits, targets, g):
-        if logits.dtype == HALF:
+        if logits.dtype is HALF:
             return in_float32(self.forward, xp, logits, targets, g)
         p = xp.exp(stable_log_softmax(xp, logits, 1))
         p[xp.arange(logits.shape[0]), targets] -= 1.0

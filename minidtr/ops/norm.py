@@ -97,7 +97,7 @@ class Normalize(Op):
         return y, mean, var
 
     def normalize(self, xp, x, *params):
-        if x.dtype == HALF:  # statistics in float32, as PyTorch's
+        if x.dtype is HALF:  # statistics in float32, as PyTorch's
             return in_float32(self.normalize, xp, x, *params)
         if self.per_channel:
             return self.forward_per_channel(xp, x, *params)
@@ -203,7 +203,7 @@ class NormalizeGrad(Op):
         return (*grads, g if self.relu else g.copy())
 
     def normalize_grad(self, xp, x, mean, var, *rest):
-        if x.dtype == HALF:
+        if x.dtype is HALF:
             return in_float32(self.normalize_grad, xp, x, mean, var, *rest)
         if self.param_axis not in self.stat_axes:
             return self.forward_per_channel(xp, x, mean, var, *rest)
@@ -367,7 +367,7 @@ class RunningStats(Op):
         return [(running_mean.shape, running_mean.dtype), (running_var.shape, running_var.dtype)]
 
     def forward(self, xp, running_mean, running_var, mean, var):
-        if running_mean.dtype == HALF:
+        if running_mean.dtype is HALF:
             return in_float32(self.forward, xp, running_mean, running_var, mean, var)
         m, count = self.momentum, self.count
         new_mean = running_mean * (1.0 - m) + mean.reshape(-1) * m

@@ -200,7 +200,7 @@ def in_float32(forward: Callable, xp, *arrays):
     error on the way. The ops whose kernels reduce (normalization, softmax, losses,
     pooling) or chain several roundings (sigmoid, gelu and their gradients) run their
     float16 inputs through this."""
-    wide = [a.astype(FLOAT32) if a.dtype == HALF else a for a in arrays]
+    wide = [a.astype(FLOAT32) if a.dtype is HALF else a for a in arrays]
     out = forward(xp, *wide)
     if type(out) is tuple:
         return tuple([o.astype(HALF) if o.dtype == FLOAT32 else o for o in out])

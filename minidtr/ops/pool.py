@@ -155,7 +155,7 @@ class AvgPool2d(Pool2d):
     name = "avg_pool2d"
 
     def forward(self, xp, x):
-        if x.dtype == HALF:  # window sums in float32, as PyTorch's
+        if x.dtype is HALF:  # window sums in float32, as PyTorch's
             return in_float32(self.forward, xp, x)
         window = self.window
         out_hw = window.out_hw(x.shape[2:])
@@ -180,7 +180,7 @@ class AvgPool2dGrad(Op):
 
     def forward(self, xp, g):
         """Every window gets the same share: a broadcast, folded into the image."""
-        if g.dtype == HALF:
+        if g.dtype is HALF:
             return in_float32(self.forward, xp, g)
         window = self.window
         (kh, kw), (n, c, oh, ow) = window.kernel, g.shape

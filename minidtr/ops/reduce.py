@@ -55,7 +55,7 @@ class Sum(Reduce):
         return x.dtype
 
     def forward(self, xp, x):
-        if x.dtype == HALF:  # accumulated in float32, as PyTorch's (and NumPy's mean)
+        if x.dtype is HALF:  # accumulated in float32, as PyTorch's (and NumPy's mean)
             out = xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
             return out.astype(HALF)
         return xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self.out_dtype(x))
@@ -99,7 +99,7 @@ class Mean(Reduce):
         return float_dtype(self, x)
 
     def forward(self, xp, x):
-        if x.dtype == HALF:
+        if x.dtype is HALF:
             out = xp.mean(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
             return out.astype(HALF)
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
