@@ -61,6 +61,8 @@ def array_module(device, where: str):
 
 def shape_of(shape, where: str) -> tuple[int, ...]:
     """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
+    if type(shape) is tuple and all([type(d) is int and d >= 0 for d in shape]):
+        return shape  # the usual case, without the ABC checks below (slow)
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,)
     try:

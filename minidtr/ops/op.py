@@ -256,6 +256,8 @@ def first_outside(values: np.ndarray, low: int, high: int) -> int | None:
 def expect_number(op_name: str, value, what: str) -> float:
     """``value`` as a float if it is a real number (not a bool); else a TypeError naming the
     op and the argument."""
+    if type(value) is float:  # the usual case, without the ABC check (slow)
+        return value
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{op_name}: {what} must be a number, got {type(value).__name__} {value!r}")
     return float(value)

@@ -25,7 +25,9 @@ Seed = int | np.random.Generator | None
 def checked_seed(seed, where: str, what: str = "seed") -> int:
     """``seed`` as an int in [0, 2**64) (PyTorch's range for ``manual_seed``), else a
     TypeError or ValueError naming ``where``'s argument ``what``."""
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool | np.bool_):
+    if type(seed) is not int and (
+        not isinstance(seed, numbers.Integral) or isinstance(seed, bool | np.bool_)
+    ):
         raise TypeError(f"{where}: {what} must be an int, got {type(seed).__name__} {seed!r}")
     if not 0 <= seed < 2**64:
         raise ValueError(f"{where}: {what} must be in [0, 2**64), got {seed}")
@@ -120,7 +122,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: Seed = None)
     """Inverted dropout; ``x`` itself when not training or p == 0. The seed (drawn from
     minidtr's default generator when None) is kept in the recipe."""
     expect_tensor("dropout", x)
-    if not isinstance(p, numbers.Real):
+    if type(p) is not float and not isinstance(p, numbers.Real):
         raise TypeError(f"dropout: p must be a number, got {type(p).__name__} {p!r}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
