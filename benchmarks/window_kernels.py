@@ -47,18 +47,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from minidtr.ops.conv import (
-    AvgPool2d,
-    AvgPool2dGrad,
-    Conv2d,
-    Conv2dGradInput,
-    Conv2dGradWeight,
-    MaxPool2d,
-    MaxPool2dGrad,
-)
-from minidtr.ops.elementwise import ActivationGrad
+from minidtr.ops.activation import ActivationGrad
+from minidtr.ops.conv import Conv2d, Conv2dGradInput, Conv2dGradWeight
 from minidtr.ops.norm import Normalize, NormalizeGrad
 from minidtr.ops.op import Op
+from minidtr.ops.pool import AvgPool2d, AvgPool2dGrad, MaxPool2d, MaxPool2dGrad
 
 try:
     import torch

@@ -16,36 +16,24 @@ counts as run for its own inputs.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import ops
+from .modes import as_constants, grad_enabled, no_grad
 from .runtime import allocator as allocator_module
 from .tensor import Tensor, ones_like  # defined before tensor.py imports the ops
 
 if TYPE_CHECKING:
     from .ops.op import Op
 
-_grad_enabled = True
+__all__ = ["Node", "backward", "grad", "grad_enabled", "no_grad"]
+
 _sequence = itertools.count()
-
-
-def grad_enabled() -> bool:
-    return _grad_enabled
-
-
-@contextlib.contextmanager
-def no_grad() -> Iterator[None]:
-    """Ops inside record no backward graph."""
-    global _grad_enabled
-    previous, _grad_enabled = _grad_enabled, False
-    try:
-        yield
-    finally:
-        _grad_enabled = previous
 
 
 class Node:
@@ -60,18 +48,20 @@ class Node:
     kept in one flat tuple (shape, dtype, shape, dtype, ...): a node is made for every
     op with grad on, and each object it holds is one more for the cycle collector."""
 
-    __slots__ = ("op", "edges", "inputs", "outputs", "metas", "seq", "freed")
+    __slots__ = ("op", "edges", "inputs", "outputs", "metas", "seq", "freed", "retained")
 
     def __init__(self, op: Op, edges: tuple, inputs: tuple, outputs: tuple, metas: tuple):
         self.op = op
-        # per input: the Node that made it (its only output), (Node, output index), the
-        # leaf Tensor itself, or None when no gradient flows to it
+        # per input: the Node that made it (its only output), an OutputEdge (one output of
+        # a node with several), the leaf Tensor itself, or None when no gradient flows to it
         self.edges = edges
         self.inputs = inputs
         self.outputs = outputs
         self.metas = metas  # shape and dtype of each input, flat
         self.seq = next(_sequence)
         self.freed = False
+        # weak references to the outputs' tensors that called retain_grad(), or None
+        self.retained: list[weakref.ref[Tensor]] | None = None
 
     @property
     def in_shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -89,11 +79,18 @@ class Node:
         return f"Node({self.op.name}, seq={self.seq})"
 
 
+class OutputEdge(NamedTuple):
+    """An edge to output ``index`` of ``node``, an op with several outputs."""
+
+    node: Node
+    index: int
+
+
 def _edge(t: Tensor):
     """Where the gradient of input ``t`` goes (see ``Node.edges``)."""
     fn = t.grad_fn
     if fn is not None:
-        return fn if fn.op.n_outputs == 1 else (fn, t.cell.index)
+        return fn if fn.op.n_outputs == 1 else OutputEdge(fn, t.cell.index)
     return t if t._requires_grad else None
 
 
@@ -172,7 +169,8 @@ def _saved(tensors: tuple[Tensor, ...], retain: tuple[int, ...]) -> tuple:
 
 
 def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+    """Accumulate d(root)/d(leaf) into ``leaf.grad`` for every leaf that requires grad, and
+    into the ``.grad`` of every non-leaf that called ``retain_grad()``."""
     found = _gradients(root, grad, retain_graph, "backward", finish=_as_constant)
     for leaf, g in found.values():
         _accumulate_leaf(leaf, g)
@@ -198,11 +196,36 @@ def grad(
     The results are ordinary tensors with recipes (evictable, recomputable); None for an
     input the root does not depend on. ``.grad`` fields are left alone.
     """
+    if isinstance(inputs, Tensor):
+        raise TypeError("grad: inputs must be a list of leaf tensors, got a single Tensor")
     for t in inputs:
-        if t.grad_fn is not None or not t.requires_grad:
+        if not isinstance(t, Tensor) or t.grad_fn is not None or not t.requires_grad:
             raise ValueError("grad: inputs must be leaf tensors that require grad")
     found = _gradients(root, grad, retain_graph, "grad")
-    return [found[id(t)][1] if id(t) in found else None for t in inputs]
+    return [found[id(t)].grad if id(t) in found else None for t in inputs]
+
+
+class LeafGrad(NamedTuple):
+    """A leaf and its gradient so far (``_Walk.leaf_grads``, by the leaf's id)."""
+
+    leaf: Tensor
+    grad: Tensor
+
+
+@dataclasses.dataclass(slots=True)
+class _Walk:
+    """The state of one run of the backward graph (``_gradients``)."""
+
+    waiting: dict[Node, int]  # per node: how many of its consumers have not run yet
+    leaf_uses: dict[int, int]  # per leaf (by id): how many edges to it have not been run
+    # per node whose gradient has started to arrive: the gradient of its output, or for
+    # an op with several outputs a list with one gradient (or None) per output
+    pending: dict[Node, Tensor | list]
+    leaf_grads: dict[int, LeafGrad]
+    finish: Callable[[Tensor], Tensor] | None  # applied to a leaf's finished gradient
+    retain_graph: bool
+    caller: str  # "backward" or "grad", for the messages
+    ready: list = dataclasses.field(default_factory=list)  # heap of (-seq, node)
 
 
 def _gradients(
@@ -211,87 +234,91 @@ def _gradients(
     retain_graph: bool,
     caller: str,
     finish: Callable[[Tensor], Tensor] | None = None,
-) -> dict[int, tuple[Tensor, Tensor]]:
-    """Run the backward graph from ``root``; returns {id(leaf): (leaf, gradient)}.
+) -> dict[int, LeafGrad]:
+    """Run the backward graph from ``root``; returns {id(leaf): LeafGrad(leaf, gradient)}.
 
     ``finish`` is applied to a leaf's gradient as soon as the last node feeding it has
     run, not at the end: ``backward`` makes it a constant there. Left evictable until the
     end, a finished weight gradient is a small, cheap-looking victim whose recipe reaches
     back through the whole (by then evicted and dead) backward chain, and rebuilding it
     recomputes that chain.
+    """
+    grad = _root_gradient(root, grad, caller)
+    if root.grad_fn is None:
+        grad = grad.detach()
+        return {id(root): LeafGrad(root, grad if finish is None else finish(grad))}
+    node = root.grad_fn
+    waiting, leaf_uses = _count_consumers(node)
+    walk = _Walk(waiting, leaf_uses, {}, {}, finish, retain_graph, caller)
+    if node.op.n_outputs == 1:
+        walk.pending[node] = grad.detach()
+    else:
+        walk.pending[node] = slots = [None] * node.op.n_outputs
+        slots[root.cell.index] = grad.detach()
+    with no_grad():
+        _run(walk, node)
+    return walk.leaf_grads
+
+
+def _run(walk: _Walk, node: Node) -> None:
+    """Run ``node`` and then every node whose consumers have all run, latest first.
 
     This loop runs once per node, so it is written for speed: a single-output node's
     gradient is kept bare (a list only for several outputs), a node that becomes ready
     when no other is waiting runs next without going through the heap (the heap would
     pop it first anyway), and a one-input node's bare gradient is passed on without a
-    zip or a one-element tuple.
-    """
-    grad = _root_gradient(root, grad, caller)
-    if root.grad_fn is None:
-        grad = grad.detach()
-        return {id(root): (root, grad if finish is None else finish(grad))}
-    node = root.grad_fn
-    waiting, leaf_uses = _count_consumers(node)
-    # per node whose gradient has started to arrive: the gradient of its output, or for
-    # an op with several outputs a list with one gradient (or None) per output
-    pending: dict[Node, Tensor | list] = {}
-    if node.op.n_outputs == 1:
-        pending[node] = grad.detach()
-    else:
-        pending[node] = slots = [None] * node.op.n_outputs
-        slots[root.cell.index] = grad.detach()
-    leaf_grads: dict[int, tuple[Tensor, Tensor]] = {}
-    ready: list = []  # a heap of (-seq, node): the latest node first (seqs are unique)
-    state = (waiting, pending, leaf_uses, leaf_grads, finish, retain_graph)  # for _skip
-    with no_grad():
-        while True:
-            incoming = pending.pop(node)
-            pairs, result = _run_node(node, incoming, caller)
-            if not retain_graph:
-                node.inputs = node.outputs = ()  # what the node saved dies here
-                node.freed = True
-            following = None  # the one node made ready by this one, while the heap is empty
-            for edge, g in pairs:
-                kind = type(edge)
-                if kind is Node and g is not None:  # the common case, spelled out
-                    target = edge
-                    if target in pending:  # a second consumer's gradient: sum them
-                        pending[target] = ops.add(pending[target], g)
-                    else:
-                        pending[target] = g
-                elif g is None and (kind is Node or kind is tuple):  # no gradient for it
-                    following = _no_gradient(edge, following, ready, state)
-                    continue
-                elif kind is tuple:
-                    target = _send_to_output(edge, g, pending)
-                elif edge is not None:  # g: the leaf's sum, so that what it replaced dies now
-                    g = _send_to_leaf(edge, g, leaf_uses, leaf_grads, finish)
-                    continue
+    zip or a one-element tuple."""
+    waiting, pending, ready = walk.waiting, walk.pending, walk.ready
+    retain_graph, caller = walk.retain_graph, walk.caller
+    while True:
+        incoming = pending.pop(node)
+        if node.retained is not None and caller == "backward":
+            _retain(node, incoming)
+        pairs, result = _run_node(node, incoming, caller)
+        if not retain_graph:
+            node.inputs = node.outputs = ()  # what the node saved dies here
+            node.freed = True
+        following = None  # the one node made ready by this one, while the heap is empty
+        for edge, g in pairs:
+            kind = type(edge)
+            if kind is Node and g is not None:  # the common case, spelled out
+                target = edge
+                if target in pending:  # a second consumer's gradient: sum them
+                    pending[target] = ops.add(pending[target], g)
                 else:
-                    continue
-                left = waiting[target] - 1
-                waiting[target] = left
-                if left == 0:
-                    if following is None and not ready:
-                        following = target
-                    else:
-                        if following is not None:
-                            heapq.heappush(ready, (-following.seq, following))
-                            following = None
-                        heapq.heappush(ready, (-target.seq, target))
-            # the gradients this node returned and did not pass on die here (the last
-            # first), then the incoming one: the order of the releases in a recorded trace.
-            # Those passed on are held by pending, the last one also by g until the next
-            # node's loop.
-            pairs = result = None  # noqa: F841 (it releases them, in this order)
-            incoming = None
-            if following is not None:
-                node = following
-            elif ready:
-                node = heapq.heappop(ready)[1]
+                    pending[target] = g
+            elif g is None and (kind is Node or kind is OutputEdge):  # no gradient for it
+                following = _no_gradient(walk, edge, following)
+                continue
+            elif kind is OutputEdge:
+                target = _send_to_output(edge, g, pending)
+            elif edge is not None:  # g: the leaf's sum, so that what it replaced dies now
+                g = _send_to_leaf(walk, edge, g)
+                continue
             else:
-                break
-    return leaf_grads
+                continue
+            left = waiting[target] - 1
+            waiting[target] = left
+            if left == 0:
+                if following is None and not ready:
+                    following = target
+                else:
+                    if following is not None:
+                        heapq.heappush(ready, (-following.seq, following))
+                        following = None
+                    heapq.heappush(ready, (-target.seq, target))
+        # the gradients this node returned and did not pass on die here (the last
+        # first), then the incoming one: the order of the releases in a recorded trace.
+        # Those passed on are held by pending, the last one also by g until the next
+        # node's loop.
+        pairs = result = None  # noqa: F841 (it releases them, in this order)
+        incoming = None
+        if following is not None:
+            node = following
+        elif ready:
+            _, node = heapq.heappop(ready)
+        else:
+            return
 
 
 def _run_node(node: Node, incoming: Tensor | list, caller: str) -> tuple[Iterable, Any]:
@@ -317,9 +344,20 @@ def _run_node(node: Node, incoming: Tensor | list, caller: str) -> tuple[Iterabl
     return pairs, result
 
 
-def _send_to_output(edge: tuple, g: Tensor, pending: dict) -> Node:
-    """Hand ``g`` to one output (of index ``edge[1]``) of a node with several; returns the
-    node."""
+def _retain(node: Node, incoming: Tensor | list) -> None:
+    """Add the gradient of each output of ``node`` whose tensor called ``retain_grad()``
+    to that tensor's ``.grad`` (a constant: it is kept, as a leaf's is)."""
+    for ref in node.retained:
+        t = ref()
+        if t is None or t.grad_fn is not node:
+            continue
+        g = incoming if node.op.n_outputs == 1 else incoming[t.cell.index]
+        if g is not None:
+            t._grad = _as_constant(g if t._grad is None else ops.add(t._grad, g))
+
+
+def _send_to_output(edge: OutputEdge, g: Tensor, pending: dict) -> Node:
+    """Hand ``g`` to one output of a node with several; returns the node."""
     target, index = edge
     slots = pending.get(target)
     if slots is None:
@@ -328,47 +366,41 @@ def _send_to_output(edge: tuple, g: Tensor, pending: dict) -> Node:
     return target
 
 
-def _no_gradient(edge: Node | tuple, following: Node | None, ready: list, state: tuple):
+def _no_gradient(walk: _Walk, edge: Node | OutputEdge, following: Node | None) -> Node | None:
     """A consumer ran and sent no gradient (None) to ``edge``'s node: it counts as run all
     the same, and when it was the last, the node becomes ready, or is skipped when no
-    consumer sent it anything (``_skip``). Returns ``following`` (see ``_gradients``),
-    pushed to the heap when another node becomes ready."""
-    waiting, pending = state[0], state[1]
-    target = edge if type(edge) is Node else edge[0]
-    left = waiting[target] = waiting[target] - 1
+    consumer sent it anything (``_skip``). Returns ``following`` (see ``_run``), pushed to
+    the heap when another node becomes ready."""
+    target = edge if type(edge) is Node else edge.node
+    left = walk.waiting[target] = walk.waiting[target] - 1
     if left:
         return following
+    ready = walk.ready
     if following is not None:
         heapq.heappush(ready, (-following.seq, following))
-    if target in pending:
+    if target in walk.pending:
         heapq.heappush(ready, (-target.seq, target))
     else:  # no consumer sent it a gradient: it does not run
-        for reached in _skip(target, *state):
+        for reached in _skip(walk, target):
             heapq.heappush(ready, (-reached.seq, reached))
     return None
 
 
-def _send_to_leaf(
-    leaf: Tensor,
-    g: Tensor | None,
-    leaf_uses: dict[int, int],
-    leaf_grads: dict[int, tuple[Tensor, Tensor]],
-    finish: Callable[[Tensor], Tensor] | None,
-) -> Tensor | None:
+def _send_to_leaf(walk: _Walk, leaf: Tensor, g: Tensor | None) -> Tensor | None:
     """Add ``g`` to a leaf's gradient; after the leaf's last use, ``finish`` it. Returns
     the leaf's gradient as it now stands (None when ``g`` was None)."""
     key = id(leaf)
-    left = leaf_uses[key] - 1
-    leaf_uses[key] = left
+    left = walk.leaf_uses[key] = walk.leaf_uses[key] - 1
+    leaf_grads, finish = walk.leaf_grads, walk.finish
     if g is not None:
         if key in leaf_grads:
-            g = ops.add(leaf_grads[key][1], g)
+            g = ops.add(leaf_grads[key].grad, g)
         if finish is not None and left == 0:
             g = finish(g)
-        leaf_grads[key] = (leaf, g)
+        leaf_grads[key] = LeafGrad(leaf, g)
         return g
     if left == 0 and finish is not None and key in leaf_grads:
-        leaf_grads[key] = (leaf, finish(leaf_grads[key][1]))
+        leaf_grads[key] = LeafGrad(leaf, finish(leaf_grads[key].grad))
     return None
 
 
@@ -385,39 +417,33 @@ def _count_error(result: tuple, edges: tuple, op: Op, caller: str) -> ValueError
     )
 
 
-def _skip(
-    node: Node,
-    waiting: dict[Node, int],
-    pending: dict,
-    leaf_uses: dict[int, int],
-    leaf_grads: dict[int, tuple[Tensor, Tensor]],
-    finish: Callable[[Tensor], Tensor] | None,
-    retain_graph: bool,
-) -> list[Node]:
+def _skip(walk: _Walk, node: Node) -> list[Node]:
     """Pass over a node none of whose consumers sent a gradient (a backward may return None
     for an input): it does not run, but its inputs count it as a consumer that has run, or
     the nodes it feeds would wait for ever and lose what their other consumers sent. Nodes
     reached only through skipped ones are skipped too; a leaf whose last use this was has
     its gradient finished. Returns the nodes made ready (some gradient reached them)."""
+    waiting, pending, leaf_uses = walk.waiting, walk.pending, walk.leaf_uses
     reached: list[Node] = []
     stack = [node]
     while stack:
         node = stack.pop()
-        if not retain_graph:
+        if not walk.retain_graph:
             node.inputs = node.outputs = ()
             node.freed = True
         for edge in node.edges:
             kind = type(edge)
-            if kind is Node or kind is tuple:
-                target = edge if kind is Node else edge[0]
+            if kind is Node or kind is OutputEdge:
+                target = edge if kind is Node else edge.node
                 left = waiting[target] = waiting[target] - 1
                 if left == 0:
                     (reached if target in pending else stack).append(target)
             elif edge is not None:  # a leaf
                 key = id(edge)
                 left = leaf_uses[key] = leaf_uses[key] - 1
-                if left == 0 and finish is not None and key in leaf_grads:
-                    leaf_grads[key] = (edge, finish(leaf_grads[key][1]))
+                if left == 0 and walk.finish is not None and key in walk.leaf_grads:
+                    done = walk.finish(walk.leaf_grads[key].grad)
+                    walk.leaf_grads[key] = LeafGrad(edge, done)
     return reached
 
 
@@ -463,8 +489,6 @@ def _as_constant(g: Tensor) -> Tensor:
     broadcast) is copied, so optimizers work on arrays in the parameter's own layout.
     """
     if g.cell.is_view or not g.cell.contiguous:
-        from .ops.op import as_constants  # on this rare path only
-
         with no_grad(), as_constants():
             return ops.copy(g)
     storage = g.cell  # not a view: its own storage
@@ -491,8 +515,8 @@ def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:
         node = stack.pop()
         for edge in node.edges:
             kind = type(edge)
-            if kind is Node or kind is tuple:
-                target = edge if kind is Node else edge[0]
+            if kind is Node or kind is OutputEdge:
+                target = edge if kind is Node else edge.node
                 if target in counts:
                     counts[target] += 1
                 else:

@@ -4,7 +4,10 @@ Constants (parameters, optimizer state, the batch, finished gradients) are
 never evicted, and an op runs only with its inputs and outputs resident. So
 at every op the runtime holds at least the constants alive then plus that
 op's non-constant inputs and outputs; the largest such sum over a run is its
-*floor*: below it no eviction policy can run that op order. ``FloorMeter`` is
+*floor*: below it no eviction policy can run that op order, under eager or ignore
+deallocation. (The constants counted include those alive only because a recipe
+reads them; banish drops the recipes of a dead storage's children, so it can free
+such constants sooner and run below the floor.) ``FloorMeter`` is
 an allocator observer that takes this maximum as the ops run (the simulator
 computes the same figure from a trace: ``minidtr sim info``).
 """

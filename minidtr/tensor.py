@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -33,6 +35,8 @@ DEFAULT_DTYPE = float32
 
 def checked_dtype(dtype, where: str) -> np.dtype:
     """``dtype`` as a NumPy dtype, if tensors can hold it: bool, integers or floats."""
+    if dtype is None:  # NumPy reads None as float64
+        raise TypeError(f"{where}: dtype must be a dtype such as md.float32, got None")
     try:
         dtype = np.dtype(dtype)
     except TypeError as error:
@@ -44,14 +48,45 @@ def checked_dtype(dtype, where: str) -> np.dtype:
     return dtype
 
 
+def array_module(device, where: str):
+    """The array module of ``device`` (``backend.xp_for``), an unknown device named as
+    ``where``'s argument."""
+    try:
+        return backend.xp_for(device)
+    except ValueError:
+        raise ValueError(
+            f"{where}: device must be one of {backend.DEVICES}, got {device!r}"
+        ) from None
+
+
+def shape_of(shape, where: str) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
+    if type(shape) is tuple and all([type(d) is int and d >= 0 for d in shape]):
+        return shape  # the usual case, without the ABC checks below (slow)
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = None if isinstance(shape, str) else tuple(shape)
+    except TypeError:  # not iterable
+        dims = None
+    if dims is None or not all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims
+    ):
+        raise TypeError(f"{where}: shape must be non-negative ints, got {shape!r}")
+    shape = dims
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{where}: shape must be non-negative ints, got {shape}")
+    return tuple(int(d) for d in shape)
+
+
 class Tensor:
-    __slots__ = ("cell", "grad", "_requires_grad", "grad_fn", "__weakref__")
+    __slots__ = ("cell", "_grad", "_requires_grad", "grad_fn", "__weakref__")
     __array_priority__ = 1000  # numpy_array * tensor -> Tensor.__rmul__
     __hash__ = object.__hash__
 
     def __init__(self, cell: Cell, requires_grad: bool = False):
         self.cell = cell
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
         self.grad_fn = None
         self._requires_grad = False
         if requires_grad:
@@ -129,6 +164,48 @@ class Tensor:
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient ``backward()`` accumulated: for a leaf that requires grad, or a
+        tensor that called ``retain_grad()``. Read on any other non-leaf, it is None and
+        warns (a UserWarning, once per line under Python's default filter), as PyTorch."""
+        fn = self.grad_fn
+        if fn is not None and self._grad is None and not self.retains_grad:
+            warnings.warn(
+                f"the .grad of a tensor that is not a leaf (made by {fn.op.name}) is not "
+                "filled by backward(): call .retain_grad() on it before backward() to keep "
+                "its gradient, or read the .grad of the leaf tensors it was computed from",
+                UserWarning,
+                stacklevel=2,
+            )
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
+        self._grad = value
+
+    def retain_grad(self) -> None:
+        """Have ``backward()`` fill this non-leaf's ``.grad`` too (a leaf's is filled anyway).
+        The gradient is kept as a constant, counted in memory, until ``.grad`` is dropped."""
+        if not self._requires_grad:
+            raise RuntimeError("retain_grad: this tensor does not require grad")
+        fn = self.grad_fn
+        if fn is None or self.retains_grad:
+            return
+        if fn.retained is None:
+            fn.retained = []
+        fn.retained.append(weakref.ref(self))
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether this non-leaf called ``retain_grad()``."""
+        fn = self.grad_fn
+        if fn is None or fn.retained is None:
+            return False
+        return any(ref() is self for ref in fn.retained)
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
@@ -188,6 +265,8 @@ class Tensor:
         """
         if self.grad_fn is not None:
             raise RuntimeError("assign() is for leaf tensors (parameters, buffers)")
+        if not isinstance(value, Tensor):
+            raise TypeError(f"assign: value must be a Tensor, got {type(value).__name__}")
         old, new = self.cell, value.cell
         if new.shape != old.shape or new.dtype != old.dtype:
             raise ValueError(
@@ -369,7 +448,10 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
     """
     if isinstance(data, Tensor):
         raise TypeError("tensor(): data is already a Tensor; use .detach() to share it")
-    xp = backend.xp_for(device)
+    try:
+        xp = backend.xp_for(device)  # (array_module's call costs each scalar operand a frame)
+    except ValueError:
+        xp = array_module(device, "tensor()")
     source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
     if not hasattr(source, "dtype") or not hasattr(source, "shape"):
         source = _python_data(source, dtype)
@@ -389,29 +471,27 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
 def full(
     shape, value: float, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu"
 ) -> Tensor:
-    shape = _shape_of(shape, "full")
-    dtype = checked_dtype(dtype, "full")
+    """A tensor of ``shape`` filled with ``value``; ``dtype=None`` is the default float32."""
+    return _filled(shape, value, dtype, requires_grad, device, "full")
+
+
+def _filled(shape, value, dtype, requires_grad: bool, device: str, where: str) -> Tensor:
+    shape = shape_of(shape, where)
+    dtype = checked_dtype(DEFAULT_DTYPE if dtype is None else dtype, where)
+    if not isinstance(value, numbers.Real | np.bool_):
+        raise TypeError(f"{where}: value must be a number, got {type(value).__name__} {value!r}")
     if requires_grad and dtype.kind != "f":
-        raise TypeError(f"full(): only floating-point tensors can require grad, not {dtype}")
-    xp = backend.xp_for(device)
+        raise TypeError(f"{where}: only floating-point tensors can require grad, not {dtype}")
+    xp = array_module(device, where)
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
 
 
-def _shape_of(shape, where: str) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
-    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in shape):
-        raise TypeError(f"{where}: shape must be a tuple of ints, got {shape!r}")
-    if any(d < 0 for d in shape):
-        raise ValueError(f"{where}: shape must be non-negative, got {shape}")
-    return tuple(int(d) for d in shape)
-
-
 def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
-    return full(shape, 0, dtype, requires_grad, device)
+    return _filled(shape, 0, dtype, requires_grad, device, "zeros")
 
 
 def ones(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
-    return full(shape, 1, dtype, requires_grad, device)
+    return _filled(shape, 1, dtype, requires_grad, device, "ones")
 
 
 def zeros_like(x: Tensor) -> Tensor:
@@ -441,7 +521,7 @@ def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
     dtype = checked_dtype(dtype, "arange")
     steps = -(-(stop - start) // step) if integral else math.ceil((stop - start) / step)
     n = max(0, steps)
-    xp = backend.xp_for(device)
+    xp = array_module(device, "arange")
     if integral and dtype.kind in "iu":
         return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)
     return constant(

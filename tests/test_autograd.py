@@ -203,6 +203,87 @@ def test_no_grad_and_detach_record_nothing():
         (z * 2).sum().backward()
 
 
+def test_the_grad_of_a_non_leaf_warns_and_retain_grad_fills_it():
+    """As PyTorch: reading .grad of a non-leaf warns (naming retain_grad) and gives None;
+    retain_grad() has backward fill it, accumulating over calls, for one output of a
+    multi-output op and for the root too; md.grad leaves it alone."""
+    import warnings
+
+    x = md.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    y = x * 2.0
+    with pytest.warns(UserWarning, match=r"not a leaf \(made by mul\).*retain_grad\(\)") as got:
+        assert y.grad is None
+    assert got[0].filename == __file__  # the warning points at the reading line
+    a, b = md.split(y, 2)
+    for t in (y, b):
+        t.retain_grad()
+    loss = (a * 3.0).sum() + (b * b).sum()
+    loss.retain_grad()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert y.grad is None and y.retains_grad and not a.retains_grad
+        loss.backward(retain_graph=True)
+        np.testing.assert_array_equal(y.grad.numpy(), [3.0, 3.0, 12.0, 16.0])
+        np.testing.assert_array_equal(b.grad.numpy(), [12.0, 16.0])
+        assert loss.grad.item() == 1.0 and y.grad.storage.constant
+        loss.backward()
+        np.testing.assert_array_equal(y.grad.numpy(), [6.0, 6.0, 24.0, 32.0])
+        np.testing.assert_array_equal(x.grad.numpy(), [12.0, 12.0, 48.0, 64.0])
+    c = x * 3.0
+    c.retain_grad()
+    md.grad(c.sum(), [x])
+    assert c._grad is None
+    with pytest.raises(RuntimeError, match="retain_grad: this tensor does not require grad"):
+        md.tensor([1.0]).retain_grad()
+    with pytest.raises(TypeError, match=".grad must be a Tensor or None"):
+        x.grad = np.ones(4)
+
+
+def test_grad_and_constant_modes_are_context_variables():
+    """Each thread and each copied context has its own modes; a block restores what was
+    there, also when nested, raised through or used as a decorator (recursively too)."""
+    import contextvars
+    import threading
+
+    x = md.tensor(np.ones(2), requires_grad=True)
+    seen = {}
+
+    def other_thread():
+        seen["grad"] = md.autograd.grad_enabled()
+        seen["recorded"] = (x * 2).grad_fn is not None
+        seen["constant"] = (x * 2).storage.constant
+
+    with md.no_grad(), md.as_constants():
+        assert not md.autograd.grad_enabled()
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert (x * 2).storage.constant
+    assert seen == {"grad": True, "recorded": True, "constant": False}
+
+    def in_copy():
+        with md.no_grad():
+            pass
+        md.modes.GRAD_ENABLED.set(False)  # a change that stays inside the copy
+        return (x * 2).grad_fn
+
+    assert contextvars.copy_context().run(in_copy) is None
+    assert (x * 2).grad_fn is not None and md.autograd.grad_enabled()
+
+    with pytest.raises(KeyError), md.no_grad():
+        with md.as_constants(), md.no_grad():
+            assert not md.autograd.grad_enabled()
+        assert not (x * 2).storage.constant
+        raise KeyError
+    assert md.autograd.grad_enabled()
+
+    @md.no_grad()
+    def depth(n):
+        return (x * 2).grad_fn if n == 0 else depth(n - 1)
+
+    assert depth(3) is None and (x * 2).grad_fn is not None
+
+
 def test_leaf_gradients_become_contiguous_constants():
     """A finished .grad has no recipe (it would keep the graph alive) and the parameter's
     layout (the transposed view a matmul gradient produces is copied)."""

@@ -62,6 +62,10 @@ def make_input(rng: np.random.Generator, kind: str, shape: tuple, dtype: np.dtyp
         return np.where(rng.random(shape) < 0.4, 0.0, rng.uniform(0.5, 2.0, shape)).astype(dtype)
     if kind == "exponent":  # exact 0, 1, 2 and fractional exponents
         return rng.choice([0.0, 1.0, 2.0, 0.5, 1.5, 3.0], shape).astype(dtype)
+    if kind == "offset":  # far from 0 for its spread: float16 statistics drift
+        return (rng.standard_normal(shape) + 40.0).astype(dtype)
+    if kind == "wide":  # scores spread over [-8, 8]
+        return rng.uniform(-8.0, 8.0, shape).astype(dtype)
     if kind == "special":  # signed zeros, infinities, NaN among ordinary values
         return rng.choice(SPECIAL_VALUES, shape).astype(dtype)
     if kind == "bool":
@@ -358,6 +362,11 @@ CASES: list[Case] = [
             ("bool mask", np.array([True, False, True, True])),
             ("bool mask 2-d", (np.arange(12).reshape(4, 3) % 3 == 0)),
             ("empty list", ([],)),
+            ("empty lists", ([], slice(None), [])),
+            ("mask and empty list", (np.array([False, False, True, False]), [])),
+            ("false mask and empty list", (np.zeros(4, bool), slice(1, None), [])),
+            ("ellipsis and empty list", (Ellipsis, [])),
+            ("new axis, int and empty list", (None, 1, [])),
         )
     ],
     Case(
@@ -424,6 +433,7 @@ CASES: list[Case] = [
             ((2, 5, 4), (3, 4), (3,)),
             ((0, 4), (3, 4), (3,)),
             ((4,), (3, 4), (3,)),
+            ((2, 3), (0, 3), (0,)),
         ],
         ("normal", "normal", "normal"),
     ),
@@ -431,7 +441,7 @@ CASES: list[Case] = [
         "linear no bias",
         md.linear,
         TF.linear,
-        [((5, 4), (3, 4)), ((2, 1, 4), (2, 4))],
+        [((5, 4), (3, 4)), ((2, 1, 4), (2, 4)), ((0, 3), (0, 3)), ((3, 0), (3, 0))],
         ("normal", "normal"),
     ),
     Case(
@@ -519,6 +529,13 @@ CASES: list[Case] = [
         ("normal", "normal", "normal"),
     ),
     Case(
+        "batch_norm train no params",
+        lambda x: md.batch_norm(x, None, None),
+        lambda x: TF.batch_norm(x, None, None, training=True),
+        [((4, 3),), ((4, 0, 2, 2),)],
+        ("normal",),
+    ),
+    Case(
         "batch_norm train relu",
         lambda x, w, b: md.batch_norm(x, w, b, relu=True),
         lambda x, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, training=True)),
@@ -596,6 +613,13 @@ CASES: list[Case] = [
         [((6, 3), (2, 4)), ((6, 3), ()), ((6, 3), (0,))],
         ("normal", "int:6"),
     ),
+    Case(
+        "embedding of no columns",
+        md.embedding,
+        lambda w, i: TF.embedding(i, w),
+        [((6, 0), (2, 4))],
+        ("normal", "int:6"),
+    ),
 ]
 
 
@@ -648,6 +672,108 @@ OP_PARAMS = [
 @pytest.mark.parametrize("case, shapes, dtype", OP_PARAMS)
 def test_op_matches_torch(case: Case, shapes, dtype):
     compare(case, shapes, dtype, seed=zlib.crc32(case.name.encode()) % 10_000)
+
+
+# ---- float16: what reduces or chains is computed in float32, as PyTorch's CPU kernels do ---------
+
+# inputs large enough, and offset enough (``offset``: mean 40), that statistics, sums and
+# chains of steps taken in float16 drift by many float16 steps from PyTorch's
+HALF_CASES: list[Case] = [
+    Case(
+        "layer_norm",
+        lambda x, w, b: md.layer_norm(x, w, b),
+        lambda x, w, b: TF.layer_norm(x, (x.shape[-1],), w, b),
+        [((4, 1024), (1024,), (1024,))],
+        ("offset", "normal", "normal"),
+    ),
+    Case(
+        "batch_norm train",
+        lambda x, w, b: md.batch_norm(x, w, b),
+        lambda x, w, b: TF.batch_norm(x, None, None, w, b, training=True),
+        [((64, 3, 8, 8), (3,), (3,)), ((4096, 2), (2,), (2,))],
+        ("offset", "normal", "normal"),
+    ),
+    Case(
+        "batch_norm train residual",
+        lambda x, w, b, r: md.batch_norm(x, w, b, residual=r),
+        lambda x, w, b, r: TF.batch_norm(x, None, None, w, b, training=True) + r,
+        [((64, 3, 8, 8), (3,), (3,), (64, 3, 8, 8))],
+        ("offset", "normal", "normal", "normal"),
+    ),
+    *[
+        Case(
+            name,
+            lambda x, f=md_fn: f(x, -1),
+            lambda x, f=torch_fn: f(x, dim=-1),
+            [((4, 2048),)],
+            ("wide",),
+        )
+        for name, md_fn, torch_fn in (
+            ("softmax", md.softmax, torch.softmax),
+            ("log_softmax", md.log_softmax, torch.log_softmax),
+        )
+    ],
+    Case(
+        "cross_entropy",
+        md.cross_entropy,
+        TF.cross_entropy,
+        [((8, 2048), (8,))],
+        ("wide", "int:2048"),
+    ),
+    Case("sum", lambda x: md.sum(x, axis=0), lambda x: x.sum(0), [((4096, 3),)], ("positive",)),
+    Case(
+        "mean",
+        lambda x: md.mean(x, axis=(0, 2)),
+        lambda x: x.mean((0, 2)),
+        [((64, 3, 64),)],
+        ("offset",),
+    ),
+    Case(
+        "avg_pool2d",
+        lambda x: md.avg_pool2d(x, 4, 2, 1),
+        lambda x: TF.avg_pool2d(x, 4, 2, 1),
+        [((2, 3, 16, 16),)],
+        ("offset",),
+    ),
+    unary("sigmoid", md.sigmoid, torch.sigmoid, "wide", [((64, 64),)]),
+    unary("gelu", md.gelu, TF.gelu, "wide", [((64, 64),)]),
+    unary(
+        "gelu tanh",
+        lambda x: md.gelu(x, "tanh"),
+        lambda x: TF.gelu(x, approximate="tanh"),
+        "wide",
+        [((64, 64),)],
+    ),
+    unary("tanh", md.tanh, torch.tanh, "wide", [((64, 64),)]),
+    Case("mse_loss", md.mse_loss, TF.mse_loss, [((64, 64), (64, 64))], ("wide", "wide")),
+]
+
+
+@pytest.mark.parametrize(
+    "case, shapes",
+    [pytest.param(c, s, id=f"{c.name}-{list(s)}") for c in HALF_CASES for s in c.shapes],
+)
+def test_float16_is_as_accurate_as_torch(case: Case, shapes):
+    """Values and gradients no farther from the float64 result than PyTorch's float16 ones,
+    give or take one float16 step (at the output's largest magnitude): PyTorch's CPU kernels
+    compute float16 in float32 and round once."""
+    seed = zlib.crc32(case.name.encode()) % 10_000
+    arrays = case.arrays(shapes, np.float16, seed)
+    want_values, _ = run_torch(case, arrays)
+    rng = np.random.default_rng(seed + 1)
+    weights = [rng.standard_normal(v.shape).astype(v.dtype) for v in want_values]
+    got = run_minidtr(case, arrays, weights)
+    theirs = run_torch(case, arrays, weights)
+    wide = [a.astype(np.float64) if a.dtype == np.float16 else a for a in arrays]
+    exact = run_torch(case, wide, [w.astype(np.float64) for w in weights])
+    for k, what in enumerate(("output", "gradient")):
+        for i, (g, t, e) in enumerate(zip(got[k], theirs[k], exact[k], strict=True)):
+            assert g.dtype == t.dtype == np.float16, f"{case.name} {what} {i}"
+            step = float(np.spacing(np.float16(np.abs(e).max())))
+            ours, torchs = np.abs(g - e).max() / step, np.abs(t - e).max() / step
+            assert ours <= torchs + 1, (
+                f"{case.name} {what} {i}: {ours:.1f} steps, torch {torchs:.1f}"
+            )
 
 
 def test_every_public_op_is_in_the_table():

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 
 import minidtr as md
-from minidtr.ops.conv import Conv2d, Conv2dGradInput, MaxPool2d, MaxPool2dGrad, Window
-from minidtr.ops.elementwise import zero_where
+from minidtr.ops.activation import zero_where
+from minidtr.ops.conv import Conv2d, Conv2dGradInput
+from minidtr.ops.pool import MaxPool2d, MaxPool2dGrad
+from minidtr.ops.window import Window
 from minidtr.testing import assert_remat_equivalent
 from op_harness import HAS_TORCH, OpCase, define_tests
 

@@ -195,5 +195,59 @@ def test_random_argument_errors():
         md.randn(3, dtype=md.int64)
     with pytest.raises(ValueError, match="rand: shape must be non-negative ints"):
         md.rand((2, -1))
-    with pytest.raises(ValueError, match="randn: shape must be non-negative ints"):
+    with pytest.raises(TypeError, match="randn: shape must be non-negative ints"):
         md.randn((2.5,))
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: md.manual_seed("abc"), TypeError, "manual_seed: seed must be an int, got str"),
+        (lambda: md.manual_seed(1.5), TypeError, "manual_seed: seed must be an int"),
+        (lambda: md.manual_seed(None), TypeError, "manual_seed: seed must be an int"),
+        (lambda: md.manual_seed(-1), ValueError, r"manual_seed: seed must be in \[0, 2\*\*64\)"),
+        (lambda: md.randn(3, seed="x"), TypeError, "randn: seed must be an int"),
+        (lambda: md.rand(3, seed=-2), ValueError, "rand: seed must be in"),
+        (lambda: md.randn(3, seed=np.random.RandomState(0)), TypeError, "randn: seed must be"),
+        (lambda: md.randn(3, dtype="x"), TypeError, "randn: 'x' is not a dtype"),
+        (lambda: md.randn(3, device="gpu"), ValueError, "randn: device must be one of"),
+        (lambda: md.randn(2.0), TypeError, "randn: shape must be non-negative ints"),
+        (lambda: md.dropout(md.ones(3), 0.5, seed="x"), TypeError, "dropout: seed must be an int"),
+        (lambda: md.dropout(md.ones(3), "x"), TypeError, "dropout: p must be a number"),
+        (lambda: md.tensor([1.0], device="gpu"), ValueError, r"tensor\(\): device must be"),
+        (lambda: md.zeros(3, device=None), ValueError, "zeros: device must be one of"),
+        (lambda: md.ones(None), TypeError, "ones: shape must be non-negative ints"),
+        (lambda: md.full(2, "x"), TypeError, "full: value must be a number"),
+        (lambda: md.arange(3, device="tpu"), ValueError, "arange: device must be one of"),
+        (lambda: md.ones(2).astype(None), TypeError, "astype: dtype must be a dtype"),
+        (lambda: md.nn.Linear(2, 3, dtype="x"), TypeError, "Linear: 'x' is not a dtype"),
+        (lambda: md.nn.Linear(2, 3, device="x"), ValueError, "Linear: device must be"),
+        (lambda: md.nn.Linear(2, 3, rng="x"), TypeError, "Linear: rng must be an int seed"),
+        (lambda: md.nn.Linear(2, 3, rng=-1), ValueError, "Linear: rng must be in"),
+        (lambda: md.nn.Linear("2", 3), TypeError, "Linear: in_features must be a non-negative"),
+        (lambda: md.nn.Conv2d(2, -3, 3), ValueError, "Conv2d: out_channels must be a non-neg"),
+        (lambda: md.nn.Embedding(4, 3, dtype=md.int64), TypeError, "Embedding: parameters are"),
+        (lambda: md.nn.LSTMCell(3, 4, rng=1.5), TypeError, "LSTMCell: rng must be"),
+        (lambda: md.nn.BatchNorm2d(3, dtype="x"), TypeError, "BatchNorm2d: 'x' is not a dtype"),
+        (lambda: md.nn.LayerNorm(3, device="x"), ValueError, "LayerNorm: device must be"),
+        (lambda: md.nn.Dropout("x"), TypeError, "Dropout: p must be a number"),
+        (lambda: md.nn.Dropout(0.5, rng="x"), TypeError, "Dropout: rng must be"),
+        (lambda: md.layer_norm(md.ones((2, 3)), None, None, eps="x"), TypeError, "layer_norm: eps"),
+    ],
+)
+def test_seeds_dtypes_devices_and_shapes_are_checked_where_they_are_given(call, error, message):
+    """An argument of the wrong kind is refused by the function it was given to, naming the
+    argument (not by NumPy's SeedSequence or dtype parser, or minidtr's backend, later)."""
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_seeds_of_every_valid_kind_still_work():
+    md.manual_seed(np.int64(3))
+    md.manual_seed(2**64 - 1)
+    assert md.randn(2, seed=np.uint64(5)).shape == (2,)
+    assert md.randn(2, dtype=None).dtype == md.float32  # the default float, as in PyTorch
+    assert md.full(2, np.float32(1.5), dtype=None).dtype == md.float32
+    assert md.zeros(np.array([2, 3])).shape == (2, 3)
+    assert md.nn.Linear(2, 3, rng=np.random.default_rng(1)).weight.shape == (3, 2)
+    assert md.nn.LSTMCell(2, 0).weight_hh.shape == (0, 0)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import minidtr as md
+from minidtr.ops.shape import IndexSlot
 
 F32, F64, I64, I32, BOOL = (
     np.dtype(np.float32),
@@ -109,6 +110,42 @@ def test_integer_ops_stay_integer():
     assert values(md.maximum(x, 0)) == [0, 4]
     with pytest.raises(ValueError, match="pow: integers to negative integer powers"):
         x**-1
+
+
+def test_infer_reads_metadata_only_and_values_are_checked_when_the_op_runs():
+    """``infer`` runs before room is made and must not read an input's value (which could
+    rebuild an evicted input inside it): the value checks of pow, indexing, embedding and
+    cross_entropy are their functions', made before the op, and still name the op."""
+    from minidtr.ops.arithmetic import Pow
+    from minidtr.ops.embedding import Embedding
+    from minidtr.ops.loss import CrossEntropy
+    from minidtr.ops.shape import Gather
+
+    with md.Runtime() as runtime:
+        ints = md.tensor([-1, 2, 7]) + 0  # computed: evictable
+        allocator = ints.storage.allocator
+        allocator.evict(ints.storage)
+        cells = {
+            Pow(): (ints.cell, ints.cell),
+            Gather((IndexSlot(0),), 1): (md.ones(4).cell, ints.cell),
+            Embedding(): (md.ones((5, 2)).cell, ints.cell),
+            CrossEntropy(): (md.ones((3, 4)).cell, ints.cell),
+        }
+        for op, inputs in cells.items():
+            op.infer(*inputs)
+            assert ints.storage.buffer is None, op.name
+        assert runtime.stats()["remats"] == 0
+    with pytest.raises(ValueError, match="pow: integers to negative integer powers"):
+        md.tensor([2, 3]) ** md.tensor([1, -1])
+    with pytest.raises(IndexError, match=r"getitem: index .* is out of range: index 7 is out"):
+        md.ones(4)[md.tensor([0, 7])]
+    with pytest.raises(IndexError, match="embedding: index 7 is out of range for 5 rows"):
+        md.embedding(md.ones((5, 2)), md.tensor([0, 7]))
+    with pytest.raises(IndexError, match="cross_entropy: target -1 is out of range for 4"):
+        md.cross_entropy(md.ones((2, 4)), md.tensor([0, -1]))
+    assert md.ones((0, 3))[md.tensor([], dtype=md.int64)].shape == (0, 3)
+    with pytest.raises(IndexError, match="getitem: index .* is out of range"):
+        md.ones((0, 3))[md.tensor([0])]  # nothing is in range of an empty axis
 
 
 def test_tensor_tensor_dtypes_must_match():
@@ -231,6 +268,29 @@ def test_empty_list_index_gives_an_empty_result():
     x = md.randn((3, 2), seed=0)
     assert x[[]].shape == (0, 2)
     assert x[:, []].shape == (3, 0)
+    mask = np.array([False, True, False])
+    assert x[mask, []].shape == (0,)  # as NumPy and PyTorch: [] is an empty integer index
+    assert x[md.tensor(mask), []].shape == (0,)
+    assert x[[], []].shape == (0,)
+    assert x[np.zeros(3, bool), [[]]].shape == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda x: md.broadcast_to(x, "ab"), TypeError, "broadcast_to: shape must be"),
+        (lambda x: x.assign(np.ones((3, 2))), TypeError, "assign: value must be a Tensor"),
+        (lambda x: x[slice("a", None)], TypeError, "getitem: index .* is not valid"),
+        (lambda x: md.grad(x.sum(), x), TypeError, "grad: inputs must be a list"),
+        (lambda x: md.nn.Sequential(1), TypeError, "Sequential: expected a Module, got int"),
+    ],
+)
+def test_misuse_is_named_by_minidtr_not_a_lower_layer(call, error, message):
+    """Arguments of the wrong kind fail in the function given them, naming it (they were
+    NumPy's TypeErrors, an AttributeError, or a misleading message)."""
+    x = md.tensor(np.ones((3, 2)), requires_grad=True)
+    with pytest.raises(error, match=message):
+        call(x)
 
 
 # ---- invalid inputs that used to be accepted --------------------------------------------------
@@ -500,3 +560,13 @@ def test_random_arguments_give_a_value_or_an_error_naming_the_op():
                 head = str(error).split(":")[0]
                 assert head in (name, name + "()"), f"{name}: the error names {head!r}: {error}"
     assert calls == 25 * len(random_argument_calls(rng))
+
+
+def test_a_convolution_with_no_output_channels_gives_an_empty_result():
+    """(PyTorch refuses an empty weight; the product of an empty weight is empty, not an
+    error inside the kernel's reshape.)"""
+    x = md.tensor(np.ones((1, 2, 4, 4)), requires_grad=True)
+    y = md.conv2d(x, md.tensor(np.ones((0, 2, 3, 3))))
+    assert y.shape == (1, 0, 2, 2)
+    y.sum().backward()
+    assert x.grad.numpy().tolist() == np.zeros((1, 2, 4, 4)).tolist()

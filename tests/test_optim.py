@@ -106,6 +106,41 @@ def test_each_update_matches_torch_optim(name, options, dtype):
                                    err_msg=f"{name} {options} step {step}")  # fmt: skip
 
 
+# every branch of the updates (Adam's lerp changes its form at betas[0] = 0.5) on shapes
+# whose NumPy arithmetic differs: 0-d arrays give scalars, empty ones nothing to update
+EDGE_OPTIMIZERS = [
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.1)),
+    ("Adam", dict(lr=0.01, betas=(0.9, 0.99))),
+    ("Adam", dict(lr=0.01, betas=(0.5, 0.99), weight_decay=0.1)),
+    ("Adam", dict(lr=0.01, betas=(0.3, 0.9))),
+    ("Adam", dict(lr=0.01, betas=(0.0, 0.0))),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", [(), (1,), (2, 1, 3), (0,), (2, 0)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name, options", EDGE_OPTIMIZERS)
+def test_every_shape_and_beta_matches_torch_optim(name, options, dtype, shape):
+    import torch
+
+    rng = np.random.default_rng(3)
+    p = md.tensor(rng.standard_normal(shape).astype(dtype), requires_grad=True)
+    twin = torch.nn.Parameter(torch.from_numpy(p.numpy()))
+    opt = getattr(optim, name)([p], **options)
+    ref = getattr(torch.optim, name)([twin], **options)
+    tol = 1e-13 if dtype == np.float64 else 1e-6
+    for step in range(3):
+        g = rng.standard_normal(shape).astype(dtype)
+        p.grad, twin.grad = md.tensor(g), torch.from_numpy(g.copy())
+        opt.step()
+        ref.step()
+        ours, theirs = p.numpy(), twin.detach().numpy()
+        assert ours.shape == shape and ours.dtype == dtype
+        np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol,
+                                   err_msg=f"{name} {options} step {step}")  # fmt: skip
+
+
 def old_sgd(p, grad, buf, lr, momentum=0.0, weight_decay=0.0):
     """SGD as the separate minidtr ops it was before the fused op (run under updating())."""
     if weight_decay:
@@ -315,4 +350,17 @@ def test_bad_arguments_raise_clear_errors():
         optim.SGD([p], lr=0.1, momentum=-0.5)
     with pytest.raises(ValueError, match="betas"):
         optim.Adam([p], betas=(0.9, 1.0))
+    # the optimizer and the argument named, not Python's comparison or unpacking
+    with pytest.raises(TypeError, match="SGD: lr must be a number, got str"):
+        optim.SGD([p], lr="0.1")
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0 and finite, got nan"):
+        optim.SGD([p], lr=float("nan"))
+    with pytest.raises(TypeError, match="SGD: momentum must be a number"):
+        optim.SGD([p], lr=0.1, momentum=None)
+    with pytest.raises(TypeError, match="Adam: betas must be a pair of numbers, got 0.9"):
+        optim.Adam([p], betas=0.9)
+    with pytest.raises(TypeError, match=r"Adam: betas\[1\] must be a number"):
+        optim.Adam([p], betas=(0.9, "x"))
+    with pytest.raises(ValueError, match="Adam: eps must be >= 0 and finite, got inf"):
+        optim.Adam([p], eps=float("inf"))
     assert len(optim.SGD([p, p], lr=0.1).params) == 1

@@ -245,6 +245,36 @@ def test_the_floor_is_the_live_minimal_budget():
             assert_remat_equivalent(fn, budgets=[floor.largest_op - 1], heuristics=[heuristic])
 
 
+def constants_kept_by_recipes():
+    """Two constants whose handles die while a live value's recipe still reads them."""
+
+    def run():
+        x = md.tensor(np.ones(1000))
+        h = md.tanh(md.tensor(np.ones(1000)))
+        y = h * x
+        del x, h  # eager keeps both inputs (y's recipe needs h, h's its input); banish drops them
+        return md.tanh(md.tensor(np.ones(3000))), y
+
+    return run
+
+
+def test_largest_op_is_a_floor_under_eager_and_ignore_but_not_banish():
+    """banish makes y a constant when h dies, so the constants its recipe read can go: a
+    banish run fits below ``largest_op`` (the eager run's need), and the search for its
+    minimal budget does not start there."""
+    fn = constants_kept_by_recipes()
+    for dealloc in ("eager", "ignore"):
+        floor = budget_floor(fn, "dtr", dealloc)
+        with pytest.raises(md.BudgetError):
+            assert_remat_equivalent(fn, budgets=[floor.largest_op - 1], dealloc=[dealloc])
+    floor = budget_floor(fn, "dtr", "banish")
+    (report,) = assert_remat_equivalent(fn, budgets=[floor.largest_op - 1], dealloc=["banish"])
+    assert report["peak_memory"] < floor.largest_op
+    assert floor.minimal is not None and floor.minimal < floor.largest_op
+    (report,) = assert_remat_equivalent(fn, budgets=[floor.minimal], dealloc=["banish"])
+    assert "the constants an eager run keeps alive then" in floor.describe()
+
+
 def test_record_reports_infeasible_configurations_and_checks_the_rest():
     fn = small_mlp()
     reports = assert_remat_equivalent(

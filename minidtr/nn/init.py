@@ -9,22 +9,45 @@ Each parameter is a constant storage (no recipe) with ``requires_grad=True``.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from .. import backend
-from ..ops.random import default_generator
-from ..tensor import DEFAULT_DTYPE, Tensor, constant
+from ..ops.random import checked_seed, default_generator
+from ..tensor import DEFAULT_DTYPE, Tensor, array_module, checked_dtype, constant
 
 Rng = np.random.Generator | int | None
 
 
-def generator(rng: Rng) -> np.random.Generator:
+def generator(rng: Rng, where: str = "generator") -> np.random.Generator:
+    """minidtr's default generator (None), ``rng`` itself (a Generator), or a new one
+    seeded by ``rng`` (an int)."""
     if rng is None:
         return default_generator()
     if isinstance(rng, np.random.Generator):
         return rng
-    return np.random.default_rng(int(rng))
+    if isinstance(rng, numbers.Integral):
+        return np.random.default_rng(checked_seed(rng, where, "rng"))
+    raise TypeError(
+        f"{where}: rng must be an int seed, a numpy Generator or None, got {type(rng).__name__}"
+    )
+
+
+def layer_options(where: str, dtype, device: str, **sizes) -> np.dtype:
+    """A layer's arguments checked before anything is made, each error naming the layer and
+    the argument: ``sizes`` non-negative ints, ``dtype`` a floating-point dtype (returned
+    as a NumPy dtype), ``device`` one minidtr knows."""
+    for name, size in sizes.items():
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 0:
+            raise (ValueError if isinstance(size, numbers.Integral) else TypeError)(
+                f"{where}: {name} must be a non-negative int, got {size!r}"
+            )
+    dtype = checked_dtype(dtype, where)
+    if dtype.kind != "f":
+        raise TypeError(f"{where}: parameters are floating-point, so dtype cannot be {dtype}")
+    array_module(device, where)
+    return dtype
 
 
 def parameter(

@@ -4,12 +4,13 @@ pooling, Flatten, Dropout, losses): thin modules over the functional ops."""
 from __future__ import annotations
 
 import math
+import numbers
 
 from .. import ops as F
 from ..ops.op import ShapeError
 from ..ops.random import next_seed
 from ..tensor import DEFAULT_DTYPE, Tensor
-from .init import Rng, bias_uniform, generator, kaiming_uniform, normal, parameter
+from .init import Rng, bias_uniform, generator, kaiming_uniform, layer_options, normal, parameter
 from .module import Module
 
 
@@ -46,7 +47,10 @@ class Linear(Module):
         rng: Rng = None,
     ):
         super().__init__()
-        rng = generator(rng)
+        dtype = layer_options(
+            "Linear", dtype, device, in_features=in_features, out_features=out_features
+        )
+        rng = generator(rng, "Linear")
         self.in_features = in_features
         self.out_features = out_features
         shape = (out_features, in_features)
@@ -84,7 +88,10 @@ class Conv2d(Module):
         rng: Rng = None,
     ):
         super().__init__()
-        rng = generator(rng)
+        dtype = layer_options(
+            "Conv2d", dtype, device, in_channels=in_channels, out_channels=out_channels
+        )
+        rng = generator(rng, "Conv2d")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.kernel_size = pair(kernel_size)
@@ -122,9 +129,13 @@ class Embedding(Module):
         rng: Rng = None,
     ):
         super().__init__()
+        dtype = layer_options(
+            "Embedding", dtype, device, num_embeddings=num_embeddings, embedding_dim=embedding_dim
+        )
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         shape = (num_embeddings, embedding_dim)
+        rng = generator(rng, "Embedding")
         self.weight = parameter(normal(shape, 1.0, rng), dtype, device, name="weight")
 
     def forward(self, indices: Tensor) -> Tensor:
@@ -145,10 +156,12 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5, rng: Rng = None):
         super().__init__()
+        if not isinstance(p, numbers.Real):
+            raise TypeError(f"Dropout: p must be a number, got {type(p).__name__} {p!r}")
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
         self.p = p
-        self.rng = None if rng is None else generator(rng)
+        self.rng = None if rng is None else generator(rng, "Dropout")
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:

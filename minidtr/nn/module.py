@@ -252,8 +252,9 @@ class Sequential(ModuleList):
     """Modules applied in order, each to the previous one's output."""
 
     def __init__(self, *modules: Module):
-        if len(modules) == 1 and not isinstance(modules[0], Module):
-            modules = tuple(modules[0])
+        first = modules[0] if len(modules) == 1 else None
+        if isinstance(first, Iterable) and not isinstance(first, Module):  # Sequential([a, b])
+            modules = tuple(first)
         super().__init__(modules)
 
     def forward(self, x: Any) -> Any:

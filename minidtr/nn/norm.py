@@ -6,7 +6,8 @@ import math
 
 from .. import ops as F
 from ..ops.op import ShapeError
-from ..tensor import DEFAULT_DTYPE, Tensor, full
+from ..tensor import DEFAULT_DTYPE, Tensor, full, shape_of
+from .init import layer_options
 from .layers import check_input
 from .module import Module
 
@@ -37,6 +38,7 @@ class BatchNorm2d(Module):
         relu: bool = False,
     ):
         super().__init__()
+        dtype = layer_options("BatchNorm2d", dtype, device, num_features=num_features)
         self.num_features = num_features
         self.relu = relu
         self.eps = eps
@@ -90,9 +92,8 @@ class LayerNorm(Module):
         device: str = "cpu",
     ):
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
+        self.normalized_shape = shape_of(normalized_shape, "LayerNorm")
+        dtype = layer_options("LayerNorm", dtype, device)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.weight = (

@@ -7,7 +7,7 @@ import math
 from .. import ops as F
 from ..ops.op import ShapeError
 from ..tensor import DEFAULT_DTYPE, Tensor, zeros
-from .init import Rng, generator, parameter, uniform
+from .init import Rng, generator, layer_options, parameter, uniform
 from .layers import check_input
 from .module import Module
 
@@ -34,10 +34,13 @@ class LSTMCell(Module):
         rng: Rng = None,
     ):
         super().__init__()
-        rng = generator(rng)
+        dtype = layer_options(
+            "LSTMCell", dtype, device, input_size=input_size, hidden_size=hidden_size
+        )
+        rng = generator(rng, "LSTMCell")
         self.input_size = input_size
         self.hidden_size = hidden_size
-        bound = 1.0 / math.sqrt(hidden_size)
+        bound = 1.0 / math.sqrt(hidden_size) if hidden_size else 0.0
         h4 = 4 * hidden_size
 
         def make(shape, name):

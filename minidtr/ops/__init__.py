@@ -2,36 +2,17 @@
 (and at the top level of ``minidtr``)."""
 
 from ..tensor import Tensor
-from .conv import avg_pool2d, conv2d, global_avg_pool2d, max_pool2d, upsample_nearest2d
-from .elementwise import (
-    add,
-    astype,
-    div,
-    equal,
-    exp,
-    gelu,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
-    log,
-    maximum,
-    mul,
-    neg,
-    not_equal,
-    pow,
-    relu,
-    sigmoid,
-    sqrt,
-    sub,
-    tanh,
-    where,
-)
+from .activation import exp, gelu, log, relu, sigmoid, sqrt, tanh
+from .arithmetic import add, div, maximum, mul, neg, pow, sub
+from .compare import equal, greater, greater_equal, less, less_equal, not_equal, where
+from .conv import conv2d
 from .embedding import embedding
 from .linalg import linear, matmul
 from .loss import cross_entropy, log_softmax, mse_loss, softmax
 from .norm import batch_norm, layer_norm
 from .op import DTypeError, Op, ShapeError, apply, as_constants
+from .pool import avg_pool2d, global_avg_pool2d, max_pool2d, upsample_nearest2d
+from .promotion import astype
 from .random import dropout, rand, randn
 from .reduce import max, mean, sum, sum_to
 from .rnn import child_sum_cell, lstm_cell, lstm_gates

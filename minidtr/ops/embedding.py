@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, expect_tensor, float_dtype
+from .op import (
+    DTypeError,
+    Op,
+    apply,
+    expect_tensor,
+    first_outside,
+    float_dtype,
+    host_values,
+    numel,
+)
 
 
 class Embedding(Op):
@@ -25,16 +32,6 @@ class Embedding(Op):
         if indices.dtype.kind not in "iu":
             raise self.error(
                 f"indices must be integers, got {indices.dtype}", weight, indices, kind=DTypeError
-            )
-        rows = weight.shape[0]
-        values = backend.to_host(indices.storage.allocator.read(indices))
-        bad = values[(values < 0) | (values >= rows)]
-        if bad.size:
-            raise self.error(
-                f"index {bad[0]} is out of range for {rows} rows (valid: 0..{rows - 1})",
-                weight,
-                indices,
-                kind=IndexError,
             )
         return [((*indices.shape, weight.shape[1]), dtype)]
 
@@ -64,12 +61,13 @@ class EmbeddingGrad(Op):
 
     def forward(self, xp, indices, g):
         out = xp.zeros(self.weight_shape, dtype=g.dtype)
-        backend.scatter_add(xp, out, indices.reshape(-1), g.reshape(-1, self.weight_shape[1]))
+        rows = indices.reshape(-1)
+        backend.scatter_add(xp, out, rows, g.reshape(rows.size, self.weight_shape[1]))
         return out
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(math.prod(in_metas[1][0])), nbytes
+        return float(numel(in_metas[1])), nbytes
 
 
 def embedding(weight: Tensor, indices) -> Tensor:
@@ -82,4 +80,15 @@ def embedding(weight: Tensor, indices) -> Tensor:
         if array.dtype.kind not in "iu":
             raise DTypeError(f"embedding: indices must be integers, got {array.dtype}")
         indices = tensor(array, device=weight.device)
-    return apply(Embedding(), weight, indices)
+    op = Embedding()
+    if weight.ndim == 2 and isinstance(indices, Tensor) and indices.dtype.kind in "iu":
+        rows = weight.shape[0]
+        bad = first_outside(host_values(indices), 0, rows)
+        if bad is not None:
+            raise op.error(
+                f"index {bad} is out of range for {rows} rows (valid: 0..{rows - 1})",
+                weight.cell,
+                indices.cell,
+                kind=IndexError,
+            )
+    return apply(op, weight, indices)

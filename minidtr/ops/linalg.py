@@ -10,7 +10,7 @@ import numpy as np
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import Op, apply, float_dtype
+from .op import Op, apply, float_dtype, numel
 
 
 class Matmul(Op):
@@ -36,13 +36,12 @@ class Matmul(Op):
 
     def cost(self, in_metas, out_metas):
         (a_shape, dtype), _ = in_metas
-        out_shape = out_metas[0][0]
-        flops = 2.0 * math.prod(out_shape) * a_shape[-1]
+        flops = 2.0 * numel(out_metas[0]) * a_shape[-1]
         nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
         return flops, float(nbytes)
 
     def backward(self, ctx, g):
-        from .elementwise import sum_to
+        from .arithmetic import sum_to
 
         a, b = ctx.inputs
         needs = ctx.needs_grad
@@ -78,7 +77,7 @@ class MatmulGrad(Op):
     def cost(self, in_metas, out_metas):
         (l_shape, dtype), _ = in_metas
         inner = l_shape[-1] if self.wrt == 0 else l_shape[-2]
-        flops = 2.0 * math.prod(out_metas[0][0]) * inner
+        flops = 2.0 * numel(out_metas[0]) * inner
         nbytes = sum(math.prod(s) for s, _ in (*in_metas, *out_metas)) * dtype.itemsize
         return flops, float(nbytes)
 
@@ -174,7 +173,8 @@ class LinearWeightGrad(Op):
         return [((g.shape[-1], x.shape[-1]), g.dtype)]
 
     def forward(self, xp, g, x):
-        return xp.matmul(g.reshape(-1, g.shape[-1]).T, x.reshape(-1, x.shape[-1]))
+        rows = math.prod(x.shape[:-1])  # not -1: a size-0 array cannot infer it
+        return xp.matmul(g.reshape(rows, g.shape[-1]).T, x.reshape(rows, x.shape[-1]))
 
     def cost(self, in_metas, out_metas):
         (g_shape, dtype), (x_shape, _) = in_metas

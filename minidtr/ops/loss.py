@@ -7,14 +7,23 @@ before keeps anyway), so no (N, C) intermediate stays alive.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import DTypeError, Op, apply, expect_tensor, float_dtype, normalize_axis
+from .op import (
+    HALF,
+    DTypeError,
+    Op,
+    apply,
+    expect_tensor,
+    first_outside,
+    float_dtype,
+    host_values,
+    in_float32,
+    normalize_axis,
+    numel,
+)
 
 
 def stable_log_softmax(xp, x, axis: int):
@@ -38,13 +47,15 @@ class Softmax(Op):
     def forward(self, xp, x):
         if x.size == 0:  # an empty axis, or empty elsewhere: nothing to normalize
             return xp.empty_like(x)
+        if x.dtype is HALF:  # sums in float32, as PyTorch's
+            return in_float32(self.forward, xp, x)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
         e /= e.sum(axis=self.axis, keepdims=True)
         return e
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 12.0 * math.prod(in_metas[0][0]), nbytes
+        return 12.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
         return apply(SoftmaxGrad(self.name, self.axis), ctx.outputs[0], g)
@@ -56,6 +67,8 @@ class LogSoftmax(Softmax):
     def forward(self, xp, x):
         if x.size == 0:
             return xp.empty_like(x)
+        if x.dtype is HALF:
+            return in_float32(self.forward, xp, x)
         return stable_log_softmax(xp, x, self.axis)
 
 
@@ -74,6 +87,8 @@ class SoftmaxGrad(Op):
         return [(y.shape, y.dtype)]
 
     def forward(self, xp, y, g):
+        if y.dtype is HALF:
+            return in_float32(self.forward, xp, y, g)
         if self.of == "softmax":
             dx = g * y
             dx -= y * dx.sum(axis=self.axis, keepdims=True)
@@ -107,25 +122,18 @@ class CrossEntropy(Op):
             )
         if n == 0:
             raise self.error("needs at least one row to average over", logits, targets)
-        values = backend.to_host(targets.storage.allocator.read(targets))
-        bad = values[(values < 0) | (values >= classes)]
-        if bad.size:
-            raise self.error(
-                f"target {bad[0]} is out of range for {classes} classes (valid: 0..{classes - 1})",
-                logits,
-                targets,
-                kind=IndexError,
-            )
         return [((), dtype)]
 
     def forward(self, xp, logits, targets):
+        if logits.dtype is HALF:
+            return in_float32(self.forward, xp, logits, targets)
         rows = xp.arange(logits.shape[0])
         picked = stable_log_softmax(xp, logits, 1)[rows, targets]
         return xp.asarray(-picked.mean(), dtype=logits.dtype)
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 10.0 * math.prod(in_metas[0][0]), nbytes
+        return 10.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
         return apply(CrossEntropyGrad(), ctx.inputs[0], ctx.inputs[1], g), None
@@ -141,6 +149,8 @@ class CrossEntropyGrad(Op):
         return [(logits.shape, logits.dtype)]
 
     def forward(self, xp, logits, targets, g):
+        if logits.dtype is HALF:
+            return in_float32(self.forward, xp, logits, targets, g)
         p = xp.exp(stable_log_softmax(xp, logits, 1))
         p[xp.arange(logits.shape[0]), targets] -= 1.0
         p *= g
@@ -167,10 +177,10 @@ class MSELoss(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 3.0 * math.prod(in_metas[0][0]), nbytes
+        return 3.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
-        from .elementwise import neg
+        from .arithmetic import neg
 
         da = apply(MSELossGrad(), ctx.inputs[0], ctx.inputs[1], g)
         return (da if ctx.needs_grad[0] else None), (neg(da) if ctx.needs_grad[1] else None)
@@ -212,7 +222,18 @@ def cross_entropy(logits: Tensor, targets) -> Tensor:
                 f"cross_entropy: targets must be integer class indices, got {array.dtype}"
             )
         targets = tensor(array, device=logits.device)
-    return apply(CrossEntropy(), logits, targets)
+    op = CrossEntropy()
+    if logits.ndim == 2 and isinstance(targets, Tensor) and targets.dtype.kind in "iu":
+        classes = logits.shape[1]
+        bad = first_outside(host_values(targets), 0, classes)
+        if bad is not None:
+            raise op.error(
+                f"target {bad} is out of range for {classes} classes (valid: 0..{classes - 1})",
+                logits.cell,
+                targets.cell,
+                kind=IndexError,
+            )
+    return apply(op, logits, targets)
 
 
 def mse_loss(a: Tensor, b: Tensor) -> Tensor:

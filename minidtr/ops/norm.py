@@ -18,13 +18,17 @@ import math
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import (
+    HALF,
     DTypeError,
     Op,
     ShapeError,
     apply,
     as_constants,
+    expect_number,
     expect_tensor,
     float_dtype,
+    in_float32,
+    numel,
     shared_op,
 )
 
@@ -93,6 +97,8 @@ class Normalize(Op):
         return y, mean, var
 
     def normalize(self, xp, x, *params):
+        if x.dtype is HALF:  # statistics in float32, as PyTorch's
+            return in_float32(self.normalize, xp, x, *params)
         if self.per_channel:
             return self.forward_per_channel(xp, x, *params)
         mean = x.mean(axis=self.stat_axes, keepdims=True)
@@ -133,7 +139,7 @@ class Normalize(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 8.0 * math.prod(in_metas[0][0]), nbytes
+        return 8.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, grads):
         g = grads[0]
@@ -197,6 +203,8 @@ class NormalizeGrad(Op):
         return (*grads, g if self.relu else g.copy())
 
     def normalize_grad(self, xp, x, mean, var, *rest):
+        if x.dtype is HALF:
+            return in_float32(self.normalize_grad, xp, x, mean, var, *rest)
         if self.param_axis not in self.stat_axes:
             return self.forward_per_channel(xp, x, mean, var, *rest)
         g = rest[-1]
@@ -239,13 +247,13 @@ class NormalizeGrad(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 12.0 * math.prod(in_metas[0][0]), nbytes
+        return 12.0 * numel(in_metas[0]), nbytes
 
 
 def as_channels(x, axis: int):
     """``x`` as a (A, C, R) view: the axes before ``axis``, ``axis``, the axes after."""
-    a = math.prod(x.shape[:axis])
-    return x.reshape(a, x.shape[axis], -1)
+    a, r = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
+    return x.reshape(a, x.shape[axis], r)
 
 
 def _check_param(name: str, what: str, p: Tensor | None, x: Tensor, channels: int) -> None:
@@ -282,38 +290,15 @@ def batch_norm(
     ``(1 - momentum) * running + momentum * batch`` (the variance unbiased), as
     PyTorch does. Eval normalizes with the running statistics.
     """
-    if expect_tensor("batch_norm", x).ndim < 2:
-        raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
-    channels, dtype = x.shape[1], x.dtype
-    expected = (channels,)
-    for p in (weight, bias, running_mean, running_var):
-        if p is not None and (type(p) is not Tensor or p.shape != expected or p.dtype != dtype):
-            for what, q in (
-                ("weight", weight),
-                ("bias", bias),
-                ("running_mean", running_mean),
-                ("running_var", running_var),
-            ):
-                _check_param("batch_norm", what, q, x, channels)
-    if residual is not None and type(residual) is not Tensor:
-        raise TypeError(
-            f"batch_norm: residual must be a Tensor or None, got {type(residual).__name__}"
-        )
-    if (running_mean is None) != (running_var is None):
-        raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+    _check_batch_norm(x, weight, bias, running_mean, running_var, residual)
+    eps = expect_number("batch_norm", eps, "eps")
+    momentum = expect_number("batch_norm", momentum, "momentum")
     if not training:
         if running_mean is None:
             raise ValueError(
                 "batch_norm: eval mode (training=False) needs running_mean and running_var"
             )
-        y = _batch_norm_eval(x, weight, bias, running_mean, running_var, eps)
-        if residual is not None:
-            y = y + residual
-        if relu:
-            from .elementwise import relu as relu_op
-
-            return relu_op(y)
-        return y
+        return _batch_norm_eval(x, weight, bias, running_mean, running_var, eps, relu, residual)
     stat_axes = (0, *range(2, x.ndim))
     count = math.prod(x.shape[a] for a in stat_axes)
     if count < 2:
@@ -342,6 +327,29 @@ def batch_norm(
     return y
 
 
+def _check_batch_norm(x, weight, bias, running_mean, running_var, residual) -> None:
+    """batch_norm's tensors: x (N, C, ...), the others (C,) of x's dtype, or None."""
+    if expect_tensor("batch_norm", x).ndim < 2:
+        raise ShapeError(f"batch_norm: expects (N, C) or (N, C, H, W), got shape {x.shape}")
+    channels, dtype = x.shape[1], x.dtype
+    expected = (channels,)
+    for p in (weight, bias, running_mean, running_var):
+        if p is not None and (type(p) is not Tensor or p.shape != expected or p.dtype != dtype):
+            for what, q in (
+                ("weight", weight),
+                ("bias", bias),
+                ("running_mean", running_mean),
+                ("running_var", running_var),
+            ):
+                _check_param("batch_norm", what, q, x, channels)
+    if residual is not None and type(residual) is not Tensor:
+        raise TypeError(
+            f"batch_norm: residual must be a Tensor or None, got {type(residual).__name__}"
+        )
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("batch_norm: give both running_mean and running_var, or neither")
+
+
 class RunningStats(Op):
     """Batch norm's new running statistics, one op for both (eight tiny ops before, a
     quarter of a small ResNet step's ops): (1 - momentum) * running + momentum * batch,
@@ -359,15 +367,20 @@ class RunningStats(Op):
         return [(running_mean.shape, running_mean.dtype), (running_var.shape, running_var.dtype)]
 
     def forward(self, xp, running_mean, running_var, mean, var):
+        if running_mean.dtype is HALF:
+            return in_float32(self.forward, xp, running_mean, running_var, mean, var)
         m, count = self.momentum, self.count
         new_mean = running_mean * (1.0 - m) + mean.reshape(-1) * m
         new_var = running_var * (1.0 - m) + var.reshape(-1) * (m * count / (count - 1))
         return new_mean, new_var
 
 
-def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
-    """y = x * scale + shift with per-channel scale and shift computed from the running stats."""
-    from .elementwise import neg, sqrt
+def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps, relu, residual) -> Tensor:
+    """y = x * scale + shift with per-channel scale and shift computed from the running
+    stats, as the separate ops (then ``+ residual``, then the ReLU)."""
+    from .activation import relu as relu_op
+    from .activation import sqrt
+    from .arithmetic import neg
     from .shape import reshape
 
     scale = 1.0 / sqrt(running_var + float(eps))
@@ -377,7 +390,10 @@ def _batch_norm_eval(x, weight, bias, running_mean, running_var, eps) -> Tensor:
     if bias is not None:
         shift = shift + bias
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    return x * reshape(scale, shape) + reshape(shift, shape)
+    y = x * reshape(scale, shape) + reshape(shift, shape)
+    if residual is not None:
+        y = y + residual
+    return relu_op(y) if relu else y
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
@@ -386,6 +402,7 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         raise ShapeError("layer_norm: expects at least 1 dimension, got a 0-d tensor")
     for what, p in (("weight", weight), ("bias", bias)):
         _check_param("layer_norm", what, p, x, x.shape[-1])
+    eps = expect_number("layer_norm", eps, "eps")
     params = tuple(p for p in (weight, bias) if p is not None)
     op = shared_op(
         Normalize,
@@ -396,4 +413,5 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         weight is not None,
         bias is not None,
     )
+    # (y, mean, var): mean and var die with the tuple, var first, the order traces record
     return apply(op, x, *params)[0]

@@ -5,7 +5,11 @@ seed, ...) and four methods:
 
 - ``infer(*cells)``: check the inputs and return each output's (shape, dtype),
   before anything runs, so the allocator can make room first and a bad input
-  fails with a message naming the op, the shapes and the dtypes;
+  fails with a message naming the op, the shapes and the dtypes. It reads the
+  cells' metadata only, never their values (an evicted input would be rebuilt
+  inside it, before room is made). A value the op needs valid (an index in range,
+  no negative integer exponent) is checked by the op's function before ``apply``,
+  through ``host_values``;
 - ``forward(xp, *arrays)``: the kernel, pure, on NumPy or CuPy arrays;
 - ``backward(ctx, grad)``: the vector-Jacobian product written in minidtr ops.
   ``ctx`` is the application's backward node: ``ctx.inputs``/``ctx.outputs``
@@ -25,17 +29,25 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable
+import numbers
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 
-from .. import autograd
+from .. import autograd, backend
+from ..modes import as_constants, constant_mode, grad_mode  # noqa: F401 (ops.op.as_constants)
 from ..runtime.registry import ALLOCATORS, allocator_for
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 
 Meta = tuple[tuple[int, ...], np.dtype]
+
+
+def numel(meta: Meta) -> int:
+    """The number of elements of a (shape, dtype) pair."""
+    shape, _ = meta
+    return math.prod(shape)
 
 
 class ShapeError(ValueError):
@@ -110,31 +122,6 @@ class Op:
         return f"{self.name}({attrs})"
 
 
-_constant_mode = False
-
-
-class ConstantMode:
-    """The context manager of ``as_constants`` (a class: entered on every batch-norm
-    layer's running statistics, where a generator-based one cost several microseconds)."""
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> None:
-        global _constant_mode
-        self.previous, _constant_mode = _constant_mode, True
-
-    def __exit__(self, *exc_info) -> None:
-        global _constant_mode
-        _constant_mode = self.previous
-
-
-def as_constants() -> ConstantMode:
-    """Ops inside produce constants: values with no recipe that are never evicted and
-    keep no graph alive. Optimizers and running statistics update through this, so
-    every step's new parameters do not chain back to the previous step."""
-    return ConstantMode()
-
-
 def different_devices(op: Op, cells: tuple[Cell, ...]) -> Exception:
     devices = sorted({str(c.device) for c in cells})
     return op.error(
@@ -184,13 +171,15 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
         allocator = ALLOCATORS[device]  # allocator_for, inlined
     except KeyError:
         allocator = allocator_for(device)
-    out_cells = allocator.compute(op, cells, metas, device, _constant_mode)
+    constant = constant_mode()
+    out_cells = allocator.compute(op, cells, metas, device, constant)
     single = op.n_outputs == 1
     output = Tensor(out_cells[0]) if single else tuple([Tensor(c) for c in out_cells])
-    if op.differentiable and autograd._grad_enabled and not _constant_mode:
+    if op.differentiable and not constant:
         for t in inputs:
             if t._requires_grad:
-                autograd.attach(op, inputs, (output,) if single else output)
+                if grad_mode():
+                    autograd.attach(op, inputs, (output,) if single else output)
                 break
     return output
 
@@ -198,7 +187,24 @@ def apply(op: Op, *inputs: Tensor, device: str | None = None) -> Any:
 # ---- helpers shared by infer methods ---------------------------------------------------
 
 FLOAT32 = np.dtype(np.float32)
-FLOATS = (FLOAT32, np.dtype(np.float64), np.dtype(np.float16))
+HALF = np.dtype(np.float16)
+FLOATS = (FLOAT32, np.dtype(np.float64), HALF)
+
+
+def in_float32(forward: Callable, xp, *arrays):
+    """``forward(xp, *arrays)`` with its float16 arrays widened to float32, and its float32
+    results rounded back to float16 once at the end.
+
+    PyTorch's CPU kernels compute float16 in float32 (their "opmath" type), so a sum, a
+    mean, a variance or a chain of steps inside one kernel collects no float16 rounding
+    error on the way. The ops whose kernels reduce (normalization, softmax, losses,
+    pooling) or chain several roundings (sigmoid, gelu and their gradients) run their
+    float16 inputs through this."""
+    wide = [a.astype(FLOAT32) if a.dtype is HALF else a for a in arrays]
+    out = forward(xp, *wide)
+    if type(out) is tuple:
+        return tuple([o.astype(HALF) if o.dtype == FLOAT32 else o for o in out])
+    return out.astype(HALF)
 
 
 def same_dtype(op: Op, *cells: Cell) -> np.dtype:
@@ -229,6 +235,32 @@ def expect_tensor(op_name: str, value, what: str = "x") -> Tensor:
     if not isinstance(value, Tensor):
         raise TypeError(f"{op_name}: {what} must be a Tensor, got {type(value).__name__}")
     return value
+
+
+def host_values(t: Tensor) -> np.ndarray:
+    """``t``'s values on the host, read through its allocator (rebuilt first if it was
+    evicted; a ``read`` in a recorded trace). An op's function checks the values the op
+    needs valid with these before it calls ``apply``: ``infer`` sees metadata only."""
+    cell = t.cell
+    return backend.to_host(cell.storage.allocator.read(cell))
+
+
+def first_outside(values: np.ndarray, low: int, high: int) -> int | None:
+    """The first of the integer ``values`` outside [low, high), or None."""
+    outside = (values < low) | (values >= high)
+    if not outside.any():
+        return None
+    return int(values[outside].reshape(-1)[0])
+
+
+def expect_number(op_name: str, value, what: str) -> float:
+    """``value`` as a float if it is a real number (not a bool); else a TypeError naming the
+    op and the argument."""
+    if type(value) is float:  # the usual case, without the ABC check (slow)
+        return value
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{op_name}: {what} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def axis_in_range(op_name: str, axis, ndim: int, shape: tuple[int, ...]) -> int:

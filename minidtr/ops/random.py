@@ -8,34 +8,54 @@ Without an explicit seed one is drawn from minidtr's default generator
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
 from .. import backend
 from ..runtime.storage import Cell
-from ..tensor import Tensor
-from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype
+from ..tensor import Tensor, array_module, checked_dtype, shape_of
+from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype, numel
 
 _default = np.random.default_rng(0)
+
+Seed = int | np.random.Generator | None
+
+
+def checked_seed(seed, where: str, what: str = "seed") -> int:
+    """``seed`` as an int in [0, 2**64) (PyTorch's range for ``manual_seed``), else a
+    TypeError or ValueError naming ``where``'s argument ``what``."""
+    if type(seed) is not int and (
+        not isinstance(seed, numbers.Integral) or isinstance(seed, bool | np.bool_)
+    ):
+        raise TypeError(f"{where}: {what} must be an int, got {type(seed).__name__} {seed!r}")
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"{where}: {what} must be in [0, 2**64), got {seed}")
+    return int(seed)
 
 
 def manual_seed(seed: int) -> None:
     """Reset minidtr's default generator (used for seeds and parameter initialization)."""
     global _default
-    _default = np.random.default_rng(seed)
+    _default = np.random.default_rng(checked_seed(seed, "manual_seed"))
 
 
 def default_generator() -> np.random.Generator:
     return _default
 
 
-def next_seed(seed: int | np.random.Generator | None = None) -> int:
+def next_seed(seed: Seed = None, where: str = "next_seed") -> int:
     """An int seed: ``seed`` itself, or one drawn from a Generator or the default one."""
     if seed is None:
         seed = _default
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**63 - 1))
-    return int(seed)
+    if isinstance(seed, np.random.RandomState):
+        raise TypeError(
+            f"{where}: seed must be an int, a numpy Generator (np.random.default_rng) or "
+            "None, got a RandomState"
+        )
+    return checked_seed(seed, where)
 
 
 # ---- random ops ----------------------------------------------------------------------------
@@ -63,7 +83,7 @@ class Dropout(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return 4.0 * math.prod(in_metas[0][0]), nbytes
+        return 4.0 * numel(in_metas[0]), nbytes
 
     def backward(self, ctx, g):
         return apply(Dropout(self.p, self.seed), g)
@@ -98,27 +118,26 @@ class RandomFill(Op):
         return 16.0 * math.prod(self.shape), nbytes
 
 
-def dropout(
-    x: Tensor, p: float = 0.5, training: bool = True, seed: int | np.random.Generator | None = None
-) -> Tensor:
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: Seed = None) -> Tensor:
     """Inverted dropout; ``x`` itself when not training or p == 0. The seed (drawn from
     minidtr's default generator when None) is kept in the recipe."""
     expect_tensor("dropout", x)
+    if type(p) is not float and not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout: p must be a number, got {type(p).__name__} {p!r}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
     if not training or p == 0.0:
         return x
-    return apply(Dropout(p, next_seed(seed)), x)
+    return apply(Dropout(p, next_seed(seed, "dropout")), x)
 
 
 def _random(name: str, shape, dtype, seed, requires_grad: bool, device: str) -> Tensor:
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-    if not all(isinstance(d, int | np.integer) and d >= 0 for d in shape):
-        raise ValueError(f"{name}: shape must be non-negative ints, got {shape}")
-    dtype = np.dtype(dtype)
+    shape = shape_of(shape, name)
+    dtype = checked_dtype(np.float32 if dtype is None else dtype, name)
     if dtype not in FLOATS:
         raise DTypeError(f"{name}: dtype must be floating point, got {dtype}")
-    op = RandomFill(name, tuple(int(d) for d in shape), dtype, next_seed(seed))
+    array_module(device, name)
+    op = RandomFill(name, shape, dtype, next_seed(seed, name))
     out = apply(op, device=device)
     out.requires_grad = requires_grad
     return out
@@ -127,7 +146,7 @@ def _random(name: str, shape, dtype, seed, requires_grad: bool, device: str) -> 
 def randn(
     shape,
     dtype=np.float32,
-    seed: int | np.random.Generator | None = None,
+    seed: Seed = None,
     requires_grad: bool = False,
     device: str = "cpu",
 ) -> Tensor:
@@ -139,7 +158,7 @@ def randn(
 def rand(
     shape,
     dtype=np.float32,
-    seed: int | np.random.Generator | None = None,
+    seed: Seed = None,
     requires_grad: bool = False,
     device: str = "cpu",
 ) -> Tensor:

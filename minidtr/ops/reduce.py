@@ -8,7 +8,7 @@ import numpy as np
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
-from .op import Op, apply, expect_tensor, float_dtype, normalize_axes
+from .op import FLOAT32, HALF, Op, apply, expect_tensor, float_dtype, normalize_axes, numel
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
@@ -33,7 +33,7 @@ class Reduce(Op):
     def cost(self, in_metas, out_metas):
         ((shape, dtype),) = in_metas
         n = math.prod(shape)
-        return float(n), float(n * dtype.itemsize + math.prod(out_metas[0][0]) * dtype.itemsize)
+        return float(n), float(n * dtype.itemsize + numel(out_metas[0]) * dtype.itemsize)
 
     def expand(self, g: Tensor, in_shape: tuple[int, ...]) -> Tensor:
         """The output gradient with the reduced axes of ``in_shape`` put back (size 1),
@@ -55,6 +55,9 @@ class Sum(Reduce):
         return x.dtype
 
     def forward(self, xp, x):
+        if x.dtype is HALF:  # accumulated in float32, as PyTorch's (and NumPy's mean)
+            out = xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
+            return out.astype(HALF)
         return xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self.out_dtype(x))
 
     def backward(self, ctx, g):
@@ -96,10 +99,13 @@ class Mean(Reduce):
         return float_dtype(self, x)
 
     def forward(self, xp, x):
+        if x.dtype is HALF:
+            out = xp.mean(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
+            return out.astype(HALF)
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, ctx, g):
-        from .elementwise import Scale
+        from .arithmetic import Scale
         from .shape import broadcast_to
 
         shape = ctx.in_shapes[0]

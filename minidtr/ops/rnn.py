@@ -17,7 +17,7 @@ import math
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .linalg import LinearWeightGrad
-from .op import Op, apply, expect_tensor, float_dtype
+from .op import Op, apply, expect_tensor, float_dtype, numel
 
 # cost-model flops per hidden element, the same per-element rates as the unfused ops
 # (a sigmoid or tanh 8, a multiply or add 1): three sigmoids, two tanh and the update
@@ -72,7 +72,7 @@ class LSTMCell(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(CELL_FLOPS * math.prod(out_metas[0][0])), nbytes
+        return float(CELL_FLOPS * numel(out_metas[0])), nbytes
 
     def backward(self, ctx, grads):
         dh, dc = grads
@@ -148,7 +148,7 @@ class LSTMCellGrad(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(CELL_GRAD_FLOPS * math.prod(in_metas[1][0])), nbytes
+        return float(CELL_GRAD_FLOPS * numel(in_metas[1])), nbytes
 
 
 class ChildSumCell(Op):
@@ -186,7 +186,7 @@ class ChildSumCell(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(CHILD_SUM_FLOPS * math.prod(out_metas[0][0])), nbytes
+        return float(CHILD_SUM_FLOPS * numel(out_metas[0])), nbytes
 
     def backward(self, ctx, grads):
         dh, dc = grads
@@ -254,7 +254,7 @@ class ChildSumCellGrad(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(CHILD_SUM_GRAD_FLOPS * math.prod(in_metas[0][0]) / 3), nbytes
+        return float(CHILD_SUM_GRAD_FLOPS * numel(in_metas[0]) / 3), nbytes
 
 
 class LSTMGates(Op):

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import backend
 from ..runtime.storage import Cell
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, shape_of, tensor
 from .op import (
     DTypeError,
     Op,
@@ -23,6 +23,7 @@ from .op import (
     apply,
     axis_in_range,
     expect_tensor,
+    host_values,
     normalize_axis,
     same_dtype,
 )
@@ -86,7 +87,7 @@ class BroadcastTo(View):
         try:
             if tuple(np.broadcast_shapes(x.shape, self.shape)) != self.shape:
                 raise ValueError
-        except ValueError:
+        except (ValueError, TypeError):
             raise self.error(f"cannot broadcast to {self.shape}", x) from None
         return [(self.shape, x.dtype)]
 
@@ -223,11 +224,21 @@ def resolve(key: tuple, indices: Sequence) -> tuple:
 
 
 def indexed_shape(op: Op, x: Cell, key: tuple, index_cells: Sequence[Cell]) -> tuple[int, ...]:
-    indices = [backend.to_host(c.storage.allocator.read(c)) for c in index_cells]
+    """The shape of ``x[key]``, from metadata only: the index arrays stand in as zeros of
+    their shapes (broadcast, no memory), which is all the result's shape depends on."""
+    stand_ins = [np.broadcast_to(np.intp(0), c.shape) for c in index_cells]
+    return probe(op, x, key, stand_ins).shape
+
+
+def probe(op: Op, x, key: tuple, indices: Sequence) -> np.ndarray:
+    """``x[key]`` on a stand-in of ``x`` of zero-size elements: checks the key (and the
+    values of host ``indices``) without touching memory; an IndexError names the op."""
     try:
-        return np.empty(x.shape, dtype=ZERO_SIZE)[resolve(key, indices)].shape
+        return np.empty(x.shape, dtype=ZERO_SIZE)[resolve(key, indices)]
     except IndexError as error:
         raise op.error(f"index {key!r} is out of range: {error}", x, kind=IndexError) from None
+    except TypeError as error:  # a slice of non-integers, say
+        raise op.error(f"index {key!r} is not valid: {error}", x, kind=TypeError) from None
 
 
 class GetItem(View):
@@ -299,11 +310,18 @@ class IndexGrad(Op):
         return out
 
 
+def index_array(k) -> np.ndarray:
+    """An index as an array. An empty list selects nothing, so it holds integers: NumPy and
+    PyTorch read ``x[[]]`` and ``x[mask, []]`` so, where ``np.asarray([])`` is float."""
+    array = np.asarray(k)
+    return array.astype(np.int64) if isinstance(k, list) and array.size == 0 else array
+
+
 def check_masks(x: Tensor, key: tuple) -> None:
     """A boolean mask must match the shape of the axes it indexes (NumPy's rule), checked on
     a zero-size stand-in before the masks become integer indices."""
     probe = tuple(
-        k.numpy() if isinstance(k, Tensor) else (np.asarray(k) if isinstance(k, list) else k)
+        k.numpy() if isinstance(k, Tensor) else (index_array(k) if isinstance(k, list) else k)
         for k in key
     )
     try:
@@ -332,9 +350,7 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
             if isinstance(k, Tensor):
                 k = k if k.dtype != np.bool_ else k.numpy()
             if not isinstance(k, Tensor):
-                array = np.asarray(k)
-                if isinstance(k, list) and array.size == 0:
-                    array = array.astype(np.int64)  # x[[]]: an empty selection, as NumPy
+                array = index_array(k)
                 if array.dtype == np.bool_ and array.ndim == 0:
                     raise IndexError(
                         "getitem: a scalar bool index is not supported; use None for a new axis"
@@ -391,7 +407,8 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
 
 def broadcast_to(x: Tensor, shape) -> Tensor:
     expect_tensor("broadcast_to", x)
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if type(shape) is not tuple:  # a tuple is checked by infer (gradients pass tuples)
+        shape = shape_of(shape, "broadcast_to")
     return x if shape == x.shape else apply(BroadcastTo(shape), x)
 
 
@@ -400,7 +417,10 @@ def getitem(x: Tensor, key) -> Tensor:
     template, indices = normalize_key(x, key)
     if not indices:
         return apply(GetItem(template), x)
-    return apply(Gather(template, len(indices)), x, *indices)
+    op = Gather(template, len(indices))
+    if all(k.dtype.kind in "iu" for k in indices):  # in range (NumPy raises, CuPy wraps)
+        probe(op, x.cell, template, [host_values(k) for k in indices])
+    return apply(op, x, *indices)
 
 
 def tensor_list(name: str, tensors) -> list[Tensor]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ..ops.op import apply
 from ..tensor import Tensor
 from .fused import AdamUpdate
-from .optimizer import Optimizer
+from .optimizer import Optimizer, hyperparameter
 
 
 class Adam(Optimizer):
@@ -26,14 +26,14 @@ class Adam(Optimizer):
         weight_decay: float = 0.0,
     ):
         super().__init__(params, lr)
-        beta1, beta2 = betas
-        if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
-            raise ValueError(f"Adam: betas must be in [0, 1), got {betas}")
-        if eps < 0.0 or weight_decay < 0.0:
-            raise ValueError(f"Adam: eps and weight_decay must be >= 0, got {eps}, {weight_decay}")
-        self.betas = (float(beta1), float(beta2))
-        self.eps = eps
-        self.weight_decay = weight_decay
+        if not isinstance(betas, tuple | list) or len(betas) != 2:
+            raise TypeError(f"Adam: betas must be a pair of numbers, got {betas!r}")
+        self.betas = (
+            hyperparameter("Adam", "betas[0]", betas[0], below=1.0),
+            hyperparameter("Adam", "betas[1]", betas[1], below=1.0),
+        )
+        self.eps = hyperparameter("Adam", "eps", eps)
+        self.weight_decay = hyperparameter("Adam", "weight_decay", weight_decay)
         self.param_steps = [0] * len(self.params)
         self.exp_avg: list[Tensor | None] = [None] * len(self.params)
         self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)

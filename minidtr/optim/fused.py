@@ -161,10 +161,16 @@ class AdamUpdate(Op):
         k = self.per_param
         out: list = []
         for start in range(0, len(arrays), k):
-            out += self.update(xp, *arrays[start : start + k])
+            chunk = arrays[start : start + k]
+            if chunk[0].ndim == 0:  # see ``update``
+                out += [a.reshape(()) for a in self.update(xp, *[a.reshape(1) for a in chunk])]
+            else:
+                out += self.update(xp, *chunk)
         return tuple(out)
 
     def update(self, xp, p, grad, m=None, v=None):
+        """One parameter's step; its arrays have at least one axis (NumPy's arithmetic on
+        0-d arrays returns scalars, which cannot take ``out=``)."""
         scalar = p.dtype.type
         beta1, beta2 = self.betas
         t = self.step

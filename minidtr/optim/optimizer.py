@@ -17,6 +17,8 @@ batch-norm scales and shifts) pays the per-op bookkeeping once per group.
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 from collections.abc import Iterable, Iterator
 
 from ..autograd import no_grad
@@ -29,6 +31,19 @@ def updating() -> Iterator[None]:
     """The mode every optimizer update runs in: no graph, constant results."""
     with no_grad(), as_constants():
         yield
+
+
+def hyperparameter(where: str, what: str, value, below: float | None = None) -> float:
+    """``value`` as a float, if it is a finite number >= 0 (and < ``below`` when given),
+    else an error naming the optimizer and the argument (NaN is refused, as by PyTorch)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{where}: {what} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise ValueError(f"{where}: {what} must be >= 0 and finite, got {value}")
+    if below is not None and not value < below:
+        raise ValueError(f"{where}: {what} must be in [0, {below:g}), got {value}")
+    return value
 
 
 def update_groups(params: list[Tensor]) -> list[list[int]]:
@@ -61,9 +76,7 @@ def update_groups(params: list[Tensor]) -> list[list[int]]:
 class Optimizer:
     def __init__(self, params: Iterable[Tensor], lr: float):
         self.params = self._check_params(params)
-        if lr < 0.0:
-            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {lr}")
-        self.lr = lr
+        self.lr = hyperparameter(type(self).__name__, "lr", lr)
         self.groups = update_groups(self.params)
 
     def _check_params(self, params: Iterable[Tensor]) -> list[Tensor]:

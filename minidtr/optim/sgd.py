@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ..ops.op import apply
 from ..tensor import Tensor
 from .fused import SGDUpdate
-from .optimizer import Optimizer
+from .optimizer import Optimizer, hyperparameter
 
 
 class SGD(Optimizer):
@@ -20,12 +20,8 @@ class SGD(Optimizer):
         self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
     ):
         super().__init__(params, lr)
-        if momentum < 0.0:
-            raise ValueError(f"SGD: momentum must be >= 0, got {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"SGD: weight_decay must be >= 0, got {weight_decay}")
-        self.momentum = momentum
-        self.weight_decay = weight_decay
+        self.momentum = hyperparameter("SGD", "momentum", momentum)
+        self.weight_decay = hyperparameter("SGD", "weight_decay", weight_decay)
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
 
     def state_key(self, index: int) -> object:

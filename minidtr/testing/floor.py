@@ -4,9 +4,18 @@
 recording its trace (``minidtr.sim.record``), then reads off the trace:
 
 - ``constants``: the most bytes of constants (inputs, parameters, optimizer
-  state, finished gradients) alive at once. No budget below it can work.
+  state, finished gradients) alive at once. No budget below it can work under
+  ``eager`` or ``ignore`` deallocation.
 - ``largest_op``: the most bytes one op needs at once: the constants alive then,
-  plus its inputs and outputs. No budget below it can work either.
+  plus its inputs and outputs. No budget below it can work under ``eager`` or
+  ``ignore`` either.
+
+Both count the constants alive in the recorded (eager) run, and a constant stays
+alive there as long as a recipe reads it: an input whose handle is gone but
+from which a live value could still be recomputed. ``banish`` drops the recipes
+of a dead storage's children, so such constants go sooner, and a run under
+``banish`` can fit below ``largest_op`` and ``constants``: for ``banish`` the
+search for ``minimal`` starts from zero, not from ``largest_op``.
 - ``minimal``: the smallest budget under which the simulator replays the trace
   with the given heuristic and deallocation policy without getting slower than
   ``max_slowdown`` (20x by default), found by bisection (to 0.5% of the peak).
@@ -43,7 +52,9 @@ _FLOORS_KEPT = 256
 @dataclass(frozen=True)
 class Floor:
     """The floors of one program (bytes). ``minimal`` is for ``heuristic``/``dealloc``;
-    None when no budget up to the peak replays (it thrashes past ``max_slowdown``)."""
+    None when no budget up to the peak replays (it thrashes past ``max_slowdown``).
+    ``constants`` and ``largest_op`` are floors under eager and ignore deallocation, not
+    under banish (see the module docstring)."""
 
     peak: int
     constants: int
@@ -66,7 +77,8 @@ class Floor:
             f"unbounded peak {self.peak:,} bytes; constants alone {self.constants:,} "
             f"({self.constants / max(self.peak, 1):.3f} of peak); the largest single op needs "
             f"{self.largest_op:,} ({self.largest_op / max(self.peak, 1):.3f}) with the "
-            f"constants alive then; {minimal}"
+            f"constants {'an eager run keeps ' if self.dealloc == 'banish' else ''}alive then; "
+            f"{minimal}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -170,8 +182,9 @@ def budget_floor(
     unbounded = baseline(trace)
     largest_op = max(unbounded.bottleneck, unbounded.constant_floor)
     high = max(peak, unbounded.peak_memory, 1)
+    infeasible = 0 if dealloc == "banish" else largest_op - 1  # see the module docstring
     minimal = minimal_replay_budget(
-        trace, heuristic, dealloc, rebuild_orphans, largest_op - 1, high, max_slowdown
+        trace, heuristic, dealloc, rebuild_orphans, infeasible, high, max_slowdown
     )
     floor = Floor(
         peak, unbounded.constant_floor, largest_op, minimal, heuristic, dealloc, max_slowdown

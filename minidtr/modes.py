@@ -1,0 +1,75 @@
+"""Grad mode and constant mode: the two settings every op reads, as context variables.
+
+- Grad mode (on by default): an op with an input that requires grad records a backward
+  node. ``no_grad()`` turns it off: backward runs each node's gradient under it, and
+  gradients are values without a graph.
+- Constant mode (off by default): ``as_constants()`` makes every op's outputs constants,
+  values with no recipe that are never evicted and keep no graph alive. Optimizer
+  updates and batch norm's running statistics run under it, so a step's new parameters
+  do not chain back to the previous step's.
+
+They are ``contextvars.ContextVar``s, the way Chainer's ``using_config`` keeps its
+settings per thread: each thread starts with the defaults, and an asyncio task or a
+``contextvars.copy_context().run`` changes them for itself only. A ``with`` block (or a
+function decorated with ``@no_grad()``) sets one and restores it on the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar, Token
+
+import numpy as np
+
+GRAD_ENABLED: ContextVar[bool] = ContextVar("minidtr_grad_enabled", default=True)
+CONSTANTS: ContextVar[bool] = ContextVar("minidtr_constants", default=False)
+
+# Set here, to their defaults, so that reads find them: CPython caches a variable's value
+# only when it is set in the context, and once any variable is set it walks the context's
+# map for an unset one on every read. NumPy reads its error settings, a context variable
+# too, on every ufunc call: ``seterr`` sets them to what they are.
+GRAD_ENABLED.set(True)
+CONSTANTS.set(False)
+np.seterr(**np.geterr())
+
+# The bound ``get``s, for ``apply``: CPython 3.11 does not specialize the method call
+# ``CONSTANTS.get()``, which would make a bound method object on every op.
+constant_mode = CONSTANTS.get
+grad_mode = GRAD_ENABLED.get
+
+
+class Using(contextlib.ContextDecorator):
+    """Sets ``var`` to ``value`` for a ``with`` block or a decorated function's calls.
+
+    A class rather than a generator-based context manager: one is entered for every
+    batch-norm layer's running statistics and every optimizer step."""
+
+    def __init__(self, var: ContextVar[bool], value: bool):
+        self.var = var
+        self.value = value
+        self.token: Token[bool] | None = None
+
+    def __enter__(self) -> None:
+        self.token = self.var.set(self.value)
+
+    def __exit__(self, *exc_info) -> None:
+        self.var.reset(self.token)
+
+    def _recreate_cm(self) -> Using:  # each call of a decorated function gets its own token
+        return Using(self.var, self.value)
+
+
+def no_grad() -> Using:
+    """Ops inside record no backward graph."""
+    return Using(GRAD_ENABLED, False)
+
+
+def grad_enabled() -> bool:
+    return grad_mode()
+
+
+def as_constants() -> Using:
+    """Ops inside produce constants: values with no recipe that are never evicted and
+    keep no graph alive. Optimizers and running statistics update through this, so
+    every step's new parameters do not chain back to the previous step."""
+    return Using(CONSTANTS, True)

@@ -1,0 +1,323 @@
+"""Arithmetic: + - * / ** with NumPy-style broadcasting, maximum, negation, and
+``scale`` (a product by a constant, the gradient of a mean).
+
+Binary ops broadcast NumPy-style; their gradients are summed back to each input's
+shape (``sum_to``). Operands that are not tensors of one dtype go through the
+promotion rules of ``promotion.py`` first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from ..runtime.storage import Cell
+from ..tensor import DEFAULT_DTYPE, Tensor
+from .op import (
+    DTypeError,
+    Op,
+    apply,
+    broadcast_shape,
+    expect_tensor,
+    float_dtype,
+    host_values,
+    same_dtype,
+)
+from .promotion import astype, operands
+
+
+class Binary(Op):
+    def infer(self, a: Cell, b: Cell):
+        shape, dtype = a.shape, a.dtype
+        if b.shape != shape:
+            shape = broadcast_shape(self, a, b)
+        if b.dtype is not dtype:
+            dtype = same_dtype(self, a, b)
+        return [(shape, dtype)]
+
+
+def sum_to(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Sum a broadcast gradient back to ``shape`` (the inverse of broadcasting)."""
+    if g.cell.shape == shape:  # the cell's, without the property's call: most often equal
+        return g
+    from .reduce import sum_to as reduce_sum_to
+
+    return reduce_sum_to(g, shape)
+
+
+class Add(Binary):
+    name = "add"
+
+    def forward(self, xp, a, b):
+        return a + b
+
+    def backward(self, ctx, g):
+        a_shape, b_shape = ctx.in_shapes
+        return sum_to(g, a_shape), sum_to(g, b_shape)
+
+
+class Sub(Binary):
+    name = "sub"
+
+    def infer(self, a: Cell, b: Cell):
+        metas = super().infer(a, b)
+        ((_, dtype),) = metas
+        if dtype == np.bool_:
+            raise self.error(
+                "subtracting bool tensors is not supported (use not_equal for xor)",
+                a,
+                b,
+                kind=DTypeError,
+            )
+        return metas
+
+    def forward(self, xp, a, b):
+        return a - b
+
+    def backward(self, ctx, g):
+        gb = sum_to(neg(g), ctx.in_shapes[1]) if ctx.needs_grad[1] else None
+        return sum_to(g, ctx.in_shapes[0]), gb
+
+
+class Mul(Binary):
+    name = "mul"
+    retain_inputs = (0, 1)
+
+    def forward(self, xp, a, b):
+        return a * b
+
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        needs = ctx.needs_grad
+        ga = sum_to(mul(g, b), ctx.in_shapes[0]) if needs[0] else None
+        gb = sum_to(mul(g, a), ctx.in_shapes[1]) if needs[1] else None
+        return ga, gb
+
+
+class Div(Binary):
+    name = "div"
+    retain_inputs = (0, 1)
+
+    def infer(self, a: Cell, b: Cell):
+        return [(broadcast_shape(self, a, b), float_dtype(self, a, b))]
+
+    def forward(self, xp, a, b):
+        return a / b
+
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        needs = ctx.needs_grad
+        ga = sum_to(div(g, b), ctx.in_shapes[0]) if needs[0] else None
+        gb = sum_to(apply(_DIV_GRAD, a, b, g), ctx.in_shapes[1]) if needs[1] else None
+        return ga, gb
+
+
+class DivisorGrad(Op):
+    """dL/db of ``a / b``: ``-(g * ((a / b) / b))`` in one op (not -g * a / b**2: b**2
+    under- or overflows first)."""
+
+    name = "div_grad"
+    differentiable = False
+
+    def infer(self, a: Cell, b: Cell, g: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, a, b, g):
+        return -(g * (a / b / b))
+
+
+class Pow(Binary):
+    name = "pow"
+    flops = 16
+    retain_inputs = (0, 1)
+    retain_outputs = (0,)
+
+    def infer(self, a: Cell, b: Cell):
+        shape = broadcast_shape(self, a, b)
+        dtype = same_dtype(self, a, b)
+        if dtype.kind not in "iuf":
+            raise self.error(f"needs numeric inputs, got {dtype}", a, b, kind=DTypeError)
+        return [(shape, dtype)]
+
+    def forward(self, xp, a, b):
+        return a**b
+
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        ga = gb = None
+        if ctx.needs_grad[0]:
+            ga = sum_to(apply(PowGrad(0), a, b, g), ctx.in_shapes[0])
+        if ctx.needs_grad[1]:
+            gb = sum_to(apply(PowGrad(1), a, b, g, ctx.outputs[0]), ctx.in_shapes[1])
+        return ga, gb
+
+
+class PowGrad(Op):
+    """dL/da (``wrt=0``) or dL/db (``wrt=1``) of ``a ** b``, with PyTorch's values at a = 0:
+    b * a**(b - 1) is 0 where b == 0 (not 0 * inf), and a**b * log(a) is 0 where a == 0 and
+    b >= 0 (not 0 * -inf)."""
+
+    name = "pow_grad"
+    differentiable = False
+
+    def __init__(self, wrt: int):
+        self.wrt = wrt
+
+    def infer(self, a: Cell, b: Cell, g: Cell, *y: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, a, b, g, *y):
+        zero = backend.zero(xp, g.dtype)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.wrt == 0:
+                d = xp.where(b == 0, zero, b * a ** (b - 1))
+            else:
+                d = xp.where((a == 0) & (b >= 0), zero, y[0] * xp.log(a))
+            return xp.asarray(g * d, dtype=g.dtype)
+
+
+class Maximum(Binary):
+    """Elementwise max; where a == b each input gets half the gradient (as PyTorch)."""
+
+    name = "maximum"
+    retain_inputs = (0, 1)
+
+    def forward(self, xp, a, b):
+        return xp.maximum(a, b)
+
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        return tuple(
+            sum_to(apply(MaximumGrad(i), a, b, g), shape) if ctx.needs_grad[i] else None
+            for i, shape in enumerate(ctx.in_shapes)
+        )
+
+
+class MaximumGrad(Op):
+    """The share of g that goes to input ``wrt`` of maximum: none where it loses, half on
+    ties, all otherwise (so both get all of it at a NaN, as in PyTorch)."""
+
+    name = "maximum_grad"
+    differentiable = False
+
+    def __init__(self, wrt: int):
+        self.wrt = wrt
+
+    def infer(self, a: Cell, b: Cell, g: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, a, b, g):
+        mine, other = (a, b) if self.wrt == 0 else (b, a)
+        zero = backend.zero(xp, g.dtype)
+        share = xp.where(mine == other, g * g.dtype.type(0.5), g)
+        return xp.where(mine < other, zero, share)
+
+
+class Neg(Op):
+    name = "neg"
+
+    def infer(self, x: Cell):
+        if x.dtype == np.bool_:
+            raise self.error("negating a bool tensor is not supported", x, kind=DTypeError)
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return -x
+
+    def backward(self, ctx, g):
+        return neg(g)
+
+
+class Scale(Op):
+    """``x * factor`` for a constant ``factor`` (an attribute, not a scalar tensor): the
+    gradient of a mean, in one op. The product is ``mul``'s with a 0-d operand of x's
+    dtype, so the same floats."""
+
+    name = "scale"
+
+    def __init__(self, factor: float):
+        self.factor = factor
+
+    def infer(self, x: Cell):
+        return [(x.shape, float_dtype(self, x))]
+
+    def forward(self, xp, x):
+        return x * xp.asarray(self.factor, dtype=x.dtype)
+
+    def backward(self, ctx, g):
+        return apply(Scale(self.factor), g)
+
+
+# ---- functional API ----------------------------------------------------------------------------
+
+# Ops without attributes hold no state of their own (an application's state lives in its
+# recipe and its backward node), so one instance of each serves every application.
+_ADD = Add()
+_SUB = Sub()
+_MUL = Mul()
+_DIV = Div()
+_POW = Pow()
+_MAXIMUM = Maximum()
+_NEG = Neg()
+_DIV_GRAD = DivisorGrad()
+
+
+# The binary ops below call ``operands`` only when an operand is not a Tensor: two
+# tensors need no promotion, and this runs for every op.
+
+
+def add(a, b) -> Tensor:
+    if type(a) is not Tensor or type(b) is not Tensor:
+        a, b = operands("add", a, b)
+    return apply(_ADD, a, b)
+
+
+def sub(a, b) -> Tensor:
+    """``a - b``; bool operands are refused (as PyTorch: use not_equal for xor; two bool
+    tensors are refused by ``Sub.infer``)."""
+    if type(a) is not Tensor or type(b) is not Tensor:
+        for v in (a, b):
+            if (isinstance(v, Tensor) and v.dtype == np.bool_) or isinstance(v, bool | np.bool_):
+                raise DTypeError(
+                    f"sub: subtracting bool values is not supported, got {describe_operand(v)}"
+                )
+        a, b = operands("sub", a, b)
+    return apply(_SUB, a, b)
+
+
+def describe_operand(v) -> str:
+    return f"a {v.dtype} tensor" if isinstance(v, Tensor) else f"the scalar {v!r}"
+
+
+def mul(a, b) -> Tensor:
+    if type(a) is not Tensor or type(b) is not Tensor:
+        a, b = operands("mul", a, b)
+    return apply(_MUL, a, b)
+
+
+def div(a, b) -> Tensor:
+    """True division: integer and bool operands give float32, as in PyTorch."""
+    a, b = operands("div", a, b)
+    if a.dtype == b.dtype and a.dtype.kind != "f":
+        a, b = astype(a, DEFAULT_DTYPE), astype(b, DEFAULT_DTYPE)
+    return apply(_DIV, a, b)
+
+
+def pow(a, b) -> Tensor:
+    a, b = operands("pow", a, b)
+    if b.dtype.kind == "i" and a.dtype == b.dtype and (host_values(b) < 0).any():
+        raise _POW.error(
+            "integers to negative integer powers are not allowed; convert to float",
+            a.cell,
+            b.cell,
+            kind=ValueError,
+        )
+    return apply(_POW, a, b)
+
+
+def maximum(a, b) -> Tensor:
+    return apply(_MAXIMUM, *operands("maximum", a, b))
+
+
+def neg(x: Tensor) -> Tensor:
+    return apply(_NEG, expect_tensor("neg", x))
