@@ -30,7 +30,6 @@ DOCS = ROOT / "docs"
 SLOW = {
     "minidtr sim --bundled": "18 s: every heuristic at five ratios on the seven traces",
     "python models/resnet.py --ratio 0.4 --steps 20": "models/README.md's block: 5 s",
-    "minidtr demo": "5 s (tests/test_cli.py runs it too)",
     "minidtr train treelstm --ratio 0.3": "19 s: 50 steps",
     "minidtr train resnet --ratio 0.3 --steps 40 --cost flops": "4 s, as the figure 'train'",
     "python benchmarks/dealloc_rules.py": "8 s",
