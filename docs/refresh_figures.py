@@ -351,7 +351,12 @@ def main(argv: list[str] | None = None) -> int:
                 print("tutorial: docs/tutorial.md refreshed (docs/refresh_tutorial.py)")
             continue
         figure = BY_NAME[name]
-        body = figure.measure()
+        try:
+            body = figure.measure()
+        except RuntimeError as e:  # a command failed (Chromium missing, ...): the next one
+            print(f"{name}: not measured: {e}", file=sys.stderr)
+            status = 1
+            continue
         if args.check:
             diff = stale(figure, body)
             print(f"{name}: {'stale' if diff else 'as measured'} ({figure.page})")
