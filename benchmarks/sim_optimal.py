@@ -17,6 +17,8 @@ and kept, for ``minidtr sim optimal DIR/mlp.log``. The best schedule is the opti
 where the solver proved it (status ``optimal``); where it stopped at its time limit
 (``incumbent``) it is an upper bound on the optimum, which can be worse than a
 heuristic's schedule. Which budgets the solver closes in time depends on the machine.
+In the plain tables a ``-`` is a heuristic out of memory (no thrash guard here) or a
+figure the solver did not reach; ``--markdown`` writes ``OOM`` and ``none`` instead.
 """
 
 from __future__ import annotations
