@@ -1,9 +1,10 @@
 """How fast the explorer page (``minidtr explain --html``) opens and reacts on a large log.
 
-Records a real training log (the small ResNet at 0.3 of its peak, 8 steps), keeps its
-first ``--events`` events (default 20,000), writes the page and opens it in headless
-Chromium (Debian's package; needs ``pip install playwright``), then prints: the page's
-size, the time to write it, the time from navigation until it has drawn, one full redraw
+Records a real training log (the small ResNet at 0.3 of its peak, 8 steps: about 10,000
+events), keeps at most its first ``--events`` events (default 20,000), writes the page
+and opens it in headless Chromium (Debian's package; needs ``pip install playwright``),
+then prints: the page's size, the time to write it, the time from navigation until it
+has drawn, one full redraw
 (one min-max bar per pixel column over every event), zooming in, and selecting an
 eviction and a remat (rendering their details).
 

@@ -7,14 +7,24 @@ HiGHS under a time limit. Slowdowns are (compute + recomputation) / compute; the
 optimum is bracketed by the best schedule found and the proven lower bound.
 
     python benchmarks/sim_optimal.py [--time-limit 60] [--fractions 0.8,0.6,0.4,0.2,0.0]
+    python benchmarks/sim_optimal.py --keep optimal-traces   # keep the three traces
+    python benchmarks/sim_optimal.py --markdown              # docs/simulator.md's table
 
 Budgets are placed between the single-op bottleneck (below which nothing runs)
-and the unbounded peak: ratio = floor + fraction * (1 - floor).
+and the unbounded peak: ratio = floor + fraction * (1 - floor). With ``--keep DIR`` the
+traces are written to ``DIR/mlp.log``, ``DIR/convnet.log`` and ``DIR/recurrence.log``
+and kept, for ``minidtr sim optimal DIR/mlp.log``. The best schedule is the optimum only
+where the solver proved it (status ``optimal``); where it stopped at its time limit
+(``incumbent``) it is an upper bound on the optimum, which can be worse than a
+heuristic's schedule. Which budgets the solver closes in time depends on the machine.
+In the plain tables a ``-`` is a heuristic out of memory (no thrash guard here) or a
+figure the solver did not reach; ``--markdown`` writes ``OOM`` and ``none`` instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 import time
@@ -94,37 +104,78 @@ def main() -> None:
         default="0.8,0.6,0.4,0.2,0.0",
         help="budgets as fractions of the way from one op's needs to the peak",
     )
-    p.add_argument("--heuristics", default="dtr,dtr_eq,msps,lru")
+    p.add_argument("--heuristics", default="dtr,msps,lru,learned,belady")
     p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--keep", metavar="DIR", help="write the traces to DIR and keep them")
+    p.add_argument(
+        "--markdown", action="store_true", help="one Markdown table of every model, as the docs"
+    )
     args = p.parse_args()
     fractions = [float(r) for r in args.fractions.split(",")]
     heuristics = args.heuristics.split(",")
-    with tempfile.TemporaryDirectory() as directory:
+    tables = []
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = args.keep or scratch
+        os.makedirs(directory, exist_ok=True)
         for name in args.models.split(","):
             trace = record(name, directory)
             graph = graph_from_trace(trace)
             base = baseline(trace)
-            print(
-                f"\n{name}: {trace.ops} ops, {len(graph)} graph nodes, peak {base.peak_memory:,} B,"
-                f" constants {base.constant_floor:,} B, one op's needs {base.bottleneck:,} B"
-            )
             floor = base.bottleneck / base.peak_memory
             ratios = [round(floor + f * (1 - floor), 4) for f in fractions]
             started = time.perf_counter()
             rows = compare_with_optimal(trace, ratios, heuristics, args.time_limit)
-            columns = [
-                "ratio",
-                *heuristics,
-                "opt_slowdown",
-                "opt_lower",
-                "gap",
-                "opt_status",
-                "opt_source",
-                "solve_time",
-                "dtr/opt",
-            ]
-            print(format_rows(rows, columns))
+            if args.markdown:
+                tables.append((name, len(graph), rows))
+                continue
+            print(
+                f"\n{name}: {trace.ops} ops, {len(graph)} graph nodes, peak {base.peak_memory:,} B,"
+                f" constants {base.constant_floor:,} B, one op's needs {base.bottleneck:,} B"
+            )
+            names = {"opt_slowdown": "best_found", "opt_lower": "lower", "opt_status": "status"}
+            names.update({"opt_source": "found_by", "dtr/opt": "dtr/best"})
+            rows = [{names.get(k, k): v for k, v in row.items()} for row in rows]
+            columns = ["ratio", *heuristics, "best_found", "lower", "gap", "status", "found_by"]
+            print(format_rows(rows, [*columns, "solve_time", "dtr/best"]))
             print(f"({time.perf_counter() - started:.1f} s)")
+    if args.markdown:
+        print(markdown(tables, heuristics))
+    elif args.keep:
+        print(
+            f"\ntraces kept in {args.keep}/: "
+            + ", ".join(f"{m}.log" for m in args.models.split(","))
+        )
+
+
+LABELS = {
+    "mlp": "MLP, 4 layers",
+    "convnet": "conv net, 3 conv",
+    "recurrence": "recurrence, 10 steps",
+}
+
+
+def markdown(tables: list[tuple[str, int, list[dict]]], heuristics: list[str]) -> str:
+    """The docs' table: each heuristic's slowdown (``OOM``: the budget could not be met),
+    the best schedule found (``*``: the solver stopped at its time limit, so an upper bound
+    on the optimum, not the optimum; ``infeasible``: proven that no schedule fits; ``none``:
+    none found in time), the proven lower bound (``-``: none in time) and the solver's
+    seconds."""
+    head = ["model (graph nodes)", "ratio", *heuristics, "best found", "lower bound", "solver s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, nodes, rows in tables:
+        for i, row in enumerate(rows):
+            cells = [f"{LABELS.get(name, name)} ({nodes})" if i == 0 else "", f"{row['ratio']:.3f}"]
+            cells += [f"{row[h]:.3f}" if math.isfinite(row[h]) else "OOM" for h in heuristics]
+            status = row["opt_status"]
+            if status in ("optimal", "incumbent"):
+                best = f"{row['opt_slowdown']:.3f}" + ("" if status == "optimal" else "*")
+            else:
+                best = "infeasible" if status == "infeasible" else "none"
+            lower = row["opt_lower"]
+            bound = f"{lower:.3f}" if math.isfinite(lower) and status != "infeasible" else "-"
+            cells += [best, bound, f"{row['solve_time']:.1f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,337 @@
-"""The Python examples in the docs run as written (so they cannot go stale)."""
+"""The commands and Python examples of the docs run as written (so they cannot go stale).
+
+Every shell block, ``$`` line and command in the text of README.md, models/README.md and
+docs/*.md (``tests/doc_commands.py`` finds them) is run from a copy of the repository's
+top level, with ``minidtr`` and ``python`` on the PATH, and must exit as the docs say;
+every ``python`` block runs, a page's blocks in order in one process. What is not run by
+default is listed below, each with its reason: ``SLOW`` runs under ``-m slow``,
+``NOT_RUN`` never (downloads, a cluster, minutes of benchmark). A command with a
+placeholder (``MODEL``, ``LOG``, ``[--top N]``) is a synopsis: its options are checked
+against its ``--help``, like every other command's.
+"""
 
 from __future__ import annotations
 
-import pathlib
+import functools
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
+from doc_commands import ROOT, Unit, options, placeholders, program, python_blocks, units
 
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+DOCS = ROOT / "docs"
+
+# Commands that run, but too long for the default run (processor seconds, one thread).
+SLOW = {
+    "minidtr sim --bundled": "18 s: every heuristic at five ratios on the seven traces",
+    "python models/resnet.py --ratio 0.4 --steps 20": "models/README.md's block: 5 s",
+    "minidtr train treelstm --ratio 0.3": "19 s: 50 steps",
+    "minidtr train resnet --ratio 0.3 --steps 40 --cost flops": "4 s, as the figure 'train'",
+    "python benchmarks/dealloc_rules.py": "8 s",
+    "minidtr sim --bundled --keep-dead-remats --ratios 0.5,0.4,0.3,0.2 --heuristics dtr": "4 s",
+    "minidtr sim sqrt-n": "22 s: N up to 1,600",
+    "minidtr sim adversary": "42 s: N up to 1,600",
+    "python models/treelstm.py --ratio 0.7": "5 s: 20 steps",
+    "minidtr train resnet --heuristic local+nosize+stale": "3 s: 50 steps",
+    "minidtr train resnet": "3 s: 50 steps",
+    "minidtr sim traces/resnet.log.gz --ratios 0.7,0.5,0.3": "simulator.md's quick start: 13 s",
+    "minidtr sim traces/resnet.log.gz traces/densenet.log.gz traces/transformer.log.gz "
+    "traces/unet.log.gz --ratios 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2 --plot "
+    "docs/figures/simulator_figure2.png": "4 s (the figure 'figure2' checks its replays)",
+    "python benchmarks/sim_clairvoyant.py": "33 s: records three steps of the seven models",
+    "python benchmarks/sim_clairvoyant.py --heuristics dtr,learned+estar+size+time": "21 s",
+    "H=dtr,belady,belady+estar+size+time,belady+none+nosize+ops": "the next line records "
+    "three steps of the seven models (33 s)",
+    "python benchmarks/sim_optimal.py --models mlp --keep optimal-traces": "HiGHS, 5 s",
+    "minidtr train resnet --ratio 0.5 --steps 5 --events ev.jsonl --plot timeline.png": "3 s",
+    "python benchmarks/thrash_guard.py --only trainable --steps 3": "seven models, guards off",
+    "python benchmarks/sim_reference_logs.py": "every heuristic, nine ratios, seven traces",
+    "python docs/make_figures.py --only figure2": "a sweep and a plot",
+    "python benchmarks/step_profile.py": "a wall-time profile of training steps",
+    "python docs/make_figures.py": "8 s: draws docs/figures again (in the copy)",
+    "python benchmarks/sim_cluster.py traces/resnet.log.gz traces/mlp.log.gz": (
+        "14 s: the grid in a pool and on a Dask LocalCluster"
+    ),
+}
+
+DOWNLOAD = "downloads from PyPI"
+PROTOTYPE = "needs the prototype's logs.zip, downloaded from GitHub as dtr.md shows"
+WALL = "a wall-time benchmark of minutes; its figures are the machine's, not compared"
+FIGURE = "tests/test_doc_figures.py runs the same command and compares its output"
+# Commands never run by the tests, and why. A unit stops at its first command listed here.
+NOT_RUN = {
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[demo]' && minidtr demo": (
+        "a new virtual environment, " + DOWNLOAD
+    ),
+    "curl -LO https://github.com/uwsampl/dtr-prototype/raw/master/simrd/logs.zip": (
+        "downloads the prototype's logs from GitHub"
+    ),
+    "python benchmarks/dealloc_rules.py logs/resnet32-56-*.log logs/unet-6-*.log": PROTOTYPE,
+    "python benchmarks/sim_clairvoyant.py logs/resnet32-56-*.log logs/unet-6-*.log --ratios "
+    "0.6,0.5,0.4,0.3,0.2 --heuristics $H --max-nodes 0": PROTOTYPE,
+    "python benchmarks/sim_reference_logs.py logs/": PROTOTYPE,
+    "dask scheduler --port 8786": "a Dask cluster on other machines (HEAD)",
+    "python -m pytest -q": "the test suite itself",
+    "MINIDTR_CHECK_DECISIONS=1 python -m pytest": "the test suite itself, with every decision "
+    "checked twice",
+    "cd docs/examples && python -m pytest -q test_my_model.py --hypothesis-show-statistics": (
+        "tests/test_testing.py runs docs/examples/test_my_model.py (its 100 examples under -m slow)"
+    ),
+    "cd docs/examples && python shrink_budget.py": "tests/test_testing.py runs it",
+    "minidtr sim --bundled --heuristics dtr,dtr_down": "dtr_down exists only once written into "
+    "runtime/heuristics.py, as design.md says",
+    "minidtr train resnet --ratio 0.3 --steps 40": FIGURE + " ('train')",
+    "minidtr train resnet --find-budget": FIGURE + " ('find-budget')",
+    "minidtr train transformer --steps 3 --trace transformer.log --no-progress": FIGURE
+    + " ('sim-info')",
+    "minidtr sim frontier transformer.log --max-slowdown 1.5": FIGURE + " ('sim-frontier')",
+    "python benchmarks/explorer_load.py": FIGURE + " ('explorer-load', under -m slow)",
+    "python benchmarks/sim_optimal.py": FIGURE + " ('optimal', under -m slow): 6 minutes",
+    "python benchmarks/sim_optimal.py --markdown": FIGURE + " ('optimal', under -m slow)",
+    "python benchmarks/frontier.py": FIGURE + " ('frontier', under -m slow): 8 minutes",
+    "python benchmarks/frontier.py --csv frontier.csv": "8 minutes, as the figure 'frontier'",
+    "python docs/make_figures.py --sweep frontier.csv": "needs the CSV of the line after it in "
+    "models.md (8 minutes)",
+    "python docs/make_screenshots.py": "rewrites docs/figures in headless Chromium",
+    "python benchmarks/performance.py": WALL,
+    "OPENBLAS_NUM_THREADS=1 python benchmarks/performance.py": WALL,
+    "python benchmarks/performance.py --decisions": WALL + " (about 10)",
+    "OPENBLAS_NUM_THREADS=1 python benchmarks/performance.py --decisions": WALL + " (about 10)",
+    "python benchmarks/performance.py --quick": WALL,
+    "OPENBLAS_NUM_THREADS=1 python benchmarks/performance.py --quick": WALL,
+    "python benchmarks/window_kernels.py": WALL,
+    "python benchmarks/overhead_mlp.py": WALL,
+    "python benchmarks/step_profile.py --by-op": WALL,
+    "python benchmarks/step_profile.py --model resnet --steps 16": WALL,
+    "python benchmarks/step_profile.py --instructions --batch 2": WALL,
+    "OPENBLAS_NUM_THREADS=1 python benchmarks/step_profile.py --steps 16 --by-op": WALL,
+    "python benchmarks/soak.py": "12,000 training steps: minutes",
+    "python benchmarks/models_budget.py": "every model at many ratios: minutes",
+    "python benchmarks/sim_replay_speed.py": WALL,
+}
+# Commands never run, by how they start, and why.
+NOT_RUN_PREFIXES = {
+    "pip install ": DOWNLOAD,
+    "python docs/refresh_figures.py": "rewrites the docs; tests/test_doc_figures.py measures "
+    "the same figures and compares",
+    "python benchmarks/op_instructions.py": "runs under valgrind's callgrind: minutes",
+    "PYTHONPATH=$PWD python benchmarks/op_instructions.py": "runs under valgrind: minutes",
+}
 
 
-def python_blocks(name: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (DOCS / name).read_text(), flags=re.S)
+def not_run(command: str) -> str | None:
+    """Why ``command`` is not run, or None."""
+    if command in NOT_RUN:
+        return NOT_RUN[command]
+    return next((why for start, why in NOT_RUN_PREFIXES.items() if command.startswith(start)), None)
+
+
+# Commands that end with another exit status, as the docs say they do.
+EXIT_STATUS = {
+    "minidtr train lstm --ratio 0.2": 1,  # cli.md: the thrash guard's one-line BudgetError
+}
+
+
+def _run(unit: Unit) -> tuple[str, ...]:
+    """The commands of ``unit`` that the tests run: those before the first that is not
+    run (the later ones may need what it would have made, such as a download)."""
+    commands = []
+    for command in unit.commands:
+        if not_run(command) or placeholders(command):
+            break
+        commands.append(command)
+    return tuple(commands)
+
+
+def _status(unit: Unit) -> str:
+    """``run``, ``slow``, or ``not run`` (a first command not run, or a synopsis)."""
+    commands = _run(unit)
+    if not commands:
+        return "not run"
+    return "slow" if any(c in SLOW for c in commands) else "run"
+
+
+UNITS = units()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A copy of the repository's top level, with an event log and a trace made by the
+    docs' own commands (cli.md's and simulator.md's) for the commands that read them."""
+    from doc_commands import workspace as make
+
+    directory = tmp_path_factory.mktemp("docs")
+    env = make(directory)
+    for command in (
+        "minidtr train lstm --ratio 0.5 --steps 5 --events ev.jsonl --no-progress",
+        "minidtr train transformer --steps 3 --trace transformer.log --no-progress",
+    ):
+        subprocess.run(command, shell=True, cwd=directory, env=env, check=True, capture_output=True)
+    return directory, env
+
+
+def run_unit(unit: Unit, directory, env, timeout: float) -> None:
+    commands = _run(unit)
+    expected = EXIT_STATUS.get(commands[-1], 0)
+    script = "\n".join(commands) + "\n"
+    started = time.perf_counter()
+    result = subprocess.run(
+        ["bash", "-c", ("set -e\n" if expected == 0 else "") + script],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    took = time.perf_counter() - started
+    assert result.returncode == expected, (
+        f"{unit.where}: exit {result.returncode} (expected {expected}) after {took:.1f} s\n"
+        f"{script}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+    )
+
+
+def _params(status: str):
+    marks = [pytest.mark.slow] if status == "slow" else []
+    return [pytest.param(u, id=u.where, marks=marks) for u in UNITS if _status(u) == status]
+
+
+@pytest.mark.parametrize("unit", _params("run"))
+def test_doc_command_runs(unit, workspace):
+    run_unit(unit, *workspace, timeout=300)
+
+
+@pytest.mark.parametrize("unit", _params("slow"))
+def test_slow_doc_command_runs(unit, workspace):
+    run_unit(unit, *workspace, timeout=1800)
+
+
+def test_the_lists_name_only_commands_of_the_docs():
+    written = {c for u in UNITS for c in u.commands}
+    for table in (SLOW, NOT_RUN, EXIT_STATUS):
+        stale = sorted(set(table) - written)
+        assert not stale, f"no longer in the docs: {stale}"
+    unused = [p for p in NOT_RUN_PREFIXES if not any(c.startswith(p) for c in written)]
+    assert not unused, f"no command of the docs starts so: {unused}"
+
+
+@functools.cache
+def _help(words: tuple[str, ...]) -> str:
+    """What ``words --help`` prints (``minidtr`` and ``python`` as the docs mean them)."""
+    argv = [sys.executable, *words[1:]]
+    if words[0] == "minidtr":
+        argv = [sys.executable, "-m", "minidtr", *words[1:]]
+    result = subprocess.run(
+        [*argv, "--help"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"{' '.join(words)} --help: {result.stderr[-2000:]}"
+    return result.stdout
+
+
+def test_every_option_in_the_docs_is_one_the_command_takes():
+    """Every ``--option`` a command of the docs passes (synopses and commands not run
+    included) is listed by that program's ``--help``."""
+    missing = []
+    for unit in UNITS:
+        for command in unit.commands:
+            text = command.split("&& ")[-1]
+            words = program(text)
+            if words[:1] not in (["minidtr"], ["python"]) or len(words) < 2:
+                continue  # pip, curl, dask, a shell variable, `python` alone
+            if words[1] == "-m" and not words[2].startswith("minidtr"):
+                continue  # python -m pytest, python -m zipfile
+            if placeholders(" ".join(words)) or not options(text):
+                continue  # python models/NAME.py; nothing to check
+            listed = _help(tuple(words))
+            for option in options(text):
+                if option != "--help" and not re.search(rf"{re.escape(option)}\b", listed):
+                    missing.append(f"{unit.where}: {' '.join(words)} has no {option}")
+    assert not missing, "\n".join(missing)
+
+
+# ---- Python blocks ----------------------------------------------------------------------
+
+# Pages whose python blocks run elsewhere, and where.
+PYTHON_NOT_RUN = {
+    "docs/design.md": "test_design_examples_run (below) runs them and checks what the page says",
+    "docs/tutorial.md": "excerpts of docs/tutorial_example.py, which tests/test_tutorial_page.py "
+    "runs; test_tutorial_blocks_are_excerpts_of_its_example (below) checks them",
+}
+# Single blocks (page, first line of the block) not run here, and why.
+PYTHON_BLOCK_NOT_RUN = {
+    ("docs/simulator.md", "from distributed import Client"): "needs a Dask scheduler at HEAD",
+    (
+        "docs/testing.md",
+        '"""Property-test my own model: under any budget and heuristic, training'
+        ' gives the same bits."""',
+    ): "docs/examples/test_my_model.py: tests/test_testing.py runs it",
+    (
+        "docs/testing.md",
+        '"""The smallest budget (in bytes) at which one example of test_my_model.py still fails.',
+    ): "docs/examples/shrink_budget.py: tests/test_testing.py",
+}
+
+RUNNER = textwrap.dedent(
+    """
+    import json, sys
+    namespace = {"__name__": "__main__"}
+    for where, source in json.load(sys.stdin):
+        exec(compile(source, where, "exec"), namespace)
+    """
+)
+
+
+def _python_pages() -> list[str]:
+    from doc_commands import pages
+
+    return [
+        str(p.relative_to(ROOT))
+        for p in pages()
+        if python_blocks(str(p.relative_to(ROOT)))
+        and str(p.relative_to(ROOT)) not in PYTHON_NOT_RUN
+    ]
+
+
+@pytest.mark.parametrize("page", _python_pages())
+def test_python_blocks_run(page, workspace):
+    directory, env = workspace
+    blocks = [
+        (f"{page}:{line}", source)
+        for line, source in python_blocks(page)
+        if (page, source.split("\n")[0]) not in PYTHON_BLOCK_NOT_RUN
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", RUNNER],
+        input=json.dumps(blocks),
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, f"{page}:\n{result.stderr[-4000:]}"
+
+
+def test_tutorial_blocks_are_excerpts_of_its_example():
+    """Every line of code in docs/tutorial.md's python blocks is in the example it reads,
+    docs/tutorial_example.py (comments aside), so an excerpt cannot go stale."""
+    example = (DOCS / "tutorial_example.py").read_text()
+    missing = [
+        f"docs/tutorial.md:{first + i}: {line.strip()}"
+        for first, source in python_blocks("docs/tutorial.md")
+        for i, line in enumerate(source.splitlines())
+        if line.split("#")[0].strip() not in example
+    ]
+    assert python_blocks("docs/tutorial.md") and not missing, "\n".join(missing)
 
 
 def test_design_examples_run(capsys):
@@ -19,7 +339,7 @@ def test_design_examples_run(capsys):
     (dtr_down)."""
     from minidtr.runtime import heuristics
 
-    blocks = python_blocks("design.md")
+    blocks = [source for _, source in python_blocks("docs/design.md")]
     assert len(blocks) == 4
     namespace: dict = {"__name__": "design_example"}
     try:

@@ -37,7 +37,11 @@ linear relaxation's when HiGHS stops without a schedule) and the gap.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -48,7 +52,9 @@ from .graph import Graph
 
 @dataclass
 class OptimalResult:
-    status: str  # "optimal" | "time_limit" (incumbent, gap > 0) | "no_solution" | "infeasible"
+    # "optimal"; "incumbent": the solver stopped at its time limit, and ``cost`` is the best
+    # schedule found, an upper bound on the optimum (gap > 0); "no_solution"; "infeasible"
+    status: str
     budget: int
     cost: float  # total cost of the best schedule found (nan if none)
     bound: float  # proven lower bound on the optimal cost
@@ -62,7 +68,7 @@ class OptimalResult:
 
     @property
     def found(self) -> bool:
-        return self.status in ("optimal", "time_limit")
+        return self.status in ("optimal", "incumbent")
 
 
 class _Builder:
@@ -185,13 +191,14 @@ def solve_optimal(
     matrix = sparse.csr_matrix((a.vals, (a.rows, a.cols)), shape=(len(a.lb), n_var))
     integrality = np.ones(n_var)
     integrality[n_r + n_s : base] = 0
-    res = milp(
-        objective,
-        integrality=integrality,
-        bounds=Bounds(lower, upper),
-        constraints=LinearConstraint(matrix, a.lb, a.ub),
-        options={"time_limit": _left(deadline), "mip_rel_gap": mip_rel_gap, "disp": False},
-    )
+    with _quiet_c_stdout():
+        res = milp(
+            objective,
+            integrality=integrality,
+            bounds=Bounds(lower, upper),
+            constraints=LinearConstraint(matrix, a.lb, a.ub),
+            options={"time_limit": _left(deadline), "mip_rel_gap": mip_rel_gap, "disp": False},
+        )
     elapsed = time.perf_counter() - started
     found = []  # (cost, peak, schedule, source)
     if greedy is not None:
@@ -211,12 +218,13 @@ def solve_optimal(
     if dual == -math.inf and res.status != 2 and _left(deadline) > _MIN_SOLVE:
         # SciPy reports no bound when HiGHS stops without a schedule of its own: fall back
         # to the linear relaxation, a weaker but proven bound
-        lp = milp(
-            objective,
-            bounds=Bounds(lower, upper),
-            constraints=LinearConstraint(matrix, a.lb, a.ub),
-            options={"time_limit": _left(deadline), "disp": False},
-        )
+        with _quiet_c_stdout():
+            lp = milp(
+                objective,
+                bounds=Bounds(lower, upper),
+                constraints=LinearConstraint(matrix, a.lb, a.ub),
+                options={"time_limit": _left(deadline), "disp": False},
+            )
         if lp.status == 0:
             dual = float(lp.fun)
         elapsed = time.perf_counter() - started
@@ -232,10 +240,40 @@ def solve_optimal(
     # optimal (status 0), or no schedule below the greedy one's cutoff exists (status 2)
     bound = cost if res.status in (0, 2) else min(dual, cost)
     gap = (cost - bound) / cost if cost > 0 else 0.0
-    status = "optimal" if gap <= mip_rel_gap else "time_limit"
+    status = "optimal" if gap <= mip_rel_gap else "incumbent"
     return OptimalResult(
         status, budget, cost, bound, gap, elapsed, n_var, len(a.lb), peak, schedule, source
     )
+
+
+@contextlib.contextmanager
+def _quiet_c_stdout():
+    """Send the process's standard output (file descriptor 1) to the null device while
+    HiGHS runs: some of its versions print debugging lines there from C++
+    (``HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();``), which
+    ``disp=False`` does not silence and which would land in the middle of a table."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no descriptor 1 to redirect: nothing to silence
+        yield
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        yield
+    finally:
+        _flush_c_stdio()  # what HiGHS buffered goes to the null device, not after it
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to ask (not POSIX)
+        pass
 
 
 _MIN_SOLVE = 0.5  # seconds: the least a solver call is given, however late it starts

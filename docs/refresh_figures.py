@@ -1,0 +1,373 @@
+"""Rewrite the measured figures of the docs from the scripts that measure them.
+
+    python docs/refresh_figures.py                    # the quick figures (about a minute)
+    python docs/refresh_figures.py --all              # and the slow ones (about 20 minutes)
+    python docs/refresh_figures.py optimal train      # only these
+    python docs/refresh_figures.py --check [NAME ...] # compare only; exit 1 if a page is stale
+    python docs/refresh_figures.py --list             # the figures, their pages and commands
+
+Each figure is a block of a page between ``<!-- figures:NAME -->`` and
+``<!-- /figures -->``: what a command prints, or a table made from what it prints.
+Refreshing runs the command, from the top of the repository, and rewrites the block
+(docs/tutorial.md's output blocks have their own script, docs/refresh_tutorial.py, which
+the figure ``tutorial`` runs). Reread the prose around a block after refreshing it.
+
+Most figures come from the ``flops`` cost model and the simulator, the same on every
+machine. Some parts of a block are not: wall-clock times, whatever a time-limited solver
+reached, and losses and accuracies after training (they depend on the processor's
+floating-point kernels). ``--check`` and tests/test_doc_figures.py compare everything
+else exactly and leave those parts out (each figure's ``varies`` says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(command: str, cwd: Path = ROOT) -> str:
+    """What ``command`` prints (stdout), run by the shell from ``cwd`` with this
+    interpreter as ``python`` and ``python -m minidtr`` as ``minidtr``."""
+    return run_timed(command, cwd)[0]
+
+
+def run_timed(command: str, cwd: Path = ROOT) -> tuple[str, float]:
+    """``run``, and the processor seconds the command took (its processes together)."""
+    with tempfile.TemporaryDirectory() as bin_dir, tempfile.TemporaryFile("w+") as stderr:
+        for name, line in (
+            ("minidtr", f'exec "{sys.executable}" -m minidtr "$@"'),
+            ("python", f'exec "{sys.executable}" "$@"'),
+        ):
+            path = Path(bin_dir) / name
+            path.write_text(f"#!/bin/sh\n{line}\n")
+            path.chmod(0o755)
+        env = dict(os.environ)
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["MPLBACKEND"] = "Agg"
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the minidtr command and benchmarks
+        process = subprocess.Popen(
+            ["bash", "-c", "set -e\n" + command],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        out = process.stdout.read()
+        process.stdout.close()
+        _, status, usage = os.wait4(process.pid, 0)  # the usage of bash and what it waited for
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            stderr.seek(0)
+            raise RuntimeError(
+                f"{command} exited with {process.returncode}:\n{stderr.read()[-3000:]}"
+            )
+    return out, usage.ru_utime + usage.ru_stime
+
+
+def fenced(text: str) -> str:
+    return "```\n" + text.rstrip("\n") + "\n```"
+
+
+def in_scratch(*commands: str) -> list[str]:
+    """The output of each command, run in order in one fresh directory (so that what one
+    writes, such as a trace, the next can read; the repository's ``traces`` is linked)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "traces").symlink_to(ROOT / "minidtr" / "sim" / "traces")
+        return [run(command, cwd=Path(scratch)) for command in commands]
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    page: str  # relative to the repository
+    command: str  # what measures it (for --list and the docs)
+    measure: Callable[[], str]  # the block's new text
+    varies: tuple[str, ...] = ()  # regexes: the groups of each match are left out of --check
+    slow: bool = False
+
+
+# ---- the figures --------------------------------------------------------------------------
+
+
+def train_sample() -> str:
+    return fenced(run("minidtr train resnet --ratio 0.3 --steps 40 --no-progress"))
+
+
+def find_budget() -> str:
+    return fenced(run("minidtr train resnet --find-budget --no-progress"))
+
+
+TRANSFORMER_TRACE = "minidtr train transformer --steps 3 --trace transformer.log --no-progress"
+
+
+def sim_info() -> str:
+    command = "minidtr sim info transformer.log"
+    _, out = in_scratch(TRANSFORMER_TRACE, command)
+    return fenced(f"$ {TRANSFORMER_TRACE}\n$ {command}\n{out}")
+
+
+def sim_frontier() -> str:
+    command = "minidtr sim frontier transformer.log --max-slowdown 1.5"
+    _, out = in_scratch(TRANSFORMER_TRACE, command)
+    return fenced(f"$ {command}\n{out}")
+
+
+FIGURE2 = ("resnet", "densenet", "transformer", "unet")
+FIGURE2_RATIOS = "0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2"
+NAMES = {"resnet": "ResNet-32", "densenet": "DenseNet", "transformer": "Transformer"}
+NAMES |= {"unet": "U-Net", "mlp": "MLP", "lstm": "LSTM", "treelstm": "Tree-LSTM"}
+
+
+def figure2_tables() -> str:
+    """The bundled traces' Figure 2 as tables: every heuristic on ResNet-32, h_DTR on the
+    others (``minidtr sim``'s CSV, the same replays as ``docs/make_figures.py --only
+    figure2``)."""
+    import csv
+
+    traces = " ".join(f"traces/{name}.log.gz" for name in FIGURE2)
+    (out,) = in_scratch(
+        f"minidtr sim {traces} --ratios {FIGURE2_RATIOS} --csv figure2.csv >/dev/null"
+        " && cat figure2.csv"
+    )
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for row in csv.DictReader(out.splitlines()):
+        cell = f"{float(row['slowdown']):.2f}" if row["status"] == "ok" else row["status"]
+        cell = "OOM" if cell == "oom" else cell
+        cells.setdefault((row["trace"], row["heuristic"]), {})[row["ratio"]] = cell
+    ratios = FIGURE2_RATIOS.split(",")
+
+    def table(title: str, keys: list[tuple[str, str]], label: Callable) -> str:
+        lines = [f"| {title} | " + " | ".join(ratios) + " |", "|---" * (len(ratios) + 1) + "|"]
+        for key in keys:
+            row = cells[key]
+            lines.append(f"| {label(key)} | " + " | ".join(row[r] for r in ratios) + " |")
+        return "\n".join(lines)
+
+    heuristics = list(dict.fromkeys(h for t, h in cells if t == "resnet"))
+    first = table("ResNet-32", [("resnet", h) for h in heuristics], lambda k: k[1])
+    others = [(t, "dtr") for t in FIGURE2[1:]]
+    return first + "\n\n" + table("h_DTR on", others, lambda k: NAMES[k[0]])
+
+
+def explorer_load() -> str:
+    return fenced(run("python benchmarks/explorer_load.py"))
+
+
+MODEL_SCRIPTS = ("mlp", "resnet", "densenet", "unet", "lstm", "transformer", "treelstm")
+
+
+def models_readme() -> str:
+    """Each script of models/ for 3 steps at its default ratio: the slowdown it prints,
+    and the processor time of the whole run (steadier than its wall time on a machine
+    that does other work). The scripts run side by side, one per processor."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def measure(name: str) -> str:
+        usage = run(f"python models/{name}.py --help")
+        ratio = re.search(r"unbounded\s+peak\s+\(default\s+([\d.]+)\)", usage).group(1)
+        out, took = run_timed(f"python models/{name}.py --steps 3")
+        slowdown = re.search(r"slowdown\s+([\d.]+)x", out).group(1)
+        return f"| [{name}.py]({name}.py) | {ratio} | {slowdown}× | {took:.1f} s |"
+
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        rows = list(pool.map(measure, MODEL_SCRIPTS))
+    head = "| script | default `--ratio` | slowdown, 3 steps | CPU time of the run |"
+    return "\n".join([head, "|---|---|---|---|", *rows])
+
+
+def optimal() -> str:
+    return run("python benchmarks/sim_optimal.py --markdown").rstrip("\n")
+
+
+def frontier() -> str:
+    out = run("python benchmarks/frontier.py")
+    return "\n".join(line for line in out.splitlines() if line.startswith("|"))
+
+
+def tutorial() -> str:
+    """docs/refresh_tutorial.py rewrites its own blocks; nothing to put here."""
+    run("python docs/refresh_tutorial.py")
+    return ""
+
+
+FIGURES = [
+    Figure(
+        "train",
+        "docs/cli.md",
+        "minidtr train resnet --ratio 0.3 --steps 40",
+        train_sample,
+        varies=(
+            r"(?m)^loss +(\S+) +(\S+)",  # after 40 steps: depends on the processor's kernels
+            r"(?m)^test accuracy +(\S+) +(\S+)",
+            r"(?m)^steps/s +(\S+) +\((\S+) s",
+            r"(?m)^eviction search +(\S+) s",
+        ),
+    ),
+    Figure(
+        "find-budget",
+        "docs/cli.md",
+        "minidtr train resnet --find-budget",
+        find_budget,
+        varies=(r"(?m)^ +[\d.]+ +[\d.]+ \w+B +ok +\S+ +\d+ +(\S+)$",),  # s/step
+    ),
+    Figure(
+        "explorer-load",
+        "docs/cli.md",
+        "python benchmarks/explorer_load.py",
+        explorer_load,
+        varies=(
+            r"written in (\S+) s",
+            r"(?m)^(?:navigation|  of which|open a tab).*? ([\d.]+) s \(",
+            r"(?m)^(?:full redraw|zoom in|select an?).*? ([\d.]+) ms",
+        ),
+        slow=True,
+    ),
+    Figure("sim-info", "docs/simulator.md", "minidtr sim info transformer.log", sim_info),
+    Figure(
+        "sim-frontier",
+        "docs/simulator.md",
+        "minidtr sim frontier transformer.log --max-slowdown 1.5",
+        sim_frontier,
+    ),
+    Figure(
+        "figure2",
+        "docs/simulator.md",
+        f"minidtr sim traces/{{resnet,densenet,transformer,unet}}.log.gz --ratios {FIGURE2_RATIOS}",
+        figure2_tables,
+    ),
+    Figure(
+        "models-readme",
+        "models/README.md",
+        "python models/NAME.py --steps 3, for each script",
+        models_readme,
+        varies=(r"(?m)\| ([\d.]+ s) \|$",),
+    ),
+    Figure(
+        "optimal",
+        "docs/simulator.md",
+        "python benchmarks/sim_optimal.py --markdown",
+        optimal,
+        # the solver's seconds, and what it reached where it did not prove the optimum
+        varies=(
+            r"(?m)^\|.*\| ([\d.]+) \|$",
+            r"(?m)^\|(?=.*\| (?:[\d.]+\*|none|infeasible) \|).*\| ([^|]+ \| [^|]+) \| [^|]+ \|$",
+        ),
+        slow=True,
+    ),
+    Figure(
+        "frontier",
+        "docs/models.md",
+        "python benchmarks/frontier.py",
+        frontier,
+        varies=(r"(?m)\| ([\d.]+%(?: \([\w ]+\))?) \|$",),  # accuracy after 40 steps
+        slow=True,
+    ),
+]
+BY_NAME = {f.name: f for f in FIGURES}
+
+BLOCK = r"(<!-- figures:{name} -->\n)(.*?)(\n<!-- /figures -->)"
+
+
+def shown(figure: Figure) -> str:
+    """The figure's block as its page has it."""
+    text = (ROOT / figure.page).read_text()
+    found = re.findall(BLOCK.format(name=re.escape(figure.name)), text, flags=re.S)
+    if len(found) != 1:
+        raise SystemExit(f"{figure.page} has {len(found)} blocks named {figure.name!r}, not 1")
+    return found[0][1]
+
+
+def write(figure: Figure, body: str) -> None:
+    path = ROOT / figure.page
+    pattern = re.compile(BLOCK.format(name=re.escape(figure.name)), flags=re.S)
+    shown(figure)  # exactly one block
+    path.write_text(pattern.sub(lambda m: m.group(1) + body + m.group(3), path.read_text()))
+
+
+def comparable(figure: Figure, text: str) -> str:
+    """``text`` with the parts that vary from run to run replaced by ``…``."""
+    for pattern in figure.varies:
+        spans = [
+            m.span(g)
+            for m in re.finditer(pattern, text)
+            for g in range(1, (m.re.groups or 0) + 1)
+            if m.span(g) != (-1, -1)
+        ]
+        for start, end in sorted(spans, reverse=True):
+            text = text[:start] + "…" + text[end:]
+    return text
+
+
+def stale(figure: Figure, body: str) -> str | None:
+    """None when the page shows ``body`` (but for what varies), else a diff."""
+    import difflib
+
+    old, new = comparable(figure, shown(figure)), comparable(figure, body)
+    if old == new:
+        return None
+    diff = difflib.unified_diff(
+        old.splitlines(),
+        new.splitlines(),
+        f"{figure.page} ({figure.name})",
+        "measured now",
+        lineterm="",
+    )
+    return "\n".join(diff)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="figures to refresh")
+    parser.add_argument("--all", action="store_true", help="the slow figures too")
+    parser.add_argument("--check", action="store_true", help="compare only, write nothing")
+    parser.add_argument("--list", action="store_true", help="list the figures")
+    args = parser.parse_args(argv)
+    names = [*BY_NAME, "tutorial"]
+    if args.list:
+        for f in FIGURES:
+            print(f"{f.name:14} {f.page:18} {'slow ' if f.slow else '     '} {f.command}")
+        print(f"{'tutorial':14} {'docs/tutorial.md':18}       python docs/refresh_tutorial.py")
+        return 0
+    unknown = [n for n in args.names if n not in names]
+    if unknown:
+        parser.error(f"unknown figure {unknown[0]!r}; expected one of {', '.join(names)}")
+    chosen = args.names or [f.name for f in FIGURES if args.all or not f.slow] + ["tutorial"]
+    status = 0
+    for name in chosen:
+        if name == "tutorial":
+            if not args.check:  # tests/test_tutorial_page.py checks it
+                tutorial()
+                print("tutorial: docs/tutorial.md refreshed (docs/refresh_tutorial.py)")
+            continue
+        figure = BY_NAME[name]
+        try:
+            body = figure.measure()
+        except RuntimeError as e:  # a command failed (Chromium missing, ...): the next one
+            print(f"{name}: not measured: {e}", file=sys.stderr)
+            status = 1
+            continue
+        if args.check:
+            diff = stale(figure, body)
+            print(f"{name}: {'stale' if diff else 'as measured'} ({figure.page})")
+            if diff:
+                print(diff)
+                status = 1
+        else:
+            write(figure, body)
+            print(f"{name}: {figure.page} refreshed")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
