@@ -37,7 +37,7 @@ SLOW = {
     "minidtr sim sqrt-n": "22 s: N up to 1,600",
     "minidtr sim adversary": "42 s: N up to 1,600",
     "python models/treelstm.py --ratio 0.7": "5 s: 20 steps",
-    "minidtr train resnet --heuristic local+nosize+stale": "3 s: 50 steps",
+    "minidtr train resnet --ratio 0.3 --heuristic eq+size+nostale": "3 s: 50 steps",
     "minidtr train resnet": "3 s: 50 steps",
     "minidtr sim traces/resnet.log.gz --ratios 0.7,0.5,0.3": "simulator.md's quick start: 13 s",
     "minidtr sim traces/resnet.log.gz traces/densenet.log.gz traces/transformer.log.gz "
@@ -76,6 +76,10 @@ NOT_RUN = {
     "0.6,0.5,0.4,0.3,0.2 --heuristics $H --max-nodes 0": PROTOTYPE,
     "python benchmarks/sim_reference_logs.py logs/": PROTOTYPE,
     "dask scheduler --port 8786": "a Dask cluster on other machines (HEAD)",
+    "dask scheduler --protocol tls --port 8786 --tls-ca-file ca.pem --tls-cert head.pem "
+    "--tls-key head.key": "a Dask cluster on other machines (HEAD), with certificates; "
+    "tests/test_sim_cluster.py runs a sweep on a TLS LocalCluster",
+    "dask worker tcp://HEAD:8786 --nworkers 4 --nthreads 1": "a Dask cluster on other machines",
     "python -m pytest -q": "the test suite itself",
     "MINIDTR_CHECK_DECISIONS=1 python -m pytest": "the test suite itself, with every decision "
     "checked twice",
@@ -134,6 +138,11 @@ def not_run(command: str) -> str | None:
 # Commands that end with another exit status, as the docs say they do.
 EXIT_STATUS = {
     "minidtr train lstm --ratio 0.2": 1,  # cli.md: the thrash guard's one-line BudgetError
+    # cli.md: usage errors, one line each
+    "minidtr train mlp --heuristic lru": 2,
+    "minidtr plot ev.jsonl ev.jsonl": 2,
+    "minidtr explain ev.jsonl --html ev.jsonl": 2,
+    "minidtr sim t.log --csv t.log": 2,
 }
 
 
