@@ -25,6 +25,8 @@ def test_options_check_and_normalize_as_the_runtime_did():
     with pytest.raises(ValueError, match="budget is a number of bytes, got 0.3: for a fraction"):
         md.Runtime(budget=0.3)  # a ratio where bytes were meant
     assert md.Runtime(budget=1.5).budget == 1  # whole bytes, rounded down (documented)
+    with pytest.raises(ValueError, match="unknown device 'gpu'; expected one of"):
+        md.Runtime(device="gpu")
     with pytest.raises(ValueError, match="max_wall_slowdown must be > 1"):
         RuntimeOptions(max_wall_slowdown=1.0)
     with pytest.raises(ValueError, match="unknown dealloc 'lazy'"):

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..backend import DEVICES
+
 DEALLOC_POLICIES = ("eager", "banish", "ignore")
 COST_MODELS = ("time", "flops")
 # The default thrash guard (see docs/cli.md): above what the runs the docs call trainable
@@ -142,6 +144,8 @@ class RuntimeOptions:
         set_field(
             self, "max_wall_slowdown", check_limit("max_wall_slowdown", self.max_wall_slowdown)
         )
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device {self.device!r}; expected one of {DEVICES}")
         if self.dealloc not in DEALLOC_POLICIES:
             raise ValueError(
                 f"unknown dealloc {self.dealloc!r}; expected one of {DEALLOC_POLICIES}"
