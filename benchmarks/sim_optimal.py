@@ -132,10 +132,7 @@ def main() -> None:
                 f"\n{name}: {trace.ops} ops, {len(graph)} graph nodes, peak {base.peak_memory:,} B,"
                 f" constants {base.constant_floor:,} B, one op's needs {base.bottleneck:,} B"
             )
-            names = {"opt_slowdown": "best_found", "opt_lower": "lower", "opt_status": "status"}
-            names.update({"opt_source": "found_by", "dtr/opt": "dtr/best"})
-            rows = [{names.get(k, k): v for k, v in row.items()} for row in rows]
-            columns = ["ratio", *heuristics, "best_found", "lower", "gap", "status", "found_by"]
+            columns = ["ratio", *heuristics, "best", "lower", "gap", "status", "found_by"]
             print(format_rows(rows, [*columns, "solve_time", "dtr/best"]))
             print(f"({time.perf_counter() - started:.1f} s)")
     if args.markdown:
@@ -166,12 +163,12 @@ def markdown(tables: list[tuple[str, int, list[dict]]], heuristics: list[str]) -
         for i, row in enumerate(rows):
             cells = [f"{LABELS.get(name, name)} ({nodes})" if i == 0 else "", f"{row['ratio']:.3f}"]
             cells += [f"{row[h]:.3f}" if math.isfinite(row[h]) else "OOM" for h in heuristics]
-            status = row["opt_status"]
+            status = row["status"]
             if status in ("optimal", "incumbent"):
-                best = f"{row['opt_slowdown']:.3f}" + ("" if status == "optimal" else "*")
+                best = f"{row['best']:.3f}" + ("" if status == "optimal" else "*")
             else:
                 best = "infeasible" if status == "infeasible" else "none"
-            lower = row["opt_lower"]
+            lower = row["lower"]
             bound = f"{lower:.3f}" if math.isfinite(lower) and status != "infeasible" else "-"
             cells += [best, bound, f"{row['solve_time']:.1f}"]
             lines.append("| " + " | ".join(cells) + " |")

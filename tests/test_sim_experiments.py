@@ -124,7 +124,7 @@ def test_cli_subcommands(tmp_path, capsys):
         main(["optimal", str(tmp_path / "c.log"), "--ratios", "1,0.6", "--time-limit", "10"]) == 0
     )
     out = capsys.readouterr().out
-    assert "opt_slowdown" in out and "optimal" in out
+    assert "best" in out and "lower" in out and "optimal" in out
 
 
 def test_shared_logs_sweep(shared_traces):

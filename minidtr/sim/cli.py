@@ -443,12 +443,12 @@ def optimal_main(argv: Sequence[str]) -> int:
         "nodes",
         "ratio",
         *args.heuristics,
-        "opt_slowdown",
-        "opt_lower",
+        "best",
+        "lower",
         "gap",
-        "opt_status",
+        "status",
         "solve_time",
-        *[f"{h}/opt" for h in args.heuristics],
+        *[f"{h}/best" for h in args.heuristics],
     ]
     return _print_rows(rows, args.csv, columns)
 

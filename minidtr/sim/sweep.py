@@ -381,17 +381,17 @@ def _optimal_row(trace: Trace, ratio: float, heuristics: Sequence[str], time_lim
         "nodes": len(graph),
         "ratio": ratio,
         "budget": budget,
-        "opt_status": opt.status,
-        "opt_slowdown": upper,
-        "opt_lower": lower,
+        "status": opt.status,  # optimal, or incumbent: the best found in the time limit
+        "best": upper,  # an upper bound on the optimum, the optimum when status is optimal
+        "lower": lower,
         "gap": opt.gap,
         "solve_time": opt.solve_time,
-        "opt_source": opt.source,
+        "found_by": opt.source,
     }
     for h in heuristics:
         result = simulate(trace, budget=budget, heuristic=h, thrash=None)
         row[h] = result.slowdown if result.status == "ok" else math.nan
-        row[f"{h}/opt"] = row[h] / upper if opt.found else math.nan
+        row[f"{h}/best"] = row[h] / upper if opt.found else math.nan
     return row
 
 
