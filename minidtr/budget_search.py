@@ -61,7 +61,7 @@ class SearchInterrupted(KeyboardInterrupt):
 def probe(config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
     """Train ``config.steps`` steps at ``ratio`` of the unbounded peak on a fresh allocator."""
     budget = int(ratio * unbounded.peak)
-    if budget < unbounded.floor:
+    if budget < unbounded.floor and config.dealloc != "banish":  # not a floor under banish
         return Probe(ratio, budget, "below floor")
     run = dataclasses.replace(config, ratio=ratio, budget=None, evaluate=False)
     try:
@@ -131,8 +131,9 @@ def _probe_down(config: TrainConfig, unbounded: Floors, done: dict[float, Probe]
         ok = ratio
     if failed is None:
         return
-    floor = math.ceil(unbounded.floor_ratio / RESOLUTION) * RESOLUTION
-    failed = max(failed, floor - RESOLUTION)
+    if config.dealloc != "banish":
+        floor = math.ceil(unbounded.floor_ratio / RESOLUTION) * RESOLUTION
+        failed = max(failed, floor - RESOLUTION)
     while ok - failed > RESOLUTION * 1.5:
         ratio = round(round((ok + failed) / 2 / RESOLUTION) * RESOLUTION, 2)
         if ratio >= ok or ratio <= failed:

@@ -96,9 +96,12 @@ def floor_text(floors: Any) -> str:
     )
 
 
-def floor_verdict(budget: int, floors: Any) -> str:
-    """What a failed budget means against the model's floor."""
+def floor_verdict(budget: int, floors: Any, dealloc: str = "eager") -> str:
+    """What a failed budget means against the model's floor (measured under eager
+    deallocation: a floor for ``ignore`` too, not for ``banish``)."""
     where = f"the model's floor of {human_bytes(floors.floor)} ({floors.floor_ratio:.3f} of peak)"
+    if budget < floors.floor and dealloc == "banish":
+        return f"this budget is below {where} under eager deallocation; banish may fit lower"
     if budget < floors.floor:
         return f"this budget is below {where}: no policy can fit it"
     return (

@@ -198,7 +198,7 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
     except BudgetError as e:
         print(
             f"{PROG}: the budget is too small to train {args.model}: {e} "
-            f"({floor_verdict(e.budget, unbounded)})",
+            f"({floor_verdict(e.budget, unbounded, args.dealloc)})",
             file=sys.stderr,
         )
         return EXIT_FAILED

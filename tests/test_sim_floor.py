@@ -66,3 +66,22 @@ def test_floor_of_the_shared_logs(shared_traces):
     assert f.constants < f.bytes < f.peak
     assert f.constants_ratio < 0.01 and 0.03 < f.ratio < 0.1
     assert f.working_set_op == "cudnn_convolution_backward"
+
+
+def test_the_floor_is_claimed_as_one_only_where_it_is_one():
+    """The floor is measured with eager deallocation (a floor for ignore too); under banish
+    a run can fit below it, so the message does not claim that no policy can."""
+    from minidtr.cli_report import floor_verdict
+    from minidtr.sim.floors import below_floor_message
+
+    trace = small_trace()
+    assert "no eviction policy can run it" in below_floor_message(trace, 300)
+    banish = below_floor_message(trace, 300, "banish")
+    assert "no eviction policy" not in banish and "under eager deallocation" in banish
+    assert below_floor_message(trace, 310, "banish") is None
+
+    class Floors:
+        floor, floor_ratio = 310, 0.9
+
+    assert "no policy can fit it" in floor_verdict(300, Floors())
+    assert "banish may fit lower" in floor_verdict(300, Floors(), "banish")

@@ -70,13 +70,16 @@ def floor(trace: Trace) -> Floor:
     )
 
 
-def below_floor_message(trace: Trace, budget: int) -> str | None:
-    """Why no policy can run ``trace`` in ``budget`` bytes, or None if the floor fits."""
+def below_floor_message(trace: Trace, budget: int, dealloc: str = "eager") -> str | None:
+    """Why no policy can run ``trace`` in ``budget`` bytes, or None if the floor fits. The
+    floor is measured with eager deallocation, and holds for ``ignore`` too; ``banish``
+    drops the recipes of a dead value's children, so constants only those recipes read
+    can go sooner and a run may fit below it: then the message says so, and no more."""
     f = floor(trace)
     if budget >= f.bytes:
         return None
     ratio = budget / f.peak if f.peak else 0.0
-    return (
-        f"the budget {budget:,} B ({ratio:.3f} of peak) is below the trace's {f.describe()}; "
-        "no eviction policy can run it"
-    )
+    below = f"the budget {budget:,} B ({ratio:.3f} of peak) is below the trace's {f.describe()}"
+    if dealloc == "banish":
+        return f"{below} under eager deallocation (banish can fit lower, not here)"
+    return f"{below}; no eviction policy can run it"

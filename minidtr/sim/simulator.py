@@ -492,7 +492,7 @@ def simulate(
         if bytes_budget is not None:
             from .floors import below_floor_message
 
-            why = below_floor_message(trace, bytes_budget)
+            why = below_floor_message(trace, bytes_budget, replayer.options.dealloc)
             if why is not None:
                 error = f"{why} ({error})"
     finally:
