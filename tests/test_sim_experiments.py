@@ -127,6 +127,33 @@ def test_cli_subcommands(tmp_path, capsys):
     assert "best" in out and "lower" in out and "optimal" in out
 
 
+def test_an_interrupted_optimal_prints_the_rows_it_finished(tmp_path, capsys, monkeypatch):
+    """Each row of minidtr sim optimal can take the solver's whole time limit: Ctrl-C after
+    the first keeps it (printed, and in --csv), exit 130 with one line."""
+    pytest.importorskip("scipy")
+    import importlib
+
+    sweep_module = importlib.import_module("minidtr.sim.sweep")  # sim.sweep is the function
+    solve = sweep_module._optimal_row
+    calls = []
+
+    def first_then_interrupted(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "_optimal_row", first_then_interrupted)
+    sim.write_log(chain_trace(6), tmp_path / "c.log")
+    argv = ["optimal", str(tmp_path / "c.log"), "--ratios", "1,0.6", "--jobs", "1"]
+    assert main([*argv, "--csv", str(tmp_path / "o.csv")]) == 130
+    out, err = capsys.readouterr()
+    assert "best" in out and "1.000" in out
+    assert err.strip().splitlines()[-1] == "minidtr sim optimal: interrupted after 1 of 2 rows"
+    with open(tmp_path / "o.csv") as f:
+        assert len(list(csv.DictReader(f))) == 1
+
+
 def test_shared_logs_sweep(shared_traces):
     traces = [sim.load_log(shared_traces / f"{n}.log") for n in ("unet-6", "resnet32-56")]
     results = sweep(traces, [0.5], ["dtr", "msps", "lru"], jobs=2)

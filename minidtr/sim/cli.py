@@ -421,6 +421,7 @@ def optimal_main(argv: Sequence[str]) -> int:
         return 1
     from .sweep import optimal_rows
 
+    finished: list[dict] = []
     try:
         with cluster(settings) as client:
             rows = optimal_rows(
@@ -431,26 +432,36 @@ def optimal_main(argv: Sequence[str]) -> int:
                 jobs=args.jobs,
                 client=client,
                 progress=sys.stderr.isatty(),
+                on_row=finished.append,
             )
     except ValueError as e:
         print(f"minidtr sim optimal: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\nminidtr sim optimal: interrupted", file=sys.stderr)
+        if finished:  # each row can have taken the whole time limit: keep them
+            _print_rows(finished, args.csv, _optimal_columns(args.heuristics))
+        print(
+            f"\nminidtr sim optimal: interrupted after {len(finished)} of "
+            f"{len(traces) * len(args.ratios)} rows",
+            file=sys.stderr,
+        )
         return 130
-    columns = [
+    return _print_rows(rows, args.csv, _optimal_columns(args.heuristics))
+
+
+def _optimal_columns(heuristics: Sequence[str]) -> list[str]:
+    return [
         "trace",
         "nodes",
         "ratio",
-        *args.heuristics,
+        *heuristics,
         "best",
         "lower",
         "gap",
         "status",
         "solve_time",
-        *[f"{h}/best" for h in args.heuristics],
+        *[f"{h}/best" for h in heuristics],
     ]
-    return _print_rows(rows, args.csv, columns)
 
 
 def sqrt_n_main(argv: Sequence[str]) -> int:

@@ -344,8 +344,11 @@ def optimal_rows(
     client: Any = None,
     executor: Executor | None = None,
     progress: bool = False,
+    on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """``compare_with_optimal`` for several traces at once, every (trace, ratio) a task."""
+    """``compare_with_optimal`` for several traces at once, every (trace, ratio) a task;
+    ``on_row`` is called with each row as it finishes (a row can take the solver's whole
+    time limit: an interrupted run keeps those done)."""
     traces = list(traces)
     for trace in traces:
         baseline(trace)
@@ -358,6 +361,8 @@ def optimal_rows(
             _optimal_row, traces, tasks, jobs=jobs, client=client, executor=executor
         ):
             rows[n] = row
+            if on_row is not None:
+                on_row(row)
             if bar is not None:
                 bar.update(1)
     finally:
