@@ -497,12 +497,13 @@ def _as_constant(g: Tensor) -> Tensor:
 
 
 def _accumulate_leaf(leaf: Tensor, g: Tensor) -> None:
-    """``leaf.grad += g``, stored as a constant (``g``, finished, is one already)."""
-    if leaf.grad is None:
-        leaf.grad = g
+    """``leaf.grad += g``, stored as a constant (``g``, finished, is one already). Reads
+    and writes the slot behind the ``grad`` property (whose checks are for users)."""
+    if leaf._grad is None:
+        leaf._grad = g
         return
     with no_grad():
-        leaf.grad = _as_constant(ops.add(leaf.grad, g))
+        leaf._grad = _as_constant(ops.add(leaf._grad, g))
 
 
 def _count_consumers(root: Node) -> tuple[dict[Node, int], dict[int, int]]:

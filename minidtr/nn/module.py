@@ -152,7 +152,7 @@ class Module:
 
     def zero_grad(self) -> None:
         for p in self.parameters():
-            p.grad = None
+            p._grad = None  # (the slot behind ``Tensor.grad``: parameters are leaves)
 
     # ---- saving and loading -----------------------------------------------------------------
 

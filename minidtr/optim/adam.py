@@ -46,7 +46,7 @@ class Adam(Optimizer):
         op = AdamUpdate(self.lr, self.betas, self.eps, self.weight_decay, t, len(indices))
         inputs: list[Tensor] = []
         for i in indices:
-            inputs += (self.params[i], self.params[i].grad)
+            inputs += (self.params[i], self.params[i]._grad)
             if t > 1:
                 inputs += (self.exp_avg[i], self.exp_avg_sq[i])
         out = apply(op, *inputs)

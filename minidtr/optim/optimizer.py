@@ -106,7 +106,7 @@ class Optimizer:
     def zero_grad(self) -> None:
         """Drop every parameter's gradient (the next backward starts from nothing)."""
         for p in self.params:
-            p.grad = None
+            p._grad = None  # (the slot behind ``Tensor.grad``: parameters are leaves)
 
     def step(self) -> None:
         """Update every parameter that has a gradient; skip those whose grad is None.
@@ -117,7 +117,7 @@ class Optimizer:
             for group in self.groups:
                 by_state: dict = {}
                 for index in group:
-                    if params[index].grad is not None:
+                    if params[index]._grad is not None:
                         by_state.setdefault(self.state_key(index), []).append(index)
                 for indices in by_state.values():
                     new = self.update_group(indices)
@@ -131,7 +131,7 @@ class Optimizer:
     def update_group(self, indices: list[int]) -> list[Tensor]:
         """The new values of the parameters at ``indices`` (equal ``state_key``s), in
         order; by default one ``update`` each (runs inside ``updating()``)."""
-        return [self.update(i, self.params[i], self.params[i].grad) for i in indices]
+        return [self.update(i, self.params[i], self.params[i]._grad) for i in indices]
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
         """The new value of parameter ``index`` (runs inside ``updating()``)."""

@@ -33,7 +33,7 @@ class SGD(Optimizer):
         op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first, len(indices))
         inputs: list[Tensor] = []
         for i in indices:
-            inputs += (params[i], params[i].grad)
+            inputs += (params[i], params[i]._grad)
             if self.momentum and not first:
                 inputs.append(buffers[i])
         out = apply(op, *inputs)

@@ -100,6 +100,9 @@ class Allocator:
         self.interrupt_requested = False
         self.runtimes: list[Runtime] = []
         self._entered: list[Stats] = []  # each active runtime's counters when it entered
+        # the innermost runtime and its counters (kept by push and pop: read everywhere)
+        self.runtime: Runtime | None = None
+        self.stats: Stats | None = None
         self.ledger = Ledger()
         self.eviction = Eviction(self)
         self.remat = Rematerializer(self)
@@ -112,14 +115,6 @@ class Allocator:
         Allocator.alive -= 1
 
     # ---- runtimes ---------------------------------------------------------------------
-
-    @property
-    def runtime(self) -> Runtime:
-        return self.runtimes[-1]
-
-    @property
-    def stats(self) -> Stats:
-        return self.runtimes[-1].stats_
 
     @property
     def memory(self) -> int:
@@ -144,6 +139,7 @@ class Allocator:
             # nothing to lose, and skips the cost of a full collection)
             gc.collect()
         self.runtimes.append(runtime)
+        self.runtime, self.stats = runtime, runtime.stats_
         self._entered.append(dataclasses.replace(runtime.stats_))
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
@@ -162,7 +158,10 @@ class Allocator:
         self.runtimes.pop()
         entered = self._entered.pop()
         if not self.runtimes:
+            self.runtime = self.stats = None
             return
+        self.runtime = self.runtimes[-1]
+        self.stats = self.runtime.stats_
         self.runtime.stats_.add(runtime.stats_, entered)
         self._select_policy_code()
         if runtime.dealloc == "ignore" and self.runtime.dealloc != "ignore":
@@ -216,7 +215,7 @@ class Allocator:
         if shape is None:
             shape, dtype = (nbytes,), BYTE
         self.next_id += 1
-        storage = Storage(
+        storage = Storage.new(
             allocator=self, id=self.next_id, name=name, nbytes=nbytes, shape=shape,
             dtype=dtype, device=self.device,
         )  # fmt: skip
@@ -361,7 +360,7 @@ class Allocator:
         self.next_id += 1
         shape, dtype = meta
         self.ledger.constant_bytes += nbytes
-        return Storage(
+        return Storage.new(
             allocator=self, id=self.next_id, name=name, nbytes=nbytes, shape=shape,
             dtype=dtype, device=device, index=index,
             contiguous=True if device is None else result.flags.c_contiguous,
@@ -386,7 +385,7 @@ class Allocator:
         ``parents``."""
         self.next_id += 1
         shape, dtype = meta
-        storage = Storage(
+        storage = Storage.new(
             allocator=self, id=self.next_id, name=op.name, nbytes=nbytes, shape=shape,
             dtype=dtype, device=device, index=index,
             contiguous=True if device is None else result.flags.c_contiguous,  # placeholders
@@ -394,9 +393,7 @@ class Allocator:
             parents=parents, shared=shared,
         )  # fmt: skip
         self.eviction.candidates.add(storage)
-        ref = weakref.ref(storage)
-        for parent in parents:
-            parent.add_child_ref(ref)
+        storage.tell_parents()
         return storage
 
     def done(self, locked: Sequence[Storage], was_busy: bool) -> None:

@@ -31,7 +31,7 @@ from .table import LAZY_SLACK
 if TYPE_CHECKING:
     from ..allocator import Allocator
 
-NEW = object.__new__
+NEW_STORAGE = Storage.new
 
 
 class FastPath:
@@ -57,7 +57,7 @@ class FastPath:
             nbytes = sum(sizes)
         allocator = self.allocator
         ledger = self.ledger
-        runtime = allocator.runtimes[-1]
+        runtime = allocator.runtime
         if (
             (ledger.budget is not None and ledger.memory + nbytes > ledger.budget)
             or allocator.observer is not None
@@ -118,15 +118,13 @@ class FastPath:
         cost: float,
     ) -> Storage:
         """``Allocator.new_evictable`` of a single output, with ``CandidateTable.add`` of a
-        new storage and ``Storage.add_child_ref`` inlined."""
+        new storage and ``Storage.tell_parents`` inlined."""
         allocator = self.allocator
         allocator.next_id += 1
         shape, dtype = meta
-        # ``Storage(allocator=..., ...)`` as the reference makes it, but positionally and
-        # without type.__call__ (whose keywords go to __init__ as a dict): 7,000
-        # instructions an op less (tests/test_reference.py compares the storages)
-        storage = NEW(Storage)
-        storage.__init__(
+        # ``Storage.new(allocator=..., ...)`` as the reference makes it, positionally
+        # (tests/test_reference.py compares the storages)
+        storage = NEW_STORAGE(
             allocator, allocator.next_id, op.name, nbytes, shape, dtype, device, 0,
             True if device is None else result.flags.c_contiguous, result, cost,
             allocator.clock, op, inputs, parents,
@@ -173,7 +171,7 @@ class FastPath:
             return
         if storage.op is None:
             return  # a constant: no policy frees it; it goes with its metadata (forget)
-        runtime = allocator.runtimes[-1]
+        runtime = allocator.runtime
         table = self.table
         if not (
             runtime.dealloc == "eager"
