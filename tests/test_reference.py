@@ -270,36 +270,62 @@ def test_bundled_models_train_identically_with_the_reference_policy(model):
                 assert logs[0][1] == logs[1][1]
 
 
-def test_the_hot_path_makes_the_storage_the_reference_makes(monkeypatch):
-    """``FastPath.new_evictable`` builds a Storage positionally, as fast as it can; every
-    field must be what the reference's keyword construction gives."""
+def storages_made(make, reference: bool) -> list:
+    """The storages of the outputs ``make()`` returns, made with or without the reference."""
+    with md.Runtime(cost="flops", reference=reference):
+        out = make()
+    return [t.storage for t in (out if isinstance(out, tuple | list) else (out,))]
+
+
+def assert_same_storages(fast_made: list, reference_made: list) -> None:
     from minidtr.runtime.storage import Storage
 
-    made, built = [], []
-    new_evictable = fast.FastPath.new_evictable
-
-    def noting(self, *args):
-        built.append(args)
-        return new_evictable(self, *args)
-
-    monkeypatch.setattr(fast.FastPath, "new_evictable", noting)
-    with isolated_allocator() as allocator:
-        x = md.tensor(np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4))
-        for reference in (False, True):
-            with md.Runtime(cost="flops", reference=reference):
-                before = allocator.stats.ops
-                y = md.tanh(x)
-                assert allocator.stats.ops == before + 1
-            made.append(y)
-        assert len(built) == 1  # the first through the hot path, the second not
-        fast_storage, reference_storage = (t.storage for t in made)
-        assert fast_storage.id + 1 == reference_storage.id
-        skip = {"id", "buffer", "last_access", "__weakref__", "op"}
+    skip = {"id", "buffer", "last_access", "__weakref__", "op", "shared", "inputs", "parents"}
+    for a, b in zip(fast_made, reference_made, strict=True):
         for name in Storage.__slots__:
             if name not in skip:
-                assert getattr(fast_storage, name) == getattr(reference_storage, name), name
-        assert type(fast_storage.op) is type(reference_storage.op)
-        np.testing.assert_array_equal(fast_storage.buffer, reference_storage.buffer)
+                assert getattr(a, name) == getattr(b, name), name
+        assert type(a.op) is type(b.op) and (a.shared is None) == (b.shared is None)
+        assert [c.storage for c in a.inputs] == [c.storage for c in b.inputs]
+        assert a.parents == b.parents
+        np.testing.assert_array_equal(a.buffer, b.buffer)
+
+
+@pytest.mark.parametrize("kind", ["one output", "several outputs", "constants"])
+def test_the_hot_path_makes_the_storages_the_reference_makes(monkeypatch, kind):
+    """``FastPath`` builds storages positionally, as fast as it can; every field must be
+    what the reference's keyword construction gives: one output, the outputs of a
+    multi-output op (sharing a Recipe), constants (as optimizer updates make them)."""
+    from minidtr.ops.norm import Normalize
+
+    built = []
+    compute = fast.FastPath.compute
+
+    def noting(self, *args):
+        out = compute(self, *args)
+        built.append(out is not None)
+        return out
+
+    monkeypatch.setattr(fast.FastPath, "compute", noting)
+    with isolated_allocator() as allocator:
+        x = md.tensor(np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4))
+        g = md.tensor(np.ones(4, np.float32))
+        make = {
+            "one output": lambda: md.tanh(x),
+            "several outputs": lambda: md.ops.apply(
+                Normalize("layer_norm", (1,), 1, 1e-5, True, False), x, g
+            ),
+            "constants": lambda: md.as_constants()(lambda: md.tanh(x) * 2.0)(),
+        }[kind]
+        fast_made = storages_made(make, reference=False)
+        assert built == [True] * len(built) and built  # the hot path made them
+        assert allocator.fast is not None
+        reference_made = storages_made(make, reference=True)
+    assert_same_storages(fast_made, reference_made)
+    if kind == "several outputs":
+        assert fast_made[0].shared is not None and len(fast_made) == 3
+    if kind == "constants":
+        assert all(s.op is None for s in fast_made)
 
 
 class Unbounded:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..costs import model_cost
-from ..storage import Cell, Storage, resident_storages
+from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
 from .table import LAZY_SLACK
 
@@ -96,7 +96,7 @@ class FastPath:
                 return [
                     self.new_evictable(op, inputs, parents, device, result, metas[0], nbytes, cost)
                 ]
-            return allocator.new_outputs(
+            return self.new_outputs(
                 op, inputs, parents, device, result, metas, sizes or [nbytes], cost, constant
             )
         finally:
@@ -105,6 +105,46 @@ class FastPath:
                 allocator.done((), False)  # deaths during the op, dead storages kept meanwhile
             else:
                 allocator.busy = False
+
+    def new_outputs(
+        self,
+        op: Any,
+        inputs: tuple,
+        parents: tuple,
+        device: Any,
+        results: Any,
+        metas: Sequence,
+        sizes: list,
+        cost: float,
+        constant: bool,
+    ) -> list[Storage]:
+        """``Allocator.new_outputs`` with nothing watching (no observer, no event log):
+        several outputs sharing a ``Recipe``, or constants (optimizer updates, running
+        statistics), made as ``new_evictable`` makes one."""
+        results = (results,) if op.n_outputs == 1 else results
+        if constant:
+            allocator = self.allocator
+            allocator.ledger.constant_bytes += sum(sizes)
+            cells = []
+            for i, (shape, dtype) in enumerate(metas):
+                result = results[i]
+                allocator.next_id += 1
+                cells.append(NEW_STORAGE(
+                    allocator, allocator.next_id, op.name, sizes[i], shape, dtype, device, i,
+                    True if device is None else result.flags.c_contiguous, result, 0.0,
+                    allocator.clock,
+                ))  # fmt: skip
+            return cells
+        recipe = Recipe(op, inputs, parents, device)
+        recipe.run_cost = cost
+        recipe.out_nbytes = tuple(sizes)
+        new = self.new_evictable
+        cells = [
+            new(op, inputs, parents, device, results[i], meta, sizes[i], cost, i, recipe)
+            for i, meta in enumerate(metas)
+        ]
+        recipe.outputs = tuple([weakref.ref(storage) for storage in cells])
+        return cells
 
     def new_evictable(
         self,
@@ -116,18 +156,20 @@ class FastPath:
         meta: tuple,
         nbytes: int,
         cost: float,
+        index: int = 0,
+        shared: Recipe | None = None,
     ) -> Storage:
-        """``Allocator.new_evictable`` of a single output, with ``CandidateTable.add`` of a
-        new storage and ``Storage.tell_parents`` inlined."""
+        """``Allocator.new_evictable``, with ``CandidateTable.add`` of a new storage and
+        ``Storage.tell_parents`` inlined."""
         allocator = self.allocator
         allocator.next_id += 1
         shape, dtype = meta
         # ``Storage.new(allocator=..., ...)`` as the reference makes it, positionally
         # (tests/test_reference.py compares the storages)
         storage = NEW_STORAGE(
-            allocator, allocator.next_id, op.name, nbytes, shape, dtype, device, 0,
+            allocator, allocator.next_id, op.name, nbytes, shape, dtype, device, index,
             True if device is None else result.flags.c_contiguous, result, cost,
-            allocator.clock, op, inputs, parents,
+            allocator.clock, op, inputs, parents, shared,
         )  # fmt: skip
         table = self.table
         if table.listing:  # else its place is its id (``CandidateTable.add``)
