@@ -117,6 +117,7 @@ NOT_RUN = {
     "python benchmarks/soak.py": "12,000 training steps: minutes",
     "python benchmarks/models_budget.py": "every model at many ratios: minutes",
     "python benchmarks/sim_replay_speed.py": WALL,
+    "python benchmarks/reference_speed.py": WALL,
 }
 # Commands never run, by how they start, and why.
 NOT_RUN_PREFIXES = {
