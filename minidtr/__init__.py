@@ -32,11 +32,12 @@ from .tensor import (
 )
 
 
-def runtime() -> Runtime:
-    """The innermost active runtime on the CPU (the default unbounded one outside any ``with``)."""
+def current_runtime(device: str = "cpu") -> Runtime:
+    """The innermost active runtime of a device (the default unbounded one outside any
+    ``with``). Not ``md.runtime``, which is the runtime's package (``minidtr.runtime``)."""
     from .runtime import allocator_for
 
-    return allocator_for("cpu").runtime
+    return allocator_for(device).runtime
 
 
 __version__ = "0.1.0"

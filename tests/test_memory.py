@@ -26,7 +26,7 @@ def traced_peak_above_baseline(fn, runtime) -> tuple[int, int]:
 
 
 def runtime_memory() -> int:
-    return md.runtime().stats()["memory"]
+    return md.current_runtime().stats()["memory"]
 
 
 def test_tracemalloc_peak_stays_within_budget_plus_workspace():

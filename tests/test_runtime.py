@@ -586,7 +586,7 @@ def test_export_without_recording_is_a_clear_error(tmp_path):
 
 
 def test_default_runtime_is_unbounded_and_tracks_everything():
-    rt = md.runtime()
+    rt = md.current_runtime()
     assert rt.budget is None and rt.active
     before = rt.stats()["ops"]
     step(fresh())
