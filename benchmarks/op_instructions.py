@@ -35,8 +35,11 @@ import sys
 import tempfile
 
 # chains y = f(y) of 1-element tensors; mul, matmul and linear by a constant, mean over
-# a kept axis of size 1, stack of one tensor and then [0]
-OPS = ("add", "mul", "tanh", "sigmoid", "relu", "exp", "mean", "matmul", "linear", "stack")
+# a kept axis of size 1, stack of one tensor and then [0]; muls and rsubs: y * 0.5, 1.0 - y
+OPS = (
+    "add", "mul", "tanh", "sigmoid", "relu", "exp", "mean", "matmul", "linear", "stack",
+    "muls", "rsubs",
+)  # fmt: skip
 KINDS = [
     "add-nog",
     "add-g",
@@ -72,6 +75,8 @@ def chains(n: int, kinds: list[str]):
         "matmul": lambda y: md.matmul(y, w),
         "linear": lambda y: md.linear(y, w),
         "stack": lambda y: md.stack([y], axis=0)[0],
+        "muls": lambda y: y * 0.5,  # a Python scalar operand (ops/scalar.py)
+        "rsubs": lambda y: 1.0 - y,
     }
     built: list = []
 

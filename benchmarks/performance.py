@@ -2,7 +2,8 @@
 
     python benchmarks/performance.py [--quick]
 
-1. Per-op forward on 1-element float32 tensors (chains of ``--chain`` ops): add and tanh,
+1. Per-op forward on 1-element float32 tensors (chains of ``--chain`` ops): add, tanh and
+   a Python scalar operand (``y * 0.5``),
    with autograd off and on; minidtr unbudgeted, minidtr under a generous budget (nothing
    evicted), PyTorch, NumPy. Backward per node through the same chains.
 2. Training steps: the small ResNet-32 of ``minidtr train resnet`` (with the share of the
@@ -84,9 +85,12 @@ def backward_of(build: Callable[[], object], backward: Callable[[object], None])
 
 def per_op(n: int, rounds: int) -> None:
     one = np.ones(1, np.float32)
+    half = np.float32(0.5)
     steps = {
         "add": (lambda y: y + one_md, lambda y: y + one_t, lambda y: y + one),
         "tanh": (md.tanh, None, np.tanh),
+        # a Python scalar operand (ops/scalar.py), against a tensor operand (add's rows)
+        "mul 0.5": (lambda y: y * 0.5, lambda y: y * 0.5, lambda y: y * half),
     }
     one_md = md.tensor(one)
     cases: dict[str, Callable[[], object]] = {}

@@ -24,6 +24,7 @@ from .op import (
     same_dtype,
 )
 from .promotion import astype, operands
+from .scalar import scalar_op, tensor_and_scalar
 
 
 class Binary(Op):
@@ -268,6 +269,9 @@ _DIV_GRAD = DivisorGrad()
 
 def add(a, b) -> Tensor:
     if type(a) is not Tensor or type(b) is not Tensor:
+        pair = tensor_and_scalar(a, b)
+        if pair is not None:  # x + s, s + x: the scalar in the op (scalar.py)
+            return scalar_op("add", pair[0], pair[1])
         a, b = operands("add", a, b)
     return apply(_ADD, a, b)
 
@@ -276,6 +280,10 @@ def sub(a, b) -> Tensor:
     """``a - b``; bool operands are refused (as PyTorch: use not_equal for xor; two bool
     tensors are refused by ``Sub.infer``)."""
     if type(a) is not Tensor or type(b) is not Tensor:
+        pair = tensor_and_scalar(a, b)
+        if pair is not None:  # (scalar.py refuses bool operands too)
+            x, value, first = pair
+            return scalar_op("rsub" if first else "sub", x, value)
         for v in (a, b):
             if (isinstance(v, Tensor) and v.dtype == np.bool_) or isinstance(v, bool | np.bool_):
                 raise DTypeError(
@@ -291,12 +299,19 @@ def describe_operand(v) -> str:
 
 def mul(a, b) -> Tensor:
     if type(a) is not Tensor or type(b) is not Tensor:
+        pair = tensor_and_scalar(a, b)
+        if pair is not None:
+            return scalar_op("mul", pair[0], pair[1])
         a, b = operands("mul", a, b)
     return apply(_MUL, a, b)
 
 
 def div(a, b) -> Tensor:
     """True division: integer and bool operands give float32, as in PyTorch."""
+    pair = tensor_and_scalar(a, b)
+    if pair is not None:
+        x, value, first = pair
+        return scalar_op("rdiv" if first else "div", x, value)
     a, b = operands("div", a, b)
     if a.dtype == b.dtype and a.dtype.kind != "f":
         a, b = astype(a, DEFAULT_DTYPE), astype(b, DEFAULT_DTYPE)
@@ -304,6 +319,8 @@ def div(a, b) -> Tensor:
 
 
 def pow(a, b) -> Tensor:
+    if type(a) is Tensor and tensor_and_scalar(a, b) is not None:  # x ** s (not s ** x)
+        return scalar_op("pow", a, b)
     a, b = operands("pow", a, b)
     if b.dtype.kind == "i" and a.dtype == b.dtype and (host_values(b) < 0).any():
         raise _POW.error(

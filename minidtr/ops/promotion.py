@@ -54,8 +54,8 @@ def promoted(dtype: np.dtype, kind: str) -> np.dtype:
     return int64 if kind == "i" else DEFAULT_DTYPE
 
 
-def scalar_tensor(name: str, value, dtype: np.dtype, device: str) -> Tensor:
-    """A 0-d constant of ``dtype`` holding a scalar, refusing an int that does not fit."""
+def check_fits(name: str, value, dtype: np.dtype) -> None:
+    """Refuse an int scalar that does not fit an integer ``dtype``."""
     if dtype.kind in "iu" and not isinstance(value, bool | np.bool_):
         info = np.iinfo(dtype)
         if not info.min <= int(value) <= info.max:
@@ -63,6 +63,11 @@ def scalar_tensor(name: str, value, dtype: np.dtype, device: str) -> Tensor:
                 f"{name}: the scalar {value} does not fit the tensor's dtype {dtype} "
                 f"({info.min}..{info.max}); convert the tensor with astype first"
             )
+
+
+def scalar_tensor(name: str, value, dtype: np.dtype, device: str) -> Tensor:
+    """A 0-d constant of ``dtype`` holding a scalar, refusing an int that does not fit."""
+    check_fits(name, value, dtype)
     return tensor(value, dtype=dtype, device=device)
 
 
