@@ -44,9 +44,9 @@ def first_difference(
         differs = [f for f in fields if not same(mine.get(f), theirs.get(f))]
         if differs:
             return (
-                f"event {n + 1} differs ({', '.join(differs)}), {_during(reference, n)}:\n"
-                f"  the reference {event_words(theirs, reference)}\n"
-                f"  yours         {event_words(mine, yours)}\n{head}"
+                f"event {n + 1} differs ({', '.join(differs)}):\n"
+                f"  the reference {event_words(theirs, reference)}, {_during(reference, n)}\n"
+                f"  yours         {event_words(mine, yours)}, {_during(yours, n)}\n{head}"
             )
     if len(yours.events) != len(reference.events):
         n = min(len(yours.events), len(reference.events))
@@ -92,7 +92,7 @@ def _during(run: Run, n: int) -> str:
     line = next((i for i, count in enumerate(run.marks) if count > n), None)
     if line is None:
         return "at the end of the program"
-    return f"while running line {line + 1} ({run.lines[line]})"
+    return f"running line {line + 1} ({run.lines[line]})"
 
 
 def event_words(event: dict[str, Any], run: Run) -> str:

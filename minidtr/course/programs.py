@@ -8,6 +8,8 @@ A program is a list of instructions over named values, as a reader would write i
     x4, x5 = split(x3)    two views of x3's storage (no memory of their own)
     del x2                the program drops its handle: the deallocation policy applies
     read x3               the program reads the value (rematerializing it if evicted)
+    evict x3              the program evicts x3's storage by hand (when it is resident and
+                          evictable: not a constant, not locked), as the tutorial does
 
 ``build_program`` turns any list of integer choices into a valid program (so that
 hypothesis can shrink the choices freely and still get a program), and
@@ -37,6 +39,7 @@ WEIGHTS = {
     "sum": 3,
     "drop": 10,
     "read": 5,
+    "evict": 4,
 }
 ALL_KINDS = tuple(WEIGHTS)
 SCALAR_KINDS = ("leaf", "unary", "binary", "read")  # step 0's scalar programs
@@ -62,8 +65,8 @@ class Instruction:
             return f"{lhs} = {self.args[0]} {BINARY[self.op]} {self.args[1]}"
         if self.kind == "drop":
             return f"del {self.args[0]}"
-        if self.kind == "read":
-            return f"read {self.args[0]}"
+        if self.kind in ("read", "evict"):
+            return f"{self.kind} {self.args[0]}"
         return f"{lhs} = {self.op}({', '.join(self.args)})"
 
 
@@ -93,12 +96,14 @@ def build_program(
     ratio: float,
     kinds: Sequence[str] = ALL_KINDS,
     scalar: bool = False,
+    weights: dict[str, int] | None = None,
 ) -> Program:
     """A valid program from any list of (kind, a, b, size) integer choices: ``kind``
-    picks the instruction among ``kinds`` (by ``WEIGHTS``), ``a`` and ``b`` pick among the
-    values alive at that point, ``size`` a leaf's length. Impossible picks fall back to
-    a leaf (nothing alive yet) or a unary op."""
-    table = [kind for kind in ALL_KINDS if kind in kinds for _ in range(WEIGHTS[kind])]
+    picks the instruction among ``kinds`` (by ``weights``, default ``WEIGHTS``), ``a``
+    and ``b`` pick among the values alive at that point, ``size`` a leaf's length.
+    Impossible picks fall back to a leaf (nothing alive yet) or a unary op."""
+    weights = {**WEIGHTS, **(weights or {})}
+    table = [kind for kind in ALL_KINDS if kind in kinds for _ in range(weights[kind])]
     live: dict[str, int] = {}  # name -> length (0: a 0-d value)
     out: list[Instruction] = []
     counter = 0
@@ -131,8 +136,8 @@ def _instruction(
     length = live[first]
     if kind == "drop":
         return Instruction("drop", args=(first,))
-    if kind == "read":
-        return Instruction("read", args=(first,))
+    if kind in ("read", "evict"):
+        return Instruction(kind, args=(first,))
     if kind == "binary":
         partners = [n for n in names if live[n] == length]
         second = partners[b % len(partners)]
@@ -149,6 +154,35 @@ def _instruction(
         return Instruction("sum", (fresh(0),), "sum", (first,))
     op = UNARY[b % len(UNARY)]
     return Instruction("unary", (fresh(length),), op, (first,))
+
+
+def parse(text: str, ratio: float) -> Program:
+    """A program from its lines as ``describe`` prints them (the graders' fixed examples):
+    ``x1 = leaf(8)``, ``x2 = tanh(x1)``, ``x3 = x2 * x1``, ``x4 = cat(x1, x3)``,
+    ``x5, x6 = split(x4)``, ``x7 = sum(x5)``, ``del x2``, ``read x3``, ``evict x3``."""
+    symbols = {symbol: op for op, symbol in BINARY.items()}
+    out = []
+    for line in (raw.split("#")[0].strip() for raw in text.strip().splitlines()):
+        if not line:
+            continue
+        if line.startswith(("del ", "read ", "evict ")):
+            word, name = line.split()
+            out.append(Instruction("drop" if word == "del" else word, args=(name,)))
+            continue
+        lhs, rhs = (part.strip() for part in line.split("="))
+        names = tuple(n.strip() for n in lhs.split(","))
+        if "(" not in rhs:
+            a, symbol, b = rhs.split()
+            out.append(Instruction("binary", names, symbols[symbol], (a, b)))
+            continue
+        op, args = rhs.rstrip(")").split("(")
+        args_ = tuple(a.strip() for a in args.split(",") if a.strip())
+        if op == "leaf":
+            out.append(Instruction("leaf", names, length=int(args_[0]) if args_ else 0))
+        else:
+            kind = op if op in ("cat", "split", "sum") else "unary"
+            out.append(Instruction(kind, names, op, args_))
+    return Program(tuple(out), ratio, scalar=all(i.length == 0 for i in out if i.kind == "leaf"))
 
 
 def leaf_values(length: int, seed: int) -> np.ndarray:
@@ -180,10 +214,17 @@ class Run:
     largest_op: int = 0  # the largest op's output and distinct inputs, in bytes
 
 
-def run_program(program: Program, budget: int | None, **settings: Any) -> Run:
+AfterLine = Callable[[int, dict[str, Any], Any], None]
+
+
+def run_program(
+    program: Program, budget: int | None, after_line: AfterLine | None = None, **settings: Any
+) -> Run:
     """Run ``program`` on a fresh allocator under ``budget`` with the runtime ``settings``
     (``md.Runtime``'s keywords; by default the reference policy, ``cost="flops"``, no
-    thrash guard, events recorded). An error stops the run and is kept in the result."""
+    thrash guard, events recorded). An error stops the run and is kept in the result.
+    ``after_line(number, env, allocator)``, if given, is called after each line with the
+    program's values by name (Tensors) and the allocator: what a grader inspects."""
     import minidtr as md
 
     from .isolation import fresh_allocator
@@ -200,13 +241,15 @@ def run_program(program: Program, budget: int | None, **settings: Any) -> Run:
     run = Run(events=[], lines=[str(ins) for ins in program.instructions])
     env: dict[str, Any] = {}
     events = runtime.events if runtime.events is not None else []
-    with fresh_allocator():
+    with fresh_allocator() as allocator:
         try:
             with runtime:
                 for number, ins in enumerate(program.instructions):
                     run.failed_at = number
                     _execute(ins, env, run, number)
                     run.marks.append(len(events))
+                    if after_line is not None:
+                        after_line(number, env, allocator)
                 run.failed_at = None
         except Exception as error:  # noqa: BLE001 (what stopped the run is the result)
             run.error = error
@@ -229,6 +272,9 @@ def _execute(ins: Instruction, env: dict[str, Any], run: Run, number: int) -> No
     elif ins.kind == "read":
         run.values[f"{ins.args[0]} at line {number + 1}"] = env[ins.args[0]].numpy()
         return
+    elif ins.kind == "evict":
+        _evict_by_hand(env[ins.args[0]].storage)
+        return
     elif ins.kind == "binary":
         a, b = (env[name] for name in ins.args)
         value = getattr(md, ins.op)(a, b)
@@ -250,6 +296,12 @@ def _execute(ins: Instruction, env: dict[str, Any], run: Run, number: int) -> No
         run.largest_op = max(run.largest_op, working)
 
 
+def _evict_by_hand(storage: Any) -> None:
+    """``evict x``: drop the buffer of x's storage, if it is resident and evictable."""
+    if storage.buffer is not None and storage.evictable and not storage.locks:
+        storage.allocator.evict(storage, "by hand")
+
+
 def budget_for(program: Program, **settings: Any) -> tuple[int, int]:
     """(budget, unbounded peak): the program's budget, ``ratio`` of the way from its floor
     to the peak of an unbounded run with the same settings."""
@@ -257,4 +309,4 @@ def budget_for(program: Program, **settings: Any) -> tuple[int, int]:
     if free.error is not None:
         raise free.error
     floor = min(free.constants + free.largest_op, free.peak)
-    return floor + int(program.ratio * (free.peak - floor)), free.peak
+    return max(0, floor + int(program.ratio * (free.peak - floor))), free.peak

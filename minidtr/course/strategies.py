@@ -18,13 +18,15 @@ def programs(
     kinds: Sequence[str] = ALL_KINDS,
     scalar: bool = False,
     min_lines: int = 3,
-    max_lines: int = 24,
+    max_lines: int = 30,
     ratios: Sequence[float] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    weights: dict[str, int] | None = None,
 ) -> Any:
-    """Programs of ``min_lines`` to ``max_lines`` instructions of ``kinds``, each with a
-    budget ratio from ``ratios`` (0: the program's floor; shrinking goes towards it)."""
+    """Programs of ``min_lines`` to ``max_lines`` instructions of ``kinds`` (drawn by
+    ``weights``: ``programs.WEIGHTS`` by default), each with a budget ratio from
+    ``ratios`` (0: the program's floor; shrinking goes towards it)."""
     return st.builds(
-        lambda choices, ratio: build_program(choices, ratio, kinds, scalar),
+        lambda choices, ratio: build_program(choices, ratio, kinds, scalar, weights),
         st.lists(CHOICE, min_size=min_lines, max_size=max_lines),
         st.sampled_from(list(ratios)),
     )
