@@ -22,8 +22,8 @@ from .plug import plugged, reference
 from .programs import Program, budget_for, describe, parse, run_program
 
 HEURISTICS = ("dtr", "lru")
-# x6's input x3 is resident when x6 asks for its inputs, and evicted to make room for
-# rebuilding x4: it must be rebuilt before x6 runs (the inputs resident at first are
+# x6's input x4 is resident when x6 asks for its inputs, and evicted to make room for
+# rebuilding x3: it must be rebuilt before x6 runs (the inputs resident at first are
 # locked only once the evicted ones are back)
 DEFERRED = parse(
     """
@@ -56,6 +56,24 @@ def _locks_left(number: int, env: dict[str, Any], allocator: Any, found: list[st
         stack.extend(storage.parents)
 
 
+def _resident_on_return(name: str, function: Any, found: list[str]) -> Any:
+    """``function`` (lock or rematerialize), noting the first input it leaves evicted: the
+    op that asked would run on a missing input."""
+
+    def checked(remat: Any, storages: Any, *args: Any) -> Any:
+        locked = function(remat, storages, *args)
+        for storage in storages:
+            if not found and storage.buffer is None and storage.allocator is remat.allocator:
+                found.append(
+                    f"#{storage.id} {storage.name}, an input of the access, is evicted when "
+                    f"{name}() returns: the op would run without it (an input resident at "
+                    "first may be evicted while others are rebuilt: rebuild it too)"
+                )
+        return locked
+
+    return checked
+
+
 def same_remats(
     module: ModuleType, case: tuple[Program, str], names: tuple[str, ...]
 ) -> str | None:
@@ -66,12 +84,16 @@ def same_remats(
     with reference():
         theirs = run_program(program, budget, heuristic=heuristic)
     locked: list[str] = []
-    with plugged(*((Rematerializer, n, f) for n, f in zip(names, functions, strict=True))):
+    evicted: list[str] = []
+    checked = [_resident_on_return(n, f, evicted) for n, f in zip(names, functions, strict=True)]
+    with plugged(*((Rematerializer, n, f) for n, f in zip(names, checked, strict=True))):
         yours = run_program(
             program, budget, lambda n, e, a: _locks_left(n, e, a, locked), heuristic=heuristic
         )
     from ..runtime.errors import BudgetError
 
+    if evicted:
+        return f"{evicted[0]}\non this program ({setting}):\n{describe(program, budget)}"
     if yours.error is not None and not isinstance(yours.error, BudgetError):
         raise yours.error
     message = first_difference(program, budget, theirs, yours, CASCADE, setting)

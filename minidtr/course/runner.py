@@ -74,6 +74,14 @@ def grade(step: Step, path: Path, examples: int = EXAMPLES) -> list[Result]:
                 message = str(failure)
                 results.append(Result(check.name, check.asks, False, message, _since(started)))
                 continue
+            except NotImplementedError as error:
+                message = grading.unwritten(error)
+                results.append(Result(check.name, check.asks, False, message, _since(started)))
+                continue
+            except Exception as error:  # noqa: BLE001 (the student's code failing is a result)
+                message = grading.raised(error)
+                results.append(Result(check.name, check.asks, False, message, _since(started)))
+                continue
             results.append(Result(check.name, check.asks, True, "", _since(started)))
     return results
 
