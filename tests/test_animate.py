@@ -44,7 +44,7 @@ def frames_of(path: Path) -> int:
 
 
 def test_one_frame_per_event_of_a_log(logs, tmp_path):
-    path = next(iter(logs.values()))
+    path = logs[0].path
     shown = shown_events(load_events(str(path)))
     out = tmp_path / "plain.gif"
     assert animate([str(path)], str(out)) == len(shown)
@@ -52,9 +52,9 @@ def test_one_frame_per_event_of_a_log(logs, tmp_path):
 
 
 def test_side_by_side_the_longest_log_sets_the_frames(logs, tmp_path):
-    paths = [str(p) for p in logs.values()]
+    paths = [str(run.path) for run in logs]
     out = tmp_path / "three.gif"
-    frames = animate(paths, str(out), titles=list(logs))
+    frames = animate(paths, str(out), titles=[run.title for run in logs])
     assert frames == max(len(shown_events(load_events(p))) for p in paths)
     assert frames_of(out) == frames
     with PIL.open(out) as image:
@@ -62,7 +62,7 @@ def test_side_by_side_the_longest_log_sets_the_frames(logs, tmp_path):
 
 
 def test_start_and_limit_choose_the_events_shown(logs, tmp_path):
-    path = str(next(iter(logs.values())))
+    path = str(logs[0].path)
     out = tmp_path / "part.gif"
     assert animate([path], str(out), start=3, limit=5) == 5 == frames_of(out)
 
@@ -121,7 +121,7 @@ def animate_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_command_writes_the_gif_and_says_how_many_frames(logs, tmp_path):
-    paths = [str(p) for p in logs.values()]
+    paths = [str(run.path) for run in logs]
     done = animate_command(*paths, "out.gif", "--titles", "a,b,c", "--limit", "6", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("animation: out.gif (6 frames, one per event;")
@@ -157,7 +157,7 @@ def test_a_bad_log_is_one_line_and_exit_1(tmp_path, content, says):
     ],
 )
 def test_usage_errors_exit_2(logs, tmp_path, args, says):
-    (tmp_path / "ev.jsonl").write_text(next(iter(logs.values())).read_text())
+    (tmp_path / "ev.jsonl").write_text(logs[0].path.read_text())
     done = animate_command(*args, cwd=tmp_path)
     assert done.returncode == 2
     assert says in done.stderr

@@ -2,10 +2,13 @@
 
     python -m minidtr.course list
     python -m minidtr.course check STEP [--path FILE] [--examples N]
+    python -m minidtr.course chain DIR [--layers N] [--segment K]
 
 ``check`` grades docs/course/stepN_<name>.py (the skeleton you fill in) or the file
 given with ``--path``; exit status 0 when every check passes, 1 when one fails, 2 on
-a usage error (a step that does not exist, a missing file).
+a usage error (a step that does not exist, a missing file). ``chain`` writes the event
+logs of three runs of one chain (no budget, sqrt(N) checkpoints, DTR at the same
+memory) for ``minidtr animate``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,29 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"random programs per property (default {EXAMPLES}; more finds rarer mistakes)",
     )
+    chain = sub.add_parser(
+        "chain",
+        help="write the event logs of one chain run three ways, for minidtr animate",
+    )
+    chain.add_argument("directory", metavar="DIR", help="where to write the three logs")
+    chain.add_argument("--layers", type=int, default=16, help="tanh layers (default 16)")
+    chain.add_argument(
+        "--segment", type=int, default=4, help="a checkpoint every K layers (default 4)"
+    )
     return p
+
+
+def write_chain(args: argparse.Namespace) -> int:
+    if args.layers < 2 or not 1 <= args.segment < args.layers:
+        return usage_error(
+            f"need --layers >= 2 and 1 <= --segment < --layers, got {args.layers} and "
+            f"{args.segment}"
+        )
+    from .chain import chain_logs
+
+    for run in chain_logs(args.directory, args.layers, args.segment):
+        print(run)
+    return 0
 
 
 def listing() -> str:
@@ -66,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "list":
         print(listing())
         return 0
+    if args.command == "chain":
+        return write_chain(args)
     try:
         chosen = step(int(args.step))
     except ValueError as error:

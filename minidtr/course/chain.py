@@ -13,6 +13,7 @@ runtime's own rematerialization does it). Each run writes its event log, what
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,28 @@ def run_chain(
         return runtime, gradient
 
 
-def chain_logs(directory: str | Path, layers: int = LAYERS, segment: int = SEGMENT) -> dict:
-    """Write the three runs' event logs into ``directory``; returns {title: path}. The
-    budget of the DTR run is the checkpointed run's peak: the same memory, planned
-    by hand or not at all."""
+@dataclass(frozen=True)
+class ChainRun:
+    """One run's log: its title, where it was written, its peak, remats and slowdown."""
+
+    title: str
+    path: Path
+    peak: int
+    remats: int
+    slowdown: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.title}: {self.path} (peak {self.peak:,} bytes, {self.remats} remats, "
+            f"slowdown {self.slowdown:.2f})"
+        )
+
+
+def chain_logs(
+    directory: str | Path, layers: int = LAYERS, segment: int = SEGMENT
+) -> list[ChainRun]:
+    """Write the three runs' event logs into ``directory``. The budget of the DTR run is
+    the checkpointed run's peak: the same memory, planned by hand or not at all."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     plain, expected = run_chain(layers)
@@ -61,14 +80,15 @@ def chain_logs(directory: str | Path, layers: int = LAYERS, segment: int = SEGME
     dtr, dynamic = run_chain(layers, budget=budget)
     if not (np.array_equal(by_hand, expected) and np.array_equal(dynamic, expected)):
         raise AssertionError("the three runs must compute the same gradient, bit for bit")
-    runs = {
-        "no budget": (plain, "chain_plain.jsonl"),
-        f"sqrt(N) checkpoints (every {segment}th)": (checkpointed, "chain_checkpointed.jsonl"),
-        "DTR, budget = their peak": (dtr, "chain_dtr.jsonl"),
-    }
-    paths = {}
-    for title, (runtime, name) in runs.items():
+    runs = (
+        ("no budget", plain, "chain_plain.jsonl"),
+        (f"sqrt(N) checkpoints, every {segment}", checkpointed, "chain_checkpointed.jsonl"),
+        ("DTR, budget = their peak", dtr, "chain_dtr.jsonl"),
+    )
+    out = []
+    for title, runtime, name in runs:
         path = directory / name
         runtime.export_events(str(path))
-        paths[title] = path
-    return paths
+        stats = runtime.stats()
+        out.append(ChainRun(title, path, stats["peak_memory"], stats["remats"], stats["slowdown"]))
+    return out
