@@ -216,3 +216,42 @@ def test_list_shows_every_step_with_its_minutes():
     for s in STEPS:
         assert f"{s.title}:" in done.stdout and s.name in done.stdout
     assert f"{sum(s.minutes for s in STEPS)}" in done.stdout.splitlines()[-1]
+
+
+# ---- the pages ----------------------------------------------------------------------------
+
+
+def test_step0_pages_example_runs_on_the_reference_solution(capsys):
+    """docs/course/step0_micro.md's block, on the solution (on the skeleton it stops with
+    NotImplementedError, as the page says)."""
+    from doc_commands import python_blocks
+
+    (block,) = [source for _, source in python_blocks("docs/course/step0_micro.md")]
+    assert 'sys.path.insert(0, "docs/course")' in block
+    source = block.replace('"docs/course"', repr(str(solution(0).parent)))
+    sys.modules.pop("step0_micro", None)
+    try:
+        exec(compile(source, "step0_micro.md", "exec"), {"__name__": "page"})
+    finally:
+        sys.modules.pop("step0_micro", None)
+        sys.path.remove(str(solution(0).parent))
+    value, peak, evictions = capsys.readouterr().out.split()
+    assert float(value) != 0 and int(peak) <= 40 and int(evictions) > 0
+
+
+def test_step7_pages_table_is_what_the_solution_computes():
+    import re
+
+    from minidtr import sim
+    from minidtr.course.solutions.step7_figure2 import lowest_ratio, slowdowns
+
+    page = (ROOT / "docs" / "course" / "step7_figure2.md").read_text()
+    header = re.search(r"^\| trace \| heuristic \| (.*) \| lowest within 2× \|$", page, re.M)
+    ratios = [float(r) for r in header.group(1).split(" | ")]
+    rows = re.findall(r"^\| (\w+) \| (\w+) \| ([-\d. |]+) \| ([\d.]+) \|$", page, re.M)
+    assert len(rows) >= 10
+    for trace, heuristic, cells, lowest in rows:
+        curve = slowdowns(sim.load_log(sim.bundled_traces([trace])[0]), heuristic, ratios)
+        shown = " | ".join("-" if s is None else f"{s:.3f}" for s in curve.values())
+        assert shown == cells, (trace, heuristic)
+        assert lowest_ratio(curve) == float(lowest), (trace, heuristic)

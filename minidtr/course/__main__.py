@@ -113,8 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .runner import grade, report
 
     results = grade(chosen, path, args.examples)
-    print(report(chosen, path, results))
-    return 0 if all(r.passed for r in results) else EXIT_FAILED
+    status = 0 if all(r.passed for r in results) else EXIT_FAILED
+    try:
+        print(report(chosen, path, results), flush=True)
+    except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say
+        sys.stdout = None  # no second error when Python flushes at exit
+    return status
 
 
 if __name__ == "__main__":
