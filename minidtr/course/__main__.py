@@ -104,8 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error(f"--examples must be >= 0, got {args.examples}")
     path = Path(args.path) if args.path else chosen.skeleton
     if not path.is_file():
-        where = "--path" if args.path else "the skeleton"
-        return usage_error(f"{where} {path} is not a file")
+        if args.path:
+            return usage_error(f"--path {path} is not a file")
+        return usage_error(
+            f"the skeleton {path} is not there: the skeletons are in docs/course of a clone "
+            "of the repository; give your file with --path"
+        )
     try:
         import hypothesis  # noqa: F401
     except ImportError:
