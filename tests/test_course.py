@@ -255,3 +255,14 @@ def test_step7_pages_table_is_what_the_solution_computes():
         shown = " | ".join("-" if s is None else f"{s:.3f}" for s in curve.values())
         assert shown == cells, (trace, heuristic)
         assert lowest_ratio(curve) == float(lowest), (trace, heuristic)
+
+
+def test_outside_a_clone_check_says_where_the_skeletons_are(monkeypatch, tmp_path, capsys):
+    from minidtr.course import __main__ as command
+    from minidtr.course import steps
+
+    monkeypatch.setattr(steps, "DOCS", tmp_path / "docs" / "course")  # an installed package
+    assert command.main(["check", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "the skeletons are in docs/course of a clone of the repository" in error
+    assert "give your file with --path" in error
