@@ -14,6 +14,9 @@ Parts:
   ``minidtr sim ... --plot`` draws (the command is in docs/simulator.md, by the figure).
 - ``models``: ``models_budget.png``, slowdown against budget ratio for every model, from
   a sweep CSV (``--sweep``).
+- ``chain``: ``chain_checkpointing.gif``, a 16-layer chain run three ways (no budget,
+  sqrt(N) checkpoints, DTR at the checkpoints' peak), drawn by ``minidtr animate`` from
+  the runs' event logs (docs/course/README.md shows the commands).
 """
 
 from __future__ import annotations
@@ -109,6 +112,19 @@ def models_budget(path: str) -> None:
     plt.close(fig)
 
 
+def chain_animation() -> None:
+    import tempfile
+
+    from minidtr.animate import animate
+    from minidtr.course.chain import chain_logs
+
+    with tempfile.TemporaryDirectory() as directory:
+        runs = chain_logs(directory)
+        paths = [str(run.path) for run in runs]
+        titles = [run.title for run in runs]
+        animate(paths, str(FIGURES / "chain_checkpointing.gif"), titles)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -135,7 +151,7 @@ def main() -> None:
             models_budget(args.sweep)
         else:
             PARTS[part]()
-    written = sorted(p.name for p in FIGURES.glob("*.png"))
+    written = sorted(p.name for p in [*FIGURES.glob("*.png"), *FIGURES.glob("*.gif")])
     print("docs/figures:", ", ".join(written))
     subprocess.run(["git", "status", "--short", str(FIGURES)], check=False)
 
@@ -145,6 +161,7 @@ PARTS = {
     "tutorial": tutorial_timeline,
     "figure2": figure2,
     "models": models_budget,
+    "chain": chain_animation,
 }
 
 if __name__ == "__main__":

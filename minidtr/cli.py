@@ -4,14 +4,16 @@
     minidtr demo
     minidtr explain EVENTS.jsonl [--html OUT.html]
     minidtr plot EVENTS.jsonl OUT.png
+    minidtr animate EVENTS.jsonl [EVENTS.jsonl ...] OUT.gif
     minidtr models
     minidtr sim ...          (the trace simulator, minidtr.sim.cli)
 
 This module builds the parser from the subcommands' own modules and runs one, with the
 exit statuses and the handling of Ctrl-C and of a closed pipe that every subcommand
 shares. The subcommands live in ``cli_train`` (train, --find-budget), ``cli_demo``,
-``cli_logs`` (explain, plot) and ``sim.cli``; what they show, in ``cli_report``; the
-argument types and checks they share with ``minidtr sim``, in ``cli_args``.
+``cli_logs`` (explain, plot), ``cli_animate`` and ``sim.cli``; what they show, in
+``cli_report``; the argument types and checks they share with ``minidtr sim``, in
+``cli_args``.
 See docs/cli.md for every option.
 """
 
@@ -22,7 +24,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from . import cli_demo, cli_logs, cli_train
+from . import cli_animate, cli_demo, cli_logs, cli_train
 from .cli_args import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_demo.add_parser(sub)
     cli_logs.add_explain_parser(sub)
     cli_logs.add_plot_parser(sub)
+    cli_animate.add_parser(sub)
     sub.add_parser("models", help="list the models, their data and parameter counts")
     sub.add_parser(
         "sim", help="replay traces in the simulator (minidtr sim --help)", add_help=False
@@ -87,6 +90,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cli_demo.run,
     "explain": cli_logs.run_explain,
     "plot": cli_logs.run_plot,
+    "animate": cli_animate.run,
     "models": run_models,
 }
 

@@ -51,7 +51,20 @@ def demo_report(
     result = train(config, progress=progress.steps, on_loss=progress.on_loss, watch=progress.watch)
     summary = summarize([runtime_header(result.runtime), *result.runtime.events])
     text = explain(summary, top=3)
-    return result, summary_table(result) + "\n\n" + text[text.index("The peak") :]
+    score = score_line(result.runtime.heuristic)
+    return result, summary_table(result) + "\n\n" + score + "\n\n" + text[text.index("The peak") :]
+
+
+def score_line(heuristic: Any) -> str:
+    """What the demo's evictions were decided by: the heuristic's name and its score in
+    the paper's notation, with the terms spelled out."""
+    formula = getattr(heuristic, "formula", "?")
+    return (
+        f"Eviction score ({heuristic.name}): {formula}, lowest evicted first: c is what "
+        "recomputing a tensor costs, c(e*) what its evicted neighbourhood would cost to "
+        "rebuild with it, m its bytes, s the time since it was last used "
+        "(docs/heuristics.md)."
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""The shell commands and Python snippets of README.md, models/README.md and docs/*.md.
+"""The shell commands and Python snippets of README.md, models/README.md, docs/*.md and
+docs/course/*.md.
 
 ``commands()`` finds every command a reader may copy: the lines of ``sh``/``bash``
 blocks, the ``$ ...`` lines of output blocks, and code spans in the text that start a
@@ -27,6 +28,7 @@ def pages() -> list[Path]:
         ROOT / "README.md",
         ROOT / "models" / "README.md",
         *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "docs" / "course").glob("*.md")),
     ]
 
 
@@ -144,7 +146,7 @@ def _names_only(span: str) -> bool:
     positional = [w for w in rest if not w.startswith("-")]
     if sub == "train":
         return not rest or rest[0].startswith("-")
-    if sub in ("explain", "plot"):
+    if sub in ("explain", "plot", "animate"):
         return not positional
     if sub == "sim":
         if rest[:1] and rest[0] in SIM_SUBCOMMANDS[3:]:

@@ -53,7 +53,10 @@ SLOW = {
     "python benchmarks/sim_reference_logs.py": "every heuristic, nine ratios, seven traces",
     "python docs/make_figures.py --only figure2": "a sweep and a plot",
     "python benchmarks/step_profile.py": "a wall-time profile of training steps",
-    "python docs/make_figures.py": "8 s: draws docs/figures again (in the copy)",
+    "python docs/make_figures.py": "25 s: draws docs/figures again (in the copy)",
+    "minidtr animate logs/chain_plain.jsonl logs/chain_checkpointed.jsonl logs/chain_dtr.jsonl "
+    'chain.gif --titles "no budget,sqrt(N) checkpoints,DTR"': "15 s: 91 frames in three panels "
+    "(tests/test_animate.py animates a shorter chain)",
     "python benchmarks/sim_cluster.py traces/resnet.log.gz traces/mlp.log.gz": (
         "14 s: the grid in a pool and on a Dask LocalCluster"
     ),
@@ -136,8 +139,13 @@ def not_run(command: str) -> str | None:
     return next((why for start, why in NOT_RUN_PREFIXES.items() if command.startswith(start)), None)
 
 
+# The course's checks of the skeletons, as written: they fail (exit 1) until the student
+# fills them in (tests/test_course.py checks the reference solutions and the messages).
+SKELETON_CHECKS = {f"python -m minidtr.course check {n}": 1 for n in range(8)}
+
 # Commands that end with another exit status, as the docs say they do.
 EXIT_STATUS = {
+    **SKELETON_CHECKS,
     "minidtr train lstm --ratio 0.2": 1,  # cli.md: the thrash guard's one-line BudgetError
     # cli.md: usage errors, one line each
     "minidtr train mlp --heuristic lru": 2,
@@ -288,6 +296,9 @@ PYTHON_BLOCK_NOT_RUN = {
         "docs/testing.md",
         '"""The smallest budget (in bytes) at which one example of test_my_model.py still fails.',
     ): "docs/examples/shrink_budget.py: tests/test_testing.py",
+    ("docs/course/step0_micro.md", "import sys"): "runs the student's skeleton, which raises "
+    "NotImplementedError until it is filled in: tests/test_course.py runs the block on the "
+    "reference solution",
 }
 
 RUNNER = textwrap.dedent(

@@ -30,3 +30,8 @@ def test_tutorial_notebook_executes():
     assert "BudgetError" in printed and "thrash" in printed
     images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if "data" in o]
     assert any("image/png" in o["data"] for o in images)
+    # the chain animation, drawn from the runs' event logs, and a try-it cell per course step
+    assert any("image/gif" in o["data"] for o in images)
+    assert "frames, one per event of the longest log" in printed
+    assert all(f"step {n}: " in printed for n in range(8))
+    assert "not written yet" in printed and "3 of 3 checks pass" in printed

@@ -1,0 +1,129 @@
+"""``python -m minidtr.course``: list the steps, or grade a step's file.
+
+    python -m minidtr.course list
+    python -m minidtr.course check STEP [--path FILE] [--examples N]
+    python -m minidtr.course chain DIR [--layers N] [--segment K]
+
+``check`` grades docs/course/stepN_<name>.py (the skeleton you fill in) or the file
+given with ``--path``; exit status 0 when every check passes, 1 when one fails, 2 on
+a usage error (a step that does not exist, a missing file). ``chain`` writes the event
+logs of three runs of one chain (no budget, sqrt(N) checkpoints, DTR at the same
+memory) for ``minidtr animate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .grading import EXAMPLES
+from .steps import STEPS, step
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m minidtr.course",
+        description="DTR in steps: fill in each step's skeleton, then check it against "
+        "minidtr's reference policy (docs/course/README.md).",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("list", help="the steps, what each teaches, and about how long it takes")
+    check = sub.add_parser("check", help="grade a step's file")
+    check.add_argument("step", metavar="STEP", help="the step's number, 0 to 7")
+    check.add_argument(
+        "--path",
+        metavar="FILE",
+        help="the file to grade (default: docs/course/stepN_<name>.py of this repository)",
+    )
+    check.add_argument(
+        "--examples",
+        type=int,
+        default=EXAMPLES,
+        metavar="N",
+        help=f"random programs per property (default {EXAMPLES}; more finds rarer mistakes)",
+    )
+    chain = sub.add_parser(
+        "chain",
+        help="write the event logs of one chain run three ways, for minidtr animate",
+    )
+    chain.add_argument("directory", metavar="DIR", help="where to write the three logs")
+    chain.add_argument("--layers", type=int, default=16, help="tanh layers (default 16)")
+    chain.add_argument(
+        "--segment", type=int, default=4, help="a checkpoint every K layers (default 4)"
+    )
+    return p
+
+
+def write_chain(args: argparse.Namespace) -> int:
+    if args.layers < 2 or not 1 <= args.segment < args.layers:
+        return usage_error(
+            f"need --layers >= 2 and 1 <= --segment < --layers, got {args.layers} and "
+            f"{args.segment}"
+        )
+    from .chain import chain_logs
+
+    for run in chain_logs(args.directory, args.layers, args.segment):
+        print(run)
+    return 0
+
+
+def listing() -> str:
+    rows = [f"{'step':<5}{'minutes':>8}  title, and what it teaches"]
+    for s in STEPS:
+        rows.append(f"{s.number:<5}{s.minutes:>8}  {s.title}: {s.teaches}")
+        rows.append(f"{'':15}you write: {', '.join(s.writes)}  (docs/course/{s.name}.py)")
+    rows.append(f"{'all':<5}{sum(s.minutes for s in STEPS):>8}")
+    return "\n".join(rows)
+
+
+def usage_error(message: str) -> int:
+    print(f"python -m minidtr.course: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "list":
+        print(listing())
+        return 0
+    if args.command == "chain":
+        return write_chain(args)
+    try:
+        chosen = step(int(args.step))
+    except ValueError as error:
+        if not args.step.lstrip("-").isdigit():
+            last = STEPS[-1].number
+            return usage_error(f"STEP is a step's number (0 to {last}), got {args.step!r}")
+        return usage_error(str(error))
+    if args.examples < 0:
+        return usage_error(f"--examples must be >= 0, got {args.examples}")
+    path = Path(args.path) if args.path else chosen.skeleton
+    if not path.is_file():
+        if args.path:
+            return usage_error(f"--path {path} is not a file")
+        return usage_error(
+            f"the skeleton {path} is not there: the skeletons are in docs/course of a clone "
+            "of the repository; give your file with --path"
+        )
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        return usage_error("the graders need hypothesis: pip install hypothesis (or '.[test]')")
+    from .runner import grade, report
+
+    results = grade(chosen, path, args.examples)
+    status = 0 if all(r.passed for r in results) else EXIT_FAILED
+    try:
+        print(report(chosen, path, results), flush=True)
+    except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say
+        sys.stdout = None  # no second error when Python flushes at exit
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Step 3's grader: the student's score against ``Heuristic.score`` at every decision.
+
+Each program runs on the reference policy with a *spy* heuristic: at every score
+the runtime asks for, it computes the reference's score and the student's for the
+same storage and context, notes the first pair that differ (relative difference
+over 1e-9) and hands the reference's back, so the run is the reference's and every
+score the runtime really asked for is compared. Each of the paper's named heuristics
+and a few points of its ablation grid are tried.
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+from typing import Any
+
+from ..runtime.heuristics import NAMED, NEIGHBOURHOOD_COST, Heuristic, make_heuristic
+from .grading import Check, needs, property_check
+from .plug import reference
+from .programs import Program, budget_for, describe, run_program
+
+HEURISTICS = (*NAMED, "estar+nosize+stale", "local+size+nostale", "none+size+stale")
+
+
+class Spy:
+    """A heuristic that scores with the reference and compares the student's ``score``."""
+
+    def __init__(self, heuristic: Heuristic, student: Any):
+        self.reference = heuristic
+        self.student = student
+        self.name = heuristic.name
+        self.cost = heuristic.cost
+        self.formula = heuristic.formula
+        self.terms = heuristic.terms
+        self.first: str | None = None
+
+    def score(self, storage: Any, context: Any) -> float:
+        theirs = self.reference.score(storage, context)
+        h = self.reference
+        yours = self.student(storage, context, h.cost, h.size, h.staleness)
+        if self.first is None and not _close(yours, theirs):
+            self.first = self.describe(storage, context, yours, theirs)
+        return theirs
+
+    def describe(self, storage: Any, context: Any, yours: Any, theirs: float) -> str:
+        h = self.reference
+        terms = [f"c = {storage.cost:g}"]
+        if h.cost in NEIGHBOURHOOD_COST:
+            notation, value = NEIGHBOURHOOD_COST[h.cost]
+            terms.append(f"{notation} = {value(storage, context):g}")
+        terms.append(f"m = {storage.nbytes} bytes")
+        terms.append(
+            f"s = {context.clock - storage.last_access:g} (clock {context.clock:g} - last "
+            f"access {storage.last_access:g})"
+        )
+        call = (
+            f"score(#{storage.id} {storage.name}, context, cost={h.cost!r}, size={h.size}, "
+            f"staleness={h.staleness})"
+        )
+        return (
+            f"{call} returned {yours!r}; the reference ({h.name}: {h.formula}) gives "
+            f"{theirs!r}, with {', '.join(terms)}"
+        )
+
+
+def _close(yours: Any, theirs: float) -> bool:
+    if not isinstance(yours, int | float):
+        return False
+    if math.isinf(theirs) or math.isinf(yours):
+        return yours == theirs
+    return math.isclose(yours, theirs, rel_tol=1e-9, abs_tol=1e-300)
+
+
+def same_scores(module: ModuleType, case: tuple[Program, str]) -> str | None:
+    (score,) = needs(module, "score")
+    program, name = case
+    spy = Spy(make_heuristic(name), score)
+    budget, _ = budget_for(program)
+    with reference():
+        run = run_program(program, budget, heuristic=spy)
+    from ..runtime.errors import BudgetError
+
+    if run.error is not None and not isinstance(run.error, BudgetError):
+        raise run.error
+    if spy.first is None:
+        return None
+    return f"{spy.first}\non this program (heuristic {name}):\n{describe(program, budget)}"
+
+
+def _check(names: tuple[str, ...]) -> Any:
+    def run(module: ModuleType, examples: int) -> None:
+        from hypothesis import strategies as st
+
+        from .strategies import fixed, programs
+
+        cases = st.tuples(programs(), st.sampled_from(names))
+        known = [(p, n) for p in fixed() for n in names]
+        property_check(lambda c: same_scores(module, c), cases, examples, known, _shown)
+
+    return run
+
+
+def _shown(case: tuple[Program, str]) -> str:
+    return f"(heuristic {case[1]})\n{case[0]}"
+
+
+CHECKS = [
+    Check(
+        "h_DTR",
+        "score with the defaults is h_DTR = (c + c(e*)) / (m * s) at every decision",
+        _check(("dtr",)),
+    ),
+    Check(
+        "the paper's heuristics",
+        "every named heuristic (dtr_eq, dtr_local, msps, lru, size) scores as the reference",
+        _check(tuple(n for n in NAMED if n != "dtr")),
+    ),
+    Check(
+        "the ablation grid",
+        "points of the grid '<cost>+<size|nosize>+<stale|nostale>' score as the reference",
+        _check(HEURISTICS[len(NAMED) :]),
+    ),
+]

@@ -1,0 +1,108 @@
+"""Step 4's grader: the student's e* walk against ``minidtr.runtime.estar`` at every
+score.
+
+Each program runs on the reference policy with h_DTR, eager or banishing
+deallocation, and a spy heuristic: at every score the runtime asks for, the
+student's evicted ancestors, evicted descendants and c(e*) of the storage are
+compared with the reference's (as sets of storage ids, and the cost to 1e-9), the
+first difference noted; the run itself is the reference's.
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+from typing import Any
+
+from ..runtime import estar
+from ..runtime.heuristics import make_heuristic
+from .grading import Check, needs, property_check
+from .plug import reference
+from .programs import Program, budget_for, describe, run_program
+
+POLICIES = ("eager", "banish")
+
+
+class Spy:
+    """h_DTR, comparing the student's walk with the reference's at every score."""
+
+    def __init__(self, student: Any, what: str):
+        self.heuristic = make_heuristic("dtr")
+        self.name, self.cost, self.formula = "dtr", "estar", self.heuristic.formula
+        self.terms = self.heuristic.terms
+        self.student, self.what = student, what
+        self.first: str | None = None
+
+    def score(self, storage: Any, context: Any) -> float:
+        if self.first is None:
+            self.first = self.compare(storage)
+        return self.heuristic.score(storage, context)
+
+    def compare(self, storage: Any) -> str | None:
+        reference = getattr(estar, self.what)(storage)
+        yours = self.student(storage)
+        call = f"{self.what}(#{storage.id} {storage.name})"
+        if self.what == "estar_cost":
+            if isinstance(yours, int | float) and math.isclose(yours, reference, rel_tol=1e-9):
+                return None
+            parts = estar.evicted_ancestors(storage) + estar.evicted_descendants(storage)
+            return (
+                f"{call} returned {yours!r}; the reference {reference!r}, the cost of {_ids(parts)}"
+            )
+        try:
+            mine = sorted(s.id for s in yours)
+        except (TypeError, AttributeError):
+            return f"{call} returned {yours!r}, not a list of storages"
+        theirs = sorted(s.id for s in reference)
+        if mine == theirs and len(list(yours)) == len(theirs):
+            return None
+        return f"{call} returned {_ids(yours)}; the reference {_ids(reference)}"
+
+
+def _ids(storages: Any) -> str:
+    return "[" + ", ".join(f"#{s.id} {s.name}" for s in storages) + "]"
+
+
+def same_walk(module: ModuleType, what: str, case: tuple[Program, str]) -> str | None:
+    (student,) = needs(module, what)
+    program, dealloc = case
+    spy = Spy(student, what)
+    budget, _ = budget_for(program, dealloc=dealloc)
+    with reference():
+        run = run_program(program, budget, heuristic=spy, dealloc=dealloc)
+    from ..runtime.errors import BudgetError
+
+    if run.error is not None and not isinstance(run.error, BudgetError):
+        raise run.error
+    if spy.first is None:
+        return None
+    return f"{spy.first}\non this program (dealloc {dealloc}):\n{describe(program, budget)}"
+
+
+def _check(what: str) -> Any:
+    def run(module: ModuleType, examples: int) -> None:
+        from hypothesis import strategies as st
+
+        from .strategies import fixed, programs
+
+        cases = st.tuples(programs(), st.sampled_from(POLICIES))
+        known = [(p, d) for p in fixed() for d in POLICIES]
+        shown = lambda c: f"(dealloc {c[1]})\n{c[0]}"  # noqa: E731
+        property_check(lambda c: same_walk(module, what, c), cases, examples, known, shown)
+
+    return run
+
+
+CHECKS = [
+    Check(
+        "evicted ancestors",
+        "what rebuilding a storage would rebuild first, at every score",
+        _check("evicted_ancestors"),
+    ),
+    Check(
+        "evicted descendants",
+        "what would need a storage to be rebuilt, at every score",
+        _check("evicted_descendants"),
+    ),
+    Check("c(e*)", "the summed cost of both, at every score", _check("estar_cost")),
+]

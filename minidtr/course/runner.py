@@ -1,0 +1,124 @@
+"""Grading a file: load the student's module, run the step's checks, report each.
+
+``grade(step, path)`` returns one ``Result`` per check (passed, or the message of
+its failure). A file that cannot be imported fails every check with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from . import grading
+from .grading import EXAMPLES, CheckFailed
+from .steps import Step
+
+
+class CannotLoad(Exception):
+    """The student's file cannot be imported; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Result:
+    check: str
+    asks: str
+    passed: bool
+    message: str = ""
+    seconds: float = 0.0
+
+
+def load(path: Path, step: Step) -> ModuleType:
+    """Import the file at ``path`` as a fresh module (a new one on every call)."""
+    if not path.is_file():
+        raise CannotLoad(f"{path}: no such file")
+    name = f"minidtr_course_{step.name}_{time.monotonic_ns()}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CannotLoad(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 (any error importing it is the student's)
+        sys.modules.pop(name, None)
+        line = getattr(error, "lineno", None)
+        where = f" (line {line})" if line else ""
+        what = f"{type(error).__name__}: {error}{where}"
+        raise CannotLoad(f"{path}: cannot import it: {what}") from None
+    grading.STUDENT_FILES.add(str(path.resolve()))
+    grading.STUDENT_FILES.add(str(path))
+    return module
+
+
+def grade(step: Step, path: Path, examples: int = EXAMPLES) -> list[Result]:
+    """Run every check of ``step`` on the file at ``path``."""
+    checks = importlib.import_module(step.grader).CHECKS
+    try:
+        module = load(path, step)
+    except CannotLoad as error:
+        return [Result(c.name, c.asks, False, str(error)) for c in checks]
+    results = []
+    with quiet_numpy():
+        for check in checks:
+            started = time.perf_counter()
+            try:
+                check.run(module, examples)
+            except CheckFailed as failure:
+                message = str(failure)
+                results.append(Result(check.name, check.asks, False, message, _since(started)))
+                continue
+            except NotImplementedError as error:
+                message = grading.unwritten(error)
+                results.append(Result(check.name, check.asks, False, message, _since(started)))
+                continue
+            except Exception as error:  # noqa: BLE001 (the student's code failing is a result)
+                message = grading.raised(error)
+                results.append(Result(check.name, check.asks, False, message, _since(started)))
+                continue
+            results.append(Result(check.name, check.asks, True, "", _since(started)))
+    return results
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def quiet_numpy() -> Iterator[None]:
+    """No floating-point warnings from the programs' values (an overflow in a tanh chain is
+    the program's business, not the grader's)."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        yield
+
+
+def report(step: Step, path: Path, results: list[Result]) -> str:
+    """The results as text: one line per check, the failures' messages indented."""
+    lines = [f"step {step.number}: {step.title} ({path})"]
+    for r in results:
+        mark = "PASS" if r.passed else "FAIL"
+        lines.append(f"  {mark}  {r.check}: {r.asks}")
+        if not r.passed:
+            lines.extend("        " + line for line in r.message.splitlines())
+    passed = sum(r.passed for r in results)
+    lines.append(f"{passed} of {len(results)} checks pass")
+    if passed == len(results):
+        lines.append(f"step {step.number} is done. Next: {_next(step)}")
+    return "\n".join(lines)
+
+
+def _next(step: Step) -> str:
+    from .steps import STEPS
+
+    later = [s for s in STEPS if s.number > step.number]
+    if not later:
+        return "the course is done; the teacher's page lists what to read next"
+    return f"docs/course/{later[0].name}.md"

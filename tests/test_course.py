@@ -1,0 +1,268 @@
+"""The course (docs/course, minidtr.course): every reference solution passes its step's
+grader, every skeleton fails it with a message saying what is not written yet, and a
+plausible mistake in each step is caught and described (which decision differed, on
+which program)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minidtr.course import STEPS, step
+from minidtr.course.runner import grade
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = 20  # random programs per property here (fixed ones first); -m slow runs more
+
+
+def solution(number: int) -> Path:
+    return step(number).solution
+
+
+@pytest.mark.parametrize("number", [s.number for s in STEPS])
+def test_the_reference_solution_passes(number):
+    results = grade(step(number), solution(number), EXAMPLES)
+    failed = [f"{r.check}: {r.message}" for r in results if not r.passed]
+    assert results and not failed, "\n".join(failed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [s.number for s in STEPS])
+def test_the_reference_solution_passes_many_programs(number):
+    results = grade(step(number), solution(number), 400)
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+@pytest.mark.parametrize("number", [s.number for s in STEPS])
+def test_the_skeleton_fails_saying_what_is_not_written(number):
+    results = grade(step(number), step(number).skeleton, EXAMPLES)
+    assert results and not any(r.passed for r in results)
+    for r in results:
+        assert r.message.startswith("not written yet: "), r.message
+        assert "raises NotImplementedError; fill in its TODO" in r.message
+        assert step(number).skeleton.name in r.message  # where: the file and line
+
+
+def _names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_")
+    }
+
+
+@pytest.mark.parametrize("number", [s.number for s in STEPS])
+def test_the_skeleton_asks_for_what_the_page_lists(number):
+    s = step(number)
+    defined = _names(s.skeleton)
+    for name in s.writes:
+        owner, _, method = name.rpartition(".")
+        assert (owner or name) in defined, name
+        source = s.skeleton.read_text()
+        assert f'raise NotImplementedError("{name}")' in source, name
+        assert (owner or name) in _names(s.solution), name
+    assert s.page.is_file(), s.page
+
+
+# ---- mistakes a student may make, and what the grader says ------------------------------
+
+MISTAKES = {
+    # step: (what to replace in the solution, by what, the check that fails, words it says)
+    0: (
+        "        top = v.cost + sum(u.cost for u in neighbourhood)",
+        "        top = v.cost",
+        "decisions",
+        "the lowest scores at that eviction",
+    ),
+    1: (
+        "    storages = {cell.storage for cell in cells}",
+        "    storages = [cell.storage for cell in cells]",
+        "resident bytes",
+        "the ledger counts",
+    ),
+    2: (
+        "        if best is None or value < best_score:",
+        "        if best is None or value <= best_score:",
+        "choose_victim alone",
+        "differs in victim",
+    ),
+    3: (
+        "        value /= max(context.clock - storage.last_access, MIN_STALENESS)",
+        "        value /= max(context.clock - storage.last_access, 1.0)",
+        "h_DTR",
+        "the reference (dtr: (c + c(e*)) / (m * s)) gives",
+    ),
+    4: (
+        "            stack.extend(s for s in step(storage) if is_evicted(s))",
+        "            pass",
+        "evicted ancestors",
+        "the reference",
+    ),
+    5: (
+        "            again = [s for s in resident if s.buffer is None]",
+        "            again = []",
+        "rematerialize",
+        "is evicted when rematerialize() returns",
+    ),
+    6: (
+        "        and child.orphan_rebuilt_at != child.last_access",
+        "",
+        "orphans_of",
+        "the reference",
+    ),
+    7: (
+        "        if slowdown is None or slowdown > max_slowdown:\n            break",
+        "        if slowdown is None or slowdown > max_slowdown:\n            continue",
+        "lowest_ratio",
+        "every higher ratio",
+    ),
+}
+
+
+@pytest.mark.parametrize("number", sorted(MISTAKES))
+def test_a_mistake_is_caught_and_described(number, tmp_path):
+    old, new, check, words = MISTAKES[number]
+    source = solution(number).read_text()
+    assert old in source
+    wrong = tmp_path / solution(number).name
+    wrong.write_text(source.replace(old, new))
+    results = {r.check: r for r in grade(step(number), wrong, EXAMPLES)}
+    assert not results[check].passed
+    message = results[check].message
+    assert words in message, message
+    if number not in (2, 7):  # those two compare functions on made-up inputs, not programs
+        assert "on this program" in message and "x1 = leaf(" in message, message
+
+
+def test_a_differing_event_is_shown_both_ways_with_the_lines_running(tmp_path):
+    wrong = tmp_path / "step2.py"
+    source = solution(2).read_text()
+    wrong.write_text(source.replace("value < best_score:", "value <= best_score:"))
+    result = next(r for r in grade(step(2), wrong, 0) if r.check == "choose_victim in the runtime")
+    assert not result.passed
+    lines = result.message.splitlines()
+    assert lines[0].startswith("event ") and "differs" in lines[0]
+    assert lines[1].startswith("  the reference evicted x") and "running line" in lines[1]
+    assert lines[2].startswith("  yours         evicted x") and "running line" in lines[2]
+    assert "on this program (heuristic" in result.message
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+
+def course(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "minidtr.course", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_check_passes_a_solution_and_exits_0():
+    done = course("check", "3", "--path", str(solution(3)), "--examples", "5")
+    assert done.returncode == 0, done.stderr
+    assert "3 of 3 checks pass" in done.stdout and "step 3 is done" in done.stdout
+
+
+def test_check_fails_the_skeleton_and_exits_1():
+    done = course("check", "4", "--examples", "0")
+    assert done.returncode == 1
+    assert "FAIL" in done.stdout and "not written yet: evicted_ancestors" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ("check", "9"),
+            "there is no step 9: the steps are 0 to 7 (python -m minidtr.course list)",
+        ),
+        (("check", "two"), "STEP is a step's number (0 to 7), got 'two'"),
+        (("check", "1", "--path", "nowhere.py"), "--path nowhere.py is not a file"),
+        (("check", "1", "--examples", "-1"), "--examples must be >= 0, got -1"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args, says):
+    done = course(*args)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"python -m minidtr.course: {says}"]
+
+
+def test_a_file_that_does_not_import_fails_every_check_saying_why(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def score(:\n")
+    results = grade(step(3), broken, 0)
+    assert all(not r.passed and "cannot import it: SyntaxError" in r.message for r in results)
+
+
+def test_a_missing_function_is_named(tmp_path):
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    results = grade(step(4), empty, 0)
+    assert "defines no function evicted_ancestors()" in results[0].message
+
+
+def test_list_shows_every_step_with_its_minutes():
+    done = course("list")
+    assert done.returncode == 0
+    for s in STEPS:
+        assert f"{s.title}:" in done.stdout and s.name in done.stdout
+    assert f"{sum(s.minutes for s in STEPS)}" in done.stdout.splitlines()[-1]
+
+
+# ---- the pages ----------------------------------------------------------------------------
+
+
+def test_step0_pages_example_runs_on_the_reference_solution(capsys):
+    """docs/course/step0_micro.md's block, on the solution (on the skeleton it stops with
+    NotImplementedError, as the page says)."""
+    from doc_commands import python_blocks
+
+    (block,) = [source for _, source in python_blocks("docs/course/step0_micro.md")]
+    assert 'sys.path.insert(0, "docs/course")' in block
+    source = block.replace('"docs/course"', repr(str(solution(0).parent)))
+    sys.modules.pop("step0_micro", None)
+    try:
+        exec(compile(source, "step0_micro.md", "exec"), {"__name__": "page"})
+    finally:
+        sys.modules.pop("step0_micro", None)
+        sys.path.remove(str(solution(0).parent))
+    value, peak, evictions = capsys.readouterr().out.split()
+    assert float(value) != 0 and int(peak) <= 40 and int(evictions) > 0
+
+
+def test_step7_pages_table_is_what_the_solution_computes():
+    import re
+
+    from minidtr import sim
+    from minidtr.course.solutions.step7_figure2 import lowest_ratio, slowdowns
+
+    page = (ROOT / "docs" / "course" / "step7_figure2.md").read_text()
+    header = re.search(r"^\| trace \| heuristic \| (.*) \| lowest within 2× \|$", page, re.M)
+    ratios = [float(r) for r in header.group(1).split(" | ")]
+    rows = re.findall(r"^\| (\w+) \| (\w+) \| ([-\d. |]+) \| ([\d.]+) \|$", page, re.M)
+    assert len(rows) >= 10
+    for trace, heuristic, cells, lowest in rows:
+        curve = slowdowns(sim.load_log(sim.bundled_traces([trace])[0]), heuristic, ratios)
+        shown = " | ".join("-" if s is None else f"{s:.3f}" for s in curve.values())
+        assert shown == cells, (trace, heuristic)
+        assert lowest_ratio(curve) == float(lowest), (trace, heuristic)
+
+
+def test_outside_a_clone_check_says_where_the_skeletons_are(monkeypatch, tmp_path, capsys):
+    from minidtr.course import __main__ as command
+    from minidtr.course import steps
+
+    monkeypatch.setattr(steps, "DOCS", tmp_path / "docs" / "course")  # an installed package
+    assert command.main(["check", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "the skeletons are in docs/course of a clone of the repository" in error
+    assert "give your file with --path" in error
