@@ -48,6 +48,7 @@ import numpy as np
 
 from .. import backend
 from . import fast
+from .audit import Audit
 from .costs import model_cost
 from .errors import BudgetError
 from .eviction import Eviction
@@ -63,6 +64,9 @@ from .views import array_of, new_views
 # catches bugs in ops, at a cost on every op, so the test suite turns it on
 # (tests/conftest.py) and ordinary runs leave it off.
 CHECK_OPS = False
+# Audit under every runtime, as if each had ``audit=True`` (MINIDTR_AUDIT=1 in the pytest
+# plugin): the project's own tests run so to show the audit raises no false alarm.
+AUDIT_ALL = False
 
 BYTE = np.dtype(np.uint8)
 
@@ -106,6 +110,8 @@ class Allocator:
         self.lifetimes = Lifetimes(self)
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
+        self.audit: Audit | None = None  # while an active runtime audits (audit.py)
+        self._fingerprints: Audit | None = None  # kept between audited runtimes
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
     def __del__(self) -> None:
@@ -147,6 +153,7 @@ class Allocator:
         self._entered.append(dataclasses.replace(runtime.stats_))
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
+        self._select_audit()
         try:
             self.apply_budget()
         except BudgetError:
@@ -165,6 +172,7 @@ class Allocator:
             return
         self.runtime.stats_.add(runtime.stats_, entered)
         self._select_policy_code()
+        self._select_audit()
         if runtime.dealloc == "ignore" and self.runtime.dealloc != "ignore":
             # what died while deallocation was ignored falls to the policy in force now
             for storage in self.eviction.candidates:
@@ -183,6 +191,16 @@ class Allocator:
             fast.uninstall(self, order)
         else:
             fast.install(self, order)
+
+    def _select_audit(self) -> None:
+        """Audit while any active runtime asks for it (``Runtime(audit=True)``, audit.py);
+        the fingerprints stay with the allocator between audited runtimes."""
+        if self.device is not None and (AUDIT_ALL or any(rt.audit for rt in self.runtimes)):
+            if self._fingerprints is None:
+                self._fingerprints = Audit()
+            self.audit = self._fingerprints
+        else:
+            self.audit = None
 
     def apply_budget(self) -> None:
         """Recompute the budget in force (the tightest active one) and evict to meet it."""
@@ -299,9 +317,12 @@ class Allocator:
             except BaseException:
                 self.ledger.memory -= total
                 raise
-            return self.new_outputs(
+            cells = self.new_outputs(
                 op, inputs, parents, device, results, metas, sizes, cost, constant
             )
+            if self.audit is not None and not constant:
+                self.audit.computed(op, cells)
+            return cells
         finally:
             self.accesses -= 1
             self.done(locked, was_busy)
@@ -427,8 +448,12 @@ class Allocator:
     ) -> tuple[Any, float]:
         """Execute an op's kernel on the arrays of ``inputs``, measuring or estimating its
         cost; returns what ``op.forward`` returns (one array, or a tuple for several
-        outputs) and the cost, by which the clock has advanced."""
-        results, elapsed = self.run_kernel(op, device, arrays, metas)
+        outputs) and the cost, by which the clock has advanced. Under the audit the kernel
+        runs guarded (``Audit.run``: read-only inputs, the op's attributes watched)."""
+        if self.audit is None:
+            results, elapsed = self.run_kernel(op, device, arrays, metas)
+        else:
+            results, elapsed = self.audit.run(self.run_kernel, op, device, arrays, metas)
         runtime = self.runtime
         cost = elapsed if runtime.cost == "time" else model_cost(runtime.cost, op, inputs, metas)
         self.clock += cost
