@@ -77,4 +77,6 @@ def replay_slowdowns(monkeypatch) -> list[float]:
     return seen
 
 if __import__("os").environ.get("MINIDTR_AUDIT") == "1":  # the audit on everywhere
-    _allocator_module.AUDIT_ALL = True
+    from minidtr.runtime import audit as _audit_module  # noqa: E402
+
+    _audit_module.EVERYWHERE = True

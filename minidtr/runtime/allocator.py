@@ -35,7 +35,6 @@ pieces with code that decides the same, faster.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import sys
 import weakref
@@ -48,7 +47,7 @@ import numpy as np
 
 from .. import backend
 from . import fast
-from .audit import Audit
+from .audit import Audit, audit_for
 from .costs import model_cost
 from .errors import BudgetError
 from .eviction import Eviction
@@ -64,9 +63,6 @@ from .views import array_of, new_views
 # catches bugs in ops, at a cost on every op, so the test suite turns it on
 # (tests/conftest.py) and ordinary runs leave it off.
 CHECK_OPS = False
-# Audit under every runtime, as if each had ``audit=True`` (MINIDTR_AUDIT=1 in the pytest
-# plugin): the project's own tests run so to show the audit raises no false alarm.
-AUDIT_ALL = False
 
 BYTE = np.dtype(np.uint8)
 
@@ -111,7 +107,6 @@ class Allocator:
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
         self.audit: Audit | None = None  # while an active runtime audits (audit.py)
-        self._fingerprints: Audit | None = None  # kept between audited runtimes
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
     def __del__(self) -> None:
@@ -147,13 +142,13 @@ class Allocator:
             # garbage in reference cycles (left by earlier work) must neither count against
             # this run nor leave when the cycle collector happens to run: decisions under
             # a budget then depend on the program alone (an allocator holding nothing has
-            # nothing to lose, and skips the cost of a full collection)
-            gc.collect()
+            # nothing to lose, and skips the collection)
+            self.lifetimes.collect_garbage()
         self.runtimes.append(runtime)
         self._entered.append(dataclasses.replace(runtime.stats_))
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
-        self._select_audit()
+        self.audit = audit_for(self)
         try:
             self.apply_budget()
         except BudgetError:
@@ -172,7 +167,7 @@ class Allocator:
             return
         self.runtime.stats_.add(runtime.stats_, entered)
         self._select_policy_code()
-        self._select_audit()
+        self.audit = audit_for(self)
         if runtime.dealloc == "ignore" and self.runtime.dealloc != "ignore":
             # what died while deallocation was ignored falls to the policy in force now
             for storage in self.eviction.candidates:
@@ -191,16 +186,6 @@ class Allocator:
             fast.uninstall(self, order)
         else:
             fast.install(self, order)
-
-    def _select_audit(self) -> None:
-        """Audit while any active runtime asks for it (``Runtime(audit=True)``, audit.py);
-        the fingerprints stay with the allocator between audited runtimes."""
-        if self.device is not None and (AUDIT_ALL or any(rt.audit for rt in self.runtimes)):
-            if self._fingerprints is None:
-                self._fingerprints = Audit()
-            self.audit = self._fingerprints
-        else:
-            self.audit = None
 
     def apply_budget(self) -> None:
         """Recompute the budget in force (the tightest active one) and evict to meet it."""
