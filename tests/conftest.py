@@ -75,8 +75,3 @@ def replay_slowdowns(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(Rematerializer, "replay", noting)
     return seen
-
-if __import__("os").environ.get("MINIDTR_AUDIT") == "1":  # the audit on everywhere
-    from minidtr.runtime import audit as _audit_module  # noqa: E402
-
-    _audit_module.EVERYWHERE = True
