@@ -192,18 +192,24 @@ def test_a_gradient_op_is_placed_in_the_backward_of_its_op():
             evict_and_read(allocator, g)
 
 
-def test_minidtrs_own_gradient_ops_name_the_backward_they_run_in():
-    site = {}
+def test_minidtrs_own_ops_are_named_without_a_site(monkeypatch):
+    """Where minidtr's own ops were applied is not recorded (the walk of the stack is the
+    audit's main cost on small ops); a mismatch of one of them is a bug to report."""
+    from minidtr.ops import activation
+
+    def noisy(self, xp, x):
+        return xp.tanh(x) + np.random.standard_normal(x.shape).astype(x.dtype)
 
     with isolated_allocator() as allocator, md.Runtime(audit=True):
-        x = md.randn((3,), seed=8, requires_grad=True)
-        y = md.tanh(x)
-        y.sum().backward()
-        sites = [p.application.site for p in allocator.audit.prints.values()]
-        site["backward"] = [str(s) for s in sites if s.within is not None]
-        site["forward"] = [str(s) for s in sites if s.within is None]
-    assert any("in the backward of tanh" in s for s in site["backward"]), site
-    assert all("test_audit.py" in s for s in site["forward"] + site["backward"]), site
+        y = md.tanh(md.randn((4,), seed=8))
+        monkeypatch.setattr(activation.Tanh, "forward", noisy)
+        with pytest.raises(RecomputeMismatch) as info:
+            evict_and_read(allocator, y)
+        (record,) = [p for p in allocator.audit.prints.values() if p.application.op.name == "tanh"]
+        assert record.application.site is None
+    message = str(info.value)
+    assert "op 'tanh' (minidtr.ops.activation.Tanh, one of minidtr's own ops)" in message
+    assert "this is a bug in minidtr; please report it" in message
 
 
 def test_the_audit_changes_no_decision():

@@ -10,8 +10,9 @@ checks the contract where it breaks, and names the op:
 
 - when an op's outputs are first computed, each is fingerprinted (``Fingerprint``): its
   bytes are kept (up to ``COPY_LIMIT`` bytes, else their CRC-32), with the op, its
-  attributes then and where it was applied (``call_site``: the first frame outside
-  minidtr's machinery, the user's module and line);
+  attributes then and, for an op of the user's (not one of minidtr's own), where it was
+  applied (``call_site``: the first frame outside minidtr's machinery, the user's module
+  and line);
 - every replay (``Rematerializer.replay``) compares each output with its fingerprint
   before anything is refilled, and raises ``RecomputeMismatch`` at the first
   difference: the op, where it was applied, the storage, the output index and the first
@@ -29,6 +30,7 @@ the storage's metadata goes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import reprlib
 import sys
@@ -74,11 +76,17 @@ IMPURE_HINT = (
 )
 
 
+OWN_OP_HINT = (
+    "minidtr's own ops compute the same bits from the same inputs, and the inputs of a "
+    "recomputation are checked before it: unless a kernel of its backend is "
+    "nondeterministic, this is a bug in minidtr; please report it with the program."
+)
+
+
 def call_site() -> Site:
     """Where the op being run was applied: the first frame outside minidtr's machinery
-    (``MACHINERY``), and the op whose backward applied it, if one did."""
+    (``MACHINERY``)."""
     frame = sys._getframe(1)
-    within = None
     machinery = _MACHINERY_CODE
     while frame is not None:
         code = frame.f_code
@@ -86,11 +94,9 @@ def call_site() -> Site:
         if inside is None:
             inside = machinery[code] = frame.f_globals.get("__name__", "").startswith(MACHINERY)
         if not inside:
-            return Site(code.co_filename, frame.f_lineno, code.co_name, within)
-        if within is None and code.co_name == "backward":
-            within = getattr(frame.f_locals.get("self"), "name", None)
+            return Site(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
-    return Site("?", 0, "?", within)
+    return Site("?", 0, "?")
 
 
 _MACHINERY_CODE: dict[Any, bool] = {}  # code object -> whether its module is in MACHINERY
@@ -103,14 +109,12 @@ class Site:
     path: str
     line: int
     function: str
-    within: str | None  # the op whose backward applied the op, if one did
 
     def __str__(self) -> str:
         path = self.path
         if os.path.isabs(path) and not os.path.relpath(path).startswith(".."):
             path = os.path.relpath(path)
-        where = f"{path}:{self.line} in {self.function}"
-        return where if self.within is None else f"{where}, in the backward of {self.within}"
+        return f"{path}:{self.line} in {self.function}"
 
 
 def attributes(op: Any) -> dict[str, Any]:
@@ -165,7 +169,7 @@ class Application:
     """One application of an op, as the audit saw it when its outputs were first computed."""
 
     op: Any
-    site: Site
+    site: Site | None  # None for minidtr's own ops
     attributes: dict[str, Any]
 
     def describe(self) -> str:
@@ -185,10 +189,11 @@ class Application:
         return f" The op's attributes changed since it was applied: {', '.join(changed)}."
 
 
-def describe_op(op: Any, site: Site) -> str:
+def describe_op(op: Any, site: Site | None) -> str:
     cls = type(op)
     name = getattr(op, "name", cls.__name__)
-    return f"op {name!r} ({cls.__module__}.{cls.__qualname__}, applied at {site})"
+    where = "one of minidtr's own ops" if site is None else f"applied at {site}"
+    return f"op {name!r} ({cls.__module__}.{cls.__qualname__}, {where})"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -213,6 +218,8 @@ class Fingerprint:
 
     @classmethod
     def of(cls, application: Application, array: Any) -> Fingerprint:
+        if type(array) is np.ndarray and array.nbytes <= COPY_LIMIT:  # the common case
+            return cls(application, array.shape, array.dtype, 0, array.copy())
         host = host_array(array)
         copy = np.array(host, copy=True) if host.nbytes <= COPY_LIMIT else None
         crc = 0 if copy is not None else digest(host)
@@ -243,6 +250,9 @@ class Audit:
 
     def __init__(self) -> None:
         self.prints: weakref.WeakKeyDictionary[Any, Fingerprint] = weakref.WeakKeyDictionary()
+        # ops whose attributes a first kernel run left as they were: a kernel that keeps
+        # state on its op does so every time (replays are watched every time)
+        self.watched: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def run(
         self,
@@ -252,12 +262,34 @@ class Audit:
         arrays: list,
         metas: Sequence[tuple],
     ) -> tuple[Any, float]:
-        """``run_kernel(op, device, arrays, metas)`` (``Allocator.run_kernel``), guarded."""
-        return guarded(op, device, arrays, lambda: run_kernel(op, device, arrays, metas))
+        """``run_kernel(op, device, arrays, metas)`` (``Allocator.run_kernel``), guarded
+        (the op's attributes at its first run only)."""
+        try:
+            watch = op not in self.watched
+        except TypeError:  # an op without weak references: watched every time
+            watch = True
+        if watch or device != "cpu":  # its first run, or arrays on a device: the whole guard
+            results = guarded(op, device, arrays, lambda: run_kernel(op, device, arrays, metas))
+            with contextlib.suppress(TypeError):
+                self.watched.add(op)
+            return results
+        frozen = freeze(arrays)  # what ``guarded`` does for NumPy inputs, inline
+        try:
+            return run_kernel(op, device, arrays, metas)
+        except ValueError as error:
+            if frozen and "read-only" in str(error):
+                raise mutation(op, f"one of its inputs ({error})") from error
+            raise
+        finally:
+            if frozen:
+                thaw(frozen)
 
     def computed(self, op: Any, outputs: Sequence[Any]) -> None:
         """Fingerprint the outputs (storages) of an op that just ran for the first time."""
-        application = Application(op, call_site(), attributes(op))
+        # where it was applied: for the user's ops (a walk of the stack, the audit's main
+        # cost on small ops), not for minidtr's own
+        own = type(op).__module__.startswith("minidtr.")
+        application = Application(op, None if own else call_site(), attributes(op))
         for storage in outputs:
             if storage.buffer is not None:
                 self.prints[storage] = Fingerprint.of(application, storage.buffer)
@@ -276,12 +308,13 @@ class Audit:
             difference = record.difference(result)
             if difference is not None:
                 application = record.application
+                hint = IMPURE_HINT if application.site is not None else OWN_OP_HINT
                 raise RecomputeMismatch(
                     f"recomputing {application.describe()} gave other bits than its first "
                     f"computation: output {index} (storage #{storage.id}): {difference}."
-                    f"{application.changed_attributes()} {IMPURE_HINT}",
+                    f"{application.changed_attributes()} {hint}",
                     op,
-                    str(application.site),
+                    str(application.site or ""),
                 )
         return results
 
@@ -303,16 +336,12 @@ def guarded(op: Any, device: str | None, arrays: list, kernel: Callable[[], Any]
         return kernel()
     own = getattr(op, "__dict__", None)
     before = dict(own) if own else None
-    frozen: list[np.ndarray] = []
-    on_device: list[tuple[int, Any, int]] = []
-    for i, array in enumerate(arrays):
-        if type(array) is np.ndarray or isinstance(array, np.ndarray):
-            flags = array.flags
-            if flags.writeable:
-                flags.writeable = False
-                frozen.append(array)
-        elif backend.is_device_array(array):
-            on_device.append((i, array, digest(host_array(array))))
+    frozen = freeze(arrays)
+    on_device = [
+        (i, array, digest(host_array(array)))
+        for i, array in enumerate(arrays)
+        if not isinstance(array, np.ndarray) and backend.is_device_array(array)
+    ]
     try:
         results = kernel()
     except ValueError as error:
@@ -338,13 +367,23 @@ def guarded(op: Any, device: str | None, arrays: list, kernel: Callable[[], Any]
     return results
 
 
+def freeze(arrays: list) -> list[np.ndarray]:
+    """Make the writeable NumPy arrays among ``arrays`` read-only; returns them."""
+    frozen = []
+    for array in arrays:
+        if (type(array) is np.ndarray or isinstance(array, np.ndarray)) and array.flags.writeable:
+            array.setflags(write=False)
+            frozen.append(array)
+    return frozen
+
+
 def thaw(frozen: list[np.ndarray]) -> None:
     """Make the arrays writeable again; a view of another of them only once its base is."""
     while frozen:
         waiting = []
         for array in frozen:
             try:
-                array.flags.writeable = True
+                array.setflags(write=True)
             except ValueError:  # its base is still read-only
                 waiting.append(array)
         if len(waiting) == len(frozen):
