@@ -16,6 +16,8 @@
   block, so that storages left over from earlier work do not count against its
   budgets.
 - ``recompute(t)``: evict ``t``'s storage and recompute it from its recipe.
+- ``RematMachine``: a hypothesis state machine driving a budgeted runtime step by step
+  next to an unbounded shadow (``minidtr.testing.machine``; needs hypothesis).
 - ``minidtr.testing.strategies``: hypothesis strategies (budgets, heuristics,
   deallocation policies, random programs, training loops).
 - ``minidtr.testing.plugin``: a pytest plugin giving each test fresh allocators.
@@ -59,6 +61,14 @@ def recompute(t: Tensor) -> np.ndarray:
         runtime.max_slowdown = limit
 
 
+def __getattr__(name: str):
+    if name == "RematMachine":  # needs hypothesis, which minidtr itself does not
+        from .machine import RematMachine
+
+        return RematMachine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AuditError",
     "Floor",
@@ -66,6 +76,7 @@ __all__ = [
     "InputMutation",
     "OpStateChanged",
     "RecomputeMismatch",
+    "RematMachine",
     "InfeasibleBudget",
     "NondeterminismError",
     "RematMismatch",
