@@ -2,9 +2,11 @@
 budgeted run stays within the budget plus one op's temporary workspace."""
 
 import gc
+import os
 import tracemalloc
 
 import numpy as np
+import pytest
 
 import minidtr as md
 from minidtr.testing import isolated_allocator
@@ -29,6 +31,10 @@ def runtime_memory() -> int:
     return md.current_runtime().stats()["memory"]
 
 
+@pytest.mark.skipif(
+    os.environ.get("MINIDTR_AUDIT") == "1",
+    reason="measures minidtr without the audit (which copies outputs, general path)",
+)
 def test_tracemalloc_peak_stays_within_budget_plus_workspace():
     width, batch = 192, 192
     tensor_bytes = width * batch * 8

@@ -11,6 +11,7 @@ training of all seven models, is behind ``-m slow``.
 """
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -291,6 +292,10 @@ def assert_same_storages(fast_made: list, reference_made: list) -> None:
         np.testing.assert_array_equal(a.buffer, b.buffer)
 
 
+@pytest.mark.skipif(
+    os.environ.get("MINIDTR_AUDIT") == "1",
+    reason="measures minidtr without the audit (which copies outputs, general path)",
+)
 @pytest.mark.parametrize("kind", ["one output", "several outputs", "constants"])
 def test_the_hot_path_makes_the_storages_the_reference_makes(monkeypatch, kind):
     """``FastPath`` builds storages positionally, as fast as it can; every field must be

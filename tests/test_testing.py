@@ -306,6 +306,100 @@ def test_skip_under_hypothesis_rejects_the_example():
         only_infeasible()
 
 
+class NoisyTanh(md.ops.op.Op):
+    """tanh plus a draw from NumPy's global generator: a different result at each run."""
+
+    name = "noisy_tanh"
+    retain_outputs = (0,)
+
+    def infer(self, x):
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return xp.tanh(x) + np.random.standard_normal(x.shape).astype(x.dtype) * 1e-3
+
+    def backward(self, ctx, grad):
+        (y,) = ctx.outputs
+        return (grad * (1 - y * y),)
+
+
+def noisy_chain():
+    def run():
+        np.random.seed(0)
+        rng = np.random.default_rng(0)
+        w = md.tensor(rng.standard_normal((32, 32)) * 0.2, requires_grad=True)
+        h = md.tensor(rng.standard_normal((16, 32)))
+        for _ in range(6):
+            h = md.ops.op.apply(NoisyTanh(), h @ w)
+        loss = (h * h).mean()
+        loss.backward()
+        return loss, w.grad
+
+    return run
+
+
+def test_an_impure_op_is_named_and_its_configuration_runs_first_next_time(monkeypatch):
+    """A budgeted run that differs is run again audited, which names the op; shrinking
+    replays the example, and the configuration that failed then runs first."""
+    from minidtr.testing import equivalence
+
+    runs = []
+    original = equivalence.Checker.run
+
+    def counting(self, nbytes, heuristic, policy, audit):
+        runs.append((nbytes, audit))
+        return original(self, nbytes, heuristic, policy, audit)
+
+    monkeypatch.setattr(equivalence.Checker, "run", counting)
+    monkeypatch.setattr(equivalence, "_FAILED", [])
+    budgets = [10**9, 10**9 + 1, 10**9 + 2, 0.75]  # only the last evicts anything
+    for _ in range(2):
+        runs.clear()
+        with pytest.raises(RematMismatch) as info:
+            assert_remat_equivalent(noisy_chain(), budgets=budgets)
+        message = str(info.value)
+        assert message.startswith("budget=") and "of the unbounded peak" in message
+        assert "recomputing op 'noisy_tanh' (test_testing.NoisyTanh, applied at " in message
+        assert "the usual cause is an impure user op" in message
+        assert runs[-1][1] is True and runs[-1][0] == runs[-2][0]  # the audited rerun
+    assert [audit for _, audit in runs] == [False, True]  # the failing one alone, first
+
+
+def test_a_module_returned_is_compared_by_its_parameters_and_buffers():
+    """Training mode: the running statistics do not change the loss or the parameters, so
+    only comparing the buffers sees that they were updated differently."""
+    momentum = iter([0.1, 0.2])
+
+    def fn():
+        md.manual_seed(0)
+        model = md.nn.Sequential(
+            md.nn.Conv2d(2, 3, 3), md.nn.BatchNorm2d(3, momentum=next(momentum))
+        )
+        loss = model(md.randn((4, 2, 5, 5))).sum()
+        loss.backward()
+        return loss, model
+
+    with pytest.raises(NondeterminismError, match=r"out\[1\]\.1\.running_mean differs"):
+        assert_remat_equivalent(fn)
+
+
+def test_a_cache_kept_between_calls_is_told_by_the_peak_and_the_storages():
+    cache = {}
+
+    def fn():
+        rng = np.random.default_rng(0)
+        x = md.tensor(rng.standard_normal((16, 16)))
+        if "scale" not in cache:  # the second run reuses what the first made
+            cache["scale"] = md.tanh(x @ x).sum().detach()
+        return md.tanh(x / cache["scale"]).sum()
+
+    with pytest.raises(NondeterminismError) as info:
+        assert_remat_equivalent(fn)
+    message = str(info.value)
+    assert "gave the same values but differ in peak memory (" in message
+    assert "storages made (" in message and "a cache kept from one call to the next" in message
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="on_budget_error must be one of"):
         assert_remat_equivalent(small_mlp(), on_budget_error="ignore")
@@ -453,7 +547,11 @@ def doc_examples() -> dict[str, str]:
 
 def test_docs_include_the_example_files_verbatim():
     examples = doc_examples()
-    assert set(examples) == {"docs/examples/test_my_model.py", "docs/examples/shrink_budget.py"}
+    assert set(examples) == {
+        "docs/examples/test_my_model.py",
+        "docs/examples/shrink_budget.py",
+        "docs/examples/planted_bugs.py",
+    }
     for path, code in examples.items():
         assert (ROOT / path).read_text() == code, f"{path} differs from its copy in testing.md"
 

@@ -35,7 +35,6 @@ pieces with code that decides the same, faster.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import sys
 import weakref
@@ -48,6 +47,7 @@ import numpy as np
 
 from .. import backend
 from . import fast
+from .audit import Audit, audit_for
 from .costs import model_cost
 from .errors import BudgetError
 from .eviction import Eviction
@@ -109,6 +109,7 @@ class Allocator:
         self.lifetimes = Lifetimes(self)
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
+        self.audit: Audit | None = None  # while an active runtime audits (audit.py)
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
     def __del__(self) -> None:
@@ -136,13 +137,14 @@ class Allocator:
             # garbage in reference cycles (left by earlier work) must neither count against
             # this run nor leave when the cycle collector happens to run: decisions under
             # a budget then depend on the program alone (an allocator holding nothing has
-            # nothing to lose, and skips the cost of a full collection)
-            gc.collect()
+            # nothing to lose, and skips the collection)
+            self.lifetimes.collect_garbage()
         self.runtimes.append(runtime)
         self.runtime, self.stats = runtime, runtime.stats_
         self._entered.append(dataclasses.replace(runtime.stats_))
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
+        self.audit = audit_for(self)
         try:
             self.apply_budget()
         except BudgetError:
@@ -164,6 +166,7 @@ class Allocator:
         self.stats = self.runtime.stats_
         self.runtime.stats_.add(runtime.stats_, entered)
         self._select_policy_code()
+        self.audit = audit_for(self)
         if runtime.dealloc == "ignore" and self.runtime.dealloc != "ignore":
             # what died while deallocation was ignored falls to the policy in force now
             for storage in self.eviction.candidates:
@@ -298,9 +301,12 @@ class Allocator:
             except BaseException:
                 self.ledger.memory -= total
                 raise
-            return self.new_outputs(
+            cells = self.new_outputs(
                 op, inputs, parents, device, results, metas, sizes, cost, constant
             )
+            if self.audit is not None and not constant:
+                self.audit.computed(op, cells)
+            return cells
         finally:
             self.accesses -= 1
             self.done(locked, was_busy)
@@ -424,8 +430,12 @@ class Allocator:
     ) -> tuple[Any, float]:
         """Execute an op's kernel on the arrays of ``inputs``, measuring or estimating its
         cost; returns what ``op.forward`` returns (one array, or a tuple for several
-        outputs) and the cost, by which the clock has advanced."""
-        results, elapsed = self.run_kernel(op, device, arrays, metas)
+        outputs) and the cost, by which the clock has advanced. Under the audit the kernel
+        runs guarded (``Audit.run``: read-only inputs, the op's attributes watched)."""
+        if self.audit is None:
+            results, elapsed = self.run_kernel(op, device, arrays, metas)
+        else:
+            results, elapsed = self.audit.run(self.run_kernel, op, device, arrays, metas)
         runtime = self.runtime
         cost = elapsed if runtime.cost == "time" else model_cost(runtime.cost, op, inputs, metas)
         self.clock += cost

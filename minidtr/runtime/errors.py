@@ -73,3 +73,31 @@ class ThrashError(BudgetError):
             f"{what} ({budget_text}). The budget is too small to train at an acceptable "
             "cost: raise it, or raise the limit (None disables the guard).",
         )
+
+
+class RematMismatch(AssertionError):
+    """A recomputed value differs from the value it stands for: a recomputation under the
+    audit (``Runtime(audit=True)``) from the first computation, or a budgeted run of
+    ``minidtr.testing.assert_remat_equivalent`` from the unbounded one (or past its budget)."""
+
+
+class AuditError(AssertionError):
+    """The audit (``Runtime(audit=True)``, on by default in ``minidtr.testing``'s checks)
+    caught an op breaking the op contract. ``op`` is the op object, ``site`` where it was
+    applied (``file:line in function``)."""
+
+    def __init__(self, message: str, op: object = None, site: str = ""):
+        super().__init__(message)
+        self.op, self.site = op, site
+
+
+class RecomputeMismatch(AuditError, RematMismatch):
+    """Recomputing an op gave other bits than its first computation (an impure op)."""
+
+
+class InputMutation(AuditError):
+    """An op's kernel wrote into one of its inputs."""
+
+
+class OpStateChanged(AuditError):
+    """An op's kernel changed the op object's own attributes (state kept on a shared op)."""

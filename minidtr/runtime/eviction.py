@@ -16,7 +16,6 @@ can free a storage in the middle of a score: see ``Lifetimes.forget``).
 
 from __future__ import annotations
 
-import gc
 import random
 import time
 from typing import TYPE_CHECKING, Any
@@ -74,7 +73,7 @@ class Eviction:
             if choice.victim is None:
                 if not collected and self._may_collect(target):
                     collected = True
-                    gc.collect()
+                    self.allocator.lifetimes.collect_garbage()
                     continue
                 raise BudgetError(
                     op_name,

@@ -36,6 +36,8 @@ never changes the allocator under a running access.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -61,6 +63,43 @@ class Lifetimes:
         self.kept_dead: dict[Storage, None] = {}
         self.pending_error: BaseException | None = None
         self.rebuilding_orphans = False
+        self.young_since = older_collections()  # (collect_garbage)
+        self.survivors: tuple[int, list[weakref.ref[Storage]]] | None = None
+
+    def collect_garbage(self) -> None:
+        """Free the values that only garbage in reference cycles holds (a recursive
+        closure's, a traceback's), so that what a run can do does not depend on when
+        Python's cycle collector happens to run (on entering a budgeted runtime, and
+        before a ``BudgetError``).
+
+        What was made since this allocator was created stays in the collector's young
+        generations until a collection of generation 1 or 2 runs (it moves the survivors
+        to the oldest). Until then collecting the young generations frees every cycle
+        that holds this allocator's values (a fraction of a millisecond), unless an
+        object older than the allocator was made to hold one and then dropped; after
+        it, only a full collection does (tens of milliseconds in a process that loaded a
+        large library such as PyTorch)."""
+        if older_collections() != self.young_since:
+            gc.collect()
+            return
+        allocator = self.allocator
+        young = [
+            weakref.ref(obj)
+            for generation in (0, 1)
+            for obj in gc.get_objects(generation)
+            if type(obj) is Storage and obj.allocator is allocator
+        ]
+        gc.collect(1)  # which moves the survivors on: the next collection is full
+        self.survivors = (allocator.next_id, young)
+
+    def take_survivors(self) -> list[Storage] | None:
+        """Every storage of this allocator still alive, as ``collect_garbage`` found them in
+        the young generations (None if it did not, or a storage was made since), so that
+        the accelerator's table need not scan the whole heap for them (fast/table.py)."""
+        survivors, self.survivors = self.survivors, None
+        if survivors is None or survivors[0] != self.allocator.next_id:
+            return None
+        return [s for ref in survivors[1] if (s := ref()) is not None]
 
     def add_ref(self, cell: Cell) -> None:
         """A new external handle (a Tensor) to ``cell``'s value."""
@@ -367,3 +406,9 @@ def orphans_of(storage: Storage) -> list[Storage]:
         and c.op is not None
         and c.orphan_rebuilt_at != c.last_access
     ]
+
+
+def older_collections() -> int:
+    """How many collections of generations 1 and 2 Python's cycle collector has run."""
+    stats = gc.get_stats()
+    return stats[1]["collections"] + stats[2]["collections"]

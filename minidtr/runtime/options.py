@@ -120,6 +120,12 @@ class RuntimeOptions:
         every score, the budget check, the replay, the deallocation rules), without the
         accelerator (``minidtr.runtime.fast``). Every decision is the same, only slower
         (tested); for reading and stepping through in a debugger.
+    audit: check the op contract as the run goes (``minidtr.runtime.audit``): every output
+        is fingerprinted when first computed and every recomputation must give the same
+        bits (else ``RecomputeMismatch``, naming the op and where it was applied); inputs
+        are read-only while a kernel runs (``InputMutation``) and a kernel must not change
+        its op's attributes (``OpStateChanged``). Changes no decision; ops take the
+        general path meanwhile (slower). On by default in ``minidtr.testing``'s checks.
     """
 
     budget: int | None = None
@@ -136,6 +142,7 @@ class RuntimeOptions:
     rebuild_orphans: bool = True
     keep_dead_remats: bool = False
     reference: bool = False
+    audit: bool = False
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values
@@ -154,6 +161,8 @@ class RuntimeOptions:
             raise ValueError(
                 f"unknown cost {self.cost!r}; expected one of {COST_MODELS} or a callable"
             )
+        if not isinstance(self.audit, bool):
+            raise TypeError(f"audit must be True or False, got {type(self.audit).__name__}")
         if not 0.0 <= self.min_size < 1.0:
             raise ValueError(
                 f"min_size is a fraction of the mean size in [0, 1), got {self.min_size}"

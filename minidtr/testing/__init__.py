@@ -5,12 +5,19 @@
   run on memory of its own; outputs and gradients must be bit-identical and the
   counted peak within budget. ``on_budget_error`` decides what a budget too small
   for ``fn`` does; ``run_under`` runs one configuration.
+- ``check_gradients(fn, *inputs)``: every op's backward against central differences in
+  float64 (random-direction vector-Jacobian products); names the first op that disagrees.
+- the audit (``Runtime(audit=True)``, on in ``assert_remat_equivalent``): an op whose
+  recomputation differs (``RecomputeMismatch``), that writes into its input
+  (``InputMutation``) or changes its own attributes (``OpStateChanged``) is named at once.
 - ``budget_floor(fn)``: the constants, the largest single op and the smallest
   feasible budget of a program.
 - ``isolated_allocator()`` / ``isolated_allocators()``: fresh allocators for a
   block, so that storages left over from earlier work do not count against its
   budgets.
 - ``recompute(t)``: evict ``t``'s storage and recompute it from its recipe.
+- ``RematMachine``: a hypothesis state machine driving a budgeted runtime step by step
+  next to an unbounded shadow (``minidtr.testing.machine``; needs hypothesis).
 - ``minidtr.testing.strategies``: hypothesis strategies (budgets, heuristics,
   deallocation policies, random programs, training loops).
 - ``minidtr.testing.plugin``: a pytest plugin giving each test fresh allocators.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.errors import AuditError, InputMutation, OpStateChanged, RecomputeMismatch
 from ..tensor import Tensor
 from .equivalence import (
     InfeasibleBudget,
@@ -31,6 +39,7 @@ from .equivalence import (
     run_under,
 )
 from .floor import Floor, budget_floor
+from .gradients import GradientMismatch, check_gradients
 from .isolation import isolated_allocator, isolated_allocators
 
 
@@ -52,13 +61,28 @@ def recompute(t: Tensor) -> np.ndarray:
         runtime.max_slowdown = limit
 
 
+def __getattr__(name: str):
+    if name == "RematMachine":  # needs hypothesis, which minidtr itself does not
+        from .machine import RematMachine
+
+        return RematMachine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "AuditError",
     "Floor",
+    "GradientMismatch",
+    "InputMutation",
+    "OpStateChanged",
+    "RecomputeMismatch",
+    "RematMachine",
     "InfeasibleBudget",
     "NondeterminismError",
     "RematMismatch",
     "assert_remat_equivalent",
     "budget_floor",
+    "check_gradients",
     "isolated_allocator",
     "isolated_allocators",
     "recompute",

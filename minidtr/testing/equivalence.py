@@ -11,9 +11,14 @@ hypothesis examples, objects a stored traceback keeps alive) counts against a
 budget, and nothing made inside is left in the process's allocators after it:
 the results come back as host arrays.
 
-The reference runs twice first: if the two runs differ, the function is not
-deterministic and no budgeted run could be compared with it
-(``NondeterminismError``). A budget under which the function cannot run is
+The reference runs twice first: if the two runs differ (in their values, their
+peak or the number of storages they made), the function is not deterministic and
+no budgeted run could be compared with it (``NondeterminismError``). Every run is
+audited (``Runtime(audit=True)``, ``minidtr.runtime.audit``) unless ``audit=False``:
+an impure op is named where it breaks the contract, not where a loss differs.
+A configuration that failed is tried first by the next call (hypothesis replays a
+failing example many times while it shrinks it), so a replay that still fails
+does not run the whole grid first. A budget under which the function cannot run is
 handled as ``on_budget_error`` says (``"raise"``, ``"skip"`` or ``"record"``),
 and the report gives the program's floor (``floor.py``).
 """
@@ -23,11 +28,15 @@ from __future__ import annotations
 import contextlib
 import unittest
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..nn import Module
 from ..runtime import BudgetError, Runtime
+from ..runtime.audit import describe_difference
+from ..runtime.errors import AuditError, RematMismatch
 from ..tensor import Tensor
 from .floor import THRASH_LIMIT, Floor, budget_floor, record_reference
 from .isolation import isolated_allocator
@@ -42,10 +51,6 @@ FIX_NONDETERMINISM = (
     "optimizer and data inside the function too (an optimizer step on parameters made "
     "outside it changes its inputs from one run to the next)."
 )
-
-
-class RematMismatch(AssertionError):
-    """A budgeted run differed from the unbounded run or passed its budget."""
 
 
 class NondeterminismError(AssertionError):
@@ -76,6 +81,9 @@ class InfeasibleBudget(BudgetError):
 def _flatten(value: Any, path: str = "out") -> list[tuple[str, np.ndarray]]:
     if isinstance(value, Tensor):
         return [(path, value.numpy())]
+    if isinstance(value, Module):  # its parameters and buffers (running statistics)
+        named = value.named_parameters() + value.named_buffers()
+        return [kv for name, t in named for kv in _flatten(t, f"{path}.{name}")]
     if isinstance(value, np.ndarray | np.generic | float | int | bool):
         return [(path, np.asarray(value))]
     if isinstance(value, dict):
@@ -85,8 +93,8 @@ def _flatten(value: Any, path: str = "out") -> list[tuple[str, np.ndarray]]:
     if value is None:
         return []
     raise TypeError(
-        f"cannot compare a {type(value).__name__} at {path}: return tensors, arrays, numbers "
-        "or lists, tuples and dicts of them"
+        f"cannot compare a {type(value).__name__} at {path}: return tensors, arrays, numbers, "
+        "modules (their parameters and buffers) or lists, tuples and dicts of them"
     )
 
 
@@ -122,30 +130,6 @@ def run_under(
     return values
 
 
-def describe_difference(a: np.ndarray, b: np.ndarray) -> str:
-    """Where two arrays first differ, bit for bit: shapes, dtypes, the first element."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return f"shape/dtype {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
-    where = f"shape {a.shape} {a.dtype}"
-    if a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype.kind not in "biuf":
-        return f"{where}: the bytes differ"
-    unsigned = np.dtype(f"u{a.dtype.itemsize}")
-    bits_a = np.ascontiguousarray(a).view(unsigned)
-    bits_b = np.ascontiguousarray(b).view(unsigned)
-    differ = np.argwhere(np.atleast_1d(bits_a != bits_b))
-    if len(differ) == 0:
-        return f"{where}: the bytes differ"
-    index = tuple(int(i) for i in differ[0]) if a.ndim else ()
-    first = f"{a[index]!s} vs {b[index]!s}"
-    if a.dtype.kind == "f" and (a[index] == b[index] or np.isnan(a[index])):
-        first += f" (bits {int(bits_a[index]):#x} vs {int(bits_b[index]):#x})"
-    if a.ndim == 0:
-        return f"{where}: {first}"
-    return (
-        f"{where}: {len(differ)} of {a.size} elements differ, the first at index {index}: {first}"
-    )
-
-
 def first_difference(
     expected: list[tuple[str, np.ndarray]], got: list[tuple[str, np.ndarray]]
 ) -> str | None:
@@ -174,6 +158,83 @@ def _hypothesis_event(text: str) -> None:
         hypothesis.event(text)
 
 
+# Configurations that failed lately, most recent first: the next call tries them first.
+_FAILED: list[tuple] = []
+_FAILED_KEPT = 16
+
+
+@dataclass
+class Reference:
+    """One unbounded run: its values, and what it cost (compared between the two runs)."""
+
+    values: list[tuple[str, np.ndarray]]
+    peak: int
+    storages: int
+    ops: int
+
+    def costs(self) -> dict[str, int]:
+        return {"peak memory": self.peak, "storages made": self.storages, "ops run": self.ops}
+
+
+def reference_run(
+    fn: Callable[[], Any],
+    grads_of: Sequence[Tensor] = (),
+    cost: str | Callable[..., float] = "flops",
+    device: str = "cpu",
+    audit: bool = True,
+) -> Reference:
+    """Run ``fn`` unbounded on an allocator of its own; its values and costs."""
+    runtime = Runtime(cost=cost, device=device, audit=audit)
+    with isolated_allocator(device) as allocator:
+        values = run_under(fn, runtime, grads_of, fresh=False)
+        storages = allocator.next_id
+    return Reference(values, runtime.stats_.peak_memory, storages, runtime.stats_.ops)
+
+
+def check_deterministic(first: Reference, second: Reference) -> None:
+    """Raise ``NondeterminismError`` unless two unbounded runs agree in their values and in
+    their peak, storages made and ops run."""
+    difference = first_difference(first.values, second.values)
+    if difference is not None:
+        raise NondeterminismError(
+            f"the function is not deterministic: two unbounded runs of it gave different "
+            f"results ({difference}), so budgeted runs cannot be compared with it. "
+            f"{FIX_NONDETERMINISM}"
+        )
+    a, b = first.costs(), second.costs()
+    differ = [f"{name} ({a[name]:,} vs {b[name]:,})" for name in a if a[name] != b[name]]
+    if differ:
+        raise NondeterminismError(
+            f"the function is not deterministic: two unbounded runs of it gave the same values "
+            f"but differ in {' and '.join(differ)}: the second run reused something the "
+            "first made (a cache kept from one call to the next, such as an intermediate "
+            "detached and kept), so budgets measured against the first run test something "
+            "else than later runs do. Build everything inside the function, or empty such "
+            "caches at its start."
+        )
+
+
+def _key(config: tuple, rebuild_orphans: bool, device: str) -> tuple:
+    budget, heuristic, policy = config
+    return (repr(budget), str(heuristic), policy, rebuild_orphans, device)
+
+
+def failed_first(configs: list[tuple], rebuild_orphans: bool, device: str) -> list[int]:
+    """The order to run ``configs`` in: those that failed lately first (most recent first),
+    then the others as given."""
+    failed = {key: rank for rank, key in enumerate(_FAILED)}
+    rank = [failed.get(_key(c, rebuild_orphans, device), len(failed)) for c in configs]
+    return sorted(range(len(configs)), key=lambda i: (rank[i], i))
+
+
+def _note_failure(config: tuple, rebuild_orphans: bool, device: str) -> None:
+    key = _key(config, rebuild_orphans, device)
+    if key in _FAILED:
+        _FAILED.remove(key)
+    _FAILED.insert(0, key)
+    del _FAILED[_FAILED_KEPT:]
+
+
 def assert_remat_equivalent(
     fn: Callable[[], Any],
     budgets: Iterable[float | int] = (0.5,),
@@ -186,17 +247,25 @@ def assert_remat_equivalent(
     rebuild_orphans: bool = True,
     max_slowdown: float | None = THRASH_LIMIT,
     allow_budget_error: bool | None = None,
+    audit: bool = True,
 ) -> list[dict]:
     """Assert ``fn`` gives bit-identical results under every budget x heuristic x dealloc.
 
-    ``fn`` takes no arguments and returns tensors/arrays/numbers (nested lists, tuples,
-    dicts allowed); it must be deterministic: it is run unbounded twice first, and
-    ``NondeterminismError`` names the first output that differs. Build inputs, model and
-    optimizer inside it from fixed seeds. ``grads_of`` are leaves whose ``.grad`` is
-    compared too. Budgets are bytes (int) or ratios of the unbounded peak (float).
+    ``fn`` takes no arguments and returns tensors/arrays/numbers/modules (nested lists,
+    tuples, dicts allowed; a module stands for its parameters and buffers); it must be
+    deterministic: it is run unbounded twice first, and ``NondeterminismError`` names the
+    first output that differs, or the peak, storages made or ops run if only those do.
+    Build inputs, model and optimizer inside it from fixed seeds. ``grads_of`` are leaves
+    whose ``.grad`` is compared too. Budgets are bytes (int) or ratios of the unbounded
+    peak (float).
 
-    Every run has memory of its own (see the module docstring). ``on_budget_error``
-    says what a budget too small for ``fn`` does:
+    Every run has memory of its own (see the module docstring). With ``audit`` (the
+    default) the first unbounded run is audited (``Runtime(audit=True)``): a kernel that
+    writes into its input or changes its op's attributes raises at once, naming the op
+    (``InputMutation``, ``OpStateChanged``); and a budgeted run that differs is run again
+    audited, so that an op whose recomputation differs is named (``RecomputeMismatch``, a
+    ``RematMismatch``) rather than the output where the difference ended up.
+    ``on_budget_error`` says what a budget too small for ``fn`` does:
       ``"raise"``: raise ``InfeasibleBudget`` (a ``BudgetError``) naming the
       configuration and the program's floor;
       ``"record"``: go on; its report has ``status="infeasible"``, the error and the floor;
@@ -212,8 +281,9 @@ def assert_remat_equivalent(
     ``ThrashError``, a ``BudgetError``): such a budget counts as infeasible, so a property
     test does not hang on a budget where the heuristic thrashes.
     ``device`` selects whose allocator the budgets apply to; ``rebuild_orphans`` is passed
-    to each budgeted ``Runtime``. Returns one report (a dict: ``label``, ``status``,
-    ``ratio`` and the runtime's ``stats()``) per budgeted run.
+    to each budgeted ``Runtime``. Configurations that failed in an earlier call run first.
+    Returns one report (a dict: ``label``, ``status``, ``ratio`` and the runtime's
+    ``stats()``) per budgeted run, in the order given.
     """
     if allow_budget_error is not None:
         on_budget_error = "record" if allow_budget_error else "raise"
@@ -229,119 +299,164 @@ def assert_remat_equivalent(
                 f"a budget is bytes (int >= 0) or a ratio of the unbounded peak (float >= 0), "
                 f"got {budget!r}"
             )
-
-    reference = Runtime(cost=cost, device=device)
-    expected = run_under(fn, reference, grads_of)
-    difference = first_difference(
-        expected, run_under(fn, Runtime(cost=cost, device=device), grads_of)
+    first = reference_run(fn, grads_of, cost, device, audit)
+    check_deterministic(first, reference_run(fn, grads_of, cost, device, audit=False))
+    checker = Checker(
+        fn, first, grads_of, cost, device, rebuild_orphans, max_slowdown, on_budget_error, audit
     )
-    if difference is not None:
-        raise NondeterminismError(
-            f"the function is not deterministic: two unbounded runs of it gave different "
-            f"results ({difference}), so budgeted runs cannot be compared with it. "
-            f"{FIX_NONDETERMINISM}"
-        )
-    peak = reference.stats_.peak_memory
-
-    floors: dict[tuple[str, str], Floor] = {}
-    trace: list = []
-
-    def floor_of(heuristic: str, policy: str) -> Floor:
-        if (heuristic, policy) not in floors:
-            if not trace:
-                trace.append(record_reference(fn, cost, device)[0])
-            floors[heuristic, policy] = budget_floor(
-                fn,
-                heuristic,
-                policy,
-                cost=cost,
-                device=device,
-                rebuild_orphans=rebuild_orphans,
-                trace=trace[0],
-                peak=peak,
-                max_slowdown=max_slowdown,
-            )
-        return floors[heuristic, policy]
-
-    reports: list[dict] = []
-    infeasible: list[str] = []
-    for budget in budgets:
-        nbytes = int(budget * peak) if isinstance(budget, float) else int(budget)
-        for heuristic in heuristics:
-            for policy in deallocs:
-                label = (
-                    f"budget={nbytes:,} bytes ({nbytes / max(peak, 1):.3f} of the unbounded "
-                    f"peak {peak:,}), heuristic={heuristic}, dealloc={policy}"
-                    + ("" if rebuild_orphans else ", rebuild_orphans=False")
-                )
-                runtime = Runtime(
-                    budget=nbytes,
-                    heuristic=heuristic,
-                    dealloc=policy,
-                    cost=cost,
-                    device=device,
-                    rebuild_orphans=rebuild_orphans,
-                    max_slowdown=max_slowdown,
-                    max_wall_slowdown=None,  # the outcome must not depend on the machine
-                )
-                with isolated_allocator(device):
-                    try:
-                        got = run_under(fn, runtime, grads_of, fresh=False)
-                        error = None
-                    except BudgetError as caught:
-                        error = caught
-                        again = run_under(
-                            fn, Runtime(cost=cost, device=device), grads_of, fresh=False
-                        )
-                    stats = runtime.stats()
-                report = {"label": label, "ratio": nbytes / max(peak, 1), **stats}
-                if error is None:
-                    difference = first_difference(expected, got)
-                    if difference is not None:
-                        raise RematMismatch(f"{label}: {difference}")
-                    if stats["peak_memory"] > nbytes:
-                        raise RematMismatch(
-                            f"{label}: the counted peak {stats['peak_memory']:,} bytes passed "
-                            "the budget"
-                        )
-                    reports.append({**report, "status": "ok"})
-                    _hypothesis_event("minidtr: budget feasible")
-                    continue
-                difference = first_difference(expected, again)
-                if difference is not None:
-                    raise RematMismatch(
-                        f"{label}: after a BudgetError, an unbounded run on the same memory "
-                        f"differs from the reference: {difference}"
-                    )
-                _hypothesis_event("minidtr: budget infeasible")
-                if on_budget_error == "skip" and _hypothesis_running():
-                    # the example is rejected: hypothesis shows no message, so no floor
-                    infeasible.append(label)
-                    continue
-                floor = floor_of(heuristic, policy)
-                reason = str(error).rstrip(".")
-                message = f"{label}: infeasible: {reason}. Floor: {floor.describe()}."
-                if on_budget_error == "raise":
-                    raise InfeasibleBudget(
-                        f"{message} Give budgets at or above the floor, or pass "
-                        "on_budget_error='record' or 'skip' to accept infeasible ones.",
-                        error,
-                        label,
-                        floor,
-                    ) from error
-                infeasible.append(message)
-                reports.append(
-                    {
-                        **report,
-                        "status": "infeasible",
-                        "error": str(error),
-                        "floor": floor.as_dict(),
-                    }
-                )
-    if infeasible and on_budget_error == "skip":
+    configs = [(b, h, p) for b in budgets for h in heuristics for p in deallocs]
+    reports: dict[int, dict] = {}
+    for i in failed_first(configs, rebuild_orphans, device):
+        try:
+            report = checker.check(*configs[i])
+        except Exception:
+            _note_failure(configs[i], rebuild_orphans, device)
+            raise
+        if report is not None:
+            reports[i] = report
+    if checker.infeasible and on_budget_error == "skip":
         if _hypothesis_running():
             import hypothesis
 
             hypothesis.assume(False)
-        raise unittest.SkipTest("; ".join(infeasible))
-    return reports
+        raise unittest.SkipTest("; ".join(checker.infeasible))
+    return [reports[i] for i in sorted(reports)]
+
+
+class Checker:
+    """Runs ``fn`` under one configuration after another and compares each run with the
+    unbounded ``reference`` (``assert_remat_equivalent``'s loop)."""
+
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        reference: Reference,
+        grads_of: Sequence[Tensor],
+        cost: str | Callable[..., float],
+        device: str,
+        rebuild_orphans: bool,
+        max_slowdown: float | None,
+        on_budget_error: str,
+        audit: bool,
+    ):
+        self.fn, self.expected, self.peak = fn, reference.values, reference.peak
+        self.grads_of, self.cost, self.device = grads_of, cost, device
+        self.rebuild_orphans, self.max_slowdown = rebuild_orphans, max_slowdown
+        self.on_budget_error, self.audit = on_budget_error, audit
+        self.floors: dict[tuple[str, str], Floor] = {}
+        self.trace: list = []
+        self.infeasible: list[str] = []
+        self.no_culprit = ""  # what the audit found when a configuration differed
+
+    def floor_of(self, heuristic: str, policy: str) -> Floor:
+        if (heuristic, policy) not in self.floors:
+            if not self.trace:
+                self.trace.append(record_reference(self.fn, self.cost, self.device)[0])
+            self.floors[heuristic, policy] = budget_floor(
+                self.fn,
+                heuristic,
+                policy,
+                cost=self.cost,
+                device=self.device,
+                rebuild_orphans=self.rebuild_orphans,
+                trace=self.trace[0],
+                peak=self.peak,
+                max_slowdown=self.max_slowdown,
+            )
+        return self.floors[heuristic, policy]
+
+    def check(self, budget: float | int, heuristic: str, policy: str) -> dict | None:
+        """Run one configuration; its report, or None for an infeasible one that is left
+        out (``"skip"`` under hypothesis). Raises on a mismatch (after an audited run of
+        the configuration, which names an impure op if there is one)."""
+        peak = self.peak
+        nbytes = int(budget * peak) if isinstance(budget, float) else int(budget)
+        label = (
+            f"budget={nbytes:,} bytes ({nbytes / max(peak, 1):.3f} of the unbounded "
+            f"peak {peak:,}), heuristic={heuristic}, dealloc={policy}"
+            + ("" if self.rebuild_orphans else ", rebuild_orphans=False")
+        )
+        got, error, again, stats = self.run(nbytes, heuristic, policy, audit=False)
+        report = {"label": label, "ratio": nbytes / max(peak, 1), **stats}
+        if error is not None:
+            return self.infeasible_report(report, label, error, again, heuristic, policy)
+        difference = first_difference(self.expected, got)
+        if difference is None and stats["peak_memory"] > nbytes:
+            difference = f"the counted peak {stats['peak_memory']:,} bytes passed the budget"
+        if difference is not None:
+            if self.audit:
+                self.audited(label, nbytes, heuristic, policy)
+            raise RematMismatch(f"{label}: {difference}{self.no_culprit}")
+        _hypothesis_event("minidtr: budget feasible")
+        return {**report, "status": "ok"}
+
+    def run(self, nbytes: int, heuristic: str, policy: str, audit: bool) -> tuple:
+        """One budgeted run on an allocator of its own: (values, BudgetError or None, the
+        values of the unbounded run after the error, the runtime's stats)."""
+        runtime = Runtime(
+            budget=nbytes,
+            heuristic=heuristic,
+            dealloc=policy,
+            cost=self.cost,
+            device=self.device,
+            rebuild_orphans=self.rebuild_orphans,
+            max_slowdown=self.max_slowdown,
+            max_wall_slowdown=None,  # the outcome must not depend on the machine
+            audit=audit,
+        )
+        got = again = error = None
+        with isolated_allocator(self.device):
+            try:
+                got = run_under(self.fn, runtime, self.grads_of, fresh=False)
+            except BudgetError as caught:
+                error = caught
+                unbounded = Runtime(cost=self.cost, device=self.device, audit=audit)
+                again = run_under(self.fn, unbounded, self.grads_of, fresh=False)
+            stats = runtime.stats()
+        return got, error, again, stats
+
+    def audited(self, label: str, nbytes: int, heuristic: str, policy: str) -> None:
+        """Run a configuration that differed again, audited: raise the audit's error (with
+        the configuration) if it names an op; return if it does not."""
+        try:
+            self.run(nbytes, heuristic, policy, audit=True)
+        except AuditError as error:
+            raise type(error)(f"{label}: {error}", error.op, error.site) from None
+        self.no_culprit = (
+            ". Run again under the audit, no op broke the contract (no recomputation "
+            "differed from its first computation): a bug in minidtr, please report it"
+        )
+
+    def infeasible_report(
+        self,
+        report: dict,
+        label: str,
+        error: BudgetError,
+        again: list[tuple[str, np.ndarray]],
+        heuristic: str,
+        policy: str,
+    ) -> dict | None:
+        difference = first_difference(self.expected, again)
+        if difference is not None:
+            raise RematMismatch(
+                f"{label}: after a BudgetError, an unbounded run on the same memory "
+                f"differs from the reference: {difference}"
+            )
+        _hypothesis_event("minidtr: budget infeasible")
+        if self.on_budget_error == "skip" and _hypothesis_running():
+            # the example is rejected: hypothesis shows no message, so no floor
+            self.infeasible.append(label)
+            return None
+        floor = self.floor_of(heuristic, policy)
+        reason = str(error).rstrip(".")
+        message = f"{label}: infeasible: {reason}. Floor: {floor.describe()}."
+        if self.on_budget_error == "raise":
+            raise InfeasibleBudget(
+                f"{message} Give budgets at or above the floor, or pass "
+                "on_budget_error='record' or 'skip' to accept infeasible ones.",
+                error,
+                label,
+                floor,
+            ) from error
+        self.infeasible.append(message)
+        return {**report, "status": "infeasible", "error": str(error), "floor": floor.as_dict()}

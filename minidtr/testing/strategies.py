@@ -19,6 +19,11 @@ Programs (what minidtr property-tests itself with):
   ``programs`` with random sizes and seeds (an MLP, an LSTM over a random length,
   a random tree, a conv net), as ``(kind, fn)``.
 
+Inputs for ``check_gradients``:
+
+- ``float64_arrays(shape, scale=1.0)``: float64 arrays of standard normal values (from a
+  drawn seed: no ties and no exact zeros, where ops like relu and max have kinks).
+
 ``unbounded_peak(fn)`` and ``minimal_budget(fn, ...)`` (the smallest feasible
 budget by bisection of live runs) are plain helpers.
 """
@@ -29,6 +34,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 from hypothesis import strategies as st
 
 from ..runtime import BudgetError, Runtime
@@ -222,3 +228,13 @@ def probing():
         yield
     finally:
         eviction.COLLECT_BEFORE_FAILING = previous
+
+
+def float64_arrays(shape: tuple[int, ...], scale: float = 1.0) -> st.SearchStrategy[np.ndarray]:
+    """float64 arrays of ``shape``: ``scale`` times standard normal values drawn from a seed
+    (hypothesis draws and shrinks the seed), for ``check_gradients``. Random values have no
+    ties and no exact zeros, the points where relu, max or abs have no derivative."""
+    shape = tuple(shape)
+    return st.integers(0, 2**32 - 1).map(
+        lambda seed: scale * np.random.default_rng(seed).standard_normal(shape)
+    )

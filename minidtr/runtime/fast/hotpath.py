@@ -4,7 +4,7 @@ cannot happen in those cases.
 
 ``compute``: an op that is not a view, whose inputs are all resident values of this
 allocator and whose outputs fit the budget without evicting, while nothing watches
-(no observer, no event log). Nothing can evict an
+(no observer, no event log, no audit). Nothing can evict an
 input meanwhile (no room is made, and deaths wait while the allocator is busy), so
 they are not even locked: no rematerialization frame, no search, no event. It makes
 the same storages, counts the same bytes and moves the clock as the general path
@@ -62,6 +62,7 @@ class FastPath:
             (ledger.budget is not None and ledger.memory + nbytes > ledger.budget)
             or allocator.observer is not None
             or runtime.events is not None
+            or allocator.audit is not None
             or device != allocator.device
             or (parents := resident_storages(inputs)) is None
         ):

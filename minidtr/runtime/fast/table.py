@@ -264,15 +264,17 @@ class CandidateTable:
     def live_candidates(self) -> list[Storage]:
         """The resident, evictable storages of the owner, found among the objects Python's
         cycle collector tracks (as entering a budgeted runtime already scans them with
-        ``gc.collect``), in ``listed_at`` order. A storage frozen by ``gc.freeze()`` is not
-        found: it stays resident, unevictable."""
+        ``gc.collect``; or among those its collection of the young generations found:
+        ``Lifetimes.take_survivors``), in ``listed_at`` order. A storage frozen by
+        ``gc.freeze()`` is not found: it stays resident, unevictable."""
         owner = self.owner
         ledger = owner.ledger
         if ledger.memory == ledger.constant_bytes + ledger.pinned_bytes:
             return []  # nothing resident is evictable: no need to scan the heap
+        survivors = owner.lifetimes.take_survivors()  # those a young collection just found
         found = [
             obj
-            for obj in gc.get_objects()
+            for obj in (gc.get_objects() if survivors is None else survivors)
             if type(obj) is Storage
             and obj.allocator is owner
             and obj.buffer is not None

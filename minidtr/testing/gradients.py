@@ -1,0 +1,269 @@
+"""``check_gradients``: every op's backward against central differences, in float64.
+
+DTR recomputes values, not gradients: a backward that is wrong is wrong under every
+budget, so comparing budgeted runs with unbounded ones cannot see it. This checks the
+vector-Jacobian product itself, as JAX's ``check_vjp`` does: for random directions ``v``
+(in the inputs) and ``u`` (in the outputs),
+
+    <u, J v>  by central differences: <u, (f(x + eps v) - f(x - eps v)) / (2 eps)>
+    <J^T u, v>  by the backward: the gradient of sum(u * f(x)), dotted with v
+
+must agree. For a whole function, the ops it applies are recorded (an allocator
+observer) and, when the function's products disagree, each op is checked the same way
+at the inputs it was applied to, in the order they ran: the first whose products
+disagree is named (its class and where it was applied). At a point where an op is not
+differentiable (relu at 0), one-sided differences disagree with each other, and the op
+is passed over there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import autograd
+from ..ops import random as random_ops
+from ..ops.op import Op, apply
+from ..runtime.audit import Site, call_site, describe_op
+from ..runtime.views import array_of
+from ..tensor import Tensor, tensor
+from .isolation import isolated_allocator
+
+EPS = 1e-6
+RTOL = 1e-5
+ATOL = 1e-8
+KINK = 1e-3  # one-sided differences this far apart (relative): not differentiable here
+
+
+class GradientMismatch(AssertionError):
+    """An op's backward (or a function's gradient) disagrees with central differences.
+    ``op`` is the op named (None for a function whose every op agrees), ``site`` where it
+    was applied."""
+
+    def __init__(self, message: str, op: Any = None, site: str = ""):
+        super().__init__(message)
+        self.op, self.site = op, site
+
+
+@dataclass
+class Products:
+    """<u, J v> by central differences and <J^T u, v> by the backward, for one input."""
+
+    index: int
+    shape: tuple[int, ...]
+    differences: float
+    backward: float
+    kink: bool  # one-sided differences disagree: not differentiable at this point
+
+    def agree(self, rtol: float, atol: float) -> bool:
+        scale = max(abs(self.differences), abs(self.backward))
+        return self.kink or abs(self.differences - self.backward) <= atol + rtol * scale
+
+    def describe(self, eps: float) -> str:
+        error = abs(self.differences - self.backward) / max(abs(self.differences), 1e-300)
+        return (
+            f"for input {self.index} (shape {self.shape}), <u, J v> = {self.differences:.8g} "
+            f"by central differences (step {eps:g}) but <J^T u, v> = {self.backward:.8g} by "
+            f"its backward (relative error {error:.3g})"
+        )
+
+
+def check_gradients(
+    fn: Callable[..., Any] | Op,
+    *inputs: Any,
+    seed: int = 0,
+    eps: float = EPS,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> None:
+    """Check the vector-Jacobian products of ``fn`` at ``inputs`` against central
+    differences (in float64, random directions drawn from ``seed``); raise
+    ``GradientMismatch`` naming the first op whose backward disagrees.
+
+    ``fn`` is an op (an ``Op`` instance, applied to the inputs) or a function of tensors
+    returning a tensor or a list, tuple or dict of them (the floating-point ones are
+    checked). The inputs are arrays, numbers or tensors: floating-point ones become
+    float64 leaves that are perturbed, the others are passed as they are. Build what the
+    function makes itself (its weights) in float64 too, or pass it as an input: central
+    differences in float32 are too coarse to judge. Random ops without a seed draw the
+    same values in every evaluation (minidtr's default generator is reset before each).
+    Under hypothesis, draw the inputs and ``seed``
+    (``minidtr.testing.strategies.float64_arrays``)."""
+    if isinstance(fn, Op):
+        site = call_site()
+        return _check_application(Application(fn, list(inputs), site), seed, eps, rtol, atol, "")
+    arrays = [_as_input(x) for x in inputs]
+    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    if not floats:
+        raise ValueError("check_gradients: no floating-point input to differentiate by")
+    state = random_ops.default_generator().bit_generator.state
+    try:
+        with isolated_allocator():
+            products, recorded = _products(fn, arrays, floats, seed, eps, record=True)
+            if all(p.agree(rtol, atol) for p in products):
+                return
+            for application in recorded:
+                _check_application(application, seed, eps, rtol, atol)
+    finally:
+        random_ops.default_generator().bit_generator.state = state
+    bad = next(p for p in products if not p.agree(rtol, atol))
+    raise GradientMismatch(
+        f"check_gradients: the function's gradient disagrees with central differences: "
+        f"{bad.describe(eps)}, though each of its {len(recorded)} differentiable ops agrees "
+        "at its own inputs: the function is not the composition of the ops it applied "
+        "(state changed between calls, a value read with .numpy() and fed back as a "
+        "constant, randomness that is not minidtr's), or it is not differentiable there."
+    )
+
+
+def _as_input(x: Any) -> np.ndarray:
+    array = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
+    return array.astype(np.float64) if array.dtype.kind == "f" else array
+
+
+def _evaluate(fn: Callable[..., Any], arrays: list[np.ndarray], state: dict) -> list:
+    """The float outputs of ``fn`` at ``arrays`` (as host arrays), the generator reset."""
+    random_ops.default_generator().bit_generator.state = state
+    return [o.numpy() for o in _float_outputs(fn(*[tensor(a) for a in arrays]))]
+
+
+def _float_outputs(value: Any) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value] if value.dtype.kind == "f" else []
+    if isinstance(value, dict):
+        return [t for k in sorted(value) for t in _float_outputs(value[k])]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _float_outputs(v)]
+    return []
+
+
+def _products(
+    fn: Callable[..., Any],
+    arrays: list[np.ndarray],
+    floats: list[int],
+    seed: int,
+    eps: float,
+    record: bool = False,
+) -> tuple[list[Products], list[Application]]:
+    """One ``Products`` per floating-point input, and the ops applied (when ``record``)."""
+    rng = np.random.default_rng(seed)
+    state = random_ops.default_generator().bit_generator.state
+    directions = {i: rng.standard_normal(arrays[i].shape) for i in floats}
+    leaves = [tensor(a, requires_grad=i in directions) for i, a in enumerate(arrays)]
+    recorder = Recorder() if record else None
+    allocator = leaves[0].cell.storage.allocator
+    allocator.observer = recorder
+    try:
+        random_ops.default_generator().bit_generator.state = state
+        outputs = _float_outputs(fn(*leaves))
+    finally:
+        allocator.observer = None
+    if not outputs:
+        raise ValueError("check_gradients: the function returned no floating-point tensor")
+    cotangents = [rng.standard_normal(o.shape) for o in outputs]
+    total = None
+    for o, u in zip(outputs, cotangents, strict=True):
+        term = (o * tensor(u.astype(o.dtype))).sum()
+        total = term if total is None else total + term
+    wanted = [leaves[i] for i in floats]
+    grads = autograd.grad(total, wanted) if total.requires_grad else [None] * len(wanted)
+    products = []
+    for i, g in zip(floats, grads, strict=True):
+        backward = 0.0 if g is None else float(np.vdot(g.numpy(), directions[i]))
+        products.append(
+            _differences(fn, arrays, i, directions[i], cotangents, eps, state, backward)
+        )
+    return products, (recorder.applications if recorder is not None else [])
+
+
+def _differences(
+    fn: Callable[..., Any],
+    arrays: list[np.ndarray],
+    i: int,
+    v: np.ndarray,
+    cotangents: list[np.ndarray],
+    eps: float,
+    state: dict,
+    backward: float,
+) -> Products:
+    def at(step: float) -> float:
+        moved = list(arrays)
+        moved[i] = arrays[i] + step * v
+        outs = _evaluate(fn, moved, state)
+        pairs = zip(cotangents, outs, strict=True)
+        return sum(float(np.vdot(u, o.astype(np.float64))) for u, o in pairs)
+
+    here, ahead, behind = at(0.0), at(eps), at(-eps)
+    central = (ahead - behind) / (2 * eps)
+    forward, backward_diff = (ahead - here) / eps, (here - behind) / eps
+    kink = abs(forward - backward_diff) > KINK * (1.0 + abs(central))
+    return Products(i, arrays[i].shape, central, backward, kink)
+
+
+@dataclass
+class Application:
+    """One op applied by the function: the op, its inputs' values, where it was applied."""
+
+    op: Any
+    arrays: list[np.ndarray]
+    site: Site
+
+
+class Recorder:
+    """An allocator observer that keeps each differentiable op applied, with copies of its
+    inputs (the other observer calls do nothing)."""
+
+    def __init__(self) -> None:
+        self.applications: list[Application] = []
+
+    def on_compute(self, recipe: Any, cells: list) -> None:
+        op = recipe.op
+        if not op.differentiable or all(c.dtype.kind != "f" for c in cells):
+            return
+        arrays = [np.array(array_of(cell), copy=True) for cell in recipe.inputs]
+        if any(a.dtype.kind == "f" for a in arrays):
+            self.applications.append(Application(op, arrays, call_site()))
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("on_"):
+            return _ignore
+        raise AttributeError(name)
+
+
+def _ignore(*args: Any) -> None:
+    pass
+
+
+def _check_application(
+    application: Application,
+    seed: int,
+    eps: float,
+    rtol: float,
+    atol: float,
+    which: str = " It is the first op of the function whose vector-Jacobian product "
+    "disagrees at the inputs it was applied to.",
+) -> None:
+    """Raise ``GradientMismatch`` if one op's products disagree at its recorded inputs."""
+    op = application.op
+    arrays = [_as_input(a) for a in application.arrays]
+    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    if not floats:
+        raise ValueError("check_gradients: no floating-point input to differentiate by")
+    state = random_ops.default_generator().bit_generator.state
+    try:
+        with isolated_allocator():
+            products, _ = _products(lambda *ts: apply(op, *ts), arrays, floats, seed, eps)
+    finally:
+        random_ops.default_generator().bit_generator.state = state
+    for p in products:
+        if not p.agree(rtol, atol):
+            site = application.site
+            raise GradientMismatch(
+                f"check_gradients: the backward of {describe_op(op, site)} disagrees with "
+                f"central differences: {p.describe(eps)}.{which}",
+                op,
+                str(site),
+            )
