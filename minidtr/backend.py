@@ -151,12 +151,46 @@ def generator(xp, seed: int):
     return xp.random.default_rng(seed)
 
 
+# The device pool's limit under a budget: the budget plus this share of it, the room left
+# for what the budget does not count (blocks rounded up to 512 bytes, library scratch). A
+# kernel that would pass it makes room the way the budget does, by eviction (the hook of
+# ``install_cuda_oom_handler``): a real out-of-memory error can only come past the budget.
+POOL_SLACK = 0.10
+_POOL_METERS: list[PoolMeter] = []  # measuring the device pool's peak (``PoolMeter``)
+
+
+class PoolMeter:
+    """The peak of the CuPy memory pool's used bytes while it is open (every allocation
+    through the hook of ``install_cuda_oom_handler`` takes a reading)."""
+
+    def __init__(self):
+        self.pool = _import_cupy().get_default_memory_pool()
+        self.start = self.peak = self.pool.used_bytes()
+        _POOL_METERS.append(self)
+
+    def growth(self) -> int:
+        """How far the used bytes rose above what they were at the start, at their worst."""
+        return self.peak - self.start
+
+    def close(self) -> None:
+        _POOL_METERS.remove(self)
+
+
+def limit_device_pool(budget: int | None) -> None:
+    """Limit the CuPy memory pool, from which every device array and every kernel's
+    temporaries are allocated, to ``budget`` plus ``POOL_SLACK`` (None: no limit)."""
+    pool = _import_cupy().get_default_memory_pool()
+    pool.set_limit(size=0 if budget is None else int(budget * (1 + POOL_SLACK)) + 1)
+
+
 def install_cuda_oom_handler(free_bytes: Callable[[int], bool]) -> None:
-    """Route CuPy's allocations through a hook that, on out-of-memory, calls
+    """Route CuPy's allocations through a hook that, on out-of-memory (the device's, or
+    the pool's limit under a budget: ``limit_device_pool``), calls
     ``free_bytes(nbytes)`` (which evicts storages) and retries while it reports
     progress; when nothing is left to evict, Python's cycle collector runs once
     (arrays held by unreachable reference cycles are freed only by it) before
-    the error is raised. The accounting and the eviction policy stay in the runtime."""
+    the error is raised. The accounting and the eviction policy stay in the runtime.
+    While a ``PoolMeter`` is open, each allocation reads the pool's used bytes."""
     cupy = _import_cupy()
     pool = cupy.get_default_memory_pool()
 
@@ -164,7 +198,12 @@ def install_cuda_oom_handler(free_bytes: Callable[[int], bool]) -> None:
         collected = False
         while True:
             try:
-                return pool.malloc(nbytes)
+                memory = pool.malloc(nbytes)
+                if _POOL_METERS:
+                    used = pool.used_bytes()
+                    for meter in _POOL_METERS:
+                        meter.peak = max(meter.peak, used)
+                return memory
             except cupy.cuda.memory.OutOfMemoryError:
                 pool.free_all_blocks()
                 if free_bytes(nbytes):

@@ -118,6 +118,11 @@ class RuntimeOptions:
         every score, the budget check, the replay, the deallocation rules), without the
         accelerator (``minidtr.runtime.fast``). Every decision is the same, only slower
         (tested); for reading and stepping through in a debugger.
+    measure_real: measure real memory beside the counted bytes: ``stats()`` then gives
+        ``real_peak``, the most bytes of arrays at once (kernels' temporaries included),
+        and ``traced_peak``, what the process held at its worst (Python objects too),
+        with tracemalloc on NumPy and the memory pool's peak on CuPy
+        (``minidtr.runtime.realmem``). Slower: every Python allocation is traced.
     """
 
     budget: int | None = None
@@ -134,9 +139,12 @@ class RuntimeOptions:
     rebuild_orphans: bool = True
     keep_dead_remats: bool = False
     reference: bool = False
+    measure_real: bool = False
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values
+        if not isinstance(self.measure_real, bool):
+            raise TypeError(f"measure_real must be True or False, got {self.measure_real!r}")
         set_field(self, "budget", check_budget(self.budget))
         set_field(self, "max_slowdown", check_limit("max_slowdown", self.max_slowdown))
         set_field(
