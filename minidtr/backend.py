@@ -101,10 +101,11 @@ def one(xp, dtype):
     return 1.0
 
 
-def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...]):
-    """A strided view of ``x`` (no copy); used by im2col in conv and pooling."""
+def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...], writeable: bool = False):
+    """A strided view of ``x`` (no copy): windows of an image (read-only) for pooling, the
+    rows of a run for the shifted products of convolution (``ops/shift.py``)."""
     if xp is np:
-        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=writeable)
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
@@ -128,8 +129,9 @@ def scatter_add(xp, target, index, values) -> None:
     target[...] = xp.asarray(host)
 
 
-def erf(xp, x):
-    """The error function, from SciPy (CPU) or cupyx (GPU); NumPy has none."""
+def erf(xp, x, out=None):
+    """The error function, from SciPy (CPU) or cupyx (GPU); NumPy has none. With ``out``
+    (``x`` itself allowed) the result goes there."""
     if xp is np:
         try:
             from scipy.special import erf as scipy_erf
@@ -138,10 +140,12 @@ def erf(xp, x):
                 "the exact erf (gelu with approximate='none') needs SciPy: "
                 "pip install 'minidtr[scipy]', or use approximate='tanh'"
             ) from error
+        if out is not None:
+            return scipy_erf(x, out=out)
         return scipy_erf(x).astype(x.dtype, copy=False)
     from cupyx.scipy.special import erf as cupy_erf
 
-    return cupy_erf(x)
+    return cupy_erf(x) if out is None else cupy_erf(x, out=out)
 
 
 def generator(xp, seed: int):

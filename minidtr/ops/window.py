@@ -14,10 +14,12 @@ kernel positions in Python.
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 
 from .. import backend
 from ..runtime.storage import Cell
+from ..runtime.views import array_of
 from .op import Op
 
 Pair = tuple[int, int]
@@ -43,6 +45,24 @@ def batch_first(xp, y):
     pooling that follow keep the layout (NumPy's ufuncs lay out their results like their
     inputs), so the next window kernel finds its input batch-last already."""
     return xp.ascontiguousarray(y).transpose(3, 0, 1, 2)
+
+
+def batch_last_copy(xp, x):
+    """x (N, C, H, W) as a contiguous (C, H, W, N) array: itself when it lies so already (as
+    the window kernels, and the ops after them, leave it), else a copy."""
+    return xp.ascontiguousarray(x.transpose(1, 2, 3, 0))
+
+
+def copy_bytes(cell: Cell) -> int:
+    """What ``batch_last_copy`` of ``cell``'s value allocates: nothing when its array lies
+    batch-last (read from the array's layout: the allocator asks for a workspace with the
+    inputs locked, so resident), else its size (an evicted value: the copy is assumed)."""
+    storage = cell.storage
+    if storage.buffer is not None and storage.device is not None:
+        array = array_of(cell)
+        if array.transpose(1, 2, 3, 0).flags.c_contiguous:
+            return 0
+    return math.prod(cell.shape) * cell.dtype.itemsize
 
 
 class Window:

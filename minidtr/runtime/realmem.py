@@ -123,3 +123,72 @@ def measured_run_kernel(allocator: Allocator) -> Callable:
         return meter.measure(lambda: plain(allocator, op, device, arrays, metas), reserved)
 
     return run_kernel
+
+
+class KernelRecord:
+    """What one kernel allocated (``watch_kernels``): its op, the shapes of its inputs, the
+    workspace it declared, and, measured, the bytes beyond its outputs at its worst
+    (``extra``) and those it left allocated besides its outputs when it returned
+    (``retained``: an array kept by the op, or an output that is a view of a larger one)."""
+
+    __slots__ = ("op", "shapes", "outputs", "declared", "extra", "retained")
+
+    def __init__(self, op, shapes, outputs, declared, extra, retained):
+        self.op, self.shapes, self.outputs = op, shapes, outputs
+        self.declared, self.extra, self.retained = declared, extra, retained
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.op}{self.shapes}: outputs {self.outputs:,}, declared {self.declared:,}, "
+            f"extra {self.extra:,}, retained {self.retained:,}"
+        )
+
+
+class watch_kernels:  # noqa: N801 (used as a context manager, like a function)
+    """Measure every kernel an allocator runs inside the ``with`` (NumPy, with
+    tracemalloc): ``records`` gets a ``KernelRecord`` per kernel, each op's declared
+    workspace next to what its kernel allocated. How tests/test_workspace.py checks that
+    every op declares at least what it needs; write your op's ``workspace`` with it."""
+
+    def __init__(self, allocator: Allocator):
+        self.allocator = allocator
+        self.records: list[KernelRecord] = []
+        self.declared = 0
+
+    def __enter__(self) -> watch_kernels:
+        self.started = not tracemalloc.is_tracing()
+        if self.started:
+            tracemalloc.start()
+        allocator, plain = self.allocator, type(self.allocator).run_kernel
+        self.before = vars(allocator).get("run_kernel")
+        inner = self.before or (lambda *a: plain(allocator, *a))
+
+        def run_kernel(op: Any, device: str | None, arrays: list, metas: Any):
+            outputs = sum(_nbytes(shape, dtype) for shape, dtype in metas)
+            declared = allocator.kernel_workspace
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            result = inner(op, device, arrays, metas)
+            now, peak = tracemalloc.get_traced_memory()
+            shapes = tuple(tuple(a.shape) for a in arrays)
+            extra, retained = peak - start - outputs, now - start - outputs
+            self.records.append(KernelRecord(op.name, shapes, outputs, declared, extra, retained))
+            return result
+
+        allocator.run_kernel = run_kernel
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.before is None:
+            del self.allocator.run_kernel
+        else:
+            self.allocator.run_kernel = self.before
+        if self.started:
+            tracemalloc.stop()
+
+
+def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+    size = dtype.itemsize
+    for d in shape:
+        size *= d
+    return size
