@@ -18,7 +18,9 @@ from .arithmetic import div, mul
 from .op import FLOAT32, HALF, DTypeError, Op, apply, expect_tensor, float_dtype, in_float32
 from .promotion import as_float
 
-SMALL_WHERE = 1024  # elements up to which ``zero_where`` uses ``where``
+# elements up to which ``zero_where`` uses ``where``, and the activations and their
+# gradients compute as expressions rather than in their output's buffer
+SMALL_WHERE = 1024
 SAME_SIZE_INT = {2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 
 
@@ -129,6 +131,8 @@ class Sigmoid(Unary):
     def forward(self, xp, x):
         if x.dtype is HALF:  # rounded once, as PyTorch's
             return in_float32(self.forward, xp, x)
+        if x.size <= SMALL_WHERE:  # the expression: its temporaries are tiny, its calls cheaper
+            return xp.tanh(x * 0.5) * 0.5 + 0.5
         out = xp.multiply(x, 0.5, out=xp.empty_like(x))  # tanh(x/2)/2 + 1/2, in place
         xp.tanh(out, out=out)
         out *= 0.5
@@ -224,18 +228,25 @@ class ActivationGrad(Op):
             if g.size <= SMALL_WHERE or xp is not np:
                 return zero_where(xp, y <= backend.zero(xp, y.dtype), g)
             return keep_mask(xp, y, g)
+        small = g.size <= SMALL_WHERE  # the expressions: tiny temporaries, cheaper calls
         if kind == "sqrt":
+            if small:
+                return g / (y + y)
             out = xp.add(y, y, out=xp.empty_like(y))  # y * 2.0, the same float
             return xp.divide(g, out, out=out)
         if y.dtype is HALF:  # the chains below rounded once, as PyTorch's
             return in_float32(self.forward, xp, y, g)
         one = backend.one(xp, y.dtype)
-        if kind == "sigmoid":  # g * y * (1 - y), in the output's buffer
+        if kind == "sigmoid":  # (1 - y) * y * g, in the output's buffer
+            if small:
+                return (one - y) * y * g
             out = xp.subtract(one, y, out=xp.empty_like(y))
             out *= y
             out *= g
             return out
-        if kind == "tanh":  # g * (1 - y * y): the same floats
+        if kind == "tanh":  # g * (1 - y * y), in the output's buffer
+            if small:
+                return g * (one - y * y)
             out = xp.multiply(y, y, out=xp.empty_like(y))
             xp.subtract(one, out, out=out)
             out *= g

@@ -125,16 +125,24 @@ def measured_run_kernel(allocator: Allocator) -> Callable:
     return run_kernel
 
 
+# What a kernel may allocate beyond the workspace its op declares, uncounted: NumPy's
+# iterator buffers (a ufunc on operands it cannot walk as one flat run, fewer than
+# ``numpy.getbufsize()`` elements of them, copies them through buffers: up to three
+# operands of 8,192 elements of 8 bytes) and a few small arrays and Python objects.
+KERNEL_SLACK = 3 * 8192 * 8 + 16 * 1024
+
+
 class KernelRecord:
     """What one kernel allocated (``watch_kernels``): its op, the shapes of its inputs, the
     workspace it declared, and, measured, the bytes beyond its outputs at its worst
     (``extra``) and those it left allocated besides its outputs when it returned
-    (``retained``: an array kept by the op, or an output that is a view of a larger one)."""
+    (``retained``: an array kept by the op, or an output that is a view of a larger one;
+    and the Python objects of the ``count`` output arrays, about 100 bytes each)."""
 
-    __slots__ = ("op", "shapes", "outputs", "declared", "extra", "retained")
+    __slots__ = ("op", "shapes", "outputs", "count", "declared", "extra", "retained")
 
-    def __init__(self, op, shapes, outputs, declared, extra, retained):
-        self.op, self.shapes, self.outputs = op, shapes, outputs
+    def __init__(self, op, shapes, outputs, count, declared, extra, retained):
+        self.op, self.shapes, self.outputs, self.count = op, shapes, outputs, count
         self.declared, self.extra, self.retained = declared, extra, retained
 
     def __repr__(self) -> str:
@@ -172,7 +180,10 @@ class watch_kernels:  # noqa: N801 (used as a context manager, like a function)
             now, peak = tracemalloc.get_traced_memory()
             shapes = tuple(tuple(a.shape) for a in arrays)
             extra, retained = peak - start - outputs, now - start - outputs
-            self.records.append(KernelRecord(op.name, shapes, outputs, declared, extra, retained))
+            count = len(metas)
+            self.records.append(
+                KernelRecord(op.name, shapes, outputs, count, declared, extra, retained)
+            )
             return result
 
         allocator.run_kernel = run_kernel
