@@ -139,16 +139,16 @@ class CrossEntropy(Op):
         # log_softmax at the targets only, by blocks of rows (``row_block``): the scratch
         # is a block's exponentials and its row maxima, sums, picks and row index
         n = logits.shape[0]
-        block = row_block(n)
+        block = row_block(n, logits.shape[1])
         total = 0.0
         for r0 in range(0, n, block):
             rows = logits[r0 : r0 + block]
-            top = rows.max(axis=1, keepdims=True)
-            exps = xp.subtract(rows, top, out=xp.empty_like(rows))
+            top = rows.max(axis=1)
+            exps = xp.subtract(rows, top[:, None], out=xp.empty_like(rows))
             xp.exp(exps, out=exps)
-            sums = exps.sum(axis=1, keepdims=True)
+            sums = exps.sum(axis=1)
             del exps
-            picked = xp.take_along_axis(rows, targets[r0 : r0 + block].reshape(-1, 1), axis=1)
+            picked = rows[xp.arange(len(rows)), targets[r0 : r0 + block]]
             picked -= top
             picked -= xp.log(sums)
             total += float(picked.sum())
@@ -156,7 +156,7 @@ class CrossEntropy(Op):
 
     def workspace(self, logits: Cell, targets: Cell) -> int:
         n, classes = logits.shape
-        block = row_block(n)
+        block = row_block(n, logits.shape[1])
         if logits.dtype is HALF:  # a float32 copy of the logits too (``in_float32``)
             return 4 * n * classes + block * ((classes + 4) * 4 + 8)
         return block * ((classes + 4) * logits.dtype.itemsize + 8)
@@ -185,29 +185,34 @@ class CrossEntropyGrad(Op):
         # rows (``row_block``): the scratch is a block's row maxima, sums and row index
         n = logits.shape[0]
         p = xp.empty_like(logits)
-        block = row_block(n)
+        block = row_block(n, logits.shape[1])
         for r0 in range(0, n, block):
             rows, out = logits[r0 : r0 + block], p[r0 : r0 + block]
             xp.subtract(rows, rows.max(axis=1, keepdims=True), out=out)
             xp.exp(out, out=out)
             out /= out.sum(axis=1, keepdims=True)
-            at = targets[r0 : r0 + block].reshape(-1, 1)
-            xp.put_along_axis(out, at, xp.take_along_axis(out, at, axis=1) - 1.0, axis=1)
+            out[xp.arange(len(out)), targets[r0 : r0 + block]] -= 1.0
         p *= g
         p *= 1.0 / n
         return p
 
     def workspace(self, logits: Cell, targets: Cell, g: Cell) -> int:
         n, classes = logits.shape
-        block = row_block(n)
+        block = row_block(n, logits.shape[1])
         if logits.dtype is HALF:  # float32 copies (``in_float32``)
             return 8 * n * classes + block * (3 * 4 + 8)
         return block * (3 * logits.dtype.itemsize + 8)
 
 
-def row_block(rows: int) -> int:
-    """Rows per block of the cross-entropy kernels: a 1/CHUNK_FRACTION share of them."""
-    return max(1, -(-rows // CHUNK_FRACTION))
+# the fewest elements of a block of rows: smaller logits take one block (a block's Python
+# calls would cost more than its scratch saves)
+MIN_BLOCK = 16384
+
+
+def row_block(rows: int, classes: int) -> int:
+    """Rows per block of the cross-entropy kernels: a 1/CHUNK_FRACTION share of them, or
+    enough for ``MIN_BLOCK`` elements."""
+    return min(max(rows, 1), max(-(-rows // CHUNK_FRACTION), -(-MIN_BLOCK // max(classes, 1))))
 
 
 class MSELoss(Op):
