@@ -15,6 +15,10 @@
 2. Steps of ``minidtr train resnet`` (small preset, no budget): CPU time per step and
    the share spent inside op kernels (every ``Op.forward``); the rest is the Python
    bookkeeping around them (recipes, storages, autograd, the optimizer's ops).
+3. With ``--models`` (and only that): for every bundled model's small step (no budget),
+   the CPU time inside op kernels, the minimum over ``--steps`` steps, and the window
+   kernels' share of it (convolution and pooling, forward and gradients): what the
+   bounded workspaces of the window kernels cost (docs/memory.md).
 
 OpenBLAS runs single-threaded unless OPENBLAS_NUM_THREADS says otherwise (its spinning
 threads make small products many times slower on a loaded machine); so does PyTorch.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import math
 import os
 import resource
 
@@ -212,30 +217,75 @@ def all_op_classes(cls: type) -> list[type]:
     return out
 
 
+class KernelClock:
+    """While active, every ``Op.forward`` adds its CPU time to ``inside[op name]``."""
+
+    def __init__(self):
+        self.inside: defaultdict[str, int] = defaultdict(int)
+        self.originals: dict[type, Callable] = {}
+
+    def __enter__(self) -> KernelClock:
+        inside = self.inside
+
+        def timed(forward):
+            def run(self, xp, *arrays):
+                started = time.process_time_ns()
+                try:
+                    return forward(self, xp, *arrays)
+                finally:
+                    inside[self.name] += time.process_time_ns() - started
+
+            return run
+
+        for cls in all_op_classes(Op):
+            if "forward" in vars(cls):
+                self.originals[cls] = cls.forward
+                cls.forward = timed(cls.forward)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for cls, forward in self.originals.items():
+            cls.forward = forward
+
+
+WINDOW_OPS = ("conv2d", "max_pool2d", "avg_pool2d")  # and their gradients (prefix)
+
+
+def model_kernels(steps: int) -> None:
+    """Every bundled model's small step: CPU time inside op kernels (min over steps)."""
+    from minidtr.data import minibatch_indices
+    from minidtr.models import MODELS
+    from minidtr.runtime import Runtime
+    from minidtr.training import TrainConfig, build_task, train_step
+
+    print(f"3. Op kernels of one small step per model, CPU ms (min of {steps} steps)")
+    print(f"{'model':<12}{'kernels':>9}{'window':>9}")
+    for model in MODELS:
+        task = build_task(TrainConfig(model))
+        optimizer = task.make_optimizer(task.model.parameters())
+        batches = minibatch_indices(task.n_train, task.batch_size, 0)
+        best = (math.inf, 0)
+        with KernelClock() as clock, Runtime(cost="flops"):
+            for i in range(steps + 2):  # two warm-up steps (the optimizer's state)
+                clock.inside.clear()
+                train_step(task, optimizer, next(batches))
+                total = sum(clock.inside.values())
+                window = sum(ns for name, ns in clock.inside.items() if name.startswith(WINDOW_OPS))
+                if i >= 2 and total < best[0]:
+                    best = (total, window)
+        print(f"{model:<12}{best[0] / 1e6:9.1f}{best[1] / 1e6:9.1f}")
+
+
 def resnet_steps(steps: int) -> None:
     """CPU time of ``steps`` ResNet-32 small steps, and the share inside ``Op.forward``."""
     from minidtr.data import minibatch_indices
     from minidtr.runtime import Runtime
     from minidtr.training import TrainConfig, build_task, train_step
 
-    inside = defaultdict(int)
-    originals = {}
+    clock = KernelClock()
+    inside = clock.inside
 
-    def timed(forward):
-        def run(self, xp, *arrays):
-            started = time.process_time_ns()
-            try:
-                return forward(self, xp, *arrays)
-            finally:
-                inside[self.name] += time.process_time_ns() - started
-
-        return run
-
-    for cls in all_op_classes(Op):
-        if "forward" in vars(cls):
-            originals[cls] = cls.forward
-            cls.forward = timed(cls.forward)
-    try:
+    with clock:
         task = build_task(TrainConfig("resnet"))
         optimizer = task.make_optimizer(task.model.parameters())
         batches = minibatch_indices(task.n_train, task.batch_size, 0)
@@ -249,9 +299,6 @@ def resnet_steps(steps: int) -> None:
                     totals.append(time.process_time_ns() - started)
                     kernel_totals.append(sum(inside.values()))
         by_op = dict(inside)
-    finally:
-        for cls, forward in originals.items():
-            cls.forward = forward
     step, kernel = statistics.median(totals), statistics.median(kernel_totals)
     print(f"\n2. ResNet-32 small step (batch {task.batch_size}), CPU time, median of {steps}")
     print(
@@ -285,8 +332,14 @@ def main() -> None:
     p.add_argument(
         "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
     )
+    p.add_argument(
+        "--models", action="store_true", help="only the op kernels of every bundled model's step"
+    )
     args = p.parse_args()
     memory = "malloc as is" if args.default_malloc else steady_malloc()
+    if args.models:
+        model_kernels(args.steps)
+        return
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "

@@ -195,6 +195,10 @@ def frontier() -> str:
     return "\n".join(line for line in out.splitlines() if line.startswith("|"))
 
 
+def real_memory() -> str:
+    return run("python benchmarks/real_memory.py").rstrip("\n")
+
+
 def tutorial() -> str:
     """docs/refresh_tutorial.py rewrites its own blocks; nothing to put here."""
     run("python docs/refresh_tutorial.py")
@@ -274,6 +278,20 @@ FIGURES = [
         slow=True,
     ),
 ]
+FIGURES.append(
+    Figure(
+        "real-memory",
+        "docs/memory.md",
+        "python benchmarks/real_memory.py",
+        real_memory,
+        # what the Python objects take: the interpreter's allocations vary a little
+        varies=(
+            r"(?m)^\| \w+ \| [\d.]+ \|(?: [^|]+ \|){4} ([\d.]+) \| ([\d.]+) \|",
+            r"(?m)^\| \w+ \| [\d,]+ \| ([\d.]+) \| ([\d,]+) \|$",
+        ),
+        slow=True,
+    )
+)
 BY_NAME = {f.name: f for f in FIGURES}
 
 BLOCK = r"(<!-- figures:{name} -->\n)(.*?)(\n<!-- /figures -->)"

@@ -101,10 +101,11 @@ def one(xp, dtype):
     return 1.0
 
 
-def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...]):
-    """A strided view of ``x`` (no copy); used by im2col in conv and pooling."""
+def as_strided(xp, x, shape: tuple[int, ...], strides: tuple[int, ...], writeable: bool = False):
+    """A strided view of ``x`` (no copy): windows of an image (read-only) for pooling, the
+    rows of a run for the shifted products of convolution (``ops/shift.py``)."""
     if xp is np:
-        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=False)
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, writeable=writeable)
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 
 
@@ -128,8 +129,9 @@ def scatter_add(xp, target, index, values) -> None:
     target[...] = xp.asarray(host)
 
 
-def erf(xp, x):
-    """The error function, from SciPy (CPU) or cupyx (GPU); NumPy has none."""
+def erf(xp, x, out=None):
+    """The error function, from SciPy (CPU) or cupyx (GPU); NumPy has none. With ``out``
+    (``x`` itself allowed) the result goes there."""
     if xp is np:
         try:
             from scipy.special import erf as scipy_erf
@@ -138,10 +140,12 @@ def erf(xp, x):
                 "the exact erf (gelu with approximate='none') needs SciPy: "
                 "pip install 'minidtr[scipy]', or use approximate='tanh'"
             ) from error
+        if out is not None:
+            return scipy_erf(x, out=out)
         return scipy_erf(x).astype(x.dtype, copy=False)
     from cupyx.scipy.special import erf as cupy_erf
 
-    return cupy_erf(x)
+    return cupy_erf(x) if out is None else cupy_erf(x, out=out)
 
 
 def generator(xp, seed: int):
@@ -151,12 +155,46 @@ def generator(xp, seed: int):
     return xp.random.default_rng(seed)
 
 
+# The device pool's limit under a budget: the budget plus this share of it, the room left
+# for what the budget does not count (blocks rounded up to 512 bytes, library scratch). A
+# kernel that would pass it makes room the way the budget does, by eviction (the hook of
+# ``install_cuda_oom_handler``): a real out-of-memory error can only come past the budget.
+POOL_SLACK = 0.10
+_POOL_METERS: list[PoolMeter] = []  # measuring the device pool's peak (``PoolMeter``)
+
+
+class PoolMeter:
+    """The peak of the CuPy memory pool's used bytes while it is open (every allocation
+    through the hook of ``install_cuda_oom_handler`` takes a reading)."""
+
+    def __init__(self):
+        self.pool = _import_cupy().get_default_memory_pool()
+        self.start = self.peak = self.pool.used_bytes()
+        _POOL_METERS.append(self)
+
+    def growth(self) -> int:
+        """How far the used bytes rose above what they were at the start, at their worst."""
+        return self.peak - self.start
+
+    def close(self) -> None:
+        _POOL_METERS.remove(self)
+
+
+def limit_device_pool(budget: int | None) -> None:
+    """Limit the CuPy memory pool, from which every device array and every kernel's
+    temporaries are allocated, to ``budget`` plus ``POOL_SLACK`` (None: no limit)."""
+    pool = _import_cupy().get_default_memory_pool()
+    pool.set_limit(size=0 if budget is None else int(budget * (1 + POOL_SLACK)) + 1)
+
+
 def install_cuda_oom_handler(free_bytes: Callable[[int], bool]) -> None:
-    """Route CuPy's allocations through a hook that, on out-of-memory, calls
+    """Route CuPy's allocations through a hook that, on out-of-memory (the device's, or
+    the pool's limit under a budget: ``limit_device_pool``), calls
     ``free_bytes(nbytes)`` (which evicts storages) and retries while it reports
     progress; when nothing is left to evict, Python's cycle collector runs once
     (arrays held by unreachable reference cycles are freed only by it) before
-    the error is raised. The accounting and the eviction policy stay in the runtime."""
+    the error is raised. The accounting and the eviction policy stay in the runtime.
+    While a ``PoolMeter`` is open, each allocation reads the pool's used bytes."""
     cupy = _import_cupy()
     pool = cupy.get_default_memory_pool()
 
@@ -164,7 +202,12 @@ def install_cuda_oom_handler(free_bytes: Callable[[int], bool]) -> None:
         collected = False
         while True:
             try:
-                return pool.malloc(nbytes)
+                memory = pool.malloc(nbytes)
+                if _POOL_METERS:
+                    used = pool.used_bytes()
+                    for meter in _POOL_METERS:
+                        meter.peak = max(meter.peak, used)
+                return memory
             except cupy.cuda.memory.OutOfMemoryError:
                 pool.free_all_blocks()
                 if free_bytes(nbytes):

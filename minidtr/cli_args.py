@@ -201,6 +201,14 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             "and stepping through in a debugger",
         ),
     ),
+    "measure_real": (
+        "--measure-real",
+        dict(
+            action="store_true",
+            help="measure real memory beside the counted bytes (tracemalloc on NumPy, the "
+            "memory pool on CuPy) and print both peaks; slower",
+        ),
+    ),
     "cost": (
         "--cost",
         dict(

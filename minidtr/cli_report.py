@@ -219,6 +219,13 @@ def _summary_costs(result: Any) -> list[str]:
     s, w = result.stats, SUMMARY_WIDTH
     peak = s["peak_memory"]
     of_budget = f" ({peak / result.budget:.0%} of the budget)" if result.budget else ""
+    if s.get("real_peak") is not None:  # measured (--measure-real): the two side by side
+        real = s["real_peak"]
+        of_budget = (
+            f"{of_budget} counted, {human_bytes(real)}"
+            + (f" ({real / result.budget:.0%})" if result.budget else "")
+            + f" real; {human_bytes(s['traced_peak'])} with the Python objects made meanwhile"
+        )
     forced = s["evictions"] - s["dead_evictions"]
     remats = f"{'remats':<{w}}{s['remats']:,}"
     if s.get("orphan_remats"):

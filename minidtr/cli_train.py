@@ -96,7 +96,7 @@ def _add_run_options(p: argparse.ArgumentParser, sizes: Any) -> None:
         "--seed", type=whole_number(0), default=0, help="seed for data, init and order (>= 0)"
     )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    add_runtime_arguments(p, ["reference"])
+    add_runtime_arguments(p, ["reference", "measure_real"])
     p.add_argument("--events", metavar="FILE", help="write the event log (JSON lines)")
     p.add_argument("--trace", metavar="FILE", help="record a simulator trace (DTR log format)")
     p.add_argument("--plot", metavar="FILE", help="write the memory timeline as a PNG")

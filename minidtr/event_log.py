@@ -117,10 +117,11 @@ REQUIRED: dict[str, dict[str, Callable[[Any], bool]]] = {
     "runtime": {},
 }
 OPTIONAL: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "alloc": {"cost": COST},
+    "alloc": {"cost": COST, "workspace": whole(0)},
     "evict": {"reason": _text, "score": or_null(SCORE), "runner_up": _runner_up},
     "remat": {
         "cost": COST,
+        "workspace": whole(0),
         "replay": whole(0),
         "cascade": whole(0),
         "trigger": _text,

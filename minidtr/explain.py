@@ -6,7 +6,9 @@ evictions the ``score``, the ``runner_up`` and the lowest-scoring
 ``candidates`` with their score terms), ``remat`` (with its ``cascade``: the
 access that triggered it and the ``parent`` storage it was rebuilt for),
 ``free`` and ``banish``, each with the storage ``id``, the ``op`` that made it,
-``nbytes``, the logical ``clock`` and the runtime's ``memory`` after the event;
+``nbytes``, the logical ``clock`` and the runtime's ``memory`` after the event
+(an ``alloc`` or ``remat`` whose kernel needed scratch memory carries its
+``workspace``: memory stood that much higher while the kernel ran);
 and ``step`` marks (``Runtime.mark_step``, written by ``minidtr train``). An
 optional first line ``{"event": "runtime", ...}`` (written by ``minidtr
 train``) carries the budget and the policy.
@@ -99,6 +101,8 @@ class Summary:
     step_clocks: list[float] = field(default_factory=list)
     orphan_remats: int = 0
     remats: int = 0  # rematerializations: recipes replayed (see the module docstring)
+    workspace_by_op: Counter = field(default_factory=Counter)  # the largest, per op
+    peak_workspace: int = 0  # the workspace of the kernel running at the peak (in it)
 
     @property
     def budget(self) -> int | None:
@@ -129,6 +133,8 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     start_clock = None
     last_replay = None
     remats = 0
+    workspace_by_op: Counter = Counter()
+    peak_workspace = 0
     for event in events:
         kind = event["event"]
         if kind == "runtime":
@@ -188,8 +194,12 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
                 decisions.append(d)
                 waiting.append(d)
         last_op = (kind, event["clock"])
-        if event["memory"] > peak:
-            peak, peak_clock, peak_event = event["memory"], event["clock"], event
+        workspace = event.get("workspace", 0)
+        if workspace > workspace_by_op[op]:
+            workspace_by_op[op] = workspace
+        if event["memory"] + workspace > peak:
+            peak, peak_clock, peak_event = event["memory"] + workspace, event["clock"], event
+            peak_workspace = workspace
             peak_resident = Counter()
             for name, size in resident.values():
                 peak_resident[name] += size
@@ -217,6 +227,8 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         step_clocks,
         orphan_remats,
         remats,
+        workspace_by_op,
+        peak_workspace,
     )
 
 
@@ -298,11 +310,21 @@ def explain(summary: Summary, top: int = 5) -> str:
         lines.append(
             "Resident at the peak, by the op that made it: " + ", ".join(parts) + more + "."
         )
-    if s.peak_memory > total:
+    if s.peak_workspace:
         lines.append(
-            f"The other {human_bytes(s.peak_memory - total)} were allocated before the "
-            "log began (parameters, data, optimizer state made outside the runtime)."
+            f"Besides, the kernel running there held {human_bytes(s.peak_workspace)} of "
+            "workspace (scratch memory its op declares, counted under the budget while it runs)."
         )
+    if s.peak_memory > total + s.peak_workspace:
+        lines.append(
+            f"The other {human_bytes(s.peak_memory - total - s.peak_workspace)} were allocated "
+            "before the log began (parameters, data, optimizer state made outside the runtime)."
+        )
+    if s.workspace_by_op:
+        parts = [
+            f"{printable(op)} {human_bytes(n)}" for op, n in s.workspace_by_op.most_common(top)
+        ]
+        lines.append("The largest kernel workspaces, by op: " + ", ".join(parts) + ".")
 
     lines.append("")
     lines.append("Evictions forced by the budget")
@@ -418,8 +440,9 @@ def _ratio(d: Decision) -> float:
 
 
 def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
-    """Columns for a memory plot: clock and memory after every event, the clocks (with
-    memory) of budget evictions and of rematerializations, and of step marks."""
+    """Columns for a memory plot: clock and memory after every event (and, before an
+    event whose kernel had a workspace, memory with it), the clocks (with memory) of
+    budget evictions and of rematerializations, and of step marks."""
     columns: dict[str, list] = defaultdict(list)
     for event in events:
         kind = event["event"]
@@ -429,6 +452,9 @@ def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
             columns["step_clock"].append(event["clock"])
             columns["step"].append(event["step"])
             continue
+        if event.get("workspace"):  # the kernel's workspace, released when it ended
+            columns["clock"].append(event["clock"])
+            columns["memory"].append(event["memory"] + event["workspace"])
         columns["clock"].append(event["clock"])
         columns["memory"].append(event["memory"])
         if kind == "evict" and event.get("reason") != "dead":

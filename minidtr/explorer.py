@@ -1,12 +1,12 @@
 """``minidtr explain EVENTS --html OUT``: one self-contained HTML page to explore an event log.
 
-The page (no network: its script and style are inline) draws resident memory
-against the budget on a canvas, one min-max bar per pixel column, with step
-boundaries, and marks budget evictions and rematerializations in two lanes
-under it. Clicking an eviction shows the candidates the heuristic scored, with
-each term of the score (cost, the neighbourhood's cost, size, staleness) and
-the runner-up; clicking a remat shows its cascade as a tree: the access that
-triggered it, what was rebuilt, and for which input.
+The page (no network: its script and style are inline) draws resident memory against
+the budget on a canvas, one min-max bar per pixel column (up to the top of each
+kernel's workspace), with step boundaries, and marks budget evictions and
+rematerializations in two lanes under it. Clicking an eviction shows the candidates
+the heuristic scored, with each term of the score (cost, the neighbourhood's cost,
+size, staleness) and the runner-up; clicking a remat shows its cascade as a tree:
+the access that triggered it, what was rebuilt, and for which input.
 
 Python does the joins once (which allocation each eviction made room for, which
 replay each remat belongs to and which replay it fed), so the page only indexes
@@ -37,7 +37,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
     header = {k: v for k, v in summary.runtime.items() if k in HEADER_FIELDS}
     start = summary.start_clock
     ops: dict[str, int] = {}
-    columns: dict[str, list] = {k: [] for k in ("kind", "t", "mem", "id", "op", "nbytes")}
+    columns: dict[str, list] = {k: [] for k in ("kind", "t", "mem", "ws", "id", "op", "nbytes")}
     evictions: dict[int, dict[str, Any]] = {}
     remats: dict[int, dict[str, Any]] = {}
     steps: list[list[float]] = []
@@ -56,6 +56,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
         columns["kind"].append(code)
         columns["t"].append(event["clock"] - start)
         columns["mem"].append(event["memory"])
+        columns["ws"].append(event.get("workspace", 0))  # memory + ws while the kernel ran
         columns["id"].append(event["id"])
         columns["op"].append(ops.setdefault(event["op"], len(ops)))
         columns["nbytes"].append(event["nbytes"])

@@ -47,7 +47,7 @@ SCRIPT = r"""
 const started = performance.now();
 const D = JSON.parse(document.getElementById("data").textContent);
 const C = D.columns, N = C.t.length;
-const T = Float64Array.from(C.t), M = Float64Array.from(C.mem);
+const T = Float64Array.from(C.t), M = Float64Array.from(C.mem), WS = Float64Array.from(C.ws);
 const KIND = {alloc: 0, dead: 1, evict: 2, remat: 3, free: 4, banish: 5};
 const K = Int8Array.from(C.kind, k => KIND[k]);
 const evictIdx = [], rematIdx = [];
@@ -64,7 +64,7 @@ const START = D.start;  // the clock of the log's first event: T counts from it
 const steps = D.steps;
 const tEnd = Math.max(N ? T[N - 1] : 0, steps.length ? steps[steps.length - 1][1] : 0, 1);
 let memTop = 1;
-for (let i = 0; i < N; i++) if (M[i] > memTop) memTop = M[i];
+for (let i = 0; i < N; i++) if (M[i] + WS[i] > memTop) memTop = M[i] + WS[i];
 if (budget !== null && budget > memTop) memTop = budget;
 memTop *= 1.06;
 const formula = D.header.score || "";
@@ -150,8 +150,8 @@ function draw() {
     const colEnd = view.a + (c + 1) / W * span;
     let mn = cur, mx = cur;
     while (i < N && (T[i] < colEnd || (c === W - 1 && T[i] <= view.b))) {
-      const m = M[i];
-      if (m < mn) mn = m; if (m > mx) mx = m;
+      const m = M[i];  // a kernel's workspace stood on top of it while the kernel ran
+      if (m < mn) mn = m; if (m + WS[i] > mx) mx = m + WS[i];
       cur = m;
       if (K[i] === 2) ev[c]++; else if (K[i] === 3) { re[c]++; if (orphan[i]) orph[c] = 1; }
       i++;
@@ -282,7 +282,8 @@ function describe(i) {
 function clock(t) { return "clock " + num(t + START); }
 function when(i) {
   const k = stepOf(T[i]);
-  return clock(T[i]) + (k === null ? "" : " (step " + k + ")") + ", memory after " + bytes(M[i]);
+  return clock(T[i]) + (k === null ? "" : " (step " + k + ")") + ", memory after " + bytes(M[i])
+    + (WS[i] ? " (" + bytes(M[i] + WS[i]) + " while its kernel ran, with a workspace of " + bytes(WS[i]) + ")" : "");
 }
 
 function candidateTable(cands, hasC, hasN) {

@@ -1,15 +1,15 @@
 """A model's physical floor, measured on an unbounded run of the live runtime.
 
-Constants (parameters, optimizer state, the batch, finished gradients) are
-never evicted, and an op runs only with its inputs and outputs resident. So
-at every op the runtime holds at least the constants alive then plus that
-op's non-constant inputs and outputs; the largest such sum over a run is its
-*floor*: below it no eviction policy can run that op order, under eager or ignore
-deallocation. (The constants counted include those alive only because a recipe
-reads them; banish drops the recipes of a dead storage's children, so it can free
-such constants sooner and run below the floor.) ``FloorMeter`` is
-an allocator observer that takes this maximum as the ops run (the simulator
-computes the same figure from a trace: ``minidtr sim info``).
+Constants (parameters, optimizer state, the batch, finished gradients) are never
+evicted, and an op runs only with its inputs and outputs resident. So at every op
+the runtime holds at least the constants alive then plus that op's non-constant
+inputs and outputs and its kernel's workspace; the largest such sum over a run is
+its *floor*: below it no eviction policy can run that op order, under eager or
+ignore deallocation. (The constants counted include those alive only because a
+recipe reads them; banish drops the recipes of a dead storage's children, so it can
+free such constants sooner and run below the floor.) ``FloorMeter`` is an allocator
+observer that takes this maximum as the ops run (the simulator computes the same
+figure from a trace: ``minidtr sim info``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .runtime.registry import allocator_for
-from .runtime.storage import Cell, Recipe, Storage
+from .runtime.storage import Cell, Recipe, Storage, workspace_of
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Floors:
 
     peak: int  # everything resident at the worst moment, constants included
     constants: int  # the most bytes of constants alive at once
-    floor: int  # the most bytes one op needs at once: constants alive + its inputs + outputs
+    floor: int  # the most bytes one op needs at once: constants alive + inputs, outputs, workspace
     floor_op: str = ""  # the op that needs it
     # the compute of the run's first step in the cost model (0 when not measured): what a
     # budgeted run of the same program expects its first step to compute (the thrash guard)
@@ -63,12 +63,12 @@ class FloorMeter:
         # may have been evicted first, so the floor does not count them as constants
         self.conditional: weakref.WeakSet[Storage] = weakref.WeakSet()
 
-    def _need(self, storages: list[Storage], op: str) -> None:
+    def _need(self, storages: list[Storage], op: str, workspace: int = 0) -> None:
         conditional = self.conditional
         constants = self.allocator.constant_bytes - sum(s.nbytes for s in conditional)
         self.constants = max(self.constants, constants)
         seen: set[int] = set()
-        need = constants
+        need = constants + workspace
         for storage in storages:
             if (storage.op is not None or storage in conditional) and id(storage) not in seen:
                 seen.add(id(storage))
@@ -77,7 +77,8 @@ class FloorMeter:
             self.floor, self.floor_op = need, op
 
     def on_compute(self, recipe: Recipe, cells: list[Cell]) -> None:
-        self._need([*recipe.parents, *(c.storage for c in cells if not c.is_view)], recipe.op.name)
+        outputs = [c.storage for c in cells if not c.is_view]
+        self._need([*recipe.parents, *outputs], recipe.op.name, workspace_of(recipe))
 
     def on_read(self, cell: Cell) -> None:
         self._need([cell.storage], "read")

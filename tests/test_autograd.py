@@ -211,7 +211,9 @@ def test_the_grad_of_a_non_leaf_warns_and_retain_grad_fills_it():
 
     x = md.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
     y = x * 2.0
-    with pytest.warns(UserWarning, match=r"not a leaf \(made by mul_scalar\).*retain_grad\(\)") as got:
+    with pytest.warns(
+        UserWarning, match=r"not a leaf \(made by mul_scalar\).*retain_grad\(\)"
+    ) as got:
         assert y.grad is None
     assert got[0].filename == __file__  # the warning points at the reading line
     a, b = md.split(y, 2)

@@ -84,3 +84,55 @@ def test_fused_optimizer_updates_match_the_cpu(dtype):
     for a, b in zip(train("cuda"), train("cpu"), strict=True):
         assert a.dtype == dtype
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def test_the_device_pool_is_held_to_the_budget():
+    """Under a budget the memory pool every kernel allocates from is limited to the budget
+    plus POOL_SLACK, and the limit goes when the budget does."""
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    with isolated_allocator("cuda"), md.Runtime(budget=50_000_000, device="cuda"):
+        assert pool.get_limit() == int(50_000_000 * (1 + backend.POOL_SLACK)) + 1
+        with md.Runtime(budget=20_000_000, device="cuda"):
+            assert pool.get_limit() == int(20_000_000 * (1 + backend.POOL_SLACK)) + 1
+        assert pool.get_limit() == int(50_000_000 * (1 + backend.POOL_SLACK)) + 1
+    assert pool.get_limit() == 0
+
+
+def test_a_kernel_past_the_pool_limit_makes_room_by_eviction():
+    """A kernel whose scratch the budget does not count (here: a temporary of 8 MB,
+    undeclared) passes the pool's limit: the out-of-memory hook evicts, and it runs."""
+    from minidtr.ops.op import Op, apply
+
+    class Undeclared(Op):
+        name = "undeclared"
+
+        def infer(self, x):
+            return [(x.shape, x.dtype)]
+
+        def forward(self, xp, x):
+            scratch = xp.ones(2_000_000, dtype=xp.float32)  # 8 MB, not declared
+            return x + scratch[:1].sum()
+
+    with isolated_allocator("cuda"), md.Runtime(budget=12_000_000, device="cuda") as rt:
+        x = md.tensor(np.ones(500_000, np.float32), device="cuda")  # 2 MB each
+        kept = [md.tanh(x) for _ in range(4)]
+        y = apply(Undeclared(), x)
+        assert float(y.numpy()[0]) == 1.0 + 2_000_000
+        assert rt.stats()["evictions"] > 0 and any(not t.is_resident for t in kept)
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.3])
+def test_the_device_memory_stays_within_the_budget(ratio):
+    """A model trained on the GPU under a budget: the memory pool's peak (every device
+    array and every kernel's temporaries) within 1.10 x the budget."""
+    from minidtr.training import TrainConfig, train
+
+    with isolated_allocator("cuda"):
+        config = TrainConfig(
+            "resnet", steps=2, ratio=ratio, evaluate=False, device="cuda", measure_real=True
+        )
+        result = train(config)
+    assert result.stats["real_peak"] <= 1.10 * result.budget
+    assert result.stats["peak_memory"] <= result.budget

@@ -277,9 +277,9 @@ def test_conv_cost_counts_multiply_adds():
 
 
 def test_window_kernels_keep_the_batch_last_layout_and_their_bits():
-    """conv2d and pooling return NCHW views of batch-last memory, which relu keeps, so the
-    next conv reads its input without a transpose; the layout changes no bit, forward or
-    backward, and upsampling such a tensor adds no copy of it."""
+    """conv2d, pooling and upsampling return NCHW views of batch-last memory, which relu
+    keeps, so the next conv reads its input without a transpose; the layout changes no
+    bit, forward or backward, and upsampling is one op whose result stays batch-last."""
     rng = np.random.default_rng(0)
     x = md.tensor(rng.standard_normal((3, 2, 6, 6)).astype(np.float32))
     w1, w2 = (
@@ -304,8 +304,9 @@ def test_window_kernels_keep_the_batch_last_layout_and_their_bits():
     with md.Runtime() as runtime:
         t = md.relu(md.conv2d(x, w1, padding=1))
         before = runtime.stats()["ops"]
-        md.upsample_nearest2d(t, 2)
-        assert runtime.stats()["ops"] - before == 4  # index (a view), broadcast, copy, reshape
+        up = md.upsample_nearest2d(t, 2)
+        assert runtime.stats()["ops"] - before == 1
+        assert up.numpy().transpose(1, 2, 3, 0).flags.c_contiguous
 
 
 def test_conv_net_is_bit_identical_under_a_tight_budget():
@@ -407,3 +408,59 @@ def test_zero_where_keeps_values_bit_for_bit_and_drops_to_plus_zero():
     assert got.dtype == values.dtype and got.tobytes() == expected.tobytes()
     wide = zero_where(np, np.array([[True], [False]]), np.arange(3.0))  # broadcasts
     assert wide.tobytes() == np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]).tobytes()
+
+
+def conv_grad_references(x, w, g, stride, padding):
+    """dL/dx and dL/dw of conv_reference for the output gradient g, in float64."""
+    sh, sw = pair(stride)
+    ph, pw = pair(padding)
+    x64, w64, g64 = (a.astype(np.float64) for a in (x, w, g))
+    xpad = pad_image(x64, padding)
+    gx = np.zeros_like(xpad)
+    gw = np.zeros_like(w64)
+    _, _, oh, ow = g.shape
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            rows, cols = slice(i, i + sh * (oh - 1) + 1, sh), slice(j, j + sw * (ow - 1) + 1, sw)
+            gw[:, :, i, j] = np.einsum("nohw,nchw->oc", g64, xpad[:, :, rows, cols])
+            gx[:, :, rows, cols] += np.einsum("nohw,oc->nchw", g64, w64[:, :, i, j])
+    return gx[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]], gw
+
+
+@pytest.mark.parametrize("fraction", [1, 4, 40, 10**6])  # from one run per shift to many
+@pytest.mark.parametrize(
+    "geometry",
+    [  # (n, c, hw, o, kernel, stride, padding)
+        (6, 3, (7, 7), 4, (3, 3), 1, 1),
+        (5, 2, (8, 6), 3, (3, 2), (2, 1), (1, 0)),
+        (4, 4, (9, 9), 6, (3, 3), 2, 1),
+        (3, 5, (6, 7), 2, (1, 1), 2, 0),
+        (4, 1, (6, 6), 3, (5, 5), 1, 3),
+        (3, 3, (7, 5), 2, (2, 2), 1, 0),
+    ],
+)
+def test_shifted_products_at_every_chunk_size(monkeypatch, fraction, geometry):
+    """The kernels sum shifted products in runs of at most a 1/CHUNK_FRACTION share of
+    their largest operand: whole-output products, runs of several rows (wrapped columns
+    skipped or zeroed), single rows and pieces of rows, with strides (phases) and
+    padding, give the same convolution and gradients."""
+    from minidtr.ops import shift
+    from minidtr.ops.conv import Conv2dGradWeight
+
+    monkeypatch.setattr(shift, "CHUNK_FRACTION", fraction)
+    n, c, hw, o, kernel, stride, padding = geometry
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, *hw)).astype(np.float32)
+    w = rng.standard_normal((o, c, *kernel)).astype(np.float32)
+    op = Conv2d(stride, padding)
+    out = op.forward(np, x, w)
+    np.testing.assert_allclose(
+        out, conv_reference(x, w, None, stride, padding), rtol=1e-4, atol=1e-4
+    )
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    gx, gw = conv_grad_references(x, w, g, stride, padding)
+    got_gx = Conv2dGradInput(pair(stride), pair(padding), x.shape).forward(np, g, w)
+    got_gw = Conv2dGradWeight(pair(stride), pair(padding), w.shape).forward(np, x, g)
+    np.testing.assert_allclose(got_gx, gx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_gw, gw, rtol=1e-4, atol=1e-4)
+    assert got_gx.shape == x.shape and got_gw.shape == w.shape

@@ -18,7 +18,9 @@ from .arithmetic import div, mul
 from .op import FLOAT32, HALF, DTypeError, Op, apply, expect_tensor, float_dtype, in_float32
 from .promotion import as_float
 
-SMALL_WHERE = 1024  # elements up to which ``zero_where`` uses ``where``
+# elements up to which ``zero_where`` uses ``where``, and the activations and their
+# gradients compute as expressions rather than in their output's buffer
+SMALL_WHERE = 1024
 SAME_SIZE_INT = {2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 
 
@@ -39,6 +41,18 @@ def zero_where(xp, drop, values):
     mask -= 1  # dropped 1 -> 0, kept 0 -> -1 (every bit set)
     mask &= values.view(bits)
     return mask.view(values.dtype)
+
+
+def keep_mask(xp, y, g):
+    """``zero_where(y <= 0, g)`` for same-shaped float arrays without a bool temporary: the
+    integer mask is made by the comparison itself and becomes the result (``zero_where``
+    makes the bool mask, then the integer one)."""
+    bits = SAME_SIZE_INT[g.dtype.itemsize]
+    mask = xp.empty_like(g, dtype=bits)  # laid out as g (batch-last stays batch-last)
+    xp.less_equal(y, backend.zero(xp, y.dtype), out=mask, casting="unsafe")
+    mask -= 1  # dropped 1 -> 0, kept 0 -> -1 (every bit set)
+    mask &= g.view(bits)
+    return mask.view(g.dtype)
 
 
 class Unary(Op):
@@ -117,7 +131,13 @@ class Sigmoid(Unary):
     def forward(self, xp, x):
         if x.dtype is HALF:  # rounded once, as PyTorch's
             return in_float32(self.forward, xp, x)
-        return xp.tanh(x * 0.5) * 0.5 + 0.5
+        if x.size <= SMALL_WHERE:  # the expression: its temporaries are tiny, its calls cheaper
+            return xp.tanh(x * 0.5) * 0.5 + 0.5
+        out = xp.multiply(x, 0.5, out=xp.empty_like(x))  # tanh(x/2)/2 + 1/2, in place
+        xp.tanh(out, out=out)
+        out *= 0.5
+        out += 0.5
+        return out
 
     def backward(self, ctx, g):
         return apply(ACTIVATION_GRADS["sigmoid"], ctx.outputs[0], g)
@@ -155,9 +175,21 @@ class Gelu(Unary):
     def forward(self, xp, x):
         if x.dtype is HALF:
             return in_float32(self.forward, xp, x)
+        # 0.5 * x * (1 + tanh(c * (x + 0.044715 x^3))) or 0.5 * x * (1 + erf(x / sqrt 2)),
+        # in the output's buffer (times 0.5 last: the same float, a power of two)
         if self.approximate == "tanh":
-            return 0.5 * x * (1.0 + xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
-        return 0.5 * x * (1.0 + backend.erf(xp, x * INV_SQRT_2))
+            out = xp.power(x, 3, out=xp.empty_like(x))
+            out *= 0.044715
+            out += x
+            out *= SQRT_2_OVER_PI
+            xp.tanh(out, out=out)
+        else:
+            out = xp.multiply(x, INV_SQRT_2, out=xp.empty_like(x))
+            backend.erf(xp, out, out=out)
+        out += 1.0
+        out *= x
+        out *= 0.5
+        return out
 
     def backward(self, ctx, g):
         return apply(ACTIVATION_GRADS["gelu_" + self.approximate], ctx.inputs[0], g)
@@ -166,15 +198,21 @@ class Gelu(Unary):
 class ActivationGrad(Op):
     """dL/dx of an activation, from the saved output (relu, sigmoid, tanh, sqrt) or input
     (gelu): one op per backward node, where the chain rule in ops would take two to four
-    (and a scalar constant). Each computes what that chain computed, in the same order,
-    so the gradients are the same floats (for float16: that chain's floats in float32,
-    rounded once, see ``in_float32``)."""
+    (and a scalar constant). Each computes in its output's buffer, without temporaries
+    of the gradient's size, but GELU's, which declares its scratch arrays as its
+    workspace (for float16: in float32, rounded once, see ``in_float32``)."""
 
     name = "activation_grad"
     differentiable = False
 
     def __init__(self, kind: str):
         self.kind = kind
+        # GELU's derivative needs scratch arrays of the gradient's size; the others
+        # compute in their output's buffer (and keep the fast path)
+        self.has_workspace = kind in GELU_SCRATCH
+
+    def workspace(self, y: Cell, g: Cell) -> int:
+        return GELU_SCRATCH.get(self.kind, 0) * math.prod(y.shape) * y.dtype.itemsize
 
     def infer(self, y: Cell, g: Cell):
         if y.shape != g.shape:
@@ -187,24 +225,83 @@ class ActivationGrad(Op):
     def forward(self, xp, y, g):
         kind = self.kind
         if kind == "relu":  # 0 at x <= 0; a NaN passes the gradient on, as in PyTorch
-            return zero_where(xp, y <= backend.zero(xp, y.dtype), g)
+            if g.size <= SMALL_WHERE or xp is not np:
+                return zero_where(xp, y <= backend.zero(xp, y.dtype), g)
+            return keep_mask(xp, y, g)
+        small = g.size <= SMALL_WHERE  # the expressions: tiny temporaries, cheaper calls
         if kind == "sqrt":
-            return g / (y + y)  # y * 2.0, the same float
+            if small:
+                return g / (y + y)
+            out = xp.add(y, y, out=xp.empty_like(y))  # y * 2.0, the same float
+            return xp.divide(g, out, out=out)
         if y.dtype is HALF:  # the chains below rounded once, as PyTorch's
             return in_float32(self.forward, xp, y, g)
-        if kind == "sigmoid":
-            return g * y * (backend.one(xp, y.dtype) - y)
-        if kind == "tanh":
-            return g * (backend.one(xp, y.dtype) - y * y)
-        x = y
+        one = backend.one(xp, y.dtype)
+        if kind == "sigmoid":  # (1 - y) * y * g, in the output's buffer
+            if small:
+                return (one - y) * y * g
+            out = xp.subtract(one, y, out=xp.empty_like(y))
+            out *= y
+            out *= g
+            return out
+        if kind == "tanh":  # g * (1 - y * y), in the output's buffer
+            if small:
+                return g * (one - y * y)
+            out = xp.multiply(y, y, out=xp.empty_like(y))
+            xp.subtract(one, out, out=out)
+            out *= g
+            return out
         if kind == "gelu_tanh":
-            inner = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
-            t = xp.tanh(inner)
-            slope = SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)
-            return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * slope)
-        cdf = 0.5 * (1.0 + backend.erf(xp, x * INV_SQRT_2))
-        pdf = INV_SQRT_2PI * xp.exp(-0.5 * x * x)
-        return g * (cdf + x * pdf)
+            return gelu_tanh_grad(xp, y, g)
+        return gelu_grad(xp, y, g)
+
+
+# the scratch arrays (of the gradient's size) of GELU's derivative
+GELU_SCRATCH = {"gelu_none": 1, "gelu_tanh": 2}
+
+
+def gelu_grad(xp, x, g):
+    """g * (cdf + x * pdf) with cdf = (1 + erf(x / sqrt 2)) / 2, pdf = exp(-x^2 / 2) /
+    sqrt(2 pi): one scratch array besides the output."""
+    out = xp.multiply(x, x, out=xp.empty_like(x))
+    out *= -0.5
+    xp.exp(out, out=out)
+    out *= INV_SQRT_2PI
+    out *= x
+    cdf = xp.multiply(x, INV_SQRT_2, out=xp.empty_like(x))
+    backend.erf(xp, cdf, out=cdf)
+    cdf += 1.0
+    cdf *= 0.5
+    out += cdf
+    del cdf
+    out *= g
+    return out
+
+
+def gelu_tanh_grad(xp, x, g):
+    """g * ((1 + t) / 2 + x / 2 * (1 - t^2) * slope) with t = tanh(c (x + 0.044715 x^3))
+    and slope = c (1 + 3 * 0.044715 x^2): two scratch arrays besides the output."""
+    t = xp.power(x, 3, out=xp.empty_like(x))
+    t *= 0.044715
+    t += x
+    t *= SQRT_2_OVER_PI
+    xp.tanh(t, out=t)
+    out = xp.multiply(x, x, out=xp.empty_like(x))
+    out *= 3 * 0.044715
+    out += 1.0
+    out *= SQRT_2_OVER_PI
+    out *= x
+    out *= 0.5
+    square = xp.multiply(t, t, out=xp.empty_like(t))
+    xp.subtract(1.0, square, out=square)
+    out *= square
+    del square
+    t += 1.0
+    t *= 0.5
+    out += t
+    del t
+    out *= g
+    return out
 
 
 # one instance per kind serves every application (an op holds only static attributes)

@@ -1,10 +1,11 @@
 """conv2d and its two gradient ops (the window geometry is in ``window.py``).
 
-conv2d copies the windows into columns (im2col) and multiplies them by the
-flattened weight, one matrix product for the whole batch whose result is already
-the output; its input gradient is a transposed convolution computed by phase (also
-one product, ``Window.transposed_columns``). The gradient kernels are ops of their
-own (not differentiable), so backward allocates only the gradients themselves.
+Each kernel is a sum of matrix products, one per kernel position, over shifted runs of
+its batch-last operands (``ops/shift.py``): no im2col columns and no padded copy, so its
+workspace, declared to the allocator (``workspace``), is a product buffer and, for a
+stride, one phase of the image: at most a fraction of its largest operand, whatever
+the batch. The gradient kernels are ops of their own (not differentiable), so backward
+allocates only the gradients themselves.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import Op, apply, float_dtype, numel, shared_op
 from .reduce import sum as reduce_sum
-from .window import Pair, Window, as_pair, batch_first, check_image, window_of
+from .shift import accumulate, chunk_columns, correlate, phase_count
+from .window import Pair, Window, as_pair, batch_last_copy, check_image, copy_bytes, window_of
 
 
 class Conv2d(Op):
@@ -51,14 +53,32 @@ class Conv2d(Op):
         return [((x.shape[0], w.shape[0], oh, ow), dtype)]
 
     def forward(self, xp, x, w, *bias):
-        n, o = x.shape[0], w.shape[0]
-        window = self.window(w.shape)
-        oh, ow = window.out_hw(x.shape[2:])
-        cols = window.columns(xp, x, (oh, ow))
-        out = batch_first(xp, (w.reshape(o, cols.shape[0]) @ cols).reshape(o, oh, ow, n))
+        (n, _, h, wd), o = x.shape, w.shape[0]
+        oh, ow = self.window(w.shape).out_hw((h, wd))
+        src = batch_last_copy(xp, x)
+        out = xp.empty((o, oh, ow, n), dtype=x.dtype)
+        mats = xp.ascontiguousarray(w.transpose(2, 3, 0, 1))  # (KH, KW, O, C)
+        cap = chunk_columns(max(x.nbytes, out.nbytes), o, x.itemsize)
+        buffer = xp.empty((o, min(cap, oh * ow * n)), dtype=x.dtype)
+        fresh = True
+        for phase, positions in by_phase(w.shape[2:], self.stride, self.padding):
+            source = src if phase is None else phase_of(xp, src, self.stride, phase)
+            shifts = [shift for _, shift in positions]
+            accumulate(xp, out, source, [mats[k] for k, _ in positions], shifts, buffer, fresh)
+            fresh = False
+            del source
         if bias:
-            out += bias[0].reshape(1, o, 1, 1)
-        return out
+            out += bias[0].reshape(o, 1, 1, 1)
+        return out.transpose(3, 0, 1, 2)
+
+    def workspace(self, x: Cell, w: Cell, *bias: Cell) -> int:
+        (n, c, h, wd), o = x.shape, w.shape[0]
+        oh, ow = self.window(w.shape).out_hw((h, wd))
+        item = x.dtype.itemsize
+        largest = max(n * c * h * wd, n * o * oh * ow) * item
+        cap = min(chunk_columns(largest, o, item), oh * ow * n)
+        phase = phase_bytes((c, h, wd, n), self.stride, item)
+        return copy_bytes(x) + o * cap * item + phase + math.prod(w.shape) * item
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -79,8 +99,8 @@ class Conv2d(Op):
 
 
 class Conv2dGradInput(Op):
-    """dL/dx of conv2d from g (N, O, OH, OW) and w: a transposed convolution, computed by
-    phase (``Window.transposed_columns``) in one matrix product for the whole batch."""
+    """dL/dx of conv2d from g (N, O, OH, OW) and w: the products of ``ops/shift.py`` with
+    the weight transposed and the shifts reversed, one phase of the image at a time."""
 
     name = "conv2d_grad_input"
     differentiable = False
@@ -95,42 +115,38 @@ class Conv2dGradInput(Op):
 
     def forward(self, xp, g, w):
         n, c, h, wd = self.x_shape
-        window = window_of(self.name, w.shape[2:], self.stride, self.padding)
-        reach, _, _ = window.phase_rows((h, wd))
-        if reach == (1, 1):
-            return self.spread(xp, window, g, w)
-        window, w = self.aligned(xp, window, w)
-        cols = window.transposed_columns(xp, g, (h, wd))
-        phases = window.phase_weight(xp, w) @ cols
-        (sh, sw), (_, (q0h, q0w), (q1h, q1w)) = self.stride, window.phase_rows((h, wd))
-        phases = phases.reshape(c, sh, sw, q1h - q0h, q1w - q0w, n)
-        return batch_first(xp, window.unphase(xp, phases, (h, wd)))
+        grad = batch_last_copy(xp, g)
+        image = xp.empty((c, h, wd, n), dtype=g.dtype)
+        mats = xp.ascontiguousarray(w.transpose(2, 3, 1, 0))  # (KH, KW, C, O)
+        cap = chunk_columns(max(g.nbytes, image.nbytes), c, g.itemsize)
+        buffer = xp.empty((c, min(cap, h * wd * n)), dtype=g.dtype)
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        kernel = w.shape[2:]
+        for vh, vw in phases(self.stride):
+            positions = [
+                ((kh, kw), ((vh - kh + ph) // sh, (vw - kw + pw) // sw))
+                for kh in range(kernel[0])
+                for kw in range(kernel[1])
+                if (kh - ph - vh) % sh == 0 and (kw - pw - vw) % sw == 0
+            ]
+            if (sh, sw) == (1, 1):
+                target = image
+            else:
+                rows, cols = phase_count(h, vh, sh), phase_count(wd, vw, sw)
+                target = xp.empty((c, rows, cols, n), dtype=g.dtype)
+            mats_k = [mats[k] for k, _ in positions]
+            accumulate(xp, target, grad, mats_k, [s for _, s in positions], buffer, True)
+            if target is not image:
+                image[:, vh::sh, vw::sw] = target
+            del target
+        return image.transpose(3, 0, 1, 2)
 
-    def spread(self, xp, window: Window, g, w):
-        """Windows that do not overlap (kernel <= stride, as a 1x1 shortcut with stride 2):
-        each window's columns, w.T times g in one product, copied into the image."""
-        (n, c, h, wd), (o, _, kh, kw), (_, _, oh, ow) = self.x_shape, w.shape, g.shape
-        g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
-        cols = (w.reshape(o, c * kh * kw).T @ g).reshape(c, kh, kw, oh, ow, n)
-        return batch_first(xp, window.fold(xp, cols, (h, wd)))
-
-    def aligned(self, xp, window: Window, w) -> tuple[Window, object]:
-        """The window and weight of the same convolution with the padding raised to a
-        multiple of the stride by zero kernel rows in front: the image then starts on a
-        phase boundary, so no phase row is computed only to be cropped (stride 2, padding 1:
-        a quarter of the products and one copy fewer). Unchanged where the extra rows would
-        lengthen the phase kernel (``reach``)."""
-        kernel, lead = w.shape[2:], [0, 0]
-        for axis, (k, s, p) in enumerate(zip(kernel, self.stride, self.padding, strict=True)):
-            if -(-(k + (-p % s)) // s) == -(-k // s):
-                lead[axis] = -p % s
-        if lead == [0, 0]:
-            return window, w
-        (eh, ew), (o, c, kh, kw) = lead, w.shape
-        shifted = xp.zeros((o, c, kh + eh, kw + ew), dtype=w.dtype)
-        shifted[:, :, eh:, ew:] = w
-        padding = (self.padding[0] + eh, self.padding[1] + ew)
-        return window_of(self.name, shifted.shape[2:], self.stride, padding), shifted
+    def workspace(self, g: Cell, w: Cell) -> int:
+        (n, c, h, wd), item = self.x_shape, g.dtype.itemsize
+        largest = max(math.prod(g.shape), n * c * h * wd) * item
+        cap = min(chunk_columns(largest, c, item), h * wd * n)
+        phase = phase_bytes((c, h, wd, n), self.stride, item)
+        return copy_bytes(g) + c * cap * item + phase + math.prod(w.shape) * item
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -139,8 +155,8 @@ class Conv2dGradInput(Op):
 
 
 class Conv2dGradWeight(Op):
-    """dL/dw of conv2d from x and g: g times the input's columns, one matrix product over
-    the whole batch (both in the batch-last layout of ``Window.columns``)."""
+    """dL/dw of conv2d from x and g: for each kernel position, g times the shifted run of x
+    it multiplied (``ops/shift.py``), summed over the batch and the image."""
 
     name = "conv2d_grad_weight"
     differentiable = False
@@ -154,16 +170,73 @@ class Conv2dGradWeight(Op):
         return [(self.w_shape, g.dtype)]
 
     def forward(self, xp, x, g):
-        n, o, oh, ow = g.shape
-        window = window_of(self.name, self.w_shape[2:], self.stride, self.padding)
-        cols = window.columns(xp, x, (oh, ow))
-        g = xp.ascontiguousarray(g.transpose(1, 2, 3, 0)).reshape(o, oh * ow * n)
-        return (g @ cols.T).reshape(self.w_shape)
+        o = self.w_shape[0]
+        src, grad = batch_last_copy(xp, x), batch_last_copy(xp, g)
+        gw = xp.empty(self.w_shape, dtype=g.dtype)
+        cap = chunk_columns(max(x.nbytes, g.nbytes), o, g.itemsize)
+        buffer = xp.empty((o, min(cap, math.prod(grad.shape[1:]))), dtype=g.dtype)
+        for phase, positions in by_phase(self.w_shape[2:], self.stride, self.padding):
+            source = src if phase is None else phase_of(xp, src, self.stride, phase)
+            terms = correlate(xp, grad, source, [shift for _, shift in positions], buffer)
+            for ((kh, kw), _), term in zip(positions, terms, strict=True):
+                gw[:, :, kh, kw] = term
+            del source, terms
+        return gw
+
+    def workspace(self, x: Cell, g: Cell) -> int:
+        (n, c, h, wd), (_, o, oh, ow) = x.shape, g.shape
+        item = g.dtype.itemsize
+        largest = max(n * c * h * wd, n * o * oh * ow) * item
+        cap = min(chunk_columns(largest, o, item), oh * ow * n)
+        terms = 2 * math.prod(self.w_shape) * item  # the terms, and a sum being made
+        phase = phase_bytes((c, h, wd, n), self.stride, item)
+        return copy_bytes(x) + copy_bytes(g) + o * cap * item + phase + terms
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         (g_shape, _) = in_metas[1]
         return 2.0 * math.prod(g_shape) * math.prod(self.w_shape[1:]), nbytes
+
+
+def phases(stride: Pair) -> list[Pair]:
+    return [(vh, vw) for vh in range(stride[0]) for vw in range(stride[1])]
+
+
+def by_phase(kernel: Pair, stride: Pair, padding: Pair):
+    """The kernel positions of a convolution grouped by the phase of x they read, with each
+    position's shift in that phase: (phase or None for stride 1, [((kh, kw), (ay, ax))])."""
+    (sh, sw), (ph, pw) = stride, padding
+    if (sh, sw) == (1, 1):
+        shifts = [
+            ((kh, kw), (kh - ph, kw - pw)) for kh in range(kernel[0]) for kw in range(kernel[1])
+        ]
+        return [(None, shifts)]
+    groups = []
+    for vh, vw in phases(stride):
+        positions = [
+            ((kh, kw), ((kh - ph - vh) // sh, (kw - pw - vw) // sw))
+            for kh in range(kernel[0])
+            for kw in range(kernel[1])
+            if (kh - ph) % sh == vh and (kw - pw) % sw == vw
+        ]
+        if positions:
+            groups.append(((vh, vw), positions))
+    return groups
+
+
+def phase_of(xp, src, stride: Pair, phase: Pair):
+    """Phase (vh, vw) of a batch-last image (C, H, W, N): rows vh, vh + sh, ... and the same
+    for columns, as a contiguous copy."""
+    (sh, sw), (vh, vw) = stride, phase
+    return xp.ascontiguousarray(src[:, vh::sh, vw::sw])
+
+
+def phase_bytes(shape: tuple[int, ...], stride: Pair, itemsize: int) -> int:
+    """The bytes of the largest phase of a batch-last image (none for stride 1)."""
+    if stride == (1, 1):
+        return 0
+    c, h, w, n = shape
+    return c * phase_count(h, 0, stride[0]) * phase_count(w, 0, stride[1]) * n * itemsize
 
 
 # ---- functional API -----------------------------------------------------------------------------

@@ -7,6 +7,8 @@ before keeps anyway), so no (N, C) intermediate stays alive.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime.storage import Cell
@@ -24,6 +26,7 @@ from .op import (
     normalize_axis,
     numel,
 )
+from .shift import CHUNK_FRACTION
 
 
 def stable_log_softmax(xp, x, axis: int):
@@ -49,7 +52,8 @@ class Softmax(Op):
             return xp.empty_like(x)
         if x.dtype is HALF:  # sums in float32, as PyTorch's
             return in_float32(self.forward, xp, x)
-        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))
+        e = xp.subtract(x, x.max(axis=self.axis, keepdims=True), out=xp.empty_like(x))
+        xp.exp(e, out=e)  # in the output's buffer
         e /= e.sum(axis=self.axis, keepdims=True)
         return e
 
@@ -89,11 +93,16 @@ class SoftmaxGrad(Op):
     def forward(self, xp, y, g):
         if y.dtype is HALF:
             return in_float32(self.forward, xp, y, g)
+        dx = xp.empty_like(y)  # y * (g - sum(g * y)) or g - exp(y) sum(g), in its buffer
         if self.of == "softmax":
-            dx = g * y
-            dx -= y * dx.sum(axis=self.axis, keepdims=True)
+            xp.multiply(g, y, out=dx)
+            total = dx.sum(axis=self.axis, keepdims=True)
+            xp.subtract(g, total, out=dx)
+            dx *= y
             return dx
-        return g - xp.exp(y) * g.sum(axis=self.axis, keepdims=True)
+        xp.exp(y, out=dx)
+        dx *= g.sum(axis=self.axis, keepdims=True)
+        return xp.subtract(g, dx, out=dx)
 
 
 class CrossEntropy(Op):
@@ -127,9 +136,30 @@ class CrossEntropy(Op):
     def forward(self, xp, logits, targets):
         if logits.dtype is HALF:
             return in_float32(self.forward, xp, logits, targets)
-        rows = xp.arange(logits.shape[0])
-        picked = stable_log_softmax(xp, logits, 1)[rows, targets]
-        return xp.asarray(-picked.mean(), dtype=logits.dtype)
+        # log_softmax at the targets only, by blocks of rows (``row_block``): the scratch
+        # is a block's exponentials and its row maxima, sums, picks and row index
+        n = logits.shape[0]
+        block = row_block(n, logits.shape[1])
+        total = 0.0
+        for r0 in range(0, n, block):
+            rows = logits[r0 : r0 + block]
+            top = rows.max(axis=1)
+            exps = xp.subtract(rows, top[:, None], out=xp.empty_like(rows))
+            xp.exp(exps, out=exps)
+            sums = exps.sum(axis=1)
+            del exps
+            picked = rows[xp.arange(len(rows)), targets[r0 : r0 + block]]
+            picked -= top
+            picked -= xp.log(sums)
+            total += float(picked.sum())
+        return xp.asarray(-total / n, dtype=logits.dtype)
+
+    def workspace(self, logits: Cell, targets: Cell) -> int:
+        n, classes = logits.shape
+        block = row_block(n, logits.shape[1])
+        if logits.dtype is HALF:  # a float32 copy of the logits too (``in_float32``)
+            return 4 * n * classes + block * ((classes + 4) * 4 + 8)
+        return block * ((classes + 4) * logits.dtype.itemsize + 8)
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -151,11 +181,38 @@ class CrossEntropyGrad(Op):
     def forward(self, xp, logits, targets, g):
         if logits.dtype is HALF:
             return in_float32(self.forward, xp, logits, targets, g)
-        p = xp.exp(stable_log_softmax(xp, logits, 1))
-        p[xp.arange(logits.shape[0]), targets] -= 1.0
+        # softmax in the output's buffer, less 1 at the targets, times g / N; by blocks of
+        # rows (``row_block``): the scratch is a block's row maxima, sums and row index
+        n = logits.shape[0]
+        p = xp.empty_like(logits)
+        block = row_block(n, logits.shape[1])
+        for r0 in range(0, n, block):
+            rows, out = logits[r0 : r0 + block], p[r0 : r0 + block]
+            xp.subtract(rows, rows.max(axis=1, keepdims=True), out=out)
+            xp.exp(out, out=out)
+            out /= out.sum(axis=1, keepdims=True)
+            out[xp.arange(len(out)), targets[r0 : r0 + block]] -= 1.0
         p *= g
-        p *= 1.0 / logits.shape[0]
+        p *= 1.0 / n
         return p
+
+    def workspace(self, logits: Cell, targets: Cell, g: Cell) -> int:
+        n, classes = logits.shape
+        block = row_block(n, logits.shape[1])
+        if logits.dtype is HALF:  # float32 copies (``in_float32``)
+            return 8 * n * classes + block * (3 * 4 + 8)
+        return block * (3 * logits.dtype.itemsize + 8)
+
+
+# the fewest elements of a block of rows: smaller logits take one block (a block's Python
+# calls would cost more than its scratch saves)
+MIN_BLOCK = 16384
+
+
+def row_block(rows: int, classes: int) -> int:
+    """Rows per block of the cross-entropy kernels: a 1/CHUNK_FRACTION share of them, or
+    enough for ``MIN_BLOCK`` elements."""
+    return min(max(rows, 1), max(-(-rows // CHUNK_FRACTION), -(-MIN_BLOCK // max(classes, 1))))
 
 
 class MSELoss(Op):
@@ -174,6 +231,9 @@ class MSELoss(Op):
         d = a - b
         d *= d
         return xp.asarray(d.mean(), dtype=a.dtype)
+
+    def workspace(self, a: Cell, b: Cell) -> int:
+        return math.prod(a.shape) * a.dtype.itemsize  # the differences
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)

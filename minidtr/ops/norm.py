@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import (
@@ -31,6 +33,7 @@ from .op import (
     numel,
     shared_op,
 )
+from .shift import CHUNK_FRACTION
 
 
 class Normalize(Op):
@@ -103,7 +106,7 @@ class Normalize(Op):
             return self.forward_per_channel(xp, x, *params)
         mean = x.mean(axis=self.stat_axes, keepdims=True)
         centered = x - mean
-        var = (centered * centered).mean(axis=self.stat_axes, keepdims=True)
+        var = mean_of_products(xp, centered, centered, self.stat_axes)
         y = centered
         y *= 1.0 / xp.sqrt(var + self.eps)
         shape = self.param_shape(x.ndim)
@@ -140,6 +143,13 @@ class Normalize(Op):
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         return 8.0 * numel(in_metas[0]), nbytes
+
+    def workspace(self, x: Cell, *params: Cell) -> int:
+        """Only float16 needs scratch (float32 copies of x and the result, ``in_float32``):
+        the statistics are sums of products, the result is made in its own buffer."""
+        if x.dtype is not HALF:
+            return 0
+        return (3 + self.residual) * math.prod(x.shape) * 4
 
     def backward(self, ctx, grads):
         g = grads[0]
@@ -194,60 +204,116 @@ class NormalizeGrad(Op):
         *weight, g = rest
         if self.relu:
             *weight, y = weight
-            g = g * (y > 0)
-        grads = self.normalize_grad(xp, x, mean, var, *weight, g)
+            g = relu_mask(xp, y, g)  # a new array: the gradient may be made in it
+        grads = self.normalize_grad(
+            xp, x, mean, var, *weight, g, reuse=self.relu and not self.residual
+        )
         if not self.residual:
             return grads
         # the residual's gradient is g (masked by the ReLU: a new array, which the
         # normalization's gradient reads and does not modify)
         return (*grads, g if self.relu else g.copy())
 
-    def normalize_grad(self, xp, x, mean, var, *rest):
+    def workspace(self, x: Cell, mean: Cell, var: Cell, *rest: Cell) -> int:
+        """x centered (for batch norm, a block of channels of it), and for float16 the
+        float32 copies of ``in_float32`` (x, g, the centered x and the gradient)."""
+        size = math.prod(x.shape)
+        if self.param_axis not in self.stat_axes:  # per channel: by blocks
+            channels = x.shape[self.param_axis]
+            size = size // max(channels, 1) * channel_block(channels)
+        if x.dtype is HALF:
+            return 4 * math.prod(x.shape) * 4 + size * 4
+        return size * x.dtype.itemsize
+
+    def normalize_grad(self, xp, x, mean, var, *rest, reuse: bool = False):
+        """The gradients; with ``reuse``, g is a scratch array the kernel may overwrite."""
         if x.dtype is HALF:
             return in_float32(self.normalize_grad, xp, x, mean, var, *rest)
         if self.param_axis not in self.stat_axes:
-            return self.forward_per_channel(xp, x, mean, var, *rest)
+            return self.forward_per_channel(xp, x, mean, var, *rest, reuse=reuse)
         g = rest[-1]
         rstd = 1.0 / xp.sqrt(var + self.eps)
-        h = (x - mean) * rstd
+        h = x - mean  # the one scratch array
+        h *= rstd
         param_sums = tuple(i for i in range(x.ndim) if i != self.param_axis)
         dbias = g.sum(axis=param_sums)
-        dweight = (g * h).sum(axis=param_sums)
-        dh = (
-            g * rest[0].reshape([-1 if i == self.param_axis else 1 for i in range(x.ndim)])
-            if self.has_weight
-            else g
-        )
+        dweight = sum_of_products(xp, g, h, param_sums)
+        if self.has_weight:
+            shape = [-1 if i == self.param_axis else 1 for i in range(x.ndim)]
+            dx = xp.multiply(g, rest[0].reshape(shape), out=g if reuse else None)
+        else:
+            dx = g if reuse else g.copy()
         axes = self.stat_axes
-        dx = dh - dh.mean(axis=axes, keepdims=True)
-        dx -= h * (dh * h).mean(axis=axes, keepdims=True)
+        mean_dh_h = mean_of_products(xp, dx, h, axes)
+        dx -= dx.mean(axis=axes, keepdims=True)
+        h *= mean_dh_h
+        dx -= h
         dx *= rstd
         return dx, dweight, dbias
 
-    def forward_per_channel(self, xp, x, mean, var, *rest):
+    def forward_per_channel(self, xp, x, mean, var, *rest, reuse: bool = False):
         """With the statistics over all of (A, R) per channel, mean(dh) and mean(dh * h)
         are the weight times the bias and weight gradients over the count M, so
         dx = k * (g - dbias / M - (x - mean) * rstd**2 * sum(g * (x - mean)) / M) with
-        k = rstd * weight: per-channel sums by einsum, then one product and two adds."""
+        k = rstd * weight: per-channel sums by einsum, then one product and two adds, on
+        blocks of ``channel_block`` channels (x centered is the one scratch array)."""
         g = as_channels(rest[-1], self.param_axis)
         x3 = as_channels(x, self.param_axis)
         count = x3.shape[0] * x3.shape[2]
         mean, var = mean.reshape(-1), var.reshape(-1)
         rstd = 1.0 / xp.sqrt(var + self.eps)
-        centered = x3 - mean[:, None]
-        dbias = xp.einsum("acr->c", g)
-        g_centered = xp.einsum("acr,acr->c", g, centered)
-        dweight = g_centered * rstd
         k = rstd * rest[0] if self.has_weight else rstd
-        dx = g * k[:, None]
-        centered *= (-k * rstd * rstd * g_centered / count)[:, None]
-        dx += centered
-        dx += (-k * dbias / count)[:, None]
+        dbias = xp.einsum("acr->c", g)
+        dweight = xp.empty_like(dbias)
+        dx = g if reuse else xp.empty_like(g)
+        channels = x3.shape[1]
+        block = channel_block(channels)
+        for c0 in range(0, channels, block):
+            at = slice(c0, c0 + block)
+            centered = x3[:, at] - mean[at, None]
+            g_centered = xp.einsum("acr,acr->c", g[:, at], centered)
+            dweight[at] = g_centered * rstd[at]
+            part = dx[:, at]
+            xp.multiply(g[:, at], k[at, None], out=part)
+            centered *= (-k[at] * rstd[at] * rstd[at] * g_centered / count)[:, None]
+            part += centered
+            del centered
+            part += (-k[at] * dbias[at] / count)[:, None]
         return dx.reshape(x.shape), dweight, dbias
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         return 12.0 * numel(in_metas[0]), nbytes
+
+
+def mean_of_products(xp, a, b, axes: tuple[int, ...]):
+    """mean(a * b) over ``axes`` (keeping them), without the product array: for the last
+    axis a sum of products per row (einsum); over other axes, the product is made."""
+    if axes == (a.ndim - 1,):
+        return (xp.einsum("...i,...i->...", a, b) / a.shape[-1])[..., None]
+    return (a * b).mean(axis=axes, keepdims=True)
+
+
+def sum_of_products(xp, a, b, axes: tuple[int, ...]):
+    """sum(a * b) over ``axes``; without the product array when they are all but the last."""
+    if axes == tuple(range(a.ndim - 1)) and a.ndim <= 26:
+        lead = "abcdefghijklmnopqrstuvwxyz"[: a.ndim - 1]
+        return xp.einsum(f"{lead}z,{lead}z->z", a, b)
+    return (a * b).sum(axis=axes)
+
+
+def relu_mask(xp, y, g):
+    """g where the ReLU's output y is > 0, else 0 (a NaN passes, as in PyTorch's)."""
+    from .activation import SMALL_WHERE, keep_mask, zero_where
+
+    if g.size <= SMALL_WHERE or xp is not np or g.dtype is HALF:
+        return zero_where(xp, y <= 0, g)
+    return keep_mask(xp, y, g)
+
+
+def channel_block(channels: int) -> int:
+    """Channels per block of batch norm's gradient: a 1/CHUNK_FRACTION share of them."""
+    return max(1, channels // CHUNK_FRACTION)
 
 
 def as_channels(x, axis: int):

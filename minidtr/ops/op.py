@@ -18,7 +18,12 @@ seed, ...) and four methods:
   allocator knows is kept), ``ctx.in_shapes``/``ctx.in_dtypes`` describe the
   inputs and ``ctx.needs_grad`` says which inputs want a gradient;
 - ``cost(in_metas, out_metas)``: (flops, bytes moved), the deterministic cost
-  estimate used by ``Runtime(cost="flops")``.
+  estimate used by ``Runtime(cost="flops")``;
+- ``workspace(*cells)``, optionally: the bytes of scratch memory the kernel needs besides
+  its outputs (im2col columns, a reduction's intermediate), from the inputs' metadata
+  only, as ``infer``. The allocator reserves them under the budget before the kernel runs
+  (evicting if needed, as for an output) and releases them after; a class that defines
+  it gets ``has_workspace`` set, the flag the allocator reads (docs/memory.md).
 
 The op object holds only static attributes; nothing about one application is
 stored on it. View ops (``is_view``) return views of their single input and
@@ -67,7 +72,15 @@ def describe(cells: tuple[Cell, ...] | list[Cell]) -> str:
 # The class attributes every application reads (``apply``, the allocator, autograd). Each
 # op instance gets its own copy when it is made: CPython 3.11 specializes reads of an
 # instance's attributes, not reads of its class's through it.
-FLAGS = ("name", "n_outputs", "is_view", "differentiable", "retain_inputs", "retain_outputs")
+FLAGS = (
+    "name",
+    "n_outputs",
+    "is_view",
+    "differentiable",
+    "retain_inputs",
+    "retain_outputs",
+    "has_workspace",
+)
 
 
 class Op:
@@ -77,6 +90,12 @@ class Op:
     differentiable = True
     retain_inputs: tuple[int, ...] = ()
     retain_outputs: tuple[int, ...] = ()
+    has_workspace = False  # set for every class that defines ``workspace`` (__init_subclass__)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "workspace" in vars(cls):
+            cls.has_workspace = True
 
     def __new__(cls, *args, **kwargs):
         op = super().__new__(cls)
@@ -86,6 +105,7 @@ class Op:
         op.differentiable = cls.differentiable
         op.retain_inputs = cls.retain_inputs
         op.retain_outputs = cls.retain_outputs
+        op.has_workspace = cls.has_workspace
         return op
 
     def infer(self, *inputs: Cell) -> list[Meta]:
@@ -107,6 +127,14 @@ class Op:
         for shape, dtype in in_metas:
             nbytes += math.prod(shape) * dtype.itemsize
         return float(flops), float(nbytes)
+
+    def workspace(self, *inputs: Cell) -> int:
+        """The bytes of scratch memory ``forward`` allocates besides its outputs, at its
+        worst, for inputs of these shapes and dtypes (metadata only: an evicted input is not
+        rebuilt for it). At least what the kernel really allocates: tests/test_workspace.py
+        measures every op's kernel with tracemalloc against it. The default, 0, is for
+        kernels that allocate nothing but their outputs."""
+        return 0
 
     def error(self, message: str, *inputs: Cell, kind: type[Exception] = ShapeError) -> Exception:
         where = f" ({describe(inputs)})" if inputs else ""

@@ -3,6 +3,10 @@ average pooling and nearest upsampling (the window geometry is in ``window.py``)
 
 The pooling gradients add windows back into the image with a strided gather
 (``Window.fold``): no kernel loops over pixels or kernel positions in Python.
+Channels are pooled independently, so each kernel runs on blocks of channels
+(``by_channels``) whose scratch arrays (a padded copy, the windows' masks and
+terms) fit a 1/``CHUNK_FRACTION`` share of the op's largest operand: the workspace
+each declares (``workspace``), whatever the batch.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from .op import (
     shared_op,
 )
 from .reduce import mean as reduce_mean
-from .window import Pair, Window, as_pair, batch_first, check_image
+from .shift import CHUNK_FRACTION
+from .window import Pair, Window, as_pair, batch_first, batch_last_copy, check_image, copy_bytes
 
 
 class Pool2d(Op):
@@ -52,6 +57,27 @@ class Pool2d(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return float(numel(out_metas[0]) * math.prod(self.window.kernel)), nbytes
 
+    def per_channel(self, x_shape: tuple[int, ...], itemsize: int) -> int:
+        """The scratch bytes of one channel: the padded copy and the window reduction
+        (in float32 for float16), and the block's result."""
+        n, _, h, w = x_shape
+        (ph, pw), (oh, ow) = self.window.padding, self.window.out_hw((h, w))
+        wide = 4 if itemsize == 2 else itemsize
+        return n * ((h + 2 * ph) * (w + 2 * pw) * wide + 2 * oh * ow * wide + h * w * wide)
+
+    def workspace(self, x: Cell) -> int:
+        return block_bytes(x.shape, self.per_channel(x.shape, x.dtype.itemsize), x.dtype)
+
+    def pooled(self, xp, x):
+        raise NotImplementedError
+
+    def forward(self, xp, x):
+        size = blocks(x.shape, self.per_channel(x.shape, x.itemsize), x.itemsize)
+        return by_channels(xp, self.pooled, (x,), self.out_shape(x.shape), x.dtype, size)
+
+    def out_shape(self, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (*x_shape[:2], *self.window.out_hw(x_shape[2:]))
+
 
 class MaxPool2d(Pool2d):
     """Max over each window; padding counts as -inf. The gradient goes to the first maximum
@@ -62,7 +88,7 @@ class MaxPool2d(Pool2d):
     name = "max_pool2d"
     retain_inputs = (0,)
 
-    def forward(self, xp, x):
+    def pooled(self, xp, x):
         window = self.window
         out_hw = window.out_hw(x.shape[2:])
         patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
@@ -82,7 +108,24 @@ class MaxPool2dGrad(Op):
     def infer(self, x: Cell, g: Cell):
         return [(x.shape, x.dtype)]
 
+    def per_channel(self, x_shape: tuple[int, ...], itemsize: int) -> int:
+        """The scratch bytes of one channel: a padded copy, the windows' masks, ranks and
+        terms (each counted at the value's size), the fold's and the block's images."""
+        n, _, h, w = x_shape
+        window = self.window
+        (ph, pw), (oh, ow) = window.padding, window.out_hw((h, w))
+        terms = math.prod(window.kernel) * oh * ow * n * itemsize
+        padded = (h + 2 * ph) * (w + 2 * pw) * n * itemsize
+        return 3 * terms + padded + 4 * h * w * n * itemsize
+
+    def workspace(self, x: Cell, g: Cell) -> int:
+        return block_bytes(x.shape, self.per_channel(x.shape, x.dtype.itemsize), x.dtype)
+
     def forward(self, xp, x, g):
+        size = blocks(x.shape, self.per_channel(x.shape, x.itemsize), x.itemsize)
+        return by_channels(xp, self.gradient, (x, g), x.shape, x.dtype, size)
+
+    def gradient(self, xp, x, g):
         window = self.window
         if window.kernel == window.stride and window.padding == (0, 0):
             tiled = self.tiled(xp, x, g)
@@ -154,9 +197,9 @@ class AvgPool2d(Pool2d):
 
     name = "avg_pool2d"
 
-    def forward(self, xp, x):
+    def pooled(self, xp, x):
         if x.dtype is HALF:  # window sums in float32, as PyTorch's
-            return in_float32(self.forward, xp, x)
+            return in_float32(self.pooled, xp, x)
         window = self.window
         out_hw = window.out_hw(x.shape[2:])
         out = window.window_view(xp, window.batch_last(xp, x), out_hw).sum(axis=(1, 2))
@@ -178,16 +221,67 @@ class AvgPool2dGrad(Op):
     def infer(self, g: Cell):
         return [(self.x_shape, g.dtype)]
 
+    def per_channel(self, itemsize: int) -> int:
+        """The scratch bytes of one channel: the share, the fold's terms and images, the
+        block's image (in float32 for float16)."""
+        n, _, h, w = self.x_shape
+        window = self.window
+        (ph, pw), (oh, ow) = window.padding, window.out_hw((h, w))
+        wide = 4 if itemsize == 2 else itemsize
+        terms = math.prod(window.kernel) * oh * ow * n * wide
+        padded = (h + 2 * ph) * (w + 2 * pw) * n * wide
+        return 2 * terms + 2 * padded + 3 * h * w * n * wide + 2 * oh * ow * n * wide
+
+    def workspace(self, g: Cell) -> int:
+        return block_bytes(self.x_shape, self.per_channel(g.dtype.itemsize), g.dtype)
+
     def forward(self, xp, g):
+        size = blocks(self.x_shape, self.per_channel(g.itemsize), g.itemsize)
+        return by_channels(xp, self.gradient, (g,), self.x_shape, g.dtype, size)
+
+    def gradient(self, xp, g):
         """Every window gets the same share: a broadcast, folded into the image."""
         if g.dtype is HALF:
-            return in_float32(self.forward, xp, g)
+            return in_float32(self.gradient, xp, g)
         window = self.window
         (kh, kw), (n, c, oh, ow) = window.kernel, g.shape
         share = g.transpose(1, 2, 3, 0) * (1.0 / (kh * kw))
         share = share[:, None, None]
         cols = xp.broadcast_to(share, (c, kh, kw, oh, ow, n))
         return batch_first(xp, window.fold(xp, cols, self.x_shape[2:]))
+
+
+def blocks(x_shape: tuple[int, ...], per_channel: int, itemsize: int) -> tuple[int, int]:
+    """(channels, images) per block: as many channels as fit a 1/CHUNK_FRACTION share of
+    the image, or, when one channel does not, one channel and as many images as fit
+    (at least one of each)."""
+    n, c, h, w = x_shape
+    cap = n * c * h * w * itemsize // CHUNK_FRACTION
+    if per_channel <= cap:
+        return max(1, min(c, cap // max(per_channel, 1))), max(n, 1)
+    return 1, max(1, min(n, cap * n // per_channel))
+
+
+def block_bytes(x_shape: tuple[int, ...], per_channel: int, dtype) -> int:
+    """The workspace of a pooling kernel run by ``blocks``: one block's scratch."""
+    channels, images = blocks(x_shape, per_channel, dtype.itemsize)
+    return channels * -(-per_channel * images // max(x_shape[0], 1))
+
+
+def by_channels(xp, kernel, arrays: tuple, out_shape: tuple[int, ...], dtype, size: tuple):
+    """``kernel(xp, *arrays)`` (each (N, C, ...), pooled per channel and image) on blocks
+    of ``size`` (channels, images), gathered into one batch-last result of ``out_shape``."""
+    n, c, h, w = out_shape
+    channels, images = size
+    if channels >= c and images >= n:
+        return kernel(xp, *arrays)
+    out = xp.empty((c, h, w, n), dtype=dtype)
+    for c0 in range(0, c, channels):
+        for n0 in range(0, n, images):
+            part = kernel(xp, *(a[n0 : n0 + images, c0 : c0 + channels] for a in arrays))
+            out[c0 : c0 + channels, :, :, n0 : n0 + images] = part.transpose(1, 2, 3, 0)
+            del part
+    return out.transpose(3, 0, 1, 2)
 
 
 # ---- functional API -----------------------------------------------------------------------------
@@ -216,18 +310,62 @@ def global_avg_pool2d(x: Tensor) -> Tensor:
     return reduce_mean(x, axis=(2, 3))
 
 
-def upsample_nearest2d(x: Tensor, scale_factor) -> Tensor:
-    """Repeat each pixel ``scale_factor`` times along H and W (an int or a pair of ints):
-    a broadcast view and one copy, so the gradient (a sum over each block) comes for free."""
-    from .shape import broadcast_to, reshape
+class UpsampleNearest2d(Op):
+    """Each pixel repeated over a (SH, SW) block, the result batch-last like the window
+    kernels' (the convolution after it reads it without a copy)."""
 
+    name = "upsample_nearest2d"
+
+    def __init__(self, scale: Pair):
+        self.scale = scale
+
+    def infer(self, x: Cell):
+        if len(x.shape) != 4:
+            raise self.error("expects an NCHW input with 4 dimensions", x)
+        (n, c, h, w), (sh, sw) = x.shape, self.scale
+        return [((n, c, h * sh, w * sw), x.dtype)]
+
+    def forward(self, xp, x):
+        (n, c, h, w), (sh, sw) = x.shape, self.scale
+        out = xp.empty((c, h, sh, w, sw, n), dtype=x.dtype)
+        out[...] = x.transpose(1, 2, 3, 0)[:, :, None, :, None]
+        return out.reshape(c, h * sh, w * sw, n).transpose(3, 0, 1, 2)
+
+    def backward(self, ctx, g):
+        return apply(UpsampleNearest2dGrad(self.scale), g)
+
+    def cost(self, in_metas, out_metas):
+        _, nbytes = super().cost(in_metas, out_metas)
+        return 0.0, nbytes
+
+
+class UpsampleNearest2dGrad(Op):
+    """The sum of each (SH, SW) block of the gradient."""
+
+    name = "upsample_nearest2d_grad"
+    differentiable = False
+
+    def __init__(self, scale: Pair):
+        self.scale = scale
+
+    def infer(self, g: Cell):
+        (n, c, h, w), (sh, sw) = g.shape, self.scale
+        return [((n, c, h // sh, w // sw), g.dtype)]
+
+    def forward(self, xp, g):
+        (n, c, h, w), (sh, sw) = g.shape, self.scale
+        blocks = batch_last_copy(xp, g).reshape(c, h // sh, sh, w // sw, sw, n)
+        return blocks.sum(axis=(2, 4)).transpose(3, 0, 1, 2)
+
+    def workspace(self, g: Cell) -> int:
+        return copy_bytes(g)  # g batch-last: none
+
+
+def upsample_nearest2d(x: Tensor, scale_factor) -> Tensor:
+    """Repeat each pixel ``scale_factor`` times along H and W (an int or a pair of ints)."""
     sh, sw = as_pair(scale_factor, "scale_factor", "upsample_nearest2d")
     if expect_tensor("upsample_nearest2d", x).ndim != 4:
         raise ValueError(f"upsample_nearest2d: expects an NCHW input, got shape {x.shape}")
     if sh < 1 or sw < 1:
         raise ValueError(f"upsample_nearest2d: scale_factor must be >= 1, got {(sh, sw)}")
-    n, c, h, w = x.shape
-    # new axes by indexing where x is laid out batch-last (a reshape would copy it first)
-    spaced = reshape(x, (n, c, h, 1, w, 1)) if x.cell.contiguous else x[:, :, :, None, :, None]
-    blocks = broadcast_to(spaced, (n, c, h, sh, w, sw))
-    return reshape(blocks, (n, c, h * sh, w * sw))
+    return apply(shared_op(UpsampleNearest2d, (sh, sw)), x)

@@ -30,7 +30,12 @@ CHILD_SUM_GRAD_FLOPS = 52
 
 
 def _sigmoid(xp, x):
-    return xp.tanh(x * 0.5) * 0.5 + 0.5
+    """tanh(x / 2) / 2 + 1/2 in one new array (the same floats as the expression)."""
+    out = xp.multiply(x, 0.5, out=xp.empty_like(x))
+    xp.tanh(out, out=out)
+    out *= 0.5
+    out += 0.5
+    return out
 
 
 def _activations(xp, gates):
@@ -41,6 +46,11 @@ def _activations(xp, gates):
     g = xp.tanh(gates[..., 2 * h : 3 * h])
     o = _sigmoid(xp, gates[..., 3 * h :])
     return i, f, g, o
+
+
+def cell_bytes(cell: Cell, times: float) -> int:
+    """``times`` the bytes of ``cell``'s value, rounded up."""
+    return math.ceil(times * math.prod(cell.shape) * cell.dtype.itemsize)
 
 
 class LSTMCell(Op):
@@ -63,16 +73,26 @@ class LSTMCell(Op):
         return [(c.shape, dtype), (c.shape, dtype)]
 
     def forward(self, xp, gates, c):
-        i, f, g, o = _activations(xp, gates)
+        h = c.shape[-1]  # the gates one at a time: two of them alive at once
+        f = _sigmoid(xp, gates[..., h : 2 * h])
         c_new = f * c
-        c_new += i * g
+        del f
+        i = _sigmoid(xp, gates[..., :h])
+        g = xp.tanh(gates[..., 2 * h : 3 * h])
+        i *= g
+        c_new += i
+        del i, g
         h_new = xp.tanh(c_new)
-        h_new *= o
+        h_new *= _sigmoid(xp, gates[..., 3 * h :])
         return h_new, c_new
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         return float(CELL_FLOPS * numel(out_metas[0])), nbytes
+
+    def workspace(self, gates: Cell, c: Cell) -> int:
+        """Two activations, of the cell's size, at a time."""
+        return cell_bytes(c, 2.0)
 
     def backward(self, ctx, grads):
         dh, dc = grads
@@ -86,21 +106,40 @@ class LSTMCell(Op):
         return (out[0] if ctx.needs_grad[0] else None), out[1]
 
 
-def _through_output_gate(xp, dh, dc, o, c_new, do):
+def _through_output_gate(xp, dh, dc, o, c_new, do, scratch):
     """The gradients through ``h = o * tanh(c_new)`` shared by both cells: writes the
     output gate's pre-activation gradient into ``do`` and returns the cell state's
-    (``dc`` added). ``c_new`` is needed only where ``dh`` is given."""
+    (``dc`` added), a new array. ``c_new`` (a scratch array, overwritten) is needed only
+    where ``dh`` is given; ``scratch`` is an output slice not yet written."""
     if dh is None:
         do[...] = 0.0
         return dc.copy()
-    tanh_c = xp.tanh(c_new)
+    tanh_c = xp.tanh(c_new, out=c_new)
     xp.multiply(dh, tanh_c, out=do)
-    do *= o * (1.0 - o)
+    xp.subtract(1.0, o, out=scratch)  # do *= o * (1 - o)
+    scratch *= o
+    do *= scratch
     total = dh * o
-    total *= 1.0 - tanh_c * tanh_c
+    xp.multiply(tanh_c, tanh_c, out=tanh_c)  # total *= 1 - tanh_c^2
+    xp.subtract(1.0, tanh_c, out=tanh_c)
+    total *= tanh_c
     if dc is not None:
         total += dc
     return total
+
+
+def _times_sigmoid_slope(xp, out, s, scratch) -> None:
+    """out *= s * (1 - s), through ``scratch``."""
+    xp.subtract(1.0, s, out=scratch)
+    scratch *= s
+    out *= scratch
+
+
+def _times_tanh_slope(xp, out, t, scratch) -> None:
+    """out *= 1 - t * t, through ``scratch``."""
+    xp.multiply(t, t, out=scratch)
+    xp.subtract(1.0, scratch, out=scratch)
+    out *= scratch
 
 
 class LSTMCellGrad(Op):
@@ -131,16 +170,18 @@ class LSTMCellGrad(Op):
         di, df = dgates[..., :h], dgates[..., h : 2 * h]
         dg, do = dgates[..., 2 * h : 3 * h], dgates[..., 3 * h :]
         c_new = None
-        if dh is not None:
+        if dh is not None:  # the output slices serve as scratch until they are written
             c_new = f * c
-            c_new += i * g
-        total = _through_output_gate(xp, dh, dc, o, c_new, do)
+            xp.multiply(i, g, out=di)
+            c_new += di
+        total = _through_output_gate(xp, dh, dc, o, c_new, do, df)
+        del c_new, o
         xp.multiply(total, g, out=di)
-        di *= i * (1.0 - i)
-        xp.multiply(total, c, out=df)
-        df *= f * (1.0 - f)
+        _times_sigmoid_slope(xp, di, i, df)
         xp.multiply(total, i, out=dg)
-        dg *= 1.0 - g * g
+        _times_tanh_slope(xp, dg, g, df)
+        xp.multiply(total, c, out=df)
+        _times_sigmoid_slope(xp, df, f, i)  # i is no longer needed: its buffer serves
         if not self.wants_dc:
             return dgates
         total *= f
@@ -149,6 +190,11 @@ class LSTMCellGrad(Op):
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         return float(CELL_GRAD_FLOPS * numel(in_metas[1])), nbytes
+
+    def workspace(self, gates: Cell, c: Cell, *grads: Cell) -> int:
+        """The four activations, the new cell state and the total gradient (the cell's
+        size each; the output's slices serve as the rest of its scratch)."""
+        return cell_bytes(c, 6.0)
 
 
 class ChildSumCell(Op):
@@ -176,17 +222,24 @@ class ChildSumCell(Op):
         return [(shape, dtype), (shape, dtype)]
 
     def forward(self, xp, iou, *c_in):
-        i, o, u = _child_sum_activations(xp, iou)
-        c_new = i * u
+        h = iou.shape[-1] // 3  # the gates one at a time: two of them alive at once
+        i = _sigmoid(xp, iou[..., :h])
+        c_new = xp.tanh(iou[..., 2 * h :])
+        c_new *= i
+        del i
         if c_in:
             c_new += c_in[0]
         h_new = xp.tanh(c_new)
-        h_new *= o
+        h_new *= _sigmoid(xp, iou[..., h : 2 * h])
         return h_new, c_new
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         return float(CHILD_SUM_FLOPS * numel(out_metas[0])), nbytes
+
+    def workspace(self, iou: Cell, *c_in: Cell) -> int:
+        """Two activations, of the cell's size (a third of iou's), at a time."""
+        return cell_bytes(iou, 2 / 3)
 
     def backward(self, ctx, grads):
         dh, dc = grads
@@ -245,16 +298,22 @@ class ChildSumCellGrad(Op):
             c_new = i * u
             if c_in is not None:
                 c_new += c_in
-        total = _through_output_gate(xp, dh, dc, o, c_new, do)
+        total = _through_output_gate(xp, dh, dc, o, c_new, do, du)
+        del c_new
         xp.multiply(total, u, out=di)
-        di *= i * (1.0 - i)
+        _times_sigmoid_slope(xp, di, i, du)  # du's slice serves until it is written
         xp.multiply(total, i, out=du)
-        du *= 1.0 - u * u
+        _times_tanh_slope(xp, du, u, o)  # o is no longer needed: its buffer serves
         return (diou, total) if self.wants_dc else diou
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         return float(CHILD_SUM_GRAD_FLOPS * numel(in_metas[0]) / 3), nbytes
+
+    def workspace(self, iou: Cell, *rest: Cell) -> int:
+        """The three activations, the new cell state and the total gradient, of the cell's
+        size each (a third of iou's)."""
+        return cell_bytes(iou, 5 / 3)
 
 
 class LSTMGates(Op):
@@ -292,6 +351,10 @@ class LSTMGates(Op):
         for b in biases:
             y += b
         return y
+
+    def workspace(self, x: Cell, h: Cell, w_ih: Cell, *rest: Cell) -> int:
+        """The second product, of the output's size."""
+        return math.prod(x.shape[:-1]) * w_ih.shape[0] * x.dtype.itemsize
 
     def cost(self, in_metas, out_metas):
         (x_shape, dtype), (h_shape, _), (w_shape, _), *_ = in_metas

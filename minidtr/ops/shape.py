@@ -192,7 +192,11 @@ class Concat(Op):
         return [(tuple(shape), dtype)]
 
     def forward(self, xp, *xs):
-        return xp.concatenate(xs, axis=self.axis)
+        # laid out as the first input (a batch-last image stays batch-last, and the window
+        # kernels and batch norm after it read it without a copy)
+        shape = list(xs[0].shape)
+        shape[self.axis] = sum(x.shape[self.axis] for x in xs)
+        return xp.concatenate(xs, axis=self.axis, out=xp.empty_like(xs[0], shape=tuple(shape)))
 
     def backward(self, ctx, g):
         return split(g, [s[self.axis] for s in ctx.in_shapes], self.axis)

@@ -6,18 +6,21 @@ The kernels work in a batch-last layout (C, H, W, N): windows are a strided view
 runs along N contiguous elements. Their results keep that layout in memory (an
 NCHW view of a (C, H, W, N) array, ``batch_first``), and so do the elementwise ops
 and batch norm after them, so in a network only the data is ever transposed.
-Gradients with respect to an image add windows back into it by a strided gather
-(``Window.fold``, ``Window.transposed_columns``): no kernel loops over pixels or
-kernel positions in Python.
+Pooling's gradients add windows back into an image by a strided gather
+(``Window.fold``): no kernel loops over pixels or kernel positions in Python. The
+convolutions need no window views: they multiply shifted runs of the image
+(``ops/shift.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 
 from .. import backend
 from ..runtime.storage import Cell
+from ..runtime.views import array_of
 from .op import Op
 
 Pair = tuple[int, int]
@@ -43,6 +46,24 @@ def batch_first(xp, y):
     pooling that follow keep the layout (NumPy's ufuncs lay out their results like their
     inputs), so the next window kernel finds its input batch-last already."""
     return xp.ascontiguousarray(y).transpose(3, 0, 1, 2)
+
+
+def batch_last_copy(xp, x):
+    """x (N, C, H, W) as a contiguous (C, H, W, N) array: itself when it lies so already (as
+    the window kernels, and the ops after them, leave it), else a copy."""
+    return xp.ascontiguousarray(x.transpose(1, 2, 3, 0))
+
+
+def copy_bytes(cell: Cell) -> int:
+    """What ``batch_last_copy`` of ``cell``'s value allocates: nothing when its array lies
+    batch-last (read from the array's layout: the allocator asks for a workspace with the
+    inputs locked, so resident), else its size (an evicted value: the copy is assumed)."""
+    storage = cell.storage
+    if storage.buffer is not None and storage.device is not None:
+        array = array_of(cell)
+        if array.transpose(1, 2, 3, 0).flags.c_contiguous:
+            return 0
+    return math.prod(cell.shape) * cell.dtype.itemsize
 
 
 class Window:
@@ -142,44 +163,6 @@ class Window:
             tiles = image[:, : oh * sh, : ow * sw].reshape(c, oh, sh, ow, sw, n)
             tiles[:, :, :kh, :, :kw] = by_tile
         return image[:, ph : ph + in_hw[0], pw : pw + in_hw[1]]
-
-    def transposed_columns(self, xp, g, in_hw: Pair):
-        """The columns of the gradient g (N, O, OH, OW) of a convolution with this window
-        that, times ``phase_weight``, give the input's gradient by phase:
-        (O*UH*UW, QH*QW*N), batch last (as ``columns``)."""
-        n, o, oh, ow = g.shape
-        (uh, uw), (q0h, q0w), (q1h, q1w) = self.phase_rows(in_hw)
-        qh, qw = q1h - q0h, q1w - q0w
-        # g row t sits at row t + reach - 1 - first, zeros around
-        padded = xp.zeros((o, qh + uh - 1, qw + uw - 1, n), dtype=g.dtype)
-        src, dst = [], []
-        for size, u, q0, rows in ((oh, uh, q0h, qh + uh - 1), (ow, uw, q0w, qw + uw - 1)):
-            lo, hi = max(0, q0 - u + 1), min(size, rows + q0 - u + 1)
-            src.append(slice(lo, max(lo, hi)))
-            dst.append(slice(lo + u - 1 - q0, max(lo, hi) + u - 1 - q0))
-        padded[:, dst[0], dst[1]] = g[:, :, src[0], src[1]].transpose(1, 2, 3, 0)
-        s_o, s_y, s_x, s_n = padded.strides
-        view = backend.as_strided(
-            xp, padded, (o, uh, uw, qh, qw, n), (s_o, s_y, s_x, s_y, s_x, s_n)
-        )
-        return view.reshape(o * uh * uw, qh * qw * n)
-
-    def phase_weight(self, xp, w):
-        """w (O, C, KH, KW) as the (C*SH*SW, O*UH*UW) matrix of ``transposed_columns``:
-        kernel row s*(reach - 1 - u) + v at phase v, column u (zero past the kernel)."""
-        o, c, kh, kw = w.shape
-        (sh, sw), ((uh, uw), _, _) = self.stride, self.phase_rows((0, 0))
-        padded = xp.zeros((o, c, uh * sh, uw * sw), dtype=w.dtype)
-        padded[:, :, :kh, :kw] = w
-        by_phase = padded.reshape(o, c, uh, sh, uw, sw)[:, :, ::-1, :, ::-1]
-        return by_phase.transpose(1, 3, 5, 0, 2, 4).reshape(c * sh * sw, o * uh * uw)
-
-    def columns(self, xp, x, out_hw: Pair):
-        """im2col with the batch last: a fresh (C*KH*KW, OH*OW*N) array of the windows of
-        ``x`` (N, C, H, W), so one matrix product serves the whole batch."""
-        c, n = x.shape[1], x.shape[0]
-        view = self.window_view(xp, self.batch_last(xp, x), out_hw)
-        return view.reshape(c * self.kernel[0] * self.kernel[1], out_hw[0] * out_hw[1] * n)
 
     def window_view(self, xp, padded, out_hw: Pair):
         """A read-only view (C, KH, KW, OH, OW, N) of every window of ``padded``

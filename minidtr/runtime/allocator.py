@@ -54,7 +54,8 @@ from .eviction import Eviction
 from .guard import ThrashGuard
 from .ledger import Ledger
 from .lifetime import Lifetimes
-from .remat import Rematerializer
+from .realmem import RealMemory, measured_run_kernel
+from .remat import Rematerializer, with_workspace
 from .runtime import Runtime, Stats
 from .storage import Cell, Recipe, Storage, distinct_storages
 from .views import array_of, new_views
@@ -110,6 +111,9 @@ class Allocator:
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
         self.audit: Audit | None = None  # while an active runtime audits (audit.py)
+        # the workspace reserved for the kernel running now (``compute_general``, ``replay``)
+        self.kernel_workspace = 0
+        self.meter: RealMemory | None = None  # while a runtime with measure_real is active
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
     def __del__(self) -> None:
@@ -142,16 +146,18 @@ class Allocator:
         self.runtimes.append(runtime)
         self.runtime, self.stats = runtime, runtime.stats_
         self._entered.append(dataclasses.replace(runtime.stats_))
+        if runtime.measure_real:
+            self.start_measuring(runtime)
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
         self.audit = audit_for(self)
+        if self.device == "cuda":
+            backend.install_cuda_oom_handler(self.eviction.free_device_memory)
         try:
             self.apply_budget()
         except BudgetError:
             self.pop(runtime)
             raise
-        if self.device == "cuda":
-            backend.install_cuda_oom_handler(self.eviction.free_device_memory)
 
     def pop(self, runtime: Runtime) -> None:
         """Deactivate the innermost runtime (``Runtime.__exit__``)."""
@@ -159,6 +165,11 @@ class Allocator:
             raise RuntimeError(f"{runtime!r} is not the innermost active runtime")
         self.runtimes.pop()
         entered = self._entered.pop()
+        if self.meter is not None and runtime in self.meter.runtimes:
+            self.stop_measuring(runtime)
+        if self.device == "cuda":
+            budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
+            backend.limit_device_pool(min(budgets) if budgets else None)
         if not self.runtimes:
             self.runtime = self.stats = None
             return
@@ -173,6 +184,19 @@ class Allocator:
                 if not storage.external_refs and storage.buffer is not None and not storage.locks:
                     self.lifetimes.died(storage)
         self.apply_budget()
+
+    def start_measuring(self, runtime: Runtime) -> None:
+        """Measure real memory for ``runtime`` (``measure_real``): kernels then run
+        through the meter's ``run_kernel`` (``realmem.py``)."""
+        if self.meter is None:
+            self.meter = RealMemory(self)
+            self.run_kernel = measured_run_kernel(self)  # over the method, for this allocator
+        self.meter.add(runtime)
+
+    def stop_measuring(self, runtime: Runtime) -> None:
+        if self.meter.remove(runtime):
+            self.meter = None
+            del self.run_kernel  # the method again
 
     def _select_policy_code(self) -> None:
         """Run the reference policy while the innermost runtime asks for it
@@ -191,6 +215,8 @@ class Allocator:
         budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
         ledger = self.ledger
         ledger.budget = min(budgets) if budgets else None
+        if self.device == "cuda":
+            backend.limit_device_pool(ledger.budget)
         searched = ledger.budget is not None or any(rt.dealloc == "ignore" for rt in self.runtimes)
         self.eviction.budget_changed(ledger.budget, searched)
         if ledger.budget is not None and ledger.memory > ledger.budget:
@@ -227,7 +253,9 @@ class Allocator:
         try:
             self.reserve(nbytes, name)
             try:
-                array = make_array()
+                array = (
+                    make_array() if self.meter is None else self.meter.measure(make_array, nbytes)
+                )
             except BaseException:
                 ledger.memory -= nbytes
                 raise
@@ -267,7 +295,7 @@ class Allocator:
         if not self.busy:
             if self.lifetimes.pending_error is not None:
                 self.lifetimes.raise_pending()
-            if self.fast is not None and not op.is_view:
+            if self.fast is not None and not op.is_view and not op.has_workspace:
                 outputs = self.fast.compute(op, inputs, metas, device, constant)
                 if outputs is not None:
                     return outputs
@@ -282,8 +310,9 @@ class Allocator:
         constant: bool,
     ) -> list[Cell]:
         """``compute`` for every case: lock the inputs (``Rematerializer.lock``, which
-        rebuilds the evicted ones), make room for the outputs (``reserve``, which
-        evicts), run the kernel, record the outputs, unlock."""
+        rebuilds the evicted ones), make room for the outputs and the kernel's workspace
+        (``reserve``, which evicts), run the kernel, release the workspace, record the
+        outputs, unlock."""
         parents = distinct_storages(inputs)
         was_busy, self.busy = self.busy, True
         locked: Sequence[Storage] = ()
@@ -295,14 +324,23 @@ class Allocator:
                 return new_views(self, Recipe(op, inputs, parents, device), arrays, metas)
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]  # meta_nbytes
             total = sum(sizes)
-            self.reserve(total, op.name)
+            workspace = 0
+            if op.has_workspace:
+                workspace = op.workspace(*inputs)
+                self.reserve(total + workspace, with_workspace(op.name, workspace))
+            else:
+                self.reserve(total, op.name)
+            self.kernel_workspace = workspace
             try:
                 results, cost = self.run(op, inputs, device, arrays, metas)
             except BaseException:
-                self.ledger.memory -= total
+                self.ledger.memory -= total + workspace
                 raise
+            finally:
+                self.kernel_workspace = 0
+            self.ledger.memory -= workspace
             cells = self.new_outputs(
-                op, inputs, parents, device, results, metas, sizes, cost, constant
+                op, inputs, parents, device, results, metas, sizes, cost, constant, workspace
             )
             if self.audit is not None and not constant:
                 self.audit.computed(op, cells)
@@ -322,10 +360,12 @@ class Allocator:
         sizes: list[int],
         cost: float,
         constant: bool,
+        workspace: int = 0,
     ) -> list[Storage]:
         """Record the outputs of an op that just ran (what its ``forward`` returned) as
         new storages, which are also the outputs' cells: a constant, its own recipe (one
-        output) or one of the outputs that share a ``Recipe``."""
+        output) or one of the outputs that share a ``Recipe``. Their alloc events carry
+        the ``workspace`` the kernel had besides them (the first output's event)."""
         if op.n_outputs == 1:
             results = (results,)
         recipe: Storage | Recipe
@@ -354,7 +394,11 @@ class Allocator:
                 recipe.outputs = tuple([weakref.ref(storage) for storage in cells])
         if self.runtime.events is not None:
             for storage in cells:
-                self.record("alloc", storage, cost=cost)
+                if workspace:
+                    self.record("alloc", storage, cost=cost, workspace=workspace)
+                    workspace = 0
+                else:
+                    self.record("alloc", storage, cost=cost)
         if self.observer is not None:
             self.observer.on_compute(recipe, cells)
         return cells
@@ -467,6 +511,23 @@ class Allocator:
         if CHECK_OPS and xp is not None:
             check_outputs(op, metas, (results,) if op.n_outputs == 1 else results)
         return results, (float(elapsed) if elapsed > 1 else 1.0)
+
+    def replay_kernel(self, recipe: Any, arrays: list, nbytes: int) -> Any:
+        """Run a recipe's kernel again (``Rematerializer.replay``, which has reserved
+        ``nbytes`` for its outputs and ``kernel_workspace``); what ``op.forward`` returns.
+        Under the audit the outputs must be the bits of the first computation
+        (``Audit.replay``); with ``measure_real`` the kernel's real memory is measured."""
+        op = recipe.op
+        xp = backend.xp_for(recipe.device) if recipe.device is not None else None
+        if self.audit is None and self.meter is None:
+            return op.forward(xp, *arrays)
+        if self.audit is None:
+            kernel = lambda: op.forward(xp, *arrays)  # noqa: E731
+        else:
+            kernel = lambda: self.audit.replay(recipe, xp, arrays)  # noqa: E731
+        if self.meter is None:
+            return kernel()
+        return self.meter.measure(kernel, nbytes + self.kernel_workspace)
 
     # ---- reading values ------------------------------------------------------------------
 

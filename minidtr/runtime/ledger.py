@@ -8,8 +8,9 @@ on the allocator (None: unbounded); each ``Runtime`` says what its own is, and
 the allocator works out which one holds (``Allocator.apply_budget``).
 
 Only the allocator changes these counts: it adds an op's output bytes before
-the kernel runs (``Allocator.reserve``, after making room), and takes them away
-when a buffer is evicted or freed.
+the kernel runs (``Allocator.reserve``, after making room), with the kernel's
+workspace (``Op.workspace``), which it takes away again when the kernel returns,
+and takes the outputs' bytes away when a buffer is evicted or freed.
 """
 
 from __future__ import annotations

@@ -126,6 +126,11 @@ class RuntimeOptions:
         are read-only while a kernel runs (``InputMutation``) and a kernel must not change
         its op's attributes (``OpStateChanged``). Changes no decision; ops take the
         general path meanwhile (slower). On by default in ``minidtr.testing``'s checks.
+    measure_real: measure real memory beside the counted bytes: ``stats()`` then gives
+        ``real_peak``, the most bytes of arrays at once (kernels' temporaries included),
+        and ``traced_peak``, what the process held at its worst (Python objects too),
+        with tracemalloc on NumPy and the memory pool's peak on CuPy
+        (``minidtr.runtime.realmem``). Slower: every Python allocation is traced.
     """
 
     budget: int | None = None
@@ -143,9 +148,12 @@ class RuntimeOptions:
     keep_dead_remats: bool = False
     reference: bool = False
     audit: bool = False
+    measure_real: bool = False
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values
+        if not isinstance(self.measure_real, bool):
+            raise TypeError(f"measure_real must be True or False, got {self.measure_real!r}")
         set_field(self, "budget", check_budget(self.budget))
         set_field(self, "max_slowdown", check_limit("max_slowdown", self.max_slowdown))
         set_field(

@@ -24,12 +24,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import backend
-from .storage import Recipe, Storage
+from .storage import Recipe, Storage, workspace_of
 from .views import array_of
 
 if TYPE_CHECKING:
     from .allocator import Allocator
+
+
+def with_workspace(name: str, workspace: int) -> str:
+    """An op's name as a budget error gives it when its kernel needs a workspace."""
+    return (
+        f"{name} (its outputs and {workspace:,} bytes of kernel workspace)" if workspace else name
+    )
 
 
 def rebuild_need(storage: Storage, limit: int = 64) -> tuple[int, int]:
@@ -68,6 +74,7 @@ class CascadeLink:
     cascade: int
     trigger: str
     parent: int | None
+    workspace: int = 0  # the replay's workspace, shown on its first remat event
 
 
 class Rematerializer:
@@ -203,21 +210,25 @@ class Rematerializer:
     def replay(self, recipe: Storage | Recipe, link: CascadeLink | None = None) -> None:
         """Recompute a recipe whose inputs are resident and locked; refill every evicted
         output (siblings included) and drop the duplicates of resident ones. The
-        cost-model thrash guard is checked first."""
+        cost-model thrash guard is checked first. The kernel's workspace is reserved
+        with the outputs, as when it first ran, and released after it."""
         allocator = self.allocator
         allocator.guard.check_replay(recipe)
         arrays = [array_of(cell) for cell in recipe.inputs]
         total = sum(recipe.out_nbytes)
-        allocator.reserve(total, recipe.op.name)
+        workspace = workspace_of(recipe)
+        allocator.reserve(total + workspace, with_workspace(recipe.op.name, workspace))
+        allocator.kernel_workspace = workspace
         try:
-            xp = backend.xp_for(recipe.device) if recipe.device is not None else None
-            if allocator.audit is None:
-                results = recipe.op.forward(xp, *arrays)
-            else:  # the same bits as the first computation, or RecomputeMismatch (audit.py)
-                results = allocator.audit.replay(recipe, xp, arrays)
+            results = allocator.replay_kernel(recipe, arrays, total)
         except BaseException:
-            allocator.ledger.memory -= total
+            allocator.ledger.memory -= total + workspace
             raise
+        finally:
+            allocator.kernel_workspace = 0
+        allocator.ledger.memory -= workspace
+        if workspace and link is not None:
+            link.workspace = workspace  # shown on the replay's first remat event
         if recipe.op.n_outputs == 1:
             results = (results,)
         allocator.clock += recipe.run_cost
@@ -246,6 +257,9 @@ class Rematerializer:
         extra: dict[str, Any] = {}
         if link is not None:
             extra = {"cascade": link.cascade, "trigger": link.trigger, "parent": link.parent}
+            if link.workspace:
+                extra["workspace"] = link.workspace
+                link.workspace = 0  # on the first output's event only
         allocator.record(
             "remat", storage, cost=recipe.run_cost, replay=allocator.stats.remats, **extra
         )

@@ -68,10 +68,15 @@ class Stats:
     scored: int = 0
     overhead_time: float = 0.0
     wall_time: float = 0.0
+    # measured with ``measure_real`` (``realmem.py``), else None: the most bytes of arrays
+    # at once, and what the process held at its worst (Python objects included)
+    real_peak: int | None = None
+    traced_peak: int | None = None
 
     def add(self, other: Stats, since: Stats) -> None:
         """Add what ``other`` counted after the snapshot ``since`` (for nested runtimes;
-        not ``wall_time``, which the outer runtime's own clock already covers)."""
+        not ``wall_time``, which the outer runtime's own clock already covers, nor the
+        measured peaks: the meter measures for every measuring runtime active)."""
         for name in SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name) - getattr(since, name))
         self.peak_memory = max(self.peak_memory, other.peak_memory)
@@ -85,8 +90,11 @@ class Stats:
 
 STATS = tuple(f.name for f in dataclasses.fields(Stats))
 # the counters a nested runtime adds to the one it runs in (``Stats.add``)
+MEASURED = ("real_peak", "traced_peak")
 SUMMED = tuple(
-    f.name for f in dataclasses.fields(Stats) if f.name not in ("peak_memory", "wall_time")
+    f.name
+    for f in dataclasses.fields(Stats)
+    if f.name not in ("peak_memory", "wall_time", *MEASURED)
 )
 # The settings a Runtime keeps in another form than its RuntimeOptions field (the others
 # are plain attributes of the same name).

@@ -72,6 +72,13 @@ class Recipe:
         return f"Recipe({self.op.name}, inputs={[c.storage.id for c in self.inputs]})"
 
 
+def workspace_of(recipe: Storage | Recipe) -> int:
+    """The scratch bytes a recipe's kernel needs besides its outputs (``Op.workspace`` of
+    its inputs: a replay reserves them as the first run did; 0 for an op without one)."""
+    op = recipe.op
+    return op.workspace(*recipe.inputs) if op.has_workspace else 0
+
+
 def distinct_storages(cells: tuple[Cell, ...]) -> tuple[Storage, ...]:
     """The storages of ``cells``, each once, in order of first appearance (``cells``
     itself when they are distinct storages, the common case: no new tuple)."""

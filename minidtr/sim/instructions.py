@@ -46,6 +46,7 @@ class Call:
     time: float
     constant: bool = False
     line: int = 0
+    workspace: int = 0  # bytes of scratch the kernel needs besides its results (WORKSPACE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ same decisions. The mapping:
 - an op is a ``CALL`` whose arguments are names of its input cells, whose
   results are its outputs (``ALIAS 0`` for a view, which in minidtr always
   views its first input) and whose TIME is the cost the runtime charged
-  (exact with ``cost="flops"``, so a replay makes the same decisions);
+  (exact with ``cost="flops"``, so a replay makes the same decisions), and its
+  WORKSPACE the scratch bytes its op declares (``Op.workspace``), when it has any;
   outputs made under ``as_constants()`` are marked ``CONSTANT_RESULTS``;
 - the first handle on a new result or constant takes the name the CALL or
   CONSTANT defined; any further handle is a ``COPY``;
@@ -38,7 +39,7 @@ import os
 from collections.abc import Iterator
 
 from ..runtime.registry import allocator_for
-from ..runtime.storage import Cell, Recipe, Storage
+from ..runtime.storage import Cell, Recipe, Storage, workspace_of
 from .trace import (
     STEP,
     Annotate,
@@ -109,7 +110,14 @@ class Recorder:
                 constant = cell.storage.producer is None
             self._unclaimed[id(cell)] = name
         self.instructions.append(
-            Call(recipe.op.name, args, tuple(results), recipe.run_cost, constant)
+            Call(
+                recipe.op.name,
+                args,
+                tuple(results),
+                recipe.run_cost,
+                constant,
+                workspace=workspace_of(recipe),
+            )
         )
 
     def on_read(self, cell: Cell) -> None:

@@ -12,7 +12,8 @@ How instructions map onto the allocator:
   ``release`` (which applies the deallocation policy);
 - ``CONSTANT`` is ``add_constant``; ``CALL`` is ``compute`` with every
   argument locked; a result of ``MEMORY`` bytes is a cell of shape
-  ``(MEMORY,)`` and dtype uint8;
+  ``(MEMORY,)`` and dtype uint8; its ``WORKSPACE`` is reserved with the results
+  and released after the kernel (a ``TraceOp`` declares it), in a replay too;
 - the allocator's views share the storage of their *first* input, so the
   results of a CALL that alias argument ``j`` come from a view call whose
   first input is argument ``j`` (the other arguments follow, so they are
@@ -91,15 +92,27 @@ class ThrashGuard:
 
 
 class TraceOp:
-    """An op of a trace: a name, a TIME, and a kernel that computes placeholders."""
+    """An op of a trace: a name, a TIME, a WORKSPACE and a kernel that computes
+    placeholders."""
 
-    __slots__ = ("name", "n_outputs", "is_view", "time", "guard")
+    __slots__ = ("name", "n_outputs", "is_view", "time", "guard", "bytes", "has_workspace")
 
     def __init__(
-        self, name: str, n_outputs: int, is_view: bool, time_ns: float, guard: ThrashGuard
+        self,
+        name: str,
+        n_outputs: int,
+        is_view: bool,
+        time_ns: float,
+        guard: ThrashGuard,
+        workspace: int = 0,
     ):
         self.name, self.n_outputs, self.is_view, self.time = name, n_outputs, is_view, time_ns
         self.guard = guard
+        self.bytes = workspace
+        self.has_workspace = workspace > 0
+
+    def workspace(self, *inputs: Cell) -> int:
+        return self.bytes
 
     def forward(self, xp, *arrays):
         self.guard.check()
@@ -121,9 +134,9 @@ class Baseline:
 
     peak_memory: int  # bytes, constants included: what budget ratios are relative to
     constant_floor: int  # the most bytes of constants alive at once
-    bottleneck: int  # the most bytes one op needs at once (constants + inputs + outputs)
+    bottleneck: int  # the most bytes one op needs at once (constants, inputs, outputs, workspace)
     bottleneck_op: str = ""  # the op that needs ``bottleneck`` bytes
-    working_set: int = 0  # the most non-constant bytes one op needs (inputs + outputs)
+    working_set: int = 0  # the most non-constant bytes one op needs (inputs, outputs, workspace)
     working_set_op: str = ""
 
 
@@ -331,11 +344,11 @@ class Replayer:
         compute = self.allocator.compute
         fresh = [r for r in ins.results if r.alias < 0]
         if self.measure_floors:
-            self._note_bottleneck(ins.op, args, sum(r.nbytes for r in fresh))
+            self._note_bottleneck(ins.op, args, sum(r.nbytes for r in fresh) + ins.workspace)
         made: dict[str, Cell] = {}
         time_left = ins.time
         if fresh or not ins.results:
-            op = TraceOp(ins.op, len(fresh), False, time_left, self.guard)
+            op = TraceOp(ins.op, len(fresh), False, time_left, self.guard, ins.workspace)
             metas = [((r.nbytes,), BYTE) for r in fresh]
             for r, cell in zip(fresh, compute(op, args, metas, None, ins.constant), strict=True):
                 made[r.name] = cell

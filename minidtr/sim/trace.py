@@ -38,7 +38,13 @@ only if the value is resident at that point; an evicted one keeps its recipe and
 nothing is recomputed (minidtr's rule for a used-up loss, whose residency depends
 on the budget).
 
-A third: the ``ANNOTATE START`` line of a log written by minidtr carries
+A third: a CALL may carry ``"WORKSPACE"``, the bytes of scratch memory its kernel
+needs besides its results (``Op.workspace``: im2col columns, a reduction's
+intermediates); a replay reserves them under the budget with the results and
+releases them after the kernel, as the live runtime does. A CALL without it (every
+CALL of the prototype's logs, and of minidtr's before it was counted) needs none.
+
+A fourth: the ``ANNOTATE START`` line of a log written by minidtr carries
 ``"LINES"``, the number of lines of the whole log, so a log cut short, even at
 a line boundary, is reported as truncated instead of replayed as if its
 program ended there. (The prototype's logs have no such count; a cut between
@@ -276,7 +282,8 @@ def _call(lines: _Lines, line: int, row: dict) -> Call:
     constant = str(row.get("CONSTANT_RESULTS", "0")) == "1"
     if constant and any(not r.fresh for r in results):
         raise lines.error(line, "a CALL with CONSTANT_RESULTS cannot alias its arguments")
-    return Call(op, args, tuple(results), time_ns, constant, line)
+    workspace = _int(lines, line, row, "WORKSPACE", 0) if "WORKSPACE" in row else 0
+    return Call(op, args, tuple(results), time_ns, constant, line, workspace)
 
 
 def _mutate(lines: _Lines, line: int, row: dict) -> Mutate:
@@ -369,6 +376,8 @@ def _check_totals(trace: Trace, source: str) -> None:
             nbytes += ins.nbytes
         elif isinstance(ins, Call):
             nbytes += sum(r.nbytes for r in ins.results if r.fresh)
+            if nbytes + ins.workspace > MAX_MEMORY:
+                nbytes += ins.workspace  # reported below
         if nbytes > MAX_MEMORY:
             raise TraceError(
                 source,
@@ -463,6 +472,8 @@ def instruction_rows(ins: Instruction) -> list[dict[str, Any]]:
         }
         if ins.constant:
             head["CONSTANT_RESULTS"] = "1"
+        if ins.workspace:
+            head["WORKSPACE"] = str(ins.workspace)
         rows = [head]
         for r in ins.results:
             rows.append({"INSTRUCTION": "MEMORY", "NAME": r.name, "MEMORY": str(r.nbytes)})
