@@ -70,7 +70,7 @@ def test_fused_gradients_are_the_chain_rule_in_ops_bit_for_bit(dtype):
             y, gy = fn(x).numpy(), g.numpy()
             if dtype == np.float16:  # the chain in float32, rounded once (as PyTorch's)
                 y, gy = y.astype(np.float32), gy.astype(np.float32)
-            want = gy * (1.0 - y * y) if fn is md.tanh else gy * y * (1.0 - y)
+            want = gy * (1.0 - y * y) if fn is md.tanh else (1.0 - y) * gy * y
             assert same_bits(gx, want.astype(dtype))
 
 

@@ -237,12 +237,12 @@ class ActivationGrad(Op):
         if y.dtype is HALF:  # the chains below rounded once, as PyTorch's
             return in_float32(self.forward, xp, y, g)
         one = backend.one(xp, y.dtype)
-        if kind == "sigmoid":  # (1 - y) * y * g, in the output's buffer
+        if kind == "sigmoid":  # (1 - y) * g * y (PyTorch's order), in the output's buffer
             if small:
-                return (one - y) * y * g
+                return (one - y) * g * y
             out = xp.subtract(one, y, out=xp.empty_like(y))
-            out *= y
             out *= g
+            out *= y
             return out
         if kind == "tanh":  # g * (1 - y * y), in the output's buffer
             if small:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .. import backend
-from . import fast
+from . import fast, realmem
 from .audit import Audit, audit_for
 from .costs import model_cost
 from .errors import BudgetError
@@ -54,7 +54,7 @@ from .eviction import Eviction
 from .guard import ThrashGuard
 from .ledger import Ledger
 from .lifetime import Lifetimes
-from .realmem import RealMemory, measured_run_kernel
+from .realmem import RealMemory
 from .remat import Rematerializer, with_workspace
 from .runtime import Runtime, Stats
 from .storage import Cell, Recipe, Storage, distinct_storages
@@ -66,10 +66,6 @@ from .views import array_of, new_views
 CHECK_OPS = False
 
 BYTE = np.dtype(np.uint8)
-
-
-def meta_nbytes(shape: tuple[int, ...], dtype) -> int:
-    return math.prod(shape) * dtype.itemsize
 
 
 def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> None:
@@ -111,8 +107,7 @@ class Allocator:
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
         self.audit: Audit | None = None  # while an active runtime audits (audit.py)
-        # the workspace reserved for the kernel running now (``compute_general``, ``replay``)
-        self.kernel_workspace = 0
+        self.kernel_workspace = 0  # reserved for the kernel running now (compute, replay)
         self.meter: RealMemory | None = None  # while a runtime with measure_real is active
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
@@ -147,7 +142,7 @@ class Allocator:
         self.runtime, self.stats = runtime, runtime.stats_
         self._entered.append(dataclasses.replace(runtime.stats_))
         if runtime.measure_real:
-            self.start_measuring(runtime)
+            realmem.start(self, runtime)
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
         self.audit = audit_for(self)
@@ -166,12 +161,11 @@ class Allocator:
         self.runtimes.pop()
         entered = self._entered.pop()
         if self.meter is not None and runtime in self.meter.runtimes:
-            self.stop_measuring(runtime)
-        if self.device == "cuda":
-            budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
-            backend.limit_device_pool(min(budgets) if budgets else None)
+            realmem.stop(self, runtime)
         if not self.runtimes:
             self.runtime = self.stats = None
+            if self.device == "cuda":
+                backend.limit_device_pool(None)  # else apply_budget limits it, below
             return
         self.runtime = self.runtimes[-1]
         self.stats = self.runtime.stats_
@@ -184,19 +178,6 @@ class Allocator:
                 if not storage.external_refs and storage.buffer is not None and not storage.locks:
                     self.lifetimes.died(storage)
         self.apply_budget()
-
-    def start_measuring(self, runtime: Runtime) -> None:
-        """Measure real memory for ``runtime`` (``measure_real``): kernels then run
-        through the meter's ``run_kernel`` (``realmem.py``)."""
-        if self.meter is None:
-            self.meter = RealMemory(self)
-            self.run_kernel = measured_run_kernel(self)  # over the method, for this allocator
-        self.meter.add(runtime)
-
-    def stop_measuring(self, runtime: Runtime) -> None:
-        if self.meter.remove(runtime):
-            self.meter = None
-            del self.run_kernel  # the method again
 
     def _select_policy_code(self) -> None:
         """Run the reference policy while the innermost runtime asks for it
@@ -322,14 +303,10 @@ class Allocator:
             arrays = [array_of(cell) for cell in inputs]
             if op.is_view:
                 return new_views(self, Recipe(op, inputs, parents, device), arrays, metas)
-            sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]  # meta_nbytes
+            sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             total = sum(sizes)
-            workspace = 0
-            if op.has_workspace:
-                workspace = op.workspace(*inputs)
-                self.reserve(total + workspace, with_workspace(op.name, workspace))
-            else:
-                self.reserve(total, op.name)
+            workspace = op.workspace(*inputs) if op.has_workspace else 0
+            self.reserve(total + workspace, with_workspace(op.name, workspace))
             self.kernel_workspace = workspace
             try:
                 results, cost = self.run(op, inputs, device, arrays, metas)
@@ -512,23 +489,6 @@ class Allocator:
             check_outputs(op, metas, (results,) if op.n_outputs == 1 else results)
         return results, (float(elapsed) if elapsed > 1 else 1.0)
 
-    def replay_kernel(self, recipe: Any, arrays: list, nbytes: int) -> Any:
-        """Run a recipe's kernel again (``Rematerializer.replay``, which has reserved
-        ``nbytes`` for its outputs and ``kernel_workspace``); what ``op.forward`` returns.
-        Under the audit the outputs must be the bits of the first computation
-        (``Audit.replay``); with ``measure_real`` the kernel's real memory is measured."""
-        op = recipe.op
-        xp = backend.xp_for(recipe.device) if recipe.device is not None else None
-        if self.audit is None and self.meter is None:
-            return op.forward(xp, *arrays)
-        if self.audit is None:
-            kernel = lambda: op.forward(xp, *arrays)  # noqa: E731
-        else:
-            kernel = lambda: self.audit.replay(recipe, xp, arrays)  # noqa: E731
-        if self.meter is None:
-            return kernel()
-        return self.meter.measure(kernel, nbytes + self.kernel_workspace)
-
     # ---- reading values ------------------------------------------------------------------
 
     def read(self, cell: Cell):
@@ -575,10 +535,8 @@ class Allocator:
             finally:
                 if outermost:
                     self.guard.end()
-        memory = ledger.memory = ledger.memory + nbytes
-        stats = self.runtime.stats_
-        if memory > stats.peak_memory:
-            stats.peak_memory = memory
+        ledger.memory += nbytes
+        self.note_peak()
 
     def note_peak(self) -> None:
         stats = self.stats

@@ -106,6 +106,23 @@ class RealMemory:
         return result
 
 
+def start(allocator: Allocator, runtime: Any) -> None:
+    """Measure real memory for ``runtime`` (``measure_real``): the allocator's kernels then
+    run through the meter (``measured_run_kernel``)."""
+    if allocator.meter is None:
+        allocator.meter = RealMemory(allocator)
+        # an instance attribute over the method, for this allocator
+        allocator.run_kernel = measured_run_kernel(allocator)
+    allocator.meter.add(runtime)
+
+
+def stop(allocator: Allocator, runtime: Any) -> None:
+    """The end of ``start``: kernels run unmeasured again once no runtime measures."""
+    if allocator.meter.remove(runtime):
+        allocator.meter = None
+        del allocator.run_kernel  # the method again
+
+
 def measured_run_kernel(allocator: Allocator) -> Callable:
     """``Allocator.run_kernel`` measured by the allocator's meter: the allocator's own while
     a measuring runtime is active (an instance attribute over the method, so that the

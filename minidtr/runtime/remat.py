@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import backend
 from .storage import Recipe, Storage, workspace_of
 from .views import array_of
 
@@ -220,7 +221,7 @@ class Rematerializer:
         allocator.reserve(total + workspace, with_workspace(recipe.op.name, workspace))
         allocator.kernel_workspace = workspace
         try:
-            results = allocator.replay_kernel(recipe, arrays, total)
+            results = replay_kernel(allocator, recipe, arrays, total)
         except BaseException:
             allocator.ledger.memory -= total + workspace
             raise
@@ -270,3 +271,22 @@ def producer_of(storage: Storage) -> Storage | Recipe:
     if recipe is None:
         raise RuntimeError(f"{storage!r} was banished and can no longer be recomputed")
     return recipe
+
+
+def replay_kernel(allocator: Any, recipe: Recipe, arrays: list, nbytes: int) -> Any:
+    """Run a recipe's kernel again (``Rematerializer.replay`` has reserved ``nbytes`` for
+    its outputs and the allocator's ``kernel_workspace``); what ``op.forward`` returns.
+    Under the audit the outputs must be the bits of the first computation
+    (``Audit.replay``); with ``measure_real`` the kernel's real memory is measured."""
+    op = recipe.op
+    xp = backend.xp_for(recipe.device) if recipe.device is not None else None
+    audit, meter = allocator.audit, allocator.meter
+    if audit is None and meter is None:
+        return op.forward(xp, *arrays)
+    if audit is None:
+        kernel = lambda: op.forward(xp, *arrays)  # noqa: E731
+    else:
+        kernel = lambda: audit.replay(recipe, xp, arrays)  # noqa: E731
+    if meter is None:
+        return kernel()
+    return meter.measure(kernel, nbytes + allocator.kernel_workspace)

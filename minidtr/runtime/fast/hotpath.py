@@ -76,9 +76,7 @@ class FastPath:
             storage.last_access = clock  # an access counts from when it is requested
             dirty[storage.row] = 1
         try:
-            arrays = []
-            for cell in inputs:
-                arrays.append(array_of(cell) if cell.is_view else cell.buffer)
+            arrays = [array_of(cell) if cell.is_view else cell.buffer for cell in inputs]
             memory = ledger.memory = ledger.memory + nbytes  # fits: checked above
             stats = runtime.stats_
             if memory > stats.peak_memory:
