@@ -58,7 +58,7 @@ def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(
     monkeypatch, replay_slowdowns
 ):
     """A run whose slowdown so far passes the limit only inside a step (here the tiny
-    LSTM near its floor, about 3.8x mid-run and 3.6x at the end) trains with a limit
+    LSTM near its floor, 3.7x mid-run and 3.6x at the end) trains with a limit
     between the two, live and replayed alike: both measure recomputation against the
     compute expected by the end of the step (the first step's from the unbounded run,
     marked ANNOTATE STEP in the trace). Without the marks the replay stops it, as the
