@@ -215,15 +215,17 @@ def python_blocks(page: str) -> list[tuple[int, str]]:
 def workspace(directory: Path) -> dict[str, str]:
     """Make ``directory`` a place to run the docs' commands as written, from the top of
     the repository: ``docs``, ``models``, ``benchmarks`` and the READMEs are copied (a
-    command may write there), ``minidtr`` and ``traces`` are links, and ``bin`` holds a
-    ``minidtr`` and a ``python`` that run this interpreter. Returns the environment to run
-    them in."""
+    command may write there), ``minidtr``, ``minidtr_pytest`` and ``traces`` are links,
+    and ``bin`` holds a ``minidtr`` and a ``python`` that run this interpreter. Returns the
+    environment to run them in."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
     for name in ("docs", "models", "benchmarks", "tests"):
         shutil.copytree(ROOT / name, directory / name, ignore=ignore)
     for name in ("README.md", "pyproject.toml"):
         shutil.copy(ROOT / name, directory / name)
     (directory / "minidtr").symlink_to(ROOT / "minidtr")
+    # the pytest plugin's module (what minidtr.testing.plugin and the entry point import)
+    (directory / "minidtr_pytest").symlink_to(ROOT / "minidtr_pytest")
     (directory / "traces").symlink_to(ROOT / "minidtr" / "sim" / "traces")
     bin_dir = directory / "bin"
     bin_dir.mkdir()

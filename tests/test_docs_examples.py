@@ -60,6 +60,7 @@ SLOW = {
     "python benchmarks/sim_cluster.py traces/resnet.log.gz traces/mlp.log.gz": (
         "14 s: the grid in a pool and on a Dask LocalCluster"
     ),
+    "python benchmarks/worst_cases.py": "16 s: 100 programs for each of the seven heuristics",
 }
 
 DOWNLOAD = "downloads from PyPI"
@@ -86,10 +87,17 @@ NOT_RUN = {
     "python -m pytest -q": "the test suite itself",
     "MINIDTR_CHECK_DECISIONS=1 python -m pytest": "the test suite itself, with every decision "
     "checked twice",
+    "MINIDTR_AUDIT=1 python -m pytest": "the test suite itself, audited",
     "cd docs/examples && python -m pytest -q test_my_model.py --hypothesis-show-statistics": (
         "tests/test_testing.py runs docs/examples/test_my_model.py (its 100 examples under -m slow)"
     ),
     "cd docs/examples && python shrink_budget.py": "tests/test_testing.py runs it",
+    "cd docs/examples && python planted_bugs.py": "a minute of hypothesis shrinking five failures: "
+    "tests/test_gallery.py runs the same checks (without shrinking) and checks what they raise",
+    "python benchmarks/property_speed.py": "a minute and a half of processor time; its figures "
+    "are the machine's",
+    "python benchmarks/property_speed.py --torch": "a minute and a half of processor time; its "
+    "figures are the machine's",
     "minidtr sim --bundled --heuristics dtr,dtr_down": "dtr_down exists only once written into "
     "runtime/heuristics.py, as design.md says",
     "minidtr train resnet --ratio 0.3 --steps 40": FIGURE + " ('train')",
@@ -299,6 +307,11 @@ PYTHON_BLOCK_NOT_RUN = {
         "docs/testing.md",
         '"""The smallest budget (in bytes) at which one example of test_my_model.py still fails.',
     ): "docs/examples/shrink_budget.py: tests/test_testing.py",
+    (
+        "docs/testing.md",
+        '"""Five bugs users make in their own ops and models, each caught in the first examples'
+        " of a",
+    ): "docs/examples/planted_bugs.py: tests/test_gallery.py runs its checks",
     ("docs/course/step0_micro.md", "import sys"): "runs the student's skeleton, which raises "
     "NotImplementedError until it is filled in: tests/test_course.py runs the block on the "
     "reference solution",

@@ -51,3 +51,18 @@ def test_the_machine_finds_an_impure_op(monkeypatch):
     monkeypatch.setattr(machine_module, "apply_named", noisy)
     with pytest.raises(AssertionError, match="differs from the unbounded shadow's"):
         run_state_machine_as_test(RematMachine, settings=FIND)
+
+
+def test_a_subclass_draws_from_its_own_ops(monkeypatch):
+    real, applied = machine_module.apply_named, set()
+
+    def noting(name, args, seed):
+        applied.add(name)
+        return real(name, args, seed)
+
+    class TanhAndAdd(RematMachine):
+        OPS = ("tanh", "add")
+
+    monkeypatch.setattr(machine_module, "apply_named", noting)
+    run_state_machine_as_test(TanhAndAdd, settings=settings(SETTINGS, max_examples=20))
+    assert applied == {"tanh", "add"}

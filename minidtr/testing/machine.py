@@ -62,6 +62,12 @@ from .programs import BINARY, UNARY, apply_named
 Pair = tuple[Tensor, Tensor]  # (on the budgeted allocator, on the shadow)
 
 
+def machine_ops() -> st.SearchStrategy[str]:
+    """A name from the running machine's ``OPS``, read when drawn: a rule's strategies are
+    made once, in ``RematMachine``'s class body, where ``OPS`` is the base class's own."""
+    return st.runner().flatmap(lambda machine: st.sampled_from(machine.OPS))
+
+
 class RematMachine(RuleBasedStateMachine):
     """See the module docstring."""
 
@@ -126,7 +132,7 @@ class RematMachine(RuleBasedStateMachine):
             keys.append(self.keep(pair))
         return multiple(*keys)
 
-    @rule(target=values, name=st.sampled_from(OPS), a=values, b=values)
+    @rule(target=values, name=machine_ops(), a=values, b=values)
     def apply_op(self, name: str, a: int, b: int) -> Any:
         if a not in self.pairs or b not in self.pairs:
             return multiple()
