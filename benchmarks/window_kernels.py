@@ -36,8 +36,6 @@ run as they do in a step; ``--default-malloc`` leaves them, and the header says 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import math
 import os
 import resource
@@ -52,6 +50,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from minidtr.host import steady_malloc
 from minidtr.ops.activation import ActivationGrad
 from minidtr.ops.conv import Conv2d, Conv2dGradInput, Conv2dGradWeight
 from minidtr.ops.norm import Normalize, NormalizeGrad
@@ -309,20 +308,6 @@ def resnet_steps(steps: int) -> None:
     print("largest kernels in the last step, ms:")
     for name, ns in sorted(by_op.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  {name:<22}{ns / 1e6:7.1f}")
-
-
-def steady_malloc() -> str:
-    """Keep freed memory in the process (glibc): a fixed mmap threshold of 32 MB and a
-    trim threshold of 128 MB. Returns what the header should say."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None:
-        return "malloc as is (no glibc mallopt)"
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    if mallopt(m_mmap_threshold, 32 << 20) != 1 or mallopt(m_trim_threshold, 128 << 20) != 1:
-        return "malloc as is (mallopt refused)"
-    return "glibc mmap threshold 32 MB, trim threshold 128 MB"
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ from .cli_args import (
 )
 from .cli_demo import demo_report
 from .cli_train import max_slowdown
+from .host import tune_for_command
 
 # What tests and programs have long imported from here (the front door re-exports them).
 __all__ = [
@@ -111,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; returns its exit status (usage errors raise ``SystemExit(2)``, as
     argparse does, after a one-line message). A reader that stops reading the output
     (``minidtr explain ev.jsonl | head``) ends the command quietly."""
+    if argv is None:  # the process is the command's own (not a caller's: tests, scripts)
+        tune_for_command()
     try:
         status = run_command(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()  # here, not at the interpreter's exit, where an error is only shown

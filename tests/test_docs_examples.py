@@ -122,6 +122,7 @@ NOT_RUN = {
     "python benchmarks/window_kernels.py": WALL,
     "python benchmarks/window_kernels.py --models": WALL,
     "python benchmarks/vs_torch_checkpoint.py": WALL,
+    "python benchmarks/malloc_faults.py --ratio 1": WALL,
     "python benchmarks/real_memory.py": FIGURE + " ('real-memory', under -m slow): 3 minutes",
     "python benchmarks/overhead_mlp.py": WALL,
     "python benchmarks/step_profile.py --by-op": WALL,
