@@ -55,8 +55,7 @@ class FastPath:
         else:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             nbytes = sum(sizes)
-        allocator = self.allocator
-        ledger = self.ledger
+        allocator, ledger = self.allocator, self.ledger
         runtime = allocator.runtime
         if (
             (ledger.budget is not None and ledger.memory + nbytes > ledger.budget)
@@ -76,7 +75,9 @@ class FastPath:
             storage.last_access = clock  # an access counts from when it is requested
             dirty[storage.row] = 1
         try:
-            arrays = [array_of(cell) if cell.is_view else cell.buffer for cell in inputs]
+            arrays = []
+            for cell in inputs:
+                arrays.append(array_of(cell) if cell.is_view else cell.buffer)
             memory = ledger.memory = ledger.memory + nbytes  # fits: checked above
             stats = runtime.stats_
             if memory > stats.peak_memory:
