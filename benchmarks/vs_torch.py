@@ -1,30 +1,36 @@
 """minidtr against PyTorch on faithful twins of the seven bundled models (small presets).
 
-    python benchmarks/vs_torch.py [--models mlp,resnet] [--steps 7] [--segments 2,4,8]
-                                  [--quick]
+    python benchmarks/vs_torch.py [--models mlp,resnet] [--steps 9] [--segments 2,4,8]
+                                  [--quick] [--profile]
 
 Each model's small preset is trained in minidtr and, from the same initial weights, on
 the same batches with the same loss and optimizer, in PyTorch (its twin,
-``benchmarks/torch_twins.py``; the step-0 losses must agree to 1e-4, relative). Both on
-the CPU with one thread (``OPENBLAS_NUM_THREADS=1``, ``torch.set_num_threads(1)``).
-Per model, the runs:
+``benchmarks/torch_twins.py``; the step-0 losses must agree to 1e-4, relative, and the
+parameter counts exactly). Both on the CPU with one thread (``OPENBLAS_NUM_THREADS=1``,
+``torch.set_num_threads(1)``). Per model, the runs:
 
 - PyTorch and minidtr with no memory limit;
 - minidtr under budgets of 0.5 and 0.3 times its unbounded peak (as
   ``minidtr train M --ratio R``), with the slowdown its cost model counts
   (``Runtime.stats()["slowdown"]``: compute and recomputation over compute);
 - PyTorch with its checkpointing, the model's chain of layers, blocks, time steps or
-  groups of trees cut into k segments (``torch_twins.twin_loss``), and minidtr under the
-  budget that gives it the same real memory: its constants (parameters, optimizer
-  state) plus PyTorch's peak growth.
+  groups of trees cut into k segments (``torch_twins.twin_loss``), and minidtr at the
+  same real memory: under the budget at which a step's real memory grows as much as
+  PyTorch's (``MinidtrRun.calibrate``; marked ``*`` where no budget got it there).
 
 Real memory is measured alike for both: the C heap's bytes in use (glibc's ``mallinfo2``:
 NumPy's and PyTorch's arrays and Python's objects all come from it), read after every op
 of one training step, at their highest, less what was in use before the step (so the
-parameters and the optimizer's state, there before and after, are left out). The wall
-time per step is the median over ``--steps`` rounds, after two warm-up steps and the
-measured one; each round runs one step of every run of the model in turn, so that load
-on the machine hits them alike. Runs where torch is installed; Linux (glibc) only.
+parameters and the optimizer's state, there before and after, are left out). Time per
+step: the median over ``--steps`` rounds, after two warm-up steps, the measured one and
+an untimed round; each round runs one step of every run of the model in turn (starting
+with another each round), so that load on the machine hits them alike. The ratios are
+taken by this thread's processor time, which other processes on a loaded machine do not
+inflate as they do the wall clock's (by wall time in brackets). The summary checks the
+goals: unbudgeted within 1.5x of PyTorch, and at equal real memory no slower than PyTorch
+with checkpointing at every segment count. ``--profile`` prints, instead, PyTorch's ops by
+time (``benchmarks/step_profile.py --by-op`` gives minidtr's). Runs where torch is
+installed; Linux (glibc) only.
 """
 
 from __future__ import annotations
@@ -487,6 +493,21 @@ def summary_table(comparisons: list[Comparison]) -> list[str]:
     return [*lines, "", "*: minidtr's real memory stayed above PyTorch's (no budget got it there)"]
 
 
+def torch_profile(name: str, steps: int = 5, rows: int = 12) -> str:
+    """PyTorch's ops by their own processor time over ``steps`` unbudgeted steps of the
+    twin (``torch.profiler``, whose hooks slow every op a little): the other side of
+    ``benchmarks/step_profile.py --by-op``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run = TorchRun(name, 0)
+    run.prepare()
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for _ in range(steps):
+            run.train_step()
+    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    return f"{name}: PyTorch's ops over {steps} steps\n{table}"
+
+
 def header(steps: int) -> str:
     return (
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -502,9 +523,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=9, help="timed rounds (the median is shown)")
     p.add_argument("--segments", default="2,4,8", help="PyTorch's checkpointed segments")
     p.add_argument("--quick", action="store_true", help="3 rounds, 4 segments only")
+    p.add_argument(
+        "--profile", action="store_true", help="instead, PyTorch's ops by time (torch.profiler)"
+    )
     args = p.parse_args()
     if torch is None:
         sys.exit("vs_torch: PyTorch is not installed, so there is nothing to compare against")
+    if args.profile:
+        print("\n".join(torch_profile(name) for name in args.models.split(",")))
+        return
     steps, segments = args.steps, [int(s) for s in args.segments.split(",")]
     if args.quick:
         steps, segments = 3, [4]
