@@ -416,24 +416,19 @@ def twin_of(model: mnn.Module) -> Twin:
     return twin
 
 
+# minidtr's optimizers, PyTorch's, and the settings they share
+OPTIMIZERS = {
+    moptim.Adam: (torch.optim.Adam, ("lr", "betas", "eps", "weight_decay")),
+    moptim.SGD: (torch.optim.SGD, ("lr", "momentum", "weight_decay")),
+}
+
+
 def optimizer_like(optimizer: moptim.Optimizer, params) -> torch.optim.Optimizer:
     """PyTorch's optimizer with the settings of minidtr's ``optimizer``."""
-    if isinstance(optimizer, moptim.Adam):
-        return torch.optim.Adam(
-            params,
-            lr=optimizer.lr,
-            betas=optimizer.betas,
-            eps=optimizer.eps,
-            weight_decay=optimizer.weight_decay,
-        )
-    if isinstance(optimizer, moptim.SGD):
-        return torch.optim.SGD(
-            params,
-            lr=optimizer.lr,
-            momentum=optimizer.momentum,
-            weight_decay=optimizer.weight_decay,
-        )
-    raise TypeError(f"no PyTorch optimizer for {optimizer!r}")
+    if type(optimizer) not in OPTIMIZERS:
+        raise TypeError(f"no PyTorch optimizer for {optimizer!r}")
+    kind, settings = OPTIMIZERS[type(optimizer)]
+    return kind(params, **{name: getattr(optimizer, name) for name in settings})
 
 
 def batch(twin: Twin, task, indices: np.ndarray) -> tuple[Any, torch.Tensor]:

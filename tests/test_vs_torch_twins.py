@@ -1,10 +1,11 @@
-"""benchmarks/torch_twins.py: every PyTorch twin is its minidtr model. From the same
-initial weights, on the same batch, the losses of the first two steps agree (the second
-after one update by each library's optimizer), the parameter counts are equal, and cutting
-the twin's chain into checkpointed segments does not change its loss."""
+"""benchmarks/torch_twins.py: every PyTorch twin is its minidtr model. The parameter
+counts are equal, and from the same initial weights, on the same batch, the losses of the
+first two steps agree: the second after one update by each library's optimizer, from the
+gradients of the twin cut into checkpointed segments."""
 
-import importlib.util
 import pathlib
+import runpy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,15 +20,7 @@ BATCH = 4  # examples: the small presets' networks on a tiny batch
 TOLERANCE = 1e-4  # relative, as benchmarks/vs_torch.py checks at step 0
 
 
-def load_twins():
-    path = ROOT / "benchmarks" / "torch_twins.py"
-    spec = importlib.util.spec_from_file_location("torch_twins", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-twins = load_twins()
+twins = SimpleNamespace(**runpy.run_path(str(ROOT / "benchmarks" / "torch_twins.py")))
 
 
 @pytest.fixture(scope="module", autouse=True)
