@@ -1,0 +1,65 @@
+"""benchmarks/torch_twins.py: every PyTorch twin is its minidtr model. The parameter
+counts are equal, and from the same initial weights, on the same batch, the losses of the
+first two steps agree: the second after one update by each library's optimizer, from the
+gradients of the twin cut into checkpointed segments."""
+
+import pathlib
+import runpy
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from minidtr.models import MODELS
+from minidtr.training import TrainConfig, build_task
+
+torch = pytest.importorskip("torch")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BATCH = 4  # examples: the small presets' networks on a tiny batch
+TOLERANCE = 1e-4  # relative, as benchmarks/vs_torch.py checks at step 0
+
+
+twins = SimpleNamespace(**runpy.run_path(str(ROOT / "benchmarks" / "torch_twins.py")))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """PyTorch's worker threads spin for work: on a busy machine a tiny step then takes
+    seconds."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def minidtr_step(task, optimizer, indices) -> float:
+    loss = task.loss(*task.batch(indices))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def torch_step(twin, optimizer, task, indices, segments: int = 0) -> float:
+    loss = twins.twin_loss(twin, *twins.batch(twin, task, indices), segments)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_twin_trains_like_the_model(name):
+    """Step 0 runs the twin cut into two checkpointed segments, so step 1's loss also
+    checks the gradients of the recomputing backward."""
+    task = build_task(TrainConfig(name, batch=BATCH))
+    twin = twins.twin_of(task.model)
+    assert twins.parameter_count(twin) == twins.parameter_count(task.model)
+    optimizer = task.make_optimizer(task.model.parameters())
+    torch_optimizer = twins.optimizer_like(optimizer, twin.parameters())
+    indices = np.arange(BATCH)
+    for step, segments in enumerate((2, 0)):
+        ours = minidtr_step(task, optimizer, indices)
+        theirs = torch_step(twin, torch_optimizer, task, indices, segments)
+        assert abs(theirs - ours) <= TOLERANCE * abs(ours), f"step {step}: {theirs} != {ours}"
