@@ -251,10 +251,19 @@ class RematMachine(RuleBasedStateMachine):
         storages = [o for o in gc.get_objects() if type(o) is Storage]
         mine = [s for s in storages if s.allocator is self.budgeted and s.buffer is not None]
         ledger = self.budgeted.ledger
-        assert sum(s.nbytes for s in mine) == ledger.memory
-        assert sum(s.nbytes for s in mine if s.op is None) == ledger.constant_bytes
-        pinned = sum(s.nbytes for s in mine if s.pinned and s.op is not None)
-        assert pinned == ledger.pinned_bytes
+        counted = (
+            ("resident", sum(s.nbytes for s in mine), ledger.memory),
+            ("constant", sum(s.nbytes for s in mine if s.op is None), ledger.constant_bytes),
+            (
+                "pinned",
+                sum(s.nbytes for s in mine if s.pinned and s.op is not None),
+                ledger.pinned_bytes,
+            ),
+        )
+        for what, found, ledgered in counted:
+            assert found == ledgered, (
+                f"{what} bytes: the live storages hold {found:,}, the ledger counts {ledgered:,}"
+            )
 
     def same(self, budgeted: list, shadow: list, what: str) -> None:
         difference = first_difference(shadow, budgeted)
