@@ -192,7 +192,7 @@ def program(text: str) -> list[str]:
     return words[:1]
 
 
-SIM_SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
+SIM_SUBCOMMANDS = ("info", "frontier", "optimal", "bound", "sqrt-n", "adversary")
 
 
 def options(text: str) -> list[str]:
