@@ -190,6 +190,11 @@ def optimal() -> str:
     return run("python benchmarks/sim_optimal.py --markdown").rstrip("\n")
 
 
+def bound() -> str:
+    out = run("python benchmarks/sim_bound.py")
+    return "\n".join(line for line in out.splitlines() if line.startswith("|"))
+
+
 def frontier() -> str:
     out = run("python benchmarks/frontier.py")
     return "\n".join(line for line in out.splitlines() if line.startswith("|"))
@@ -295,6 +300,14 @@ FIGURES = [
             r"(?m)^\|.*\| ([\d.]+) \|$",
             r"(?m)^\|(?=.*\| (?:[\d.]+\*|none|infeasible) \|).*\| ([^|]+ \| [^|]+) \| [^|]+ \|$",
         ),
+        slow=True,
+    ),
+    Figure(
+        "bound",
+        "docs/simulator.md",
+        "python benchmarks/sim_bound.py",
+        bound,
+        varies=(r"(?m)\| ([\d.]+) \|$",),  # the LP's seconds
         slow=True,
     ),
     Figure(

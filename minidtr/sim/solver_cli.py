@@ -11,7 +11,17 @@ import sys
 from collections.abc import Sequence
 
 from ..cli_args import positive_seconds, usage_error, whole_number
-from .cli import _add_heuristics, _add_jobs_option, _load, _parse, _print_rows, parser, ratios
+from .cli import (
+    _add_heuristics,
+    _add_jobs_option,
+    _add_logs,
+    _load,
+    _log_paths,
+    _parse,
+    _print_rows,
+    parser,
+    ratios,
+)
 from .cluster_cli import add_cluster_options, cluster, cluster_settings
 
 
@@ -101,8 +111,13 @@ def bound_main(argv: Sequence[str]) -> int:
         "order: the linear relaxation of the rematerialization program, solved by "
         "SciPy's HiGHS (see docs/simulator.md).",
     )
-    p.add_argument("logs", nargs="+", metavar="LOG")
-    p.add_argument("--ratios", type=ratios, default=[0.5, 0.3, 0.2])
+    _add_logs(p)
+    p.add_argument(
+        "--ratios",
+        type=ratios,
+        default=[0.5, 0.3, 0.2],
+        help="budget ratios of the unbounded peak (default 0.5,0.3,0.2)",
+    )
     _add_heuristics(p, [], help="also replay these at the same budgets (default none)")
     p.add_argument(
         "--time-limit",
@@ -121,7 +136,7 @@ def bound_main(argv: Sequence[str]) -> int:
     p.add_argument("--csv", metavar="FILE")
     args = _parse(p, argv)
     require_scipy(p.prog, "the lower bound")
-    traces = _load(p.prog, args.logs)
+    traces = _load(p.prog, _log_paths(p, args))
     if traces is None:
         return 1
     from .bound import bound_rows

@@ -425,12 +425,12 @@ def _optimal_row(
 
 
 def _bound_cells(trace: Trace, budget: int, time_limit: float) -> dict:
-    """The linear relaxation's lower bound on every schedule's slowdown (NaN: none
-    proven in ``time_limit``, or infeasible) and its solve time."""
+    """The linear relaxation's lower bound on every schedule's slowdown (NaN unless its
+    status is ``ok``: ``infeasible``, or none proven in ``time_limit``) and its time."""
     from .bound import lower_bound
 
     found = lower_bound(trace, budget=budget, time_limit=time_limit)
-    return {"bound": found.slowdown, "bound_time": found.solve_time}
+    return {"bound": found.slowdown, "bound_status": found.status, "bound_time": found.solve_time}
 
 
 def format_rows(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
