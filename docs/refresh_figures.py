@@ -1,7 +1,7 @@
 """Rewrite the measured figures of the docs from the scripts that measure them.
 
     python docs/refresh_figures.py                    # the quick figures (about a minute)
-    python docs/refresh_figures.py --all              # and the slow ones (about 20 minutes)
+    python docs/refresh_figures.py --all              # and the slow ones (about 25 minutes)
     python docs/refresh_figures.py optimal train      # only these
     python docs/refresh_figures.py --check [NAME ...] # compare only; exit 1 if a page is stale
     python docs/refresh_figures.py --list             # the figures, their pages and commands
