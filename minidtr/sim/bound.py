@@ -57,13 +57,13 @@ so stays feasible, and no dearer, with those set to 0. Blocks of ``B > 1`` stage
 time: several rebuilds of a node within one block are paid once, and what is resident at
 a kernel is known only from what stays to the block's end or through the whole block;
 every schedule still maps to a feasible point that costs no more, so the value stays a
-lower bound. It is another relaxation, not a looser copy of the exact one (on the
-U-Net and ResNet-32 traces, 2 to 4 stages per block move the bound by at most 0.006,
-up as often as down, for a fraction of the time; 16 lower it by up to 0.028). A large graph (the Tree-LSTM's
-2,400 nodes: every early node is an ancestor of a late one, so O(n^2) pairs of stage and
-node stay live) needs blocks to solve in minutes: ``lower_bound`` picks the smallest
-``B`` that keeps the program under ``max_pairs`` pairs of block and node (the six other
-bundled traces stay exact, ``B = 1``).
+lower bound. It is another relaxation, not a looser copy of the exact one: on the U-Net
+and ResNet-32 traces, 2 to 4 stages per block move the bound by at most 0.006, up as
+often as down, for a fraction of the time, and 16 lower it by up to 0.028. A large
+graph (the Tree-LSTM's 2,400 nodes: every early node is an ancestor of a late one, so
+O(n^2) pairs of stage and node stay live) needs blocks to solve in minutes:
+``lower_bound`` picks the smallest ``B`` that keeps the program under ``max_pairs``
+pairs of block and node (the six other bundled traces stay exact, ``B = 1``).
 
 Solved with SciPy's HiGHS (``scipy.optimize.linprog``) under a time limit; a program that
 HiGHS proves infeasible means that no schedule of either kind fits the budget.
