@@ -4,7 +4,9 @@ Each model's forward and backward pass is recorded from a live minidtr run with
 ``cost="flops"``; then, at each budget ratio, the trace is replayed under the
 heuristics and the optimal schedule for the same op order is solved with SciPy's
 HiGHS under a time limit. Slowdowns are (compute + recomputation) / compute; the
-optimum is bracketed by the best schedule found and the proven lower bound.
+optimum is bracketed by the best schedule found and the solver's proven lower bound.
+Beside them, the linear relaxation's bound (``minidtr.sim.bound``, ``LP bound``): at
+most every schedule's slowdown, each heuristic's as well as the optimum's.
 
     python benchmarks/sim_optimal.py [--time-limit 60] [--fractions 0.8,0.6,0.4,0.2,0.0]
     python benchmarks/sim_optimal.py --keep optimal-traces   # keep the three traces
@@ -124,7 +126,7 @@ def main() -> None:
             floor = base.bottleneck / base.peak_memory
             ratios = [round(floor + f * (1 - floor), 4) for f in fractions]
             started = time.perf_counter()
-            rows = compare_with_optimal(trace, ratios, heuristics, args.time_limit)
+            rows = compare_with_optimal(trace, ratios, heuristics, args.time_limit, bound=True)
             if args.markdown:
                 tables.append((name, len(graph), rows))
                 continue
@@ -132,7 +134,8 @@ def main() -> None:
                 f"\n{name}: {trace.ops} ops, {len(graph)} graph nodes, peak {base.peak_memory:,} B,"
                 f" constants {base.constant_floor:,} B, one op's needs {base.bottleneck:,} B"
             )
-            columns = ["ratio", *heuristics, "best", "lower", "gap", "status", "found_by"]
+            columns = ["ratio", *heuristics, "bound", "best", "lower", "gap", "status"]
+            columns.append("found_by")
             print(format_rows(rows, [*columns, "solve_time", "dtr/best"]))
             print(f"({time.perf_counter() - started:.1f} s)")
     if args.markdown:
@@ -153,16 +156,27 @@ LABELS = {
 
 def markdown(tables: list[tuple[str, int, list[dict]]], heuristics: list[str]) -> str:
     """The docs' table: each heuristic's slowdown (``OOM``: the budget could not be met),
+    the linear relaxation's bound on every schedule (``infeasible``: no schedule fits),
     the best schedule found (``*``: the solver stopped at its time limit, so an upper bound
     on the optimum, not the optimum; ``infeasible``: proven that no schedule fits; ``none``:
-    none found in time), the proven lower bound (``-``: none in time) and the solver's
-    seconds."""
-    head = ["model (graph nodes)", "ratio", *heuristics, "best found", "lower bound", "solver s"]
+    none found in time), the solver's proven lower bound on the optimum (``-``: none in
+    time) and the solver's seconds."""
+    head = [
+        "model (graph nodes)",
+        "ratio",
+        *heuristics,
+        "LP bound",
+        "best found",
+        "lower bound",
+        "solver s",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, nodes, rows in tables:
         for i, row in enumerate(rows):
             cells = [f"{LABELS.get(name, name)} ({nodes})" if i == 0 else "", f"{row['ratio']:.3f}"]
             cells += [f"{row[h]:.3f}" if math.isfinite(row[h]) else "OOM" for h in heuristics]
+            ok = row["bound_status"] == "ok"
+            cells.append(f"{row['bound']:.3f}" if ok else row["bound_status"].replace("_", " "))
             status = row["status"]
             if status in ("optimal", "incumbent"):
                 best = f"{row['best']:.3f}" + ("" if status == "optimal" else "*")

@@ -1,7 +1,7 @@
 """Rewrite the measured figures of the docs from the scripts that measure them.
 
     python docs/refresh_figures.py                    # the quick figures (about a minute)
-    python docs/refresh_figures.py --all              # and the slow ones (about 20 minutes)
+    python docs/refresh_figures.py --all              # and the slow ones (about 25 minutes)
     python docs/refresh_figures.py optimal train      # only these
     python docs/refresh_figures.py --check [NAME ...] # compare only; exit 1 if a page is stale
     python docs/refresh_figures.py --list             # the figures, their pages and commands
@@ -190,6 +190,11 @@ def optimal() -> str:
     return run("python benchmarks/sim_optimal.py --markdown").rstrip("\n")
 
 
+def bound() -> str:
+    out = run("python benchmarks/sim_bound.py")
+    return "\n".join(line for line in out.splitlines() if line.startswith("|"))
+
+
 def frontier() -> str:
     out = run("python benchmarks/frontier.py")
     return "\n".join(line for line in out.splitlines() if line.startswith("|"))
@@ -295,6 +300,14 @@ FIGURES = [
             r"(?m)^\|.*\| ([\d.]+) \|$",
             r"(?m)^\|(?=.*\| (?:[\d.]+\*|none|infeasible) \|).*\| ([^|]+ \| [^|]+) \| [^|]+ \|$",
         ),
+        slow=True,
+    ),
+    Figure(
+        "bound",
+        "docs/simulator.md",
+        "python benchmarks/sim_bound.py",
+        bound,
+        varies=(r"(?m)\| ([\d.]+) \|$",),  # the LP's seconds
         slow=True,
     ),
     Figure(

@@ -149,7 +149,7 @@ def _names_only(span: str) -> bool:
     if sub in ("explain", "plot", "animate"):
         return not positional
     if sub == "sim":
-        if rest[:1] and rest[0] in SIM_SUBCOMMANDS[3:]:
+        if rest[:1] and rest[0] in SIM_WITHOUT_INPUT:
             return False  # sqrt-n, adversary: nothing needed
         return not positional[1 if rest[:1] and rest[0] in SIM_SUBCOMMANDS else 0 :] and (
             "--bundled" not in rest
@@ -192,7 +192,8 @@ def program(text: str) -> list[str]:
     return words[:1]
 
 
-SIM_SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
+SIM_SUBCOMMANDS = ("info", "frontier", "optimal", "bound", "sqrt-n", "adversary")
+SIM_WITHOUT_INPUT = ("sqrt-n", "adversary")
 
 
 def options(text: str) -> list[str]:

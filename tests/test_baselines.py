@@ -94,6 +94,45 @@ def test_graph_from_trace_folds_views_merges_tuples_and_drops_constants():
     assert graph.compute + graph.folded_cost == trace.total_compute
     assert graph.outputs == {3}  # b; gw became a constant
     assert graph.constants == [8, 8, 8, 8, 16]  # w; then gw too, once it is a constant
+    # storage by storage, for the lower bound: pair's two outputs, who reads which
+    assert graph.parts == [(10,), (4, 6), (), (1,), (8,)]
+    assert graph.reads == [(), ((0, 0),), ((1, 1),), ((0, 0), (1, 0)), ((3, 0),)]
+    assert graph.held == {(3, 0)}
+    assert graph.sure_constants == [8, 8, 8, 8, 8] and graph.end_constants == 16
+
+
+def test_sure_constants_are_those_a_name_refers_to():
+    """A released constant can outlive its name while a recipe needs it (the unbounded
+    replay keeps it), not under every policy; a value made constant IF_RESIDENT may never
+    be one. Neither counts as a sure constant."""
+    trace = sim.make_trace(
+        [
+            Constant("w", 8),
+            Call("f", ("w",), (Result("a", 2),), 1.0),
+            Release("w"),
+            Call("g", ("a",), (Result("b", 4),), 1.0),
+            MakeConstant("b", if_resident=True),
+            Call("h", ("a",), (Result("c", 1),), 1.0),
+        ]
+    )
+    graph = graph_from_trace(trace)
+    assert graph.constants == [8, 8, 12]
+    assert graph.sure_constants == [8, 0, 0] and graph.stage_constants == [0, 0, 0]
+    assert graph.end_constants == 0
+
+
+def test_the_optimal_schedule_counts_kernel_workspaces():
+    """b's kernel reserves its workspace with its output, a (2 bytes) as its input: within
+    5 bytes that leaves room for a workspace of 2, not 3; the peak counts it."""
+    for workspace, status in ((0, "optimal"), (2, "optimal"), (3, "infeasible")):
+        graph = Graph()
+        graph.add("a", 1.0, 2, ())
+        graph.add("b", 1.0, 1, (0,), workspace=workspace)
+        graph.outputs = {1}
+        result = solve_optimal(graph, 5)
+        assert result.status == status, workspace
+        if result.found:
+            assert result.peak == 3 + workspace
 
 
 # ---- the optimal schedule --------------------------------------------------------------------

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parent.parent / "minidtr"
-CLI_MODULES = sorted(
-    [*PACKAGE.glob("cli*.py"), PACKAGE / "sim" / "cli.py", PACKAGE / "sim" / "cluster_cli.py"]
-)
+CLI_MODULES = sorted([*PACKAGE.glob("cli*.py"), *PACKAGE.joinpath("sim").glob("*cli.py")])
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 60
 

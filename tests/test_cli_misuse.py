@@ -39,6 +39,7 @@ def trace_file(tmp_path):
         ["sim", "{trace}", "--heuristics", "dtr,nope"],
         ["sim", "frontier", "{trace}", "--heuristic", "nope"],
         ["sim", "optimal", "{trace}", "--heuristics", "nope"],
+        ["sim", "bound", "{trace}", "--heuristics", "nope"],
         ["sim", "sqrt-n", "--heuristics", "nope"],
     ],
 )

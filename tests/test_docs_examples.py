@@ -108,6 +108,7 @@ NOT_RUN = {
     "python benchmarks/explorer_load.py": FIGURE + " ('explorer-load', under -m slow)",
     "python benchmarks/sim_optimal.py": FIGURE + " ('optimal', under -m slow): 6 minutes",
     "python benchmarks/sim_optimal.py --markdown": FIGURE + " ('optimal', under -m slow)",
+    "python benchmarks/sim_bound.py": FIGURE + " ('bound', under -m slow): 3 minutes",
     "python benchmarks/frontier.py": FIGURE + " ('frontier', under -m slow): 8 minutes",
     "python benchmarks/frontier.py --csv frontier.csv": "8 minutes, as the figure 'frontier'",
     "python docs/make_figures.py --sweep frontier.csv": "needs the CSV of the line after it in "

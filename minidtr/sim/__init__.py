@@ -4,11 +4,14 @@
 ``record`` writes a live minidtr run in the same format; ``simulate`` replays a
 trace under a budget with the live runtime's own allocator and heuristics;
 ``sweep`` runs many budgets and heuristics in parallel; ``bundled_traces()``
-lists the traces that ship with the package (one training step of each model). The baselines (an
-optimal schedule by mixed-integer programming, Chen's sqrt(N) and Griewank's
-revolve for chains) live in ``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
+lists the traces that ship with the package (one training step of each model);
+``lower_bound`` proves a lower bound on every schedule's slowdown (a linear
+relaxation, ``minidtr.sim.bound``). The baselines (an optimal schedule by
+mixed-integer programming, Chen's sqrt(N) and Griewank's revolve for chains) live in
+``minidtr.sim.checkmate`` and ``minidtr.sim.chain``.
 """
 
+from .bound import LowerBound, lower_bound
 from .bundled import bundled_traces
 from .floors import Floor, floor
 from .record import Recorder, record
@@ -28,6 +31,8 @@ __all__ = [
     "bundled_traces",
     "load_log",
     "floor",
+    "LowerBound",
+    "lower_bound",
     "make_trace",
     "record",
     "simulate",

@@ -16,7 +16,8 @@ Constraints: a node runs only when its dependencies are resident
 (``S[t+1,i] <= S[t,i] + R[t,i]``); memory is accounted node by node,
 ``U[t,0] = sum_i m_i S[t,i] + m_0 R[t,0]`` and
 ``U[t,k] = U[t,k-1] + m_k R[t,k] - sum_i m_i F[t,i,k-1]``, with
-``U <= budget - constants``; a node may be freed after k only if k ran, it is
+``U <= budget - constants`` and, while node k's kernel runs, ``U[t,k]`` plus
+its workspace too; a node may be freed after k only if k ran, it is
 not kept for the next stage, and no later node of the stage uses it
 (``F <= R[t,k]``, ``F <= 1 - S[t+1,i]``, ``F <= 1 - R[t,j]``); outputs are
 resident at the end. The objective is the total cost ``sum c_i R[t,i]``.
@@ -109,7 +110,8 @@ def solve_optimal(
         raise ImportError("the optimal schedule needs SciPy (pip install 'minidtr[scipy]')") from e
     n = len(graph)
     avail = [budget - graph.constant_at(t) for t in range(n)]
-    if n == 0 or any(graph.size[t] > avail[t] for t in range(n)):
+    workspace = _workspaces(graph)
+    if n == 0 or any(graph.size[t] + workspace[t] > avail[t] for t in range(n)):
         return _infeasible(budget, 0, 0)
     m = [float(x) for x in graph.size]
     users = graph.users()
@@ -169,6 +171,9 @@ def solve_optimal(
             entries = [(u(t, k), 1.0), (u(t, k - 1), -1.0), (r(t, k), -m[k])]
             entries += [(frees[(t, i, k - 1)], m[i]) for i in (*graph.deps[k - 1], k - 1)]
             a.row(entries, 0.0, 0.0)
+        for k in range(t + 1):  # a kernel's workspace, reserved with its outputs
+            if workspace[k]:
+                a.row([(u(t, k), 1.0), (r(t, k), float(workspace[k]))], -math.inf, avail[t])
     for (t, i, k), col in frees.items():
         a.row([(col, 1.0), (r(t, k), -1.0)], -math.inf, 0.0)
         if t + 1 < n:
@@ -279,6 +284,11 @@ def _flush_c_stdio() -> None:
 _MIN_SOLVE = 0.5  # seconds: the least a solver call is given, however late it starts
 
 
+def _workspaces(graph: Graph) -> list[int]:
+    """Each node's kernel workspace (none for a graph built without them)."""
+    return list(graph.workspace) if graph.workspace else [0] * len(graph)
+
+
 def _left(deadline: float) -> float:
     return max(deadline - time.perf_counter(), _MIN_SOLVE)
 
@@ -358,13 +368,14 @@ def _stage_peak(graph, t, order, kept, dropped, last_use, horizon):
         i for i in kept if i in last_use or (_wanted(graph, i, t, horizon) and i not in dropped)
     }
     memory = sum(graph.size[i] for i in resident)
+    workspace = _workspaces(graph)
     peak, at, at_peak = -1, 0, set()
     for pos, k in enumerate(order):
         if k not in resident:
             resident.add(k)
             memory += graph.size[k]
-        if memory > peak:
-            peak, at, at_peak = memory, pos, set(resident)
+        if memory + workspace[k] > peak:
+            peak, at, at_peak = memory + workspace[k], pos, set(resident)
         for i in (*graph.deps[k], k):
             if (
                 i in resident
@@ -398,10 +409,11 @@ def _horizon(graph: Graph) -> list[int]:
 def check_schedule(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
     """Run a schedule, freeing every node as soon as the stage no longer needs it and it
     is not kept; check dependencies and what is kept. Returns (cost, peak bytes with
-    constants)."""
+    constants and each kernel's workspace)."""
     n = len(graph)
     cost = 0.0
     peak = graph.constant_at(0) if n else 0
+    workspace = _workspaces(graph)
     for t in range(n):
         resident = {i for i in range(t) if S[t, i]}
         keep = {i for i in range(t + 1) if t + 1 < n and S[t + 1, i]}
@@ -424,7 +436,7 @@ def check_schedule(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, i
                 resident.add(k)
                 memory += graph.size[k]
             cost += graph.cost[k]
-            peak = max(peak, memory + graph.constant_at(t))
+            peak = max(peak, memory + workspace[k] + graph.constant_at(t))
             for i in (*graph.deps[k], k):
                 if i in resident and i not in keep and last_use.get(i, -1) <= k:
                     resident.discard(i)

@@ -18,9 +18,12 @@ never used again has D = inf (score 0: evicted first). A dead storage (no refere
 resident only because a rebuild needed it) has no use of its own and is scored by
 staleness, as in h_DTR; scoring it 0 made belady thrash where h_DTR runs. Plain
 farthest-next-use (Belady's rule for caches) is ``belady+none+nosize+ops``. No online
-policy knows the next uses, so belady shows what better guessing can buy; it is not
-optimal (the MILP of ``checkmate`` is): it plans one eviction at a time, and on some
-traces and budgets h_DTR does better. Variants are named
+policy knows the next uses, so belady shows what better guessing can buy. It is a
+clairvoyant *heuristic*, not a bound: Belady's rule is optimal for a cache, not for
+rematerialization; belady plans one eviction at a time, and on some traces and budgets
+h_DTR does better. The optimum for the trace's op order is the MILP of ``checkmate``
+(proven only on small graphs); ``minidtr.sim.bound`` proves a lower bound on every
+schedule, belady's included. Variants are named
 ``belady+<cost>+<size|nosize>+<ops|time>``; ``belady`` is ``belady+estar+size+ops``.
 
 ``learned`` is online: it sees only what a live runtime sees (each op as it runs, the

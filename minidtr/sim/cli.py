@@ -7,6 +7,7 @@ minidtr sim info LOG... | --bundled         what a trace holds, its peak and flo
 minidtr sim frontier LOG... [--max-slowdown X] [--heuristic H]
                                             the lowest ratio that replays within X
 minidtr sim optimal LOG [--ratios ...]      DTR against the optimal schedule (MILP)
+minidtr sim bound LOG... [--ratios ...]     a lower bound on every schedule's slowdown (LP)
 minidtr sim sqrt-n [--n 100,400,1600]       Theorem 3.1's chain table
 minidtr sim adversary [--budget 8 --n ...]  Theorem 3.2's adversarial family
 """
@@ -25,7 +26,6 @@ from ..cli_args import (
     check_input,
     check_outputs,
     number,
-    positive_seconds,
     require_plotting,
     runtime_options,
     whole_number,
@@ -33,7 +33,7 @@ from ..cli_args import (
 from .cluster_cli import add_cluster_options, cluster, cluster_settings
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
-SUBCOMMANDS = ("info", "frontier", "optimal", "sqrt-n", "adversary")
+SUBCOMMANDS = ("info", "frontier", "optimal", "bound", "sqrt-n", "adversary")
 
 
 def floats(text: str) -> list[float]:
@@ -180,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = {
             "info": info_main,
             "frontier": frontier_main,
-            "optimal": optimal_main,
+            "optimal": _solver_command("optimal_main"),
+            "bound": _solver_command("bound_main"),
             "sqrt-n": sqrt_n_main,
             "adversary": adversary_main,
         }[argv[0]]
@@ -192,6 +193,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def _solver_command(name: str):
+    """``minidtr sim optimal`` and ``bound`` (minidtr.sim.solver_cli, which imports this
+    module's helpers)."""
+
+    def command(argv: Sequence[str]) -> int:
+        from . import solver_cli
+
+        return getattr(solver_cli, name)(argv)
+
+    return command
 
 
 def sweep_main(argv: Sequence[str]) -> int:
@@ -399,69 +412,6 @@ def _frontier_table(trace: Any, args: argparse.Namespace, before: str) -> str:
             verdict += f"; so far the lowest ratio within {args.max_slowdown:g}x: {best.ratio:.3f}"
         print(before + "\n".join([*format_frontier(so_far).splitlines()[:-1], verdict]))
         raise
-
-
-def optimal_main(argv: Sequence[str]) -> int:
-    p = parser(
-        "minidtr sim optimal",
-        "Each heuristic's slowdown against the optimal schedule for the trace's "
-        "op order (a mixed-integer program solved by SciPy's HiGHS).",
-    )
-    p.add_argument("logs", nargs="+", metavar="LOG")
-    p.add_argument("--ratios", type=ratios, default=[0.9, 0.8, 0.7, 0.6, 0.5])
-    _add_heuristics(p, ["dtr"])
-    p.add_argument("--time-limit", type=positive_seconds, default=60.0, help="seconds per budget")
-    _add_jobs_option(p)
-    p.add_argument("--csv", metavar="FILE")
-    add_cluster_options(p)
-    args = _parse(p, argv)
-    settings = cluster_settings(p, args)
-    traces = _load(p.prog, args.logs)
-    if traces is None:
-        return 1
-    from .sweep import optimal_rows
-
-    finished: list[dict] = []
-    try:
-        with cluster(settings) as client:
-            rows = optimal_rows(
-                traces,
-                args.ratios,
-                args.heuristics,
-                args.time_limit,
-                jobs=args.jobs,
-                client=client,
-                progress=sys.stderr.isatty(),
-                on_row=finished.append,
-            )
-    except ValueError as e:
-        print(f"minidtr sim optimal: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        if finished:  # each row can have taken the whole time limit: keep them
-            _print_rows(finished, args.csv, _optimal_columns(args.heuristics))
-        print(
-            f"\nminidtr sim optimal: interrupted after {len(finished)} of "
-            f"{len(traces) * len(args.ratios)} rows",
-            file=sys.stderr,
-        )
-        return 130
-    return _print_rows(rows, args.csv, _optimal_columns(args.heuristics))
-
-
-def _optimal_columns(heuristics: Sequence[str]) -> list[str]:
-    return [
-        "trace",
-        "nodes",
-        "ratio",
-        *heuristics,
-        "best",
-        "lower",
-        "gap",
-        "status",
-        "solve_time",
-        *[f"{h}/best" for h in heuristics],
-    ]
 
 
 def sqrt_n_main(argv: Sequence[str]) -> int:

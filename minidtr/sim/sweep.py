@@ -326,13 +326,19 @@ def compare_with_optimal(
     *,
     client: Any = None,
     executor: Executor | None = None,
+    bound: bool = False,
 ) -> list[dict]:
     """At each budget ratio: each heuristic's slowdown, the optimal schedule's (the best
-    found, its proven lower bound and gap, the solver time) and their ratio. Slowdowns
-    are (the trace's compute + recomputation) / the trace's compute for both. Each
-    ratio is one task for ``minidtr.sim.parallel`` (``jobs``, ``client``, ``executor``
-    as in ``sweep``); rows come back in ratio order."""
-    return optimal_rows([trace], ratios, heuristics, time_limit, jobs, client, executor)
+    found, an upper bound on the optimum unless ``status`` is ``optimal``; the solver's
+    proven lower bound on it, ``lower``, and gap; the solver time) and their ratio.
+    Slowdowns are (the trace's compute + recomputation) / the trace's compute for all.
+    With ``bound``, also the linear relaxation's bound (``minidtr.sim.bound``), below
+    every heuristic's slowdown and the optimum's alike, and its time. Each ratio is one
+    task for ``minidtr.sim.parallel`` (``jobs``, ``client``, ``executor`` as in
+    ``sweep``); rows come back in ratio order."""
+    return optimal_rows(
+        [trace], ratios, heuristics, time_limit, jobs, client, executor, bound=bound
+    )
 
 
 def optimal_rows(
@@ -345,21 +351,35 @@ def optimal_rows(
     executor: Executor | None = None,
     progress: bool = False,
     on_row: Callable[[dict], None] | None = None,
+    bound: bool = False,
 ) -> list[dict]:
     """``compare_with_optimal`` for several traces at once, every (trace, ratio) a task;
     ``on_row`` is called with each row as it finishes (a row can take the solver's whole
     time limit: an interrupted run keeps those done)."""
+    options = (tuple(heuristics), time_limit, bound)
+    tasks = [(i, (ratio, *options)) for i in range(len(traces)) for ratio in ratios]
+    return task_rows(_optimal_row, traces, tasks, jobs, client, executor, progress, on_row)
+
+
+def task_rows(
+    fn: Callable[..., dict],
+    traces: Sequence[Trace],
+    tasks: Sequence[parallel.Task],
+    jobs: int | None = None,
+    client: Any = None,
+    executor: Executor | None = None,
+    progress: bool = False,
+    on_row: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """The rows ``fn`` makes of each task through ``minidtr.sim.parallel``, in task
+    order; ``on_row`` sees each as it finishes."""
     traces = list(traces)
     for trace in traces:
-        baseline(trace)
-    options = (tuple(heuristics), time_limit)
-    tasks = [(i, (ratio, *options)) for i in range(len(traces)) for ratio in ratios]
+        baseline(trace)  # measured once here, shipped with the trace
     rows: list[dict | None] = [None] * len(tasks)
     bar = _progress(len(tasks), 0) if progress else None
     try:
-        for n, row in parallel.run(
-            _optimal_row, traces, tasks, jobs=jobs, client=client, executor=executor
-        ):
+        for n, row in parallel.run(fn, traces, tasks, jobs=jobs, client=client, executor=executor):
             rows[n] = row
             if on_row is not None:
                 on_row(row)
@@ -371,7 +391,9 @@ def optimal_rows(
     return rows
 
 
-def _optimal_row(trace: Trace, ratio: float, heuristics: Sequence[str], time_limit: float) -> dict:
+def _optimal_row(
+    trace: Trace, ratio: float, heuristics: Sequence[str], time_limit: float, bound: bool = False
+) -> dict:
     from .checkmate import solve_optimal
     from .graph import graph_from_trace
 
@@ -388,16 +410,27 @@ def _optimal_row(trace: Trace, ratio: float, heuristics: Sequence[str], time_lim
         "budget": budget,
         "status": opt.status,  # optimal, or incumbent: the best found in the time limit
         "best": upper,  # an upper bound on the optimum, the optimum when status is optimal
-        "lower": lower,
+        "lower": lower,  # the solver's proven lower bound on the optimum
         "gap": opt.gap,
         "solve_time": opt.solve_time,
         "found_by": opt.source,
     }
+    if bound:
+        row.update(_bound_cells(trace, budget, time_limit))
     for h in heuristics:
         result = simulate(trace, budget=budget, heuristic=h, thrash=None)
         row[h] = result.slowdown if result.status == "ok" else math.nan
         row[f"{h}/best"] = row[h] / upper if opt.found else math.nan
     return row
+
+
+def _bound_cells(trace: Trace, budget: int, time_limit: float) -> dict:
+    """The linear relaxation's lower bound on every schedule's slowdown (NaN unless its
+    status is ``ok``: ``infeasible``, or none proven in ``time_limit``) and its time."""
+    from .bound import lower_bound
+
+    found = lower_bound(trace, budget=budget, time_limit=time_limit)
+    return {"bound": found.slowdown, "bound_status": found.status, "bound_time": found.solve_time}
 
 
 def format_rows(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
