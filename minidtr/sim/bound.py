@@ -79,7 +79,7 @@ from typing import Any
 
 import numpy as np
 
-from .checkmate import _quiet_c_stdout
+from .checkmate import ConstraintRows, _quiet_c_stdout
 from .graph import Graph, Part, graph_from_trace
 
 MAX_PAIRS = 70_000  # (block, node) pairs: the bundled traces but the Tree-LSTM stay exact
@@ -208,7 +208,7 @@ def relaxation_bound(
     program = Program(graph, budget, need, size)
     solved = program.solve(linprog, max(time_limit - (time.perf_counter() - started), 1.0))
     status, cost, message = solved
-    rows = len(program.lb)
+    rows = len(program.constraints.lb)
     return _result(status, budget, cost, graph, total, started, size, program.n_var, rows, message)
 
 
@@ -283,11 +283,7 @@ class Program:
         self.n_var = 0
         self.cost: list[float] = []
         self.upper: list[float] = []
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.lb: list[float] = []
-        self.ub: list[float] = []
+        self.constraints = ConstraintRows()
         self._variables()
         self._rows()
 
@@ -327,13 +323,7 @@ class Program:
     # ---- rows ---------------------------------------------------------------------------
 
     def _row(self, entries, lb: float, ub: float) -> None:
-        r = len(self.lb)
-        for col, val in entries:
-            self.rows.append(r)
-            self.cols.append(col)
-            self.vals.append(val)
-        self.lb.append(lb)
-        self.ub.append(ub)
+        self.constraints.row(entries, lb, ub)
 
     def _rows(self) -> None:
         self._inputs_resident()
@@ -449,10 +439,8 @@ class Program:
         """(status, the least cost of a schedule, HiGHS's message)."""
         from scipy import sparse
 
-        matrix = sparse.csr_matrix(
-            (self.vals, (self.rows, self.cols)), shape=(len(self.lb), self.n_var)
-        )
-        lb, ub = np.array(self.lb), np.array(self.ub)
+        matrix = self.constraints.matrix(self.n_var)
+        lb, ub = np.array(self.constraints.lb), np.array(self.constraints.ub)
         finite_ub, finite_lb = np.isfinite(ub), np.isfinite(lb)
         a_ub = sparse.vstack([matrix[finite_ub], -matrix[finite_lb]]).tocsr()
         b_ub = np.concatenate([ub[finite_ub], -lb[finite_lb]])

@@ -72,8 +72,9 @@ class OptimalResult:
         return self.status in ("optimal", "incumbent")
 
 
-class _Builder:
-    """Rows of a sparse constraint matrix, gathered as triplets."""
+class ConstraintRows:
+    """Rows of a sparse constraint matrix, gathered as triplets, with their bounds
+    (``lb <= row . x <= ub``); the MILP here and the LP of ``bound.py`` build theirs so."""
 
     def __init__(self):
         self.rows: list[int] = []
@@ -91,6 +92,12 @@ class _Builder:
         self.lb.append(lb)
         self.ub.append(ub)
 
+    def matrix(self, n_var: int):
+        """The rows as a SciPy CSR matrix of ``n_var`` columns."""
+        from scipy import sparse
+
+        return sparse.csr_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lb), n_var))
+
 
 def solve_optimal(
     graph: Graph, budget: int, time_limit: float = 60.0, mip_rel_gap: float = 1e-4
@@ -104,7 +111,6 @@ def solve_optimal(
     started = time.perf_counter()
     deadline = started + time_limit
     try:
-        from scipy import sparse
         from scipy.optimize import Bounds, LinearConstraint, milp
     except ImportError as e:  # pragma: no cover - scipy is an optional extra
         raise ImportError("the optimal schedule needs SciPy (pip install 'minidtr[scipy]')") from e
@@ -157,7 +163,7 @@ def solve_optimal(
         if t == n - 1 and i in outputs:
             upper[col] = 0.0
 
-    a = _Builder()
+    a = ConstraintRows()
     for t in range(n):
         for k in range(t + 1):
             for i in graph.deps[k]:
@@ -193,7 +199,7 @@ def solve_optimal(
     greedy_cost, greedy_peak = check_schedule(graph, *greedy) if greedy else (math.inf, 0)
     if math.isfinite(greedy_cost):  # a cutoff: only schedules at least as good matter
         a.row([(col, objective[col]) for col in np.flatnonzero(objective)], -math.inf, greedy_cost)
-    matrix = sparse.csr_matrix((a.vals, (a.rows, a.cols)), shape=(len(a.lb), n_var))
+    matrix = a.matrix(n_var)
     integrality = np.ones(n_var)
     integrality[n_r + n_s : base] = 0
     with _quiet_c_stdout():
