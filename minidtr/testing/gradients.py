@@ -96,9 +96,7 @@ def check_gradients(
         site = call_site()
         return _check_application(Application(fn, list(inputs), site), seed, eps, rtol, atol, "")
     arrays = [_as_input(x) for x in inputs]
-    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
-    if not floats:
-        raise ValueError("check_gradients: no floating-point input to differentiate by")
+    floats = float_inputs(arrays)
     state = random_ops.default_generator().bit_generator.state
     try:
         with isolated_allocator():
@@ -249,9 +247,7 @@ def _check_application(
     """Raise ``GradientMismatch`` if one op's products disagree at its recorded inputs."""
     op = application.op
     arrays = [_as_input(a) for a in application.arrays]
-    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
-    if not floats:
-        raise ValueError("check_gradients: no floating-point input to differentiate by")
+    floats = float_inputs(arrays)
     state = random_ops.default_generator().bit_generator.state
     try:
         with isolated_allocator():
@@ -267,3 +263,11 @@ def _check_application(
                 op,
                 str(site),
             )
+
+
+def float_inputs(arrays: list) -> list[int]:
+    """The indices of the floating-point arrays: the inputs a gradient is checked by."""
+    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    if not floats:
+        raise ValueError("check_gradients: no floating-point input to differentiate by")
+    return floats
