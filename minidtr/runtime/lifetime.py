@@ -193,10 +193,15 @@ class Lifetimes:
                     self.pending_error = error.with_traceback(None)
                 if storage.buffer is None or storage.external_refs or storage.locks:
                     return
-            if self.pending_error is None and useful_dead(storage):
+            if self.pending_error is None and self.is_useful(storage):
                 self.kept_dead[storage] = None  # evicted ones below still need it
                 return
         allocator.eviction.evict(storage, "dead")
+
+    def is_useful(self, storage: Storage) -> bool:
+        """``useful_dead(storage)``; while accelerated, ``fast/usefulness.py``'s instead
+        (an attribute of this object, set by ``fast.install``)."""
+        return useful_dead(storage)
 
     def raise_pending(self) -> None:
         """Raise an error that happened where it could not surface (see ``settle``)."""
@@ -361,7 +366,7 @@ class Lifetimes:
         for storage in list(kept):
             if storage.buffer is None or storage.external_refs or not storage.evictable:
                 del kept[storage]
-            elif not storage.locks and not useful_dead(storage):
+            elif not storage.locks and not self.is_useful(storage):
                 del kept[storage]
                 self.allocator.eviction.evict(storage, "dead")
 

@@ -13,6 +13,8 @@ the reference loop.
     mirror.py    the union-find classes as arrays (``eqclasses``)
     closures.py  c(e*) from cached closures (``estar.estar_cost``)
     hotpath.py   inlined ``compute`` and ``release`` for the common op and death
+    usefulness.py  whether a dead storage is still useful, without per-visit lists
+                 (``lifetime.useful_dead``)
 
 ``install`` puts these in place of the reference pieces of an allocator and
 ``uninstall`` takes them away (``Allocator._select_policy_code``, by the innermost
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 from ..candidates import Candidates
 from ..estar import WalkedNeighbourhood
 from ..storage import Storage
+from . import usefulness
 from .closures import CachedClosures
 from .hotpath import FastPath
 from .mirror import ClassMirror
@@ -50,6 +53,7 @@ def install(allocator: Allocator, order: list[Storage]) -> None:
     allocator.fast = FastPath(allocator)
     # every death calls it: bound here rather than dispatched in Allocator.release
     allocator.release = allocator.fast.release
+    allocator.lifetimes.is_useful = usefulness.useful_dead
 
 
 def uninstall(allocator: Allocator, order: list[Storage]) -> None:
@@ -63,3 +67,4 @@ def uninstall(allocator: Allocator, order: list[Storage]) -> None:
     eviction.search = None
     allocator.fast = None
     vars(allocator).pop("release", None)  # Allocator.release again
+    vars(allocator.lifetimes).pop("is_useful", None)  # Lifetimes.is_useful again

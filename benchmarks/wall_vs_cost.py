@@ -1,0 +1,80 @@
+"""What a budget costs in wall time against what the cost model says it costs.
+
+    python benchmarks/wall_vs_cost.py [--models mlp,resnet] [--ratios 0.5,0.3] [--rounds 9]
+
+For each model's small preset: one task, its unbounded peak measured first; then rounds
+of one training step per setting (no budget, then each ratio of the peak), interleaved
+so that the machine's load falls on all of them alike, each step in a runtime of its own
+(entered outside the timing). Printed per ratio: the wall-clock slowdown (median step
+time over the unbudgeted median), the cost model's slowdown ((compute + recompute) /
+compute, ``flops``, of the same steps) and their quotient, which the runtime's own work
+under a budget (the eviction search, the bookkeeping that grows with it) makes larger
+than 1 and recomputation alone would keep at 1. One thread (OPENBLAS_NUM_THREADS=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
+
+import statistics
+import time
+
+import minidtr as md
+from minidtr.data import minibatch_indices
+from minidtr.training import TrainConfig, build_task, measure_peak, train_step
+
+MODELS = "mlp,resnet,densenet,unet,lstm,transformer,treelstm"
+
+
+def measure(model: str, ratios: list[float], rounds: int) -> list[tuple]:
+    """(ratio, wall slowdown, cost-model slowdown) for each ratio."""
+    config = TrainConfig(model)
+    peak = measure_peak(config)
+    task = build_task(config)
+    optimizer = task.make_optimizer(task.model.parameters())
+    batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
+    settings = [None, *ratios]
+    times: dict = {r: [] for r in settings}
+    compute = {r: 0.0 for r in settings}
+    remat = {r: 0.0 for r in settings}
+    for round_ in range(rounds + 2):  # two warm-up rounds: the optimizer's state is made
+        for ratio in settings:
+            budget = None if ratio is None else int(ratio * peak)
+            runtime = md.Runtime(budget=budget, cost="flops", max_wall_slowdown=None)
+            with runtime:
+                started = time.perf_counter()
+                train_step(task, optimizer, next(batches))
+                elapsed = time.perf_counter() - started
+            if round_ >= 2:
+                stats = runtime.stats()
+                times[ratio].append(elapsed)
+                compute[ratio] += stats["compute_cost"]
+                remat[ratio] += stats["remat_cost"]
+    base = statistics.median(times[None])
+    return [
+        (r, statistics.median(times[r]) / base, (compute[r] + remat[r]) / compute[r])
+        for r in ratios
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--ratios", default="0.5,0.3")
+    parser.add_argument("--rounds", type=int, default=9, help="timed steps per setting")
+    args = parser.parse_args(argv)
+    ratios = [float(r) for r in args.ratios.split(",")]
+    print(f"median of {args.rounds} steps per setting, interleaved; one thread")
+    print("| model | ratio | wall slowdown | cost-model slowdown | wall / cost model |")
+    print("|---|---|---|---|---|")
+    for model in args.models.split(","):
+        for ratio, wall, cost in measure(model, ratios, args.rounds):
+            print(f"| {model} | {ratio} | {wall:.3f} | {cost:.3f} | {wall / cost:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
