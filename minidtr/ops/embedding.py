@@ -11,10 +11,9 @@ from .op import (
     DTypeError,
     Op,
     apply,
+    check_in_range,
     expect_tensor,
-    first_outside,
     float_dtype,
-    host_values,
     numel,
 )
 
@@ -83,12 +82,5 @@ def embedding(weight: Tensor, indices) -> Tensor:
     op = Embedding()
     if weight.ndim == 2 and isinstance(indices, Tensor) and indices.dtype.kind in "iu":
         rows = weight.shape[0]
-        bad = first_outside(host_values(indices), 0, rows)
-        if bad is not None:
-            raise op.error(
-                f"index {bad} is out of range for {rows} rows (valid: 0..{rows - 1})",
-                weight.cell,
-                indices.cell,
-                kind=IndexError,
-            )
+        check_in_range(op, indices, rows, "index", "rows", weight.cell, indices.cell)
     return apply(op, weight, indices)

@@ -18,10 +18,9 @@ from .op import (
     DTypeError,
     Op,
     apply,
+    check_in_range,
     expect_tensor,
-    first_outside,
     float_dtype,
-    host_values,
     in_float32,
     normalize_axis,
     numel,
@@ -285,14 +284,7 @@ def cross_entropy(logits: Tensor, targets) -> Tensor:
     op = CrossEntropy()
     if logits.ndim == 2 and isinstance(targets, Tensor) and targets.dtype.kind in "iu":
         classes = logits.shape[1]
-        bad = first_outside(host_values(targets), 0, classes)
-        if bad is not None:
-            raise op.error(
-                f"target {bad} is out of range for {classes} classes (valid: 0..{classes - 1})",
-                logits.cell,
-                targets.cell,
-                kind=IndexError,
-            )
+        check_in_range(op, targets, classes, "target", "classes", logits.cell, targets.cell)
     return apply(op, logits, targets)
 
 

@@ -273,12 +273,19 @@ def host_values(t: Tensor) -> np.ndarray:
     return backend.to_host(cell.storage.allocator.read(cell))
 
 
-def first_outside(values: np.ndarray, low: int, high: int) -> int | None:
-    """The first of the integer ``values`` outside [low, high), or None."""
-    outside = (values < low) | (values >= high)
-    if not outside.any():
-        return None
-    return int(values[outside].reshape(-1)[0])
+def check_in_range(op: Op, indices: Any, count: int, what: str, unit: str, *cells: Cell) -> None:
+    """Raise an IndexError naming ``op`` and ``cells`` if an integer of the tensor
+    ``indices`` (read through the allocator) is outside [0, count): a ``what`` (index,
+    target) out of range for ``count`` ``unit`` (rows, classes)."""
+    values = host_values(indices)
+    outside = (values < 0) | (values >= count)
+    if outside.any():
+        bad = int(values[outside].reshape(-1)[0])
+        raise op.error(
+            f"{what} {bad} is out of range for {count} {unit} (valid: 0..{count - 1})",
+            *cells,
+            kind=IndexError,
+        )
 
 
 def expect_number(op_name: str, value, what: str) -> float:
