@@ -157,8 +157,8 @@ NAMED: dict[str, tuple[str, bool, bool]] = {
     "size": ("none", True, False),
 }
 
-HEURISTIC_NAMES = (*NAMED, "random")
-TRACE_ONLY = ("belady", "learned")  # minidtr.sim.clairvoyant: need a trace
+HEURISTIC_NAMES = (*NAMED, "random", "learned")
+TRACE_ONLY = ("belady",)  # minidtr.sim.clairvoyant: needs a trace to read ahead in
 
 
 def ablation_names() -> list[str]:
@@ -175,6 +175,10 @@ def make_heuristic(name: str, seed: int = 0) -> Heuristic | RandomHeuristic:
     """A heuristic by name: one of ``HEURISTIC_NAMES`` or an ablation-grid name."""
     if name == "random":
         return RandomHeuristic(seed)
+    if name.split("+")[0] == "learned":
+        from .learned import Learned
+
+        return Learned(name)
     if name.split("+")[0] in TRACE_ONLY:
         raise ValueError(
             f"heuristic {name!r} reads when each storage is used next from a recorded trace, "

@@ -125,7 +125,11 @@ class Lifetimes:
 
     def died(self, storage: Storage) -> None:
         """The last external reference died: apply the deallocation policy, now or, while
-        the allocator is busy, when the access in progress is done."""
+        the allocator is busy, when the access in progress is done. An observer hears
+        of it at once."""
+        observer = self.allocator.observer
+        if observer is not None:
+            observer.on_death(storage)
         self.dying.append(storage)
         self.settle()
 

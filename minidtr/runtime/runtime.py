@@ -202,13 +202,26 @@ class Runtime:
         if self.allocator is not None:
             raise RuntimeError(f"{self!r} is already active; a runtime cannot be re-entered")
         self._active_since = time.perf_counter()
-        allocator.push(self)
+        attach = getattr(self.heuristic, "attach", None)  # a heuristic that watches (learned)
+        if attach is not None:
+            attach(allocator)
+        try:
+            allocator.push(self)
+        except BaseException:
+            self._detach_heuristic(allocator)
+            raise
         self.allocator = allocator
         return self
+
+    def _detach_heuristic(self, allocator: Any) -> None:
+        detach = getattr(self.heuristic, "detach", None)
+        if detach is not None:
+            detach(allocator)
 
     def leave(self) -> None:
         """Stop being active (what the end of the ``with`` does, before its checks)."""
         self.allocator.pop(self)
+        self._detach_heuristic(self.allocator)
         self.allocator = None
         self.stats_.wall_time += time.perf_counter() - self._active_since
 

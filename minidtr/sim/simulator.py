@@ -211,7 +211,7 @@ class Replayer:
 
     The runtime's settings are ``options`` with ``budget``, ``heuristic``, ``dealloc`` and
     the other ``REPLAY_SETTINGS`` keywords put over them where given (not None); the
-    simulator's trace heuristics (belady, learned) are allowed here. With ``live_guard``
+    simulator's trace heuristic (belady) is allowed here. With ``live_guard``
     the options' ``max_slowdown`` applies as in a live run (``ThrashError``), each
     ``ANNOTATE STEP`` of the trace marking a step as ``minidtr train`` does
     (``Runtime.mark_step``): the first step is expected to compute what it computes in
