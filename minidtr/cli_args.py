@@ -22,8 +22,10 @@ from .runtime.options import (
     DEALLOC_POLICIES,
     DEFAULT_MAX_SLOWDOWN,
     DEFAULT_MAX_WALL_SLOWDOWN,
+    FITS,
     MAX_BUDGET,
     OPTION_NAMES,
+    PLACEMENTS,
     RuntimeOptions,
 )
 from .runtime.runtime import WALL_GUARD_AFTER
@@ -199,6 +201,25 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             help="run the reference policy only (the plain code docs/design.md walks "
             "through, without the accelerator): the same decisions, slower; for reading "
             "and stepping through in a debugger",
+        ),
+    ),
+    "fit": (
+        "--fit",
+        dict(
+            default="bytes",
+            choices=FITS,
+            help="when a new value fits: bytes (the resident bytes stay within the budget, "
+            "default) or contiguous (one free block of a budget-sized arena holds it; "
+            "fragmentation is measured)",
+        ),
+    ),
+    "placement": (
+        "--placement",
+        dict(
+            default="best",
+            choices=PLACEMENTS,
+            help="with --fit contiguous, the free block a value takes: best (the smallest "
+            "that holds it, default) or first (the lowest address)",
         ),
     ),
     "measure_real": (

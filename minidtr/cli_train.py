@@ -76,7 +76,16 @@ def _add_budget_options(p: argparse.ArgumentParser) -> None:
     )
     add_runtime_arguments(
         p,
-        ["heuristic", "dealloc", "rebuild_orphans", "cost", "max_slowdown", "max_wall_slowdown"],
+        [
+            "heuristic",
+            "dealloc",
+            "rebuild_orphans",
+            "cost",
+            "max_slowdown",
+            "max_wall_slowdown",
+            "fit",
+            "placement",
+        ],
     )
 
 
