@@ -233,8 +233,8 @@ def _summary_costs(result: Any) -> list[str]:
     return [
         f"{'steps/s':<{w}}{result.steps_per_second:.2f}"
         f"  ({result.seconds:.1f} s for {len(result.losses)} steps)",
-        *_summary_addresses(s, result.budget),
         f"{'peak memory':<{w}}{human_bytes(peak)}{of_budget}",
+        *_summary_addresses(s, result.budget),
         f"{'evictions':<{w}}{s['evictions']:,}  ({forced:,} forced by the budget, "
         f"{s['dead_evictions']:,} of dead tensors)",
         remats,

@@ -204,6 +204,25 @@ def test_fragmentation_forces_an_extra_eviction():
         del kept
 
 
+def test_explain_tells_the_extra_eviction_and_the_peak_address(tmp_path):
+    from minidtr.explain import explain, load_events, summarize
+
+    texts = []
+    for fit in ("bytes", "contiguous"):
+        with isolated_allocator():
+            with md.Runtime(budget=4 * KB, cost="flops", record_events=True, fit=fit) as rt:
+                kept = fragmenting_program()
+            rt.export_events(str(tmp_path / f"{fit}.jsonl"))
+            del kept
+        summary = summarize(load_events(str(tmp_path / f"{fit}.jsonl")))
+        texts.append(explain(summary))
+    assert "Addresses" not in texts[0]
+    a = summary.addresses
+    assert (a.peak_address, a.evictions, a.extra, a.fragmentation) == (4 * KB, 1, 1, [0.5])
+    assert "Evictions made to free a block large enough: 1; 1 of them while" in texts[1]
+    assert "The highest address in use was 4.0 KiB = 100% of the budget" in texts[1]
+
+
 def test_a_block_nothing_can_free_is_a_placement_error():
     """The 2 KiB value needs the middle block, which a pinned value holds."""
     with isolated_allocator(), md.Runtime(budget=4 * KB, cost="flops", fit="contiguous"):
