@@ -410,3 +410,87 @@ def test_sim_prints_and_writes_the_address_columns_only_under_the_contiguous_fit
         assert ("extra_evictions" in header) == ("contiguous fit" in out) == (fit != "bytes")
     assert cli.main([log, "--fit", "exact"]) == 2
     assert "invalid choice: 'exact'" in capsys.readouterr().err
+
+
+# ---- entering, nesting, changing the budget, failing kernels ---------------------------
+
+
+def test_values_made_before_the_runtime_are_laid_out_in_the_order_they_were_made():
+    with isolated_allocator() as allocator:
+        first = md.tensor(np.ones(100, np.float32))  # 400 bytes: a block of 512
+        # 1,200 bytes (a block of 1,536), after its input (a constant its recipe keeps)
+        second = md.tanh(md.tensor(np.ones(300, np.float32)))
+        with md.Runtime(budget=8 * KB, cost="flops", fit="contiguous") as rt:
+            addresses = allocator.addresses
+            assert addresses.address(first.storage) == 0
+            assert addresses.address(second.storage) == 512 + 1536
+            check_layout(allocator)
+            third = md.exp(second)
+            assert addresses.address(third.storage) == 512 + 2 * 1536
+        assert allocator.addresses is None  # the default runtime fits bytes
+        assert rt.stats()["peak_address"] == 512 + 3 * 1536
+        # second and third go by the byte rule; the constants' 1,600 bytes fit 1,800, but
+        # their blocks (2,048) do not
+        entering = md.Runtime(budget=1800, cost="flops", fit="contiguous")
+        with pytest.raises(PlacementError, match="entering the runtime"), entering:
+            pass
+        assert allocator.addresses is None and allocator.runtime.fit == "bytes"
+        del first, second, third
+
+
+def test_a_new_budget_lays_the_arena_out_again():
+    runtime = md.Runtime(budget=16 * KB, cost="flops", fit="contiguous")
+    with isolated_allocator() as allocator, runtime as rt:
+        c = md.tensor(np.ones(256, np.float32))
+        kept = [md.tanh(c), md.exp(c), md.sigmoid(c)]
+        del kept[1]  # a hole at 2 KiB
+        rt.budget = 3 * KB  # the three left are packed: 0, 1 and 2 KiB
+        assert allocator.addresses.arena.size == 3 * KB
+        assert [allocator.addresses.address(t.storage) for t in (c, *kept)] == [0, KB, 2 * KB]
+        check_layout(allocator)
+        with md.Runtime(budget=2 * KB, cost="flops"):  # bytes inside: no arena
+            assert allocator.addresses is None
+            md.exp(c)  # evicts by the byte rule
+        check_layout(allocator)  # back in the arena, laid out afresh at 3 KiB
+        assert allocator.addresses.arena.size == 3 * KB
+
+
+def test_a_kernel_that_fails_gives_its_blocks_back():
+    class Broken(md.ops.op.Op):
+        name = "broken"
+
+        def infer(self, x):
+            return [(x.shape, x.dtype)]
+
+        def forward(self, xp, x):
+            raise ZeroDivisionError("in the kernel")
+
+    runtime = md.Runtime(budget=8 * KB, cost="flops", fit="contiguous")
+    with isolated_allocator() as allocator, runtime:
+        c = md.tensor(np.ones(256, np.float32))
+        with pytest.raises(ZeroDivisionError):
+            md.ops.apply(Broken(), c)
+        assert allocator.addresses.pending == []
+        check_layout(allocator)
+        assert allocator.addresses.arena.used_bytes == KB
+
+
+def test_a_kernels_workspace_has_a_block_while_it_runs():
+    seen = []
+    with isolated_allocator() as allocator:
+        x = md.tensor(np.ones((8, 4, 16, 16), np.float32))
+        w = md.tensor(np.ones((4, 4, 3, 3), np.float32))
+        with md.Runtime(budget=10**6, cost="flops", fit="contiguous"):
+            addresses = allocator.addresses
+            placed = addresses.arena.place
+
+            def noting(nbytes, owner=None):
+                seen.append(nbytes)
+                return placed(nbytes, owner)
+
+            addresses.arena.place = noting
+            y = md.conv2d(x, w, padding=1)
+            del addresses.arena.place
+            check_layout(allocator)
+        assert len(seen) == 2 and seen[0] == y.storage.nbytes  # the output, the workspace
+        assert addresses.arena.used_bytes == sum(aligned(t.storage.nbytes) for t in (x, w, y))
