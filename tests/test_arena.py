@@ -494,3 +494,28 @@ def test_a_kernels_workspace_has_a_block_while_it_runs():
             check_layout(allocator)
         assert len(seen) == 2 and seen[0] == y.storage.nbytes  # the output, the workspace
         assert addresses.arena.used_bytes == sum(aligned(t.storage.nbytes) for t in (x, w, y))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model", ["mlp", "resnet", "densenet", "unet", "lstm", "transformer", "treelstm"]
+)
+def test_every_bundled_trace_replays_identically_with_the_reference_policy(model):
+    """Under -m slow: every heuristic at 0.7 and 0.5, both placement policies: the same
+    events (addresses included), the same measures (failures and thrashing included)."""
+    from minidtr.runtime import HEURISTIC_NAMES
+
+    trace = sim.load_log(next(p for p in sim.bundled_traces() if p.name.startswith(model)))
+    for ratio in (0.7, 0.5):
+        for heuristic in HEURISTIC_NAMES:
+            for placement in ("best", "first"):
+                runs = [
+                    sim.simulate(
+                        trace, ratio=ratio, heuristic=heuristic, record_events=True,
+                        reference=reference, fit="contiguous", placement=placement,
+                    )
+                    for reference in (False, True)
+                ]  # fmt: skip
+                where = (model, ratio, heuristic, placement)
+                assert runs[0].status == runs[1].status, where
+                assert runs[0].extra == runs[1].extra, where

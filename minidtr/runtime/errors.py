@@ -51,9 +51,15 @@ class PlacementError(BudgetError):
         self.pinned, self.constant, self.locked = pinned, constant, locked
         self.block, self.largest_free, self.free = block, largest_free, free
         budget_text = "no budget" if budget is None else f"a budget of {budget:,} bytes"
+        # needed is 0 when nothing new is asked for: a value resident already needs a block
+        asks = (
+            f"needs a free block of {block:,} bytes (of {needed:,} bytes asked for)"
+            if needed
+            else f"a resident value needs a free block of {block:,} bytes"
+        )
         MemoryError.__init__(
             self,
-            f"{op}: needs a free block of {block:,} bytes (of {needed:,} bytes asked for) "
+            f"{op}: {asks} "
             f"but the largest free block is {largest_free:,} bytes ({free:,} free in all, "
             f"{budget_text}, contiguous fit) after evicting all it could: {memory:,} "
             f"bytes in use, {constant:,} constant, {pinned:,} pinned, {locked:,} locked by "
