@@ -9,6 +9,8 @@ accelerator, the simulator's replay of a recorded trace deciding as the live run
 and fragmentation measured where it makes the contiguous rule evict more than the byte
 rule. The byte fit, the default, is left exactly as it was."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -157,6 +159,48 @@ def test_random_requests_and_frees_against_a_brute_force_model(policy, units, st
             del used[owner]
         arena.check()  # never overlapping, covering the arena, no two free blocks adjacent
         assert arena.used_bytes == sum(length for _, length in used.values())
+
+
+def test_the_cheapest_window_of_a_small_arena():
+    arena = Arena(6 * KB)
+    blocks = [arena.place(KB, owner=cost) for cost in (5, 1, 1, 9, 2, 2)]
+    for block in (blocks[1], blocks[4]):
+        arena.free(block)  # free: 1 KiB at 1 KiB (cost 0), 1 KiB at 4 KiB
+    cost, window = arena.cheapest_window(2 * KB, lambda b: b.owner)
+    assert (cost, [b.start for b in window]) == (1, [KB, 2 * KB])  # free + the cost-1 block
+    cost, window = arena.cheapest_window(3 * KB, lambda b: b.owner)
+    # 5+0+1 at 0 KiB; 0+1+9, 1+9+0 and 9+0+2 further up
+    assert (cost, [b.start for b in window]) == (6, [0, KB, 2 * KB])
+    fixed = lambda b: math.inf if b.owner == 1 else b.owner  # noqa: E731
+    assert arena.cheapest_window(4 * KB, fixed) is None  # the block at 2 KiB cannot go
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(1, 3 * ALIGNMENT), st.integers(0, 5))),
+    st.integers(1, 8 * ALIGNMENT),
+)
+def test_the_cheapest_window_against_every_window(layout, nbytes):
+    """Costs 0..4, and 5 standing for a block that cannot be freed."""
+    arena = Arena(sum(aligned(n) for _, n, _ in layout) + 100)
+    for free, size, cost in layout:
+        block = arena.place(size, owner=cost)
+        if free:
+            arena.free(block)
+    blocks = list(arena.blocks())
+    costs = [0 if b.free else math.inf if b.owner == 5 else b.owner for b in blocks]
+    windows = [
+        (sum(costs[i:j]), i, j)
+        for i in range(len(blocks))
+        for j in range(i + 1, len(blocks) + 1)
+        if sum(b.size for b in blocks[i:j]) >= aligned(nbytes) and math.inf not in costs[i:j]
+    ]
+    found = arena.cheapest_window(nbytes, lambda b: math.inf if b.owner == 5 else b.owner)
+    if not windows:
+        assert found is None
+    else:
+        cost, first, end = min(windows)
+        assert found == (cost, blocks[first:end])
 
 
 # ---- the runtime under fit="contiguous" -------------------------------------------------

@@ -38,13 +38,17 @@ fast for the thousands of blocks a simulation holds).
 
 ``blocks()`` walks every block in address order (used and free), and
 ``blocks_from(address)`` from a given address on: what a heuristic that evicts a
-*contiguous window* of blocks slides over (Coop, NeurIPS 2023).
+*contiguous window* of blocks slides over (Coop, NeurIPS 2023). ``cheapest_window``
+is that slide: given what freeing each used block would cost (infinite for one that
+cannot be freed), the run of adjacent blocks that would hold a request at the lowest
+total cost, in one pass.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +187,41 @@ class Arena:
         if not 0 <= address < self.size:
             return None
         return self.at[self.starts[bisect.bisect_right(self.starts, address) - 1]]
+
+    def cheapest_window(
+        self, nbytes: int, cost: Callable[[Block], float]
+    ) -> tuple[float, list[Block]] | None:
+        """The run of adjacent blocks whose sizes sum to at least ``nbytes`` (rounded up to
+        the alignment) that would cost least to free, with that cost: free blocks cost
+        nothing, a used one ``cost(block)`` (>= 0; ``math.inf`` for one that cannot be
+        freed, which no window crosses). The lowest address wins among equal costs; None
+        when no run holds the request.
+
+        One pass with two ends: costs are never negative, so for each first block the
+        cheapest run is the shortest that holds the request; the far end only moves
+        forward, and each block's cost is asked for once."""
+        need = aligned(nbytes, self.alignment)
+        blocks = list(self.blocks())
+        costs = [0.0 if b.free else cost(b) for b in blocks]
+        best: tuple[float, int, int] | None = None
+        end = size = 0
+        total = 0.0
+        for first, block in enumerate(blocks):
+            if end <= first:  # an empty run: start it here
+                end, size, total = first, 0, 0.0
+            while size < need and end < len(blocks) and costs[end] < math.inf:
+                size += blocks[end].size
+                total += costs[end]
+                end += 1
+            if size >= need and (best is None or total < best[0]):
+                best = (total, first, end)
+            if end > first:  # the first block leaves the run
+                size -= block.size
+                total -= costs[first]
+        if best is None:
+            return None
+        total, first, end = best
+        return math.fsum(costs[first:end]), blocks[first:end]
 
     # ---- resizing --------------------------------------------------------------------
 
