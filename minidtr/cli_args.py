@@ -165,8 +165,8 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             default="dtr",
             type=parse_heuristic,
             metavar="H",
-            help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)} or an ablation name "
-            "like eq+size+nostale (default dtr)",
+            help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)}, an ablation name "
+            "like eq+size+nostale, or window (with --fit contiguous; default dtr)",
         ),
     ),
     "dealloc": (

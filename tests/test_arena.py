@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 
 import minidtr as md
 from minidtr import sim
+from minidtr.runtime import HEURISTIC_NAMES
 from minidtr.runtime.arena import ALIGNMENT, Arena, aligned
 from minidtr.runtime.errors import PlacementError
 from minidtr.runtime.registry import allocator_for
 from minidtr.sim.simulator import baseline
 from minidtr.testing import isolated_allocator, run_under
-from minidtr.testing.strategies import heuristics, random_programs, unbounded_peak
+from minidtr.testing.strategies import random_programs, unbounded_peak
 
 KB = 1024
 
@@ -301,10 +302,11 @@ PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 # long programs of 24 x 24 values: most budgets between half the peak and the peak fit
 # (shorter ones are mostly their inputs and gradients, which no budget below the peak holds)
 PROGRAMS = random_programs(max_ops=30, max_inputs=2, size=24)
+HEURISTICS = st.sampled_from([*HEURISTIC_NAMES, "window"])
 
 
 @PROPERTY
-@given(PROGRAMS, heuristics(), st.floats(0.5, 0.95))
+@given(PROGRAMS, HEURISTICS, st.floats(0.5, 0.95))
 def test_random_programs_compute_the_same_bits_within_the_arena(program, heuristic, ratio):
     """At ``ratio`` of the peak, or, if the arena is too small there, half-way up to it."""
     expected = run_under(program, md.Runtime(cost="flops"))
@@ -352,7 +354,7 @@ def both_policies(program, budget: int, heuristic: str, placement: str) -> list:
 
 
 @PROPERTY
-@given(PROGRAMS, heuristics(), st.floats(0.5, 0.95), st.sampled_from(["best", "first"]))
+@given(PROGRAMS, HEURISTICS, st.floats(0.5, 0.95), st.sampled_from(["best", "first"]))
 def test_the_accelerator_decides_as_the_reference_under_a_contiguous_fit(
     program, heuristic, ratio, placement
 ):
@@ -375,12 +377,16 @@ def resnet():
     return sim.load_log(next(p for p in sim.bundled_traces() if p.name.startswith("resnet")))
 
 
-def test_a_bundled_trace_replays_identically_with_the_reference_policy(resnet):
+@pytest.mark.parametrize("heuristic", ["dtr", "window"])
+def test_a_bundled_trace_replays_identically_with_the_reference_policy(resnet, heuristic):
     runs = [
-        sim.simulate(resnet, ratio=0.4, fit="contiguous", record_events=True, reference=reference)
+        sim.simulate(
+            resnet, ratio=0.4, heuristic=heuristic, fit="contiguous", record_events=True,
+            reference=reference,
+        )
         for reference in (False, True)
-    ]
-    assert runs[0].extra == runs[1].extra
+    ]  # fmt: skip
+    assert runs[0].status == "ok" and runs[0].extra == runs[1].extra
     assert runs[0].extra["extra_evictions"] > 0 and runs[0].extra["peak_address"] <= runs[0].budget
     alloc = next(e for e in runs[0].extra["events"] if e["event"] == "alloc")
     assert alloc["address"] == 0  # the first value made lies at the bottom
@@ -563,3 +569,51 @@ def test_every_bundled_trace_replays_identically_with_the_reference_policy(model
                 where = (model, ratio, heuristic, placement)
                 assert runs[0].status == runs[1].status, where
                 assert runs[0].extra == runs[1].extra, where
+
+
+# ---- the window heuristic ----------------------------------------------------------------
+
+
+def test_the_window_heuristic_needs_the_contiguous_fit(capsys):
+    from minidtr.sim import cli
+
+    with pytest.raises(ValueError, match="it needs fit=\"contiguous\", got fit='bytes'"):
+        md.Runtime(heuristic="window")
+    log = str(next(p for p in sim.bundled_traces() if p.name.startswith("mlp")))
+    assert cli.main([log, "--ratios", "0.5", "--heuristics", "dtr,window", "--jobs", "1"]) == 2
+    assert 'it needs fit="contiguous"' in capsys.readouterr().err
+    from minidtr.cli import main
+
+    with pytest.raises(SystemExit) as stop:  # a usage error
+        main(["train", "mlp", "--ratio", "0.5", "--heuristic", "window"])
+    assert stop.value.code == 2
+    assert "add --fit contiguous" in capsys.readouterr().err
+
+
+def staggered(heuristic: str) -> tuple[list[str], dict]:
+    """A free block at 1 KiB, then y, z, w of 1 KiB, last read in the order z, y, w; a
+    request of 2 KiB. Which values each heuristic evicts for it, and the statistics."""
+    runtime = md.Runtime(
+        budget=5 * KB, heuristic=heuristic, cost="flops", fit="contiguous", record_events=True
+    )
+    with isolated_allocator(), runtime:
+        c = md.tensor(np.ones(256, np.float32))
+        x, y, z, w = (md.tanh(c) for _ in range(4))  # at 1, 2, 3 and 4 KiB: full
+        names = {t.storage.id: name for t, name in ((y, "y"), (z, "z"), (w, "w"))}
+        del x
+        for t in (z, y, w):  # each read, then an op that moves the clock on
+            t.numpy()
+            c.sum()
+        c.astype(np.float64)
+    evicted = [names[e["id"]] for e in runtime.events if e["event"] == "evict" and e["id"] in names]
+    return evicted, runtime.stats()
+
+
+def test_the_window_evicts_next_to_the_free_block_where_dtr_evicts_the_stalest_first():
+    """h_DTR evicts z (the stalest), which frees a block away from the free one, then y;
+    the window evicts y alone, next to the free block: (c/s_y) is less than the cost of
+    any other window of 2 KiB."""
+    assert staggered("dtr")[0] == ["z", "y"]
+    evicted, stats = staggered("window")
+    assert evicted == ["y"] and stats["extra_evictions"] == 0
+    assert staggered("dtr")[1]["extra_evictions"] == 1

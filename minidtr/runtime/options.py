@@ -186,6 +186,11 @@ class RuntimeOptions:
             raise ValueError(f'fit must be "bytes" or "contiguous", got {self.fit!r}')
         if self.placement not in PLACEMENTS:
             raise ValueError(f'placement must be "best" or "first", got {self.placement!r}')
+        if self.heuristic == "window" and self.fit != "contiguous":
+            raise ValueError(
+                "heuristic 'window' evicts a run of adjacent blocks of the arena: it needs "
+                f'fit="contiguous", got fit={self.fit!r}'
+            )
         if not 0.0 <= self.min_size < 1.0:
             raise ValueError(
                 f"min_size is a fraction of the mean size in [0, 1), got {self.min_size}"

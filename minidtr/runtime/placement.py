@@ -40,6 +40,8 @@ from .arena import Arena, Block, aligned
 from .errors import PlacementError
 from .options import MAX_BUDGET
 from .storage import Storage
+from .victims import Choice
+from .window import window_victims
 
 if TYPE_CHECKING:
     from .allocator import Allocator
@@ -163,33 +165,54 @@ class ContiguousFit:
             self._flush()
 
     def make_room(self, pieces: Sequence[int], op_name: str, needed: int) -> list[Block | None]:
-        """Evict the lowest-scoring candidates until every piece (and every unplaced
-        storage) has a block. Counts the failure and its fragmentation once, and each
-        eviction made while the bytes alone would already fit as extra. Before giving up,
-        Python's cycle collector runs once, as under the byte rule (``Eviction.make_room``)."""
+        """Evict until every piece (and every unplaced storage) has a block: the
+        heuristic's victims (``victims``), one search at a time. Counts the failure and
+        its fragmentation once, and each eviction made while the bytes alone would
+        already fit as extra. Before giving up, Python's cycle collector runs once, as
+        under the byte rule (``Eviction.make_room``)."""
         allocator = self.allocator
-        eviction, ledger, arena = allocator.eviction, allocator.ledger, self.arena
-        stats = allocator.stats
+        ledger, arena, stats = allocator.ledger, self.arena, allocator.stats
         stats.placement_failures += 1
         stats.fragmentation_sum += arena.fragmentation()
         collected = False
         largest = max([*pieces, *(s.nbytes for s in self.unplaced)], default=0)
         possible = self.could_fit(largest)  # evicting only ever frees: checked once
         while (frame := self.try_place(pieces)) is None:
-            choice = eviction.choose_victim() if possible else None
-            if choice is None or choice.victim is None:
+            victims = self.victims(pieces) if possible else []
+            if not victims:
                 if not collected and self._may_collect():
                     collected = True
                     allocator.lifetimes.collect_garbage()
                     possible = self.could_fit(largest)
                     continue
                 raise self.error(op_name, needed)
-            extra = ledger.budget is None or ledger.memory + needed <= ledger.budget
-            stats.extra_evictions += extra
-            detail = {"free_bytes": arena.free_bytes, "largest_free": arena.largest_free()}
-            eviction.evict(choice.victim, "budget", choice, {**detail, "extra": extra})
-            del choice
+            for storage, choice in victims:
+                extra = ledger.budget is None or ledger.memory + needed <= ledger.budget
+                stats.extra_evictions += extra
+                detail = {"free_bytes": arena.free_bytes, "largest_free": arena.largest_free()}
+                allocator.eviction.evict(storage, "budget", choice, {**detail, "extra": extra})
+            del victims
         return frame
+
+    def victims(self, pieces: Sequence[int]) -> list[tuple[Storage, Choice]]:
+        """What to evict next for the request that failed: the lowest-scoring candidate
+        (``Eviction.choose_victim``), or under a window heuristic every value of the
+        cheapest window that would hold the whole request (``window.py``): its pieces and
+        the storages still unplaced, side by side, so that all of them then fit. When no
+        window holds the whole, the one for the piece that failed; when that one is free
+        already (the pieces fit apart, not together), the lowest-scoring candidate. Empty
+        when nothing can go."""
+        heuristic = self.allocator.runtime.heuristic
+        if getattr(heuristic, "window", False):
+            sizes = [*pieces, *(s.nbytes for s in self.unplaced)]
+            whole = sum(aligned(n, self.arena.alignment) for n in sizes if n)
+            victims = window_victims(self, heuristic, whole)
+            if not victims and whole > self.failed:
+                victims = window_victims(self, heuristic, self.failed)
+            if victims:
+                return victims
+        choice = self.allocator.eviction.choose_victim()
+        return [] if choice.victim is None else [(choice.victim, choice)]
 
     def could_fit(self, nbytes: int) -> bool:
         """Whether evicting every unlocked evictable storage would leave a free range that
