@@ -270,7 +270,7 @@ class ContiguousFit:
             allocator = self.allocator
             was_busy, allocator.busy = allocator.busy, True
             try:
-                self.pending.append(self.make_room((), "entering the runtime", 0))
+                self.reserve((), "entering the runtime", 0)  # places them, or evicts
                 self.drop()
             finally:
                 allocator.done((), was_busy)
