@@ -37,6 +37,7 @@ never changes the allocator under a running access.
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING
@@ -268,6 +269,8 @@ class Lifetimes:
         storage.pinned = False
         allocator.stats.banished += 1
         allocator.record("banish", storage)
+        if allocator.addresses is not None:
+            allocator.addresses.free(storage)
         return True
 
     def to_constant(self, storage: Storage, if_resident: bool | None = None) -> None:
@@ -343,6 +346,8 @@ class Lifetimes:
                 ledger.pinned_bytes -= storage.nbytes
             if allocator.runtimes and allocator.runtime.events is not None:
                 allocator.record("free", storage)
+            if allocator.addresses is not None:
+                allocator.addresses.free(storage)
         elif eviction.scoring:
             # a garbage-collector pass inside a score: the cached values being read may
             # include this storage, so start a new epoch rather than edit them
@@ -421,3 +426,8 @@ def older_collections() -> int:
     """How many collections of generations 1 and 2 Python's cycle collector has run."""
     stats = gc.get_stats()
     return stats[1]["collections"] + stats[2]["collections"]
+
+
+def raising() -> bool:
+    """Whether an exception is being handled (an error already on its way up)."""
+    return sys.exc_info()[1] is not None

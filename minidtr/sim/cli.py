@@ -257,7 +257,9 @@ def _sweep_parser() -> argparse.ArgumentParser:
         help="comma-separated names (default: all seven; ablation names such as "
         "eq+size+nostale work too, learned, and the simulator's belady)",
     )
-    add_runtime_arguments(p, ["dealloc", "rebuild_orphans", "keep_dead_remats", "reference"])
+    add_runtime_arguments(
+        p, ["dealloc", "rebuild_orphans", "keep_dead_remats", "reference", "fit", "placement"]
+    )
     p.add_argument(
         "--thrash",
         type=thrash_limit,
@@ -297,9 +299,12 @@ def _sweep(traces: list, args: argparse.Namespace, client: Any, thrash: float, o
 
 def _print_sweep(results: list, traces: list, args: argparse.Namespace, thrash: float) -> None:
     """The sweep's table, its replay speed, and where the CSV and the plot went."""
-    from .sweep import plot, table
+    from .sweep import address_table, plot, table
 
     print(table(results))
+    if args.fit == "contiguous":
+        print("\ncontiguous fit (" + args.placement + "-fit, 512-byte alignment):")
+        print(address_table(results))
     replay = sum(r.replay_time for r in results)
     ops = sum(r.instructions_done for r in results)
     print(

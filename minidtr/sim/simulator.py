@@ -189,7 +189,14 @@ REPLAY_SETTINGS = (
     "rebuild_orphans",
     "keep_dead_remats",
     "reference",
+    "fit",
+    "placement",
 )
+
+# What a replay under fit="contiguous" measures besides (``result.extra``, the sweep's CSV
+# columns then): requests no free block held at first, the mean fragmentation at them,
+# the evictions made while the bytes alone fitted, the highest end address in use.
+ADDRESS_COLUMNS = ("placement_failures", "fragmentation", "extra_evictions", "peak_address")
 
 
 def replay_options(options: RuntimeOptions | None = None, **settings: Any) -> RuntimeOptions:
@@ -514,6 +521,9 @@ def simulate(
     stats = replayer.stats
     slowdown = (total + stats.remat_cost) / total if total > 0 else 1.0
     extra = {"events": replayer.runtime.events} if options.record_events else {}
+    if options.fit == "contiguous":
+        measured = replayer.runtime.address_stats()
+        extra.update({name: measured[name] for name in ADDRESS_COLUMNS})
     return SimResult(
         trace=trace.name,
         heuristic=replayer.runtime.heuristic.name,
