@@ -192,10 +192,10 @@ def test_table_decisions_equal_the_reference_loop(heuristic):
         for options in variants:
             with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops", **options):
                 drive(rng, tensors, 40)
-        if heuristic != "random":
+        if heuristic not in ("random", "learned"):
             assert counter["checked"] - before >= 100
-        else:
-            assert counter["checked"] == before  # random has no table form: the loop decides
+        else:  # no table form (a random draw; learned's own state): the loop decides
+            assert counter["checked"] == before
 
 
 def test_budgeted_training_decides_as_the_loop():
