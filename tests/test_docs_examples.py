@@ -44,7 +44,7 @@ SLOW = {
     "traces/unet.log.gz --ratios 0.9,0.8,0.7,0.6,0.5,0.4,0.3,0.2 --plot "
     "docs/figures/simulator_figure2.png": "4 s (the figure 'figure2' checks its replays)",
     "python benchmarks/sim_clairvoyant.py": "33 s: records three steps of the seven models",
-    "python benchmarks/sim_clairvoyant.py --heuristics dtr,learned+estar+size+time": "21 s",
+    "python benchmarks/learned_live.py": "100 s: 28 live runs, each in a process of its own",
     "H=dtr,belady,belady+estar+size+time,belady+none+nosize+ops": "the next line records "
     "three steps of the seven models (33 s)",
     "python benchmarks/sim_optimal.py --models mlp --keep optimal-traces": "HiGHS, 5 s",
