@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .event_log import MAX_INT, check_events
+from .event_log import check_events
 from .explain import clock_unit, explain, summarize
 from .explorer_page import PAGE
 from .reading import printable
@@ -104,8 +104,8 @@ def address_blocks(
     eviction, free or banishment that took it out (``end``: its row, -1 if it is still
     resident when the log ends) and holds the value's bytes rounded up to the arena's
     alignment from ``address`` on. A value that leaves with an address but entered before
-    the log began gets a block from the start (``start`` -1). An address that is not a
-    whole number (the field is the log's, unchecked) is ignored."""
+    the log began gets a block from the start (``start`` -1). ``check_events`` has made
+    sure that every address is a whole number or null."""
     blocks: dict[str, list[int]] = {"start": [], "end": [], "address": [], "size": []}
     open_blocks: dict[int, int] = {}  # storage id -> its block, while resident
     rows = zip(columns["kind"], columns["id"], addresses, strict=True)
@@ -115,7 +115,7 @@ def address_blocks(
             blocks["end"][open_blocks.pop(sid)] = row
             if not entering:
                 continue
-        if not (type(address) is int and 0 <= address <= MAX_INT):
+        if address is None:
             continue
         if entering:
             open_blocks[sid] = len(blocks["start"])
@@ -126,7 +126,7 @@ def address_blocks(
     if not blocks["start"]:
         return None
     ends = [a + s for a, s in zip(blocks["address"], blocks["size"], strict=True)]
-    top = max(budget if type(budget) is int else 0, *ends)
+    top = max(budget or 0, *ends)
     return {**blocks, "top": top}
 
 

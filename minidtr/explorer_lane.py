@@ -153,7 +153,8 @@ const lane = (() => {
   });
   drawLane();
   return {
-    blocks: nb, top, draw: drawLane, blockAt, rows: k => [S[k], E[k]],
+    blocks: nb, top, draw: drawLane, blockAt, rows: k => [S[k], E[k]], yOf: yA,
+    marks: [evicted.length, rebuilt.length],
     centre: k => { const [x, y, w, h] = box(k); return [x + w / 2, y + h / 2]; },
   };
 })();
