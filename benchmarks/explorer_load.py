@@ -8,7 +8,10 @@ has drawn, one full redraw
 (one min-max bar per pixel column over every event), zooming in, and selecting an
 eviction and a remat (rendering their details).
 
-Run: ``python benchmarks/explorer_load.py [--events 20000] [--log ev.jsonl]``.
+With ``--fit contiguous`` the run places every value in an arena (``Runtime(fit=
+"contiguous")``), so the page also draws its address lane, and the redraw includes it.
+
+Run: ``python benchmarks/explorer_load.py [--events 20000] [--log ev.jsonl] [--fit contiguous]``.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from minidtr.testing import browser
 from minidtr.training import TrainConfig, train
 
 
-def record(path: str) -> None:
-    config = TrainConfig("resnet", steps=8, ratio=0.3, record_events=True)
+def record(path: str, fit: str = "bytes") -> None:
+    config = TrainConfig("resnet", steps=8, ratio=0.3, record_events=True, fit=fit)
     write_event_log(path, train(config).runtime, model="resnet", size="small")
 
 
@@ -47,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--log", help="an event log to use instead of recording one")
+    parser.add_argument("--fit", choices=("bytes", "contiguous"), default="bytes")
     args = parser.parse_args()
     reason = browser.unavailable()
     if reason:
@@ -54,7 +58,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = args.log or os.path.join(tmp, "ev.jsonl")
         if not args.log:
-            record(log)
+            record(log, args.fit)
         events = load_events(log)
         header = [e for e in events[:1] if e["event"] == "runtime"]
         events = header + [e for e in events if e["event"] != "runtime"][: args.events]
@@ -67,6 +71,7 @@ def main() -> None:
             page, errors = browser.open_explorer(chromium, page_path)
             loaded = time.perf_counter() - started
             n = page.evaluate("explorer.events")
+            blocks = page.evaluate("explorer.lane ? explorer.lane.blocks : 0")
             ready_ms = page.evaluate("explorer.readyMs")
             script_ms = page.evaluate("explorer.scriptMs")
             draw = in_page(page, "explorer.draw()")
@@ -75,6 +80,8 @@ def main() -> None:
             remat = in_page(page, "explorer.select(explorer.remats[100])")
             page.close()
     print(f"events in the page          {n:,} (budget evictions and remats clickable)")
+    if blocks:
+        print(f"address lane blocks         {blocks:,}")
     print(f"page size                   {size / 2**20:.2f} MiB, written in {written:.2f} s")
     print(f"navigation until drawn      {ready_ms / 1000:.2f} s (the page's own clock)")
     print(f"  of which the script       {script_ms / 1000:.2f} s (parse the data, index, draw)")

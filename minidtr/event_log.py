@@ -103,12 +103,21 @@ def _scalar(value: Any) -> bool:
 
 _scalar.expected = "a string, a finite number, true, false or null"  # type: ignore[attr-defined]
 
+
+def _flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+_flag.expected = "true or false"  # type: ignore[attr-defined]
+
 STORAGE_ID = whole(0)
 ANY_NUMBER = SCORE = finite()
 COST = finite(0.0)
 CLOCK = finite(0.0)
 MEMORY = whole(-MAX_INT)
 
+ADDRESS = {"address": or_null(whole(0))}  # under fit="contiguous": where the value lies
+ARENA = {"free_bytes": whole(0), "largest_free": whole(0), "extra": _flag}  # at such an eviction
 # the fields each kind of event must have (required) and may have (optional)
 COMMON = {"id": STORAGE_ID, "op": _text, "nbytes": whole(0), "clock": CLOCK, "memory": MEMORY}
 REQUIRED: dict[str, dict[str, Callable[[Any], bool]]] = {
@@ -117,8 +126,8 @@ REQUIRED: dict[str, dict[str, Callable[[Any], bool]]] = {
     "runtime": {},
 }
 OPTIONAL: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "alloc": {"cost": COST, "workspace": whole(0)},
-    "evict": {"reason": _text, "score": or_null(SCORE), "runner_up": _runner_up},
+    "alloc": {"cost": COST, "workspace": whole(0), **ADDRESS},
+    "evict": {"reason": _text, "score": or_null(SCORE), "runner_up": _runner_up, **ADDRESS} | ARENA,
     "remat": {
         "cost": COST,
         "workspace": whole(0),
@@ -126,9 +135,10 @@ OPTIONAL: dict[str, dict[str, Callable[[Any], bool]]] = {
         "cascade": whole(0),
         "trigger": _text,
         "parent": or_null(STORAGE_ID),
+        **ADDRESS,
     },
-    "free": {},
-    "banish": {},
+    "free": dict(ADDRESS),
+    "banish": dict(ADDRESS),
     "step": {"memory": MEMORY},
     "runtime": {
         "budget": or_null(whole(0)),

@@ -22,6 +22,7 @@ from .event_log import check_events
 from .explain import clock_unit, explain, summarize
 from .explorer_page import PAGE
 from .reading import printable
+from .runtime.arena import aligned
 
 KINDS = ("alloc", "evict", "remat", "free", "banish")
 BUDGET_EVICTION, DEAD_EVICTION = "evict", "dead"
@@ -42,6 +43,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
     remats: dict[int, dict[str, Any]] = {}
     steps: list[list[float]] = []
     waiting: list[int] = []
+    addresses: list[Any] = []  # each column row's address, as the log gives it
     for event in events:
         kind = event["event"]
         if kind == "runtime":
@@ -60,6 +62,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
         columns["id"].append(event["id"])
         columns["op"].append(ops.setdefault(event["op"], len(ops)))
         columns["nbytes"].append(event["nbytes"])
+        addresses.append(event.get("address"))
         if kind in ("alloc", "remat"):
             for i in waiting:
                 evictions[i]["for"] = (
@@ -68,7 +71,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
             waiting = []
         if kind == "evict" and code != DEAD_EVICTION:
             detail = {"reason": event.get("reason", "budget")}
-            for key in ("score", "runner_up", "candidates"):
+            for key in ("score", "runner_up", "candidates", "free_bytes", "largest_free", "extra"):
                 if key in event:
                     detail[key] = event[key]
             evictions[index] = detail
@@ -89,7 +92,42 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
         "evictions": evictions,
         "remats": remats,
         "cascades": cascades(columns, remats),
+        "blocks": address_blocks(columns, addresses, header.get("budget")),
     }
+
+
+def address_blocks(
+    columns: dict[str, list], addresses: list[Any], budget: Any
+) -> dict[str, Any] | None:
+    """The address lane's blocks (None when the log has no addresses: a byte-fit log).
+    A block runs from the alloc or remat that placed a value (``start``: its row) to the
+    eviction, free or banishment that took it out (``end``: its row, -1 if it is still
+    resident when the log ends) and holds the value's bytes rounded up to the arena's
+    alignment from ``address`` on. A value that leaves with an address but entered before
+    the log began gets a block from the start (``start`` -1). ``check_events`` has made
+    sure that every address is a whole number or null."""
+    blocks: dict[str, list[int]] = {"start": [], "end": [], "address": [], "size": []}
+    open_blocks: dict[int, int] = {}  # storage id -> its block, while resident
+    rows = zip(columns["kind"], columns["id"], addresses, strict=True)
+    for row, (kind, sid, address) in enumerate(rows):
+        entering = kind in ("alloc", "remat")
+        if sid in open_blocks:
+            blocks["end"][open_blocks.pop(sid)] = row
+            if not entering:
+                continue
+        if address is None:
+            continue
+        if entering:
+            open_blocks[sid] = len(blocks["start"])
+        blocks["start"].append(row if entering else -1)
+        blocks["end"].append(-1 if entering else row)
+        blocks["address"].append(address)
+        blocks["size"].append(aligned(columns["nbytes"][row]))
+    if not blocks["start"]:
+        return None
+    ends = [a + s for a, s in zip(blocks["address"], blocks["size"], strict=True)]
+    top = max(budget or 0, *ends)
+    return {**blocks, "top": top}
 
 
 def cascades(columns: dict[str, list], remats: dict[int, dict[str, Any]]) -> dict[int, Any]:

@@ -4,6 +4,8 @@ Everything is inline: the page opens from a file with no network. ``window.explo
 exposes the selection and the geometry of the marks, for the browser tests.
 """
 
+from .explorer_lane import LANE_SCRIPT, LANE_STYLE
+
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 0 16px 24px; color: #222; }
 h1 { font-size: 18px; margin: 12px 0 2px; }
@@ -72,6 +74,7 @@ const neighbourhood = (formula.match(/c\([^)]*\)/) || ["neighbourhood"])[0];
 
 const view = {a: 0, b: tEnd};
 let selected = -1;
+const hooks = {draw: [], select: []};  // what the address lane (explorer_lane.py) adds
 const canvas = document.getElementById("chart");
 const ctx = canvas.getContext("2d");
 const G = {left: 74, right: 14, top: 12, chart: 230, lane: 16, gap: 5};
@@ -232,6 +235,7 @@ function draw() {
     ctx.fillStyle = "#111";
     ctx.beginPath(); ctx.arc(x, yOf(M[selected]), 3.5, 0, 2 * Math.PI); ctx.fill();
   }
+  for (const f of hooks.draw) f();
 }
 
 let pending = false;
@@ -395,6 +399,7 @@ function select(i, recenter = true) {
   details.replaceChildren(...(K[i] === 2 ? evictionDetails(i) : K[i] === 3 ? rematDetails(i) : plainDetails(i)));
   details.dataset.kind = KIND_CLASS[K[i]];
   document.getElementById("nearby").replaceChildren(...nearby(i));
+  for (const f of hooks.select) f(i);
   if (recenter && (T[i] < view.a || T[i] > view.b)) {
     const half = (view.b - view.a) / 2;
     view.a = Math.max(0, T[i] - half); view.b = view.a + 2 * half;
@@ -491,6 +496,7 @@ PAGE = (
 <title><!--TITLE--> - minidtr explorer</title>
 <style>"""
     + STYLE
+    + LANE_STYLE
     + """</style></head>
 <body>
 <h1><!--TITLE--></h1>
@@ -512,6 +518,7 @@ Dashed purple lines: step boundaries.</span>
 <script type="application/json" id="data">/*DATA*/</script>
 <script>"""
     + SCRIPT
+    + LANE_SCRIPT
     + """</script>
 </body></html>
 """
