@@ -182,7 +182,7 @@ class Allocator:
     def _select_policy_code(self) -> None:
         """Run the reference policy while the innermost runtime asks for it
         (``reference=True``), the accelerated one otherwise."""
-        reference = self.runtime.reference
+        reference = self.runtime.reference or self.runtime.as_prototype  # fast/ stands aside
         if reference == (self.fast is None):
             return
         order = self.eviction.candidates.in_order()

@@ -181,6 +181,7 @@ class Lifetimes:
         if (
             allocator.ledger.budget is not None
             and runtime.rebuild_orphans
+            and not runtime.as_prototype  # the paper's simulator: plain eager eviction
             and self.pending_error is None
             and has_evicted_child(storage)  # otherwise it has no orphans and is not useful
         ):
@@ -360,7 +361,7 @@ class Lifetimes:
             kept[storage] = None
         self.dead_remats = []
         runtime = self.allocator.runtime
-        if runtime.dealloc == "ignore" or runtime.keep_dead_remats:
+        if runtime.dealloc == "ignore" or runtime.keep_dead_remats or runtime.as_prototype:
             kept.clear()
             return
         for storage in list(kept):

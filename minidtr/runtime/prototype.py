@@ -1,0 +1,270 @@
+"""``as_prototype``: the eviction rules of the paper's simulator, as a mode of this runtime.
+
+The DTR paper's figures come from its authors' simulator (simrd, its eager runtime). Where
+minidtr's own rules differ from it, this mode follows the simulator instead, rule by rule,
+so that a replay gives the paper's numbers cell for cell (docs/simulator.md):
+
+- **Staleness stamp.** An access stamps every storage it reads when it *begins*, before any
+  of them is rebuilt; a rebuild does not stamp what it rebuilt, and locking does not stamp
+  either. So a chain rebuilt for one access looks as stale as the moment that access began.
+  (minidtr's default stamps a rebuilt storage again when its rebuild ends.)
+- **Locking order.** A rebuild locks the inputs that are resident first, all of them, and
+  then rebuilds the evicted ones in the order the recipe reads them, locking each as it
+  comes back (minidtr's default rebuilds the largest rebuild first and locks the resident
+  inputs only at the end).
+- **Candidate order and ties.** Candidates are kept in the order they last became
+  evictable: made, rebuilt, or unlocked by their last lock (a locked storage leaves the
+  pool and comes back at the end). The lowest score wins, and among equal scores the
+  *last* candidate; a score of exactly 0 wins at once (the first one met). The outputs of a
+  multi-output op join in the order the simulator gives them: the second output first, the
+  first output last.
+- **Scores.** The paper's formulas with its edge cases: a zero size or staleness makes the
+  score infinite (the storage goes only when nothing else can), and h_LRU's score is the
+  last access itself.
+- **Nothing is forgotten.** A dead storage is evicted at once (plain eager eviction, no
+  orphan rebuild), is rebuilt when a rebuild needs it, and then stays resident as an
+  ordinary candidate. Its metadata is kept for the whole run, so a dead, evicted storage
+  still counts in the evicted neighbourhood (e*) and in h_DTR^eq's classes of the storages
+  around it; and a multi-output op's cost counts once per output storage there, since each
+  output is a storage of its own.
+- **h_DTR^eq's classes** are kept from the first eviction on (dead ones included), not built
+  when the first search needs them, so their over-approximation has the simulator's
+  history.
+
+Only the reference policy implements these (``Runtime(reference=True)``); in this mode the
+accelerator (``fast/``) stands aside, so the two cannot disagree. The mode keeps every
+storage's metadata for the whole run: meant for replays, not for long live runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .candidates import Candidates
+from .heuristics import COST_TERMS, Heuristic
+from .remat import CascadeLink, Frame, Rematerializer, producer_of
+from .storage import Recipe, Storage
+from .victims import Choice, shortlist_of
+
+if TYPE_CHECKING:
+    from .allocator import Allocator
+
+
+class PrototypeCandidates(Candidates):
+    """The candidates in the simulator's pool order (module docstring), and every storage
+    ever made a candidate, kept alive (``kept``): the simulator never forgets one."""
+
+    __slots__ = ("kept", "_first")
+
+    def __init__(self, storages: Iterable[Storage] = ()):
+        super().__init__(storages)
+        self.kept: list[Storage] = list(self._order)
+        self._first: Storage | None = None  # output 0 of the multi-output op being made
+
+    def add(self, storage: Storage) -> None:
+        """A new output (or an unpinned storage) joins at the end. Output 0 of a
+        multi-output op moves behind its siblings as they join."""
+        self.made_evictable(storage)
+        self.kept.append(storage)
+        shared = storage.shared
+        if shared is None:
+            return
+        if storage.index == 0:
+            self._first = storage
+        elif self._first is not None and self._first.shared is shared:
+            self.made_evictable(self._first)
+
+    def made_evictable(self, storage: Storage) -> None:
+        """``storage`` (re)joins the pool: at the end."""
+        order = self._order
+        order.pop(storage, None)
+        order[storage] = None
+
+
+class PrototypeRematerializer(Rematerializer):
+    """Locking and rebuilding as the simulator does them (module docstring)."""
+
+    def lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
+        allocator = self.allocator
+        for storage in storages:
+            if storage.buffer is None or storage.allocator is not allocator:
+                return self.rematerialize(storages, trigger)
+        clock = allocator.clock
+        for storage in storages:
+            storage.last_access = clock
+            storage.locks += 1
+        return storages
+
+    def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
+        """Each frame has locked its resident inputs when it was opened; it rebuilds its
+        evicted inputs first to last (``evicted`` is reversed: ``pop()`` gives the next),
+        locking each as it comes back, then its recipe is replayed."""
+        frames = [self.open(None, storages)]
+        cascade = None
+        try:
+            while True:
+                frame = frames[-1]
+                waiting = frame.evicted
+                while waiting and waiting[-1].buffer is not None:  # back (or a sibling's)
+                    self.hold(waiting.pop(), frame.locked)
+                if waiting:
+                    producer = producer_of(waiting[-1])
+                    frames.append(self.open(producer, producer.parents))
+                    continue
+                frame.locked = in_order(frame.deferred, frame.locked)
+                if frame.recipe is None:
+                    return frame.locked
+                frames.pop()
+                link = None
+                if self.allocator.runtime.events is not None:
+                    if cascade is None:
+                        self.cascades += 1
+                        cascade = self.cascades
+                    parent = frames[-1].evicted[-1].id if len(frames) > 1 else None
+                    link = CascadeLink(cascade, trigger, parent)
+                self.replay_frame(frame, frames[-1], link)
+        except BaseException:
+            for frame in frames:
+                self.unlock(frame.locked)
+            raise
+
+    def open(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
+        """A frame for ``recipe``: every input stamped now, the resident ones locked now.
+        ``deferred`` keeps the inputs in the recipe's order: the order they are unlocked."""
+        allocator = self.allocator
+        clock = allocator.clock
+        locked: list[Storage] = []
+        evicted: list[Storage] = []
+        for storage in inputs:
+            if storage.allocator is not allocator:
+                storage.allocator.lock_for_another(storage)
+                locked.append(storage)
+                continue
+            storage.last_access = clock
+        for storage in inputs:
+            if storage.allocator is allocator:
+                if storage.buffer is None:
+                    evicted.append(storage)
+                else:
+                    self.hold(storage, locked)
+        evicted.reverse()
+        return Frame(recipe, evicted, list(inputs), locked)
+
+    def hold(self, storage: Storage, locked: list[Storage]) -> None:
+        """Lock without stamping."""
+        storage.locks += 1
+        locked.append(storage)
+
+    def replay_frame(self, frame: Frame, below: Frame, link: CascadeLink | None) -> None:
+        """Replay, then unlock the frame's inputs in the recipe's order; the frame below
+        locks what it waited for when it resumes."""
+        guard = self.allocator.guard
+        try:
+            outermost = guard.begin()
+            try:
+                self.replay(frame.recipe, link)
+            finally:
+                if outermost:
+                    guard.end()
+        finally:
+            self.unlock(frame.locked)
+
+    def refill(
+        self, storage: Storage, result: Any, recipe: Storage | Recipe, link: CascadeLink | None
+    ) -> None:
+        """A rebuilt storage: resident again, at the end of the pool, not stamped."""
+        allocator = self.allocator
+        storage.buffer = result
+        allocator.eviction.left_evicted(storage)
+        if storage.evictable:
+            allocator.eviction.candidates.made_evictable(storage)
+        extra: dict[str, Any] = {}
+        if link is not None:
+            extra = {"cascade": link.cascade, "trigger": link.trigger, "parent": link.parent}
+        allocator.record(
+            "remat", storage, cost=recipe.run_cost, replay=allocator.stats.remats, **extra
+        )
+
+    def unlock(self, storages: Sequence[Storage]) -> None:
+        """A storage whose last lock goes rejoins the pool at the end."""
+        for storage in storages:
+            storage.locks -= 1
+            if storage.locks == 0:
+                candidates = storage.allocator.eviction.candidates
+                if storage in candidates:
+                    candidates.made_evictable(storage)
+                if storage.evict_on_unlock:
+                    storage.allocator.lifetimes.unlocked_dead(storage)
+
+
+def in_order(inputs: list[Storage], locked: list[Storage]) -> list[Storage]:
+    """``locked`` in the order of ``inputs`` (the recipe's), those of ``inputs`` first."""
+    held = {id(s) for s in locked}
+    first = [s for s in inputs if id(s) in held]
+    placed = {id(s) for s in first}
+    return first + [s for s in locked if id(s) not in placed]
+
+
+def prototype_score(heuristic: Any, storage: Storage, context: Any) -> float:
+    """The simulator's score of ``storage``: the paper's formula, infinite where its
+    denominator is 0; h_LRU's is the last access itself."""
+    if not isinstance(heuristic, Heuristic):
+        return heuristic.score(storage, context)
+    if heuristic.name == "lru":
+        return storage.last_access
+    top = COST_TERMS[heuristic.cost](storage, context)
+    bottom = storage.nbytes if heuristic.size else 1
+    if heuristic.staleness:
+        bottom *= context.clock - storage.last_access
+    return top / bottom if bottom > 0 else math.inf
+
+
+def choose_victim(pooled: list[Storage], heuristic: Any, context: Any, record: bool) -> Choice:
+    """The simulator's choice: the lowest score, the last among equals, the first score of
+    exactly 0 at once."""
+    best = runner_up = None
+    best_score = runner_score = math.inf
+    seen: list[tuple[float, Storage]] | None = [] if record else None
+    scored = 0
+    for storage in pooled:
+        if storage.locks:
+            continue
+        value = prototype_score(heuristic, storage, context)
+        scored += 1
+        if seen is not None:
+            seen.append((value, storage))
+        if value <= best_score:
+            if best is not None:
+                runner_up, runner_score = best, best_score
+            best, best_score = storage, value
+        elif value <= runner_score:
+            runner_up, runner_score = storage, value
+        if value == 0:
+            break
+    runner = None if runner_up is None else (runner_up.id, runner_score)
+    shortlist = None if seen is None else shortlist_of(seen, heuristic, context)
+    return Choice(best, best_score, runner, shortlist, scored)
+
+
+def select(allocator: Allocator, modes: Sequence[str]) -> None:
+    """Put the mode's parts in place while the innermost runtime asks for it
+    (``as_prototype``), the default ones otherwise; in the mode, keep the neighbourhood
+    structure of the heuristic in force from the start (``modes``: those ``track`` keeps)."""
+    runtime = allocator.runtime
+    wanted = runtime is not None and runtime.as_prototype
+    eviction = allocator.eviction
+    current = allocator.remat
+    if wanted and not isinstance(current, PrototypeRematerializer):
+        eviction.candidates = PrototypeCandidates(eviction.candidates.in_order())
+        allocator.remat = PrototypeRematerializer(allocator)
+        allocator.remat.cascades = current.cascades
+    elif not wanted and isinstance(current, PrototypeRematerializer):
+        if isinstance(eviction.candidates, PrototypeCandidates):
+            eviction.candidates = Candidates(eviction.candidates.in_order())
+        allocator.remat = Rematerializer(allocator)
+        allocator.remat.cascades = current.cascades
+    if wanted and allocator.ledger.budget is not None:
+        mode = getattr(runtime.heuristic, "cost", None)
+        eviction.track(mode if mode in modes else None)
