@@ -192,6 +192,15 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             "prototype did)",
         ),
     ),
+    "as_prototype": (
+        "--as-prototype",
+        dict(
+            action="store_true",
+            help="replay as the paper's simulator (simrd) does, rule by rule: its staleness "
+            "stamp, locking, tie-breaking and eager eviction; budgets relative to its peak "
+            "(docs/simulator.md)",
+        ),
+    ),
     "reference": (
         "--reference",
         dict(
