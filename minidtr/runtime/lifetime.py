@@ -177,6 +177,8 @@ class Lifetimes:
         if policy == "banish" and self.banish(storage):
             return
         if storage.buffer is None or storage.op is None or storage.pinned:
+            if runtime.as_prototype:
+                allocator.eviction.candidates.kept.append(storage)  # a constant: never freed
             return  # not resident, or not evictable
         if (
             allocator.ledger.budget is not None
