@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidates
 from .heuristics import COST_TERMS, Heuristic
-from .remat import CascadeLink, Frame, Rematerializer, producer_of
-from .storage import Recipe, Storage
+from .remat import CascadeLink, Rematerializer, producer_of
+from .storage import Cell, Recipe, Storage, ViewCell
 from .victims import Choice, shortlist_of
 
 if TYPE_CHECKING:
@@ -83,83 +84,151 @@ class PrototypeCandidates(Candidates):
         order[storage] = None
 
 
+@dataclass(slots=True)
+class CellFrame:
+    """One level of the simulator's rebuild: a recipe (a storage's, or a view's when
+    ``view`` is set; None for the access itself) whose inputs are rebuilt and locked first.
+    ``waiting`` holds the undefined inputs, last first (``pop()`` gives the next)."""
+
+    recipe: Storage | Recipe | None
+    view: ViewCell | None
+    inputs: Sequence[Cell]
+    waiting: list[Cell]
+    locked: list[Storage]  # one entry per input locked so far (an input read twice: two)
+
+
 class PrototypeRematerializer(Rematerializer):
-    """Locking and rebuilding as the simulator does them (module docstring)."""
+    """Locking and rebuilding as the simulator does them (module docstring), on cells: a
+    view is *defined* while its storage is resident and has not been rebuilt since the view
+    was last computed; an undefined view is computed again (its op's cost) before use."""
+
+    def __init__(self, allocator: Allocator):
+        super().__init__(allocator)
+        self.rebuilds: dict[Storage, int] = {}  # how many times each storage was rebuilt
+        self.view_at: dict[ViewCell, int] = {}  # its storage's rebuilds when last computed
+        self.siblings: dict[Recipe, list[ViewCell]] = {}  # a view op's outputs
+
+    def made_views(self, recipe: Recipe, cells: list[ViewCell]) -> None:
+        self.siblings[recipe] = cells
+        for cell in cells:
+            self.view_at[cell] = self.rebuilds.get(cell.storage, 0)
+
+    def defined(self, cell: Cell) -> bool:
+        storage = cell.storage
+        if storage.buffer is None:
+            return False
+        return not cell.is_view or self.view_at.get(cell, 0) == self.rebuilds.get(storage, 0)
 
     def lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
-        allocator = self.allocator
-        for storage in storages:
-            if storage.buffer is None or storage.allocator is not allocator:
-                return self.rematerialize(storages, trigger)
-        clock = allocator.clock
-        for storage in storages:
-            storage.last_access = clock
-            storage.locks += 1
-        return storages
+        return self.lock_cells(storages, trigger, storages)
 
-    def rematerialize(self, storages: Sequence[Storage], trigger: str) -> list[Storage]:
-        """Each frame has locked its resident inputs when it was opened; it rebuilds its
-        evicted inputs first to last (``evicted`` is reversed: ``pop()`` gives the next),
-        locking each as it comes back, then its recipe is replayed."""
-        frames = [self.open(None, storages)]
+    def lock_cells(
+        self, storages: Sequence[Storage], trigger: str, cells: Sequence[Cell]
+    ) -> Sequence[Storage]:
+        """Lock the storage of each cell read, once per time it is read (an op reading a
+        value twice locks it twice, as the simulator does)."""
+        allocator = self.allocator
+        for cell in cells:
+            if cell.storage.allocator is not allocator or not self.defined(cell):
+                return self.rematerialize(cells, trigger)
+        clock = allocator.clock
+        locked = [cell.storage for cell in cells]
+        for storage in locked:
+            storage.last_access = clock
+        for storage in locked:
+            storage.locks += 1
+        return locked
+
+    def rematerialize(self, cells: Sequence[Cell], trigger: str) -> list[Storage]:
+        """Each frame has locked its defined inputs when it was opened; it rebuilds the
+        others first to last, locking each as it comes back, then its recipe runs."""
+        frames = [self.open(None, None, cells)]
         cascade = None
         try:
             while True:
                 frame = frames[-1]
-                waiting = frame.evicted
-                while waiting and waiting[-1].buffer is not None:  # back (or a sibling's)
-                    self.hold(waiting.pop(), frame.locked)
+                waiting = frame.waiting
+                while waiting and self.defined(waiting[-1]):  # back (or a sibling's)
+                    self.hold(waiting.pop().storage, frame.locked)
                 if waiting:
-                    producer = producer_of(waiting[-1])
-                    frames.append(self.open(producer, producer.parents))
+                    frames.append(self.frame_for(waiting[-1]))
                     continue
-                frame.locked = in_order(frame.deferred, frame.locked)
+                frame.locked = [c.storage for c in frame.inputs]  # unlocked in this order
                 if frame.recipe is None:
                     return frame.locked
                 frames.pop()
+                if frame.view is not None:
+                    self.redefine(frame)
+                    continue
                 link = None
                 if self.allocator.runtime.events is not None:
                     if cascade is None:
                         self.cascades += 1
                         cascade = self.cascades
-                    parent = frames[-1].evicted[-1].id if len(frames) > 1 else None
+                    parent = frames[-1].waiting[-1].storage.id if len(frames) > 1 else None
                     link = CascadeLink(cascade, trigger, parent)
-                self.replay_frame(frame, frames[-1], link)
+                self.replay_cells(frame, link)
         except BaseException:
             for frame in frames:
                 self.unlock(frame.locked)
             raise
 
-    def open(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
-        """A frame for ``recipe``: every input stamped now, the resident ones locked now.
-        ``deferred`` keeps the inputs in the recipe's order: the order they are unlocked."""
+    def frame_for(self, cell: Cell) -> CellFrame:
+        """The frame that makes ``cell`` defined: its view op again (which first makes the
+        viewed cell defined, rebuilding the storage if it is evicted), or the recipe of its
+        storage."""
+        if cell.is_view:
+            return self.open(cell.view_recipe, cell, cell.view_recipe.inputs)
+        producer = producer_of(cell.storage)
+        return self.open(producer, None, producer.inputs)
+
+    def open(
+        self, recipe: Storage | Recipe | None, view: ViewCell | None, inputs: Sequence[Cell]
+    ) -> CellFrame:
+        """Every input's storage stamped now, the defined inputs locked now."""
         allocator = self.allocator
         clock = allocator.clock
         locked: list[Storage] = []
-        evicted: list[Storage] = []
-        for storage in inputs:
+        waiting: list[Cell] = []
+        for cell in inputs:
+            storage = cell.storage
             if storage.allocator is not allocator:
                 storage.allocator.lock_for_another(storage)
                 locked.append(storage)
-                continue
-            storage.last_access = clock
-        for storage in inputs:
-            if storage.allocator is allocator:
-                if storage.buffer is None:
-                    evicted.append(storage)
+            else:
+                storage.last_access = clock
+        for cell in inputs:
+            if cell.storage.allocator is allocator:
+                if self.defined(cell):
+                    self.hold(cell.storage, locked)
                 else:
-                    self.hold(storage, locked)
-        evicted.reverse()
-        return Frame(recipe, evicted, list(inputs), locked)
+                    waiting.append(cell)
+        waiting.reverse()
+        return CellFrame(recipe, view, inputs, waiting, locked)
 
     def hold(self, storage: Storage, locked: list[Storage]) -> None:
         """Lock without stamping."""
         storage.locks += 1
         locked.append(storage)
 
-    def replay_frame(self, frame: Frame, below: Frame, link: CascadeLink | None) -> None:
-        """Replay, then unlock the frame's inputs in the recipe's order; the frame below
-        locks what it waited for when it resumes."""
+    def redefine(self, frame: CellFrame) -> None:
+        """Compute a view op again on its locked input (it allocates nothing): every
+        undefined output of it is defined again, at the op's cost, as a rematerialization."""
+        allocator = self.allocator
+        recipe = frame.recipe
+        try:
+            allocator.guard.check_replay(recipe)
+            allocator.clock += recipe.run_cost
+            stats = allocator.stats
+            stats.remats += 1
+            stats.remat_cost += recipe.run_cost
+            for cell in self.siblings.get(recipe, [frame.view]):
+                self.view_at[cell] = self.rebuilds.get(cell.storage, 0)
+        finally:
+            self.unlock(frame.locked)
+
+    def replay_cells(self, frame: CellFrame, link: CascadeLink | None) -> None:
+        """Replay a storage's recipe, then unlock its inputs in the recipe's order."""
         guard = self.allocator.guard
         try:
             outermost = guard.begin()
@@ -174,9 +243,11 @@ class PrototypeRematerializer(Rematerializer):
     def refill(
         self, storage: Storage, result: Any, recipe: Storage | Recipe, link: CascadeLink | None
     ) -> None:
-        """A rebuilt storage: resident again, at the end of the pool, not stamped."""
+        """A rebuilt storage: resident again, at the end of the pool, not stamped; its views
+        are undefined until computed again."""
         allocator = self.allocator
         storage.buffer = result
+        self.rebuilds[storage] = self.rebuilds.get(storage, 0) + 1
         allocator.eviction.left_evicted(storage)
         if storage.evictable:
             allocator.eviction.candidates.made_evictable(storage)
@@ -197,14 +268,6 @@ class PrototypeRematerializer(Rematerializer):
                     candidates.made_evictable(storage)
                 if storage.evict_on_unlock:
                     storage.allocator.lifetimes.unlocked_dead(storage)
-
-
-def in_order(inputs: list[Storage], locked: list[Storage]) -> list[Storage]:
-    """``locked`` in the order of ``inputs`` (the recipe's), those of ``inputs`` first."""
-    held = {id(s) for s in locked}
-    first = [s for s in inputs if id(s) in held]
-    placed = {id(s) for s in first}
-    return first + [s for s in locked if id(s) not in placed]
 
 
 def prototype_score(heuristic: Any, storage: Storage, context: Any) -> float:
