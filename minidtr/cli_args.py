@@ -188,8 +188,8 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
         dict(
             action="store_true",
             help="keep rematerialized tensors nobody references resident as ordinary "
-            "candidates (the paper's simulator; with --no-orphan-rebuild it replays as the "
-            "prototype did)",
+            "candidates, one of the paper's simulator's rules (--as-prototype replays with "
+            "all of them)",
         ),
     ),
     "as_prototype": (
