@@ -171,3 +171,28 @@ def test_the_flag_replays_as_the_api_does(bundled):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     want = expected("resnet.log.gz", "msps", "0.4")
     assert f"{want:.2f}" in done.stdout
+
+
+def test_the_benchmark_marks_where_the_default_loses(bundled):
+    """benchmarks/sim_vs_prototype.py marks a cell where the default is more than 1% slower
+    than the better of --no-orphan-rebuild and --as-prototype, and only there (the bundled
+    ResNet, h_DTR, at 0.3 and 0.9)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    command = [
+        sys.executable, str(root / "benchmarks" / "sim_vs_prototype.py"),
+        str(root / "traces" / "resnet.log.gz"), "--ratios", "0.3,0.9",
+        "--heuristics", "dtr", "--jobs", "1",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    trace = bundled["resnet.log.gz"]
+    losing = 0
+    for ratio in ("0.3", "0.9"):
+        default = sim.simulate(trace, ratio=float(ratio), heuristic="dtr").slowdown
+        plain = sim.simulate(trace, ratio=float(ratio), heuristic="dtr", rebuild_orphans=False)
+        prototype = expected("resnet.log.gz", "dtr", ratio)
+        marked = default > 1.01 * min(plain.slowdown, prototype)
+        losing += marked
+        line = f"{ratio}   {default:.3f} / {plain.slowdown:.3f} / {prototype:.3f}"
+        assert (line + (" *" if marked else "") + "\n") in done.stdout
+    assert losing == 1  # the staleness stamp at 0.3 (docs/simulator.md)
+    assert f"the default is worse in {losing} of 2 cells" in done.stdout
