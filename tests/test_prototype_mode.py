@@ -7,6 +7,7 @@ A replay with ``as_prototype=True`` must give the same slowdown to 3 decimals, o
 (out of memory or past the 2x thrash limit) where the simulator failed. The prototype's
 logs live in ../shared/traces beside the repository: their cells skip without it. The
 bundled traces ship with minidtr: a fast subset runs by default, the rest under -m slow.
+Every one of the 432 cells matches.
 """
 
 import json
@@ -29,16 +30,6 @@ BUNDLED = sorted(n for n, t in EXPECTED.items() if t["kind"] == "bundled")
 HEURISTICS = ("dtr", "dtr_eq", "dtr_local", "msps", "lru", "size")
 RATIOS = ("0.9", "0.8", "0.7", "0.6", "0.5", "0.4", "0.3", "0.2")
 
-# Cells where the replay and the simulator part, and why (docs/simulator.md): the simulator
-# puts an op's outputs into its graph before it rebuilds the op's inputs, so neighbourhoods
-# it recomputes during that cascade count the output not yet computed as an evicted child.
-DIFFERENT = {
-    (
-        "treelstm.log.gz",
-        "dtr",
-        "0.3",
-    ): "the outputs of the op being run count in e* (1.625 vs 1.948)"
-}
 # The default run: every bundled trace at two ratios (the Tree-LSTM, whose replays in this
 # mode take seconds each, only with the cheap scores); the rest is -m slow.
 FAST_RATIOS = ("0.5", "0.3")
@@ -57,10 +48,7 @@ def replay(trace, heuristic: str, ratio: str):
 
 def check(trace, name: str, heuristic: str, ratio: str) -> None:
     got, want = replay(trace, heuristic, ratio), expected(name, heuristic, ratio)
-    if (name, heuristic, ratio) in DIFFERENT:
-        assert got != want, f"{name} {heuristic} {ratio} now matches: drop it from DIFFERENT"
-    else:
-        assert got == want, f"{name} {heuristic} at {ratio}: {got}, the simulator {want}"
+    assert got == want, f"{name} {heuristic} at {ratio}: {got}, the simulator {want}"
 
 
 @pytest.fixture(scope="module")

@@ -299,7 +299,7 @@ class Allocator:
         locked: Sequence[Storage] = ()
         self.accesses += 1
         try:
-            locked = self.remat.lock_cells(parents, op.name, inputs)
+            locked = self.remat.lock_cells(parents, op, inputs)
             arrays = [array_of(cell) for cell in inputs]
             if op.is_view:
                 return new_views(self, Recipe(op, inputs, parents, device), arrays, metas)

@@ -107,7 +107,7 @@ class Eviction:
         if search is not None and search.handles(heuristic):
             choice = search.choose(runtime)
         else:
-            mode = getattr(heuristic, "cost", None)
+            mode = prototype.tracked(runtime, getattr(heuristic, "cost", None))
             self.track(mode if mode in MODES else None)
             pooled = pool(self.candidates, runtime.min_size, runtime.sample, self.sampler)
             chooser = prototype.choose_victim if runtime.as_prototype else choose_victim

@@ -30,6 +30,11 @@ so that a replay gives the paper's numbers cell for cell (docs/simulator.md):
 - **h_DTR^eq's classes** are kept from the first eviction on (dead ones included), not built
   when the first search needs them, so their over-approximation has the simulator's
   history.
+- **e* and h_MSPS's ancestors** are the simulator's regions, kept incrementally, not walked
+  at every score; an op's outputs are in its graph, not yet computed, while its inputs are
+  rebuilt, and the regions walked meanwhile count them (``prototype_regions.py``).
+- **Views** are defined until their storage is evicted; a view is computed again (its op's
+  cost, a rematerialization) before its next use, through its chain of views first.
 
 Only the reference policy implements these (``Runtime(reference=True)``); in this mode the
 accelerator (``fast/``) stands aside, so the two cannot disagree. The mode keeps every
@@ -44,7 +49,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidates
+from .estar import WalkedNeighbourhood
 from .heuristics import COST_TERMS, Heuristic
+from .prototype_regions import SimulatorRegions
 from .remat import CascadeLink, Rematerializer, producer_of
 from .storage import Cell, Recipe, Storage, ViewCell
 from .victims import Choice, shortlist_of
@@ -57,18 +64,20 @@ class PrototypeCandidates(Candidates):
     """The candidates in the simulator's pool order (module docstring), and every storage
     ever made a candidate, kept alive (``kept``): the simulator never forgets one."""
 
-    __slots__ = ("kept", "_first")
+    __slots__ = ("kept", "_first", "fresh")
 
     def __init__(self, storages: Iterable[Storage] = ()):
         super().__init__(storages)
         self.kept: list[Storage] = list(self._order)
         self._first: Storage | None = None  # output 0 of the multi-output op being made
+        self.fresh: list[Storage] = []  # the outputs of the op being run (its regions')
 
     def add(self, storage: Storage) -> None:
         """A new output (or an unpinned storage) joins at the end. Output 0 of a
         multi-output op moves behind its siblings as they join."""
         self.made_evictable(storage)
         self.kept.append(storage)
+        self.fresh.append(storage)
         shared = storage.shared
         if shared is None:
             return
@@ -107,6 +116,7 @@ class PrototypeRematerializer(Rematerializer):
         self.rebuilds: dict[Storage, int] = {}  # how many times each storage was rebuilt
         self.view_at: dict[ViewCell, int] = {}  # its storage's rebuilds when last computed
         self.siblings: dict[Recipe, list[ViewCell]] = {}  # a view op's outputs
+        self.op_access: Sequence[Storage] | None = None  # what the op being run locked
 
     def made_views(self, recipe: Recipe, cells: list[ViewCell]) -> None:
         self.siblings[recipe] = cells
@@ -120,11 +130,35 @@ class PrototypeRematerializer(Rematerializer):
         return not cell.is_view or self.view_at.get(cell, 0) == self.rebuilds.get(storage, 0)
 
     def lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
-        return self.lock_cells(storages, trigger, storages)
+        return self.lock_read(storages, trigger, storages)
 
-    def lock_cells(
+    def lock_cells(self, storages: Sequence[Storage], op: Any, cells: Sequence[Cell]) -> Any:
+        """An op is asked for: its outputs join the simulator's regions, not computed yet
+        (prototype_regions.py), until it is done (``unlock`` of what this returns)."""
+        regions = self.regions()
+        if regions is not None:
+            outputs = 0 if op.is_view else op.n_outputs
+            regions.op_started(storages, outputs, getattr(op, "time", 0.0))
+            self.allocator.eviction.candidates.fresh = []
+        try:
+            locked = self.lock_read(storages, op.name, cells)
+        except BaseException:
+            if regions is not None:
+                regions.op_done(())
+            raise
+        self.op_access = locked
+        return locked
+
+    def regions(self) -> SimulatorRegions | None:
+        """The simulator's regions while a heuristic in force reads them (h_DTR, h_MSPS)."""
+        eviction = self.allocator.eviction
+        if eviction.tracking != "estar" or not isinstance(eviction.neighbourhood, SimulatorRegions):
+            return None
+        return eviction.neighbourhood
+
+    def lock_read(
         self, storages: Sequence[Storage], trigger: str, cells: Sequence[Cell]
-    ) -> Sequence[Storage]:
+    ) -> list[Storage]:
         """Lock the storage of each cell read, once per time it is read (an op reading a
         value twice locks it twice, as the simulator does)."""
         allocator = self.allocator
@@ -258,8 +292,23 @@ class PrototypeRematerializer(Rematerializer):
             "remat", storage, cost=recipe.run_cost, replay=allocator.stats.remats, **extra
         )
 
+    def replay(self, recipe: Storage | Recipe, link: CascadeLink | None = None) -> None:
+        """The base replay; then the regions of what it rebuilt are walked afresh."""
+        super().replay(recipe, link)
+        regions = self.regions()
+        if regions is not None:
+            regions.flush()
+
     def unlock(self, storages: Sequence[Storage]) -> None:
-        """A storage whose last lock goes rejoins the pool at the end."""
+        """A storage whose last lock goes rejoins the pool at the end. The end of an op:
+        its regions are brought up to date first, as the simulator does before unlocking."""
+        if storages is self.op_access:
+            self.op_access = None
+            regions = self.regions()
+            if regions is not None:
+                candidates = self.allocator.eviction.candidates
+                made, candidates.fresh = candidates.fresh, []
+                regions.op_done(made)
         for storage in storages:
             storage.locks -= 1
             if storage.locks == 0:
@@ -321,13 +370,24 @@ def select(allocator: Allocator, modes: Sequence[str]) -> None:
     current = allocator.remat
     if wanted and not isinstance(current, PrototypeRematerializer):
         eviction.candidates = PrototypeCandidates(eviction.candidates.in_order())
+        eviction.neighbourhood = SimulatorRegions()
         allocator.remat = PrototypeRematerializer(allocator)
         allocator.remat.cascades = current.cascades
     elif not wanted and isinstance(current, PrototypeRematerializer):
         if isinstance(eviction.candidates, PrototypeCandidates):
             eviction.candidates = Candidates(eviction.candidates.in_order())
+        if isinstance(eviction.neighbourhood, SimulatorRegions):
+            eviction.neighbourhood = WalkedNeighbourhood()
         allocator.remat = Rematerializer(allocator)
         allocator.remat.cascades = current.cascades
     if wanted and allocator.ledger.budget is not None:
-        mode = getattr(runtime.heuristic, "cost", None)
+        mode = tracked(runtime, getattr(runtime.heuristic, "cost", None))
         eviction.track(mode if mode in modes else None)
+
+
+def tracked(runtime: Any, mode: str | None) -> str | None:
+    """The neighbourhood structure to keep for a heuristic's cost term: in the mode, the
+    simulator's regions ("estar") serve h_MSPS's ancestors too."""
+    if mode == "ancestors" and runtime.as_prototype:
+        return "estar"
+    return mode

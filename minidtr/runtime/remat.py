@@ -86,12 +86,10 @@ class Rematerializer:
         self.allocator = allocator
         self.cascades = 0
 
-    def lock_cells(
-        self, storages: Sequence[Storage], trigger: str, cells: Sequence[Any]
-    ) -> Sequence[Storage]:
-        """``lock`` for an op reading ``cells`` (whose storages are ``storages``): the cells
-        matter only to ``prototype.py``'s rematerializer."""
-        return self.lock(storages, trigger)
+    def lock_cells(self, storages: Sequence[Storage], op: Any, cells: Sequence[Any]) -> Any:
+        """``lock`` for ``op``, which reads ``cells`` (whose storages are ``storages``): the
+        op and the cells matter only to ``prototype.py``'s rematerializer."""
+        return self.lock(storages, op.name)
 
     def lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
         """Lock every storage for an access; returns what it locked (the access unlocks it
