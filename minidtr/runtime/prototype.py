@@ -134,7 +134,9 @@ class PrototypeRematerializer(Rematerializer):
 
     def lock_cells(self, storages: Sequence[Storage], op: Any, cells: Sequence[Cell]) -> Any:
         """An op is asked for: its outputs join the simulator's regions, not computed yet
-        (prototype_regions.py), until it is done (``unlock`` of what this returns)."""
+        (prototype_regions.py), until it is done (``unlock`` of what this returns). They
+        cost the op's TIME in a replay (a trace op's); a live op's cost is known only once
+        it has run, so there they count 0."""
         regions = self.regions()
         if regions is not None:
             outputs = 0 if op.is_view else op.n_outputs
