@@ -22,8 +22,10 @@ from .runtime.options import (
     DEALLOC_POLICIES,
     DEFAULT_MAX_SLOWDOWN,
     DEFAULT_MAX_WALL_SLOWDOWN,
+    FITS,
     MAX_BUDGET,
     OPTION_NAMES,
+    PLACEMENTS,
     RuntimeOptions,
 )
 from .runtime.runtime import WALL_GUARD_AFTER
@@ -163,8 +165,8 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             default="dtr",
             type=parse_heuristic,
             metavar="H",
-            help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)} or an ablation name "
-            "like eq+size+nostale (default dtr)",
+            help=f"eviction heuristic: {', '.join(HEURISTIC_NAMES)}, an ablation name "
+            "like eq+size+nostale, or window (with --fit contiguous; default dtr)",
         ),
     ),
     "dealloc": (
@@ -208,6 +210,25 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             help="run the reference policy only (the plain code docs/design.md walks "
             "through, without the accelerator): the same decisions, slower; for reading "
             "and stepping through in a debugger",
+        ),
+    ),
+    "fit": (
+        "--fit",
+        dict(
+            default="bytes",
+            choices=FITS,
+            help="when a new value fits: bytes (the resident bytes stay within the budget, "
+            "default) or contiguous (one free block of a budget-sized arena holds it; "
+            "fragmentation is measured)",
+        ),
+    ),
+    "placement": (
+        "--placement",
+        dict(
+            default="best",
+            choices=PLACEMENTS,
+            help="with --fit contiguous, the free block a value takes: best (the smallest "
+            "that holds it, default) or first (the lowest address)",
         ),
     ),
     "measure_real": (

@@ -234,12 +234,28 @@ def _summary_costs(result: Any) -> list[str]:
         f"{'steps/s':<{w}}{result.steps_per_second:.2f}"
         f"  ({result.seconds:.1f} s for {len(result.losses)} steps)",
         f"{'peak memory':<{w}}{human_bytes(peak)}{of_budget}",
+        *_summary_addresses(s, result.budget),
         f"{'evictions':<{w}}{s['evictions']:,}  ({forced:,} forced by the budget, "
         f"{s['dead_evictions']:,} of dead tensors)",
         remats,
         f"{'slowdown':<{w}}{s['slowdown']:.3f}x  ((compute {s['compute_cost']:.3g} + "
         f"remat {s['remat_cost']:.3g}) / compute, in clock units, see below)",
         f"{'eviction search':<{w}}{s['search_time']:.2f} s over {s['searches']:,} searches",
+    ]
+
+
+def _summary_addresses(s: dict, budget: int | None) -> list[str]:
+    """Under ``--fit contiguous``: the peak address, the placement failures with their
+    mean fragmentation, and the evictions the contiguous rule added."""
+    if s.get("fit") != "contiguous":
+        return []
+    w, peak = SUMMARY_WIDTH, s["peak_address"]
+    of_budget = f" ({peak / budget:.0%} of the budget)" if budget else ""
+    return [
+        f"{'peak address':<{w}}{human_bytes(peak)}{of_budget}, {s['placement']}-fit",
+        f"{'placement':<{w}}{s['placement_failures']:,} requests found no free block at "
+        f"first (mean fragmentation {s['fragmentation']:.2f}); {s['extra_evictions']:,} "
+        "evictions made while the bytes alone fitted",
     ]
 
 

@@ -76,7 +76,16 @@ def _add_budget_options(p: argparse.ArgumentParser) -> None:
     )
     add_runtime_arguments(
         p,
-        ["heuristic", "dealloc", "rebuild_orphans", "cost", "max_slowdown", "max_wall_slowdown"],
+        [
+            "heuristic",
+            "dealloc",
+            "rebuild_orphans",
+            "cost",
+            "max_slowdown",
+            "max_wall_slowdown",
+            "fit",
+            "placement",
+        ],
     )
 
 
@@ -132,6 +141,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.find_budget and (args.budget is not None or args.ratio is not None):
         usage_error(PROG, "--find-budget searches the budget; drop --budget/--ratio")
     _check_eviction_settings(args)
+    if args.heuristic == "window" and args.fit != "contiguous":
+        usage_error(PROG, "--heuristic window evicts runs of adjacent blocks: add --fit contiguous")
     outputs = {"--events": args.events, "--trace": args.trace, "--plot": args.plot}
     if args.find_budget and any(outputs.values()):
         given = ", ".join(option for option, path in outputs.items() if path)

@@ -38,6 +38,7 @@ from .event_log import (  # noqa: F401  (read here by the command and the tests)
     load_events,
 )
 from .reading import printable
+from .runtime.arena import aligned
 
 ORPHAN_TRIGGER = "orphans of "  # how the remats of an orphan rebuild name their trigger
 
@@ -78,6 +79,30 @@ class Decision:
 
 
 @dataclass
+class Addresses:
+    """What a log of ``fit="contiguous"`` says of the arena: the highest end address of a
+    block (its address plus its size rounded up to the alignment), the evictions made to
+    free a block, those of them made while the bytes alone already fitted (``extra``),
+    and the fragmentation of the free memory (1 - largest free block / free bytes) at
+    each of those evictions."""
+
+    peak_address: int = 0
+    evictions: int = 0
+    extra: int = 0
+    fragmentation: list[float] = field(default_factory=list)
+
+    def note(self, event: dict[str, Any]) -> None:
+        if event.get("address") is not None and event["event"] in ("alloc", "remat"):
+            end = event["address"] + aligned(event["nbytes"])
+            self.peak_address = max(self.peak_address, end)
+        if event["event"] == "evict" and "largest_free" in event:
+            self.evictions += 1
+            self.extra += bool(event.get("extra"))
+            free = event.get("free_bytes") or 0
+            self.fragmentation.append(1 - event["largest_free"] / free if free else 0.0)
+
+
+@dataclass
 class Summary:
     runtime: dict[str, Any]
     counts: Counter
@@ -103,6 +128,7 @@ class Summary:
     remats: int = 0  # rematerializations: recipes replayed (see the module docstring)
     workspace_by_op: Counter = field(default_factory=Counter)  # the largest, per op
     peak_workspace: int = 0  # the workspace of the kernel running at the peak (in it)
+    addresses: Addresses | None = None  # under fit="contiguous"
 
     @property
     def budget(self) -> int | None:
@@ -135,11 +161,13 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     remats = 0
     workspace_by_op: Counter = Counter()
     peak_workspace = 0
+    addresses = Addresses()
     for event in events:
         kind = event["event"]
         if kind == "runtime":
             runtime = {k: v for k, v in event.items() if k != "event"}
             continue
+        addresses.note(event)
         if start_clock is None:
             start_clock = event["clock"]
         if kind == "step":
@@ -229,6 +257,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         remats,
         workspace_by_op,
         peak_workspace,
+        addresses if runtime.get("fit") == "contiguous" or addresses.peak_address else None,
     )
 
 
@@ -339,6 +368,8 @@ def explain(summary: Summary, top: int = 5) -> str:
             )
         lines.extend(_more_ops(s.budget_evictions_by_op, top))
     lines.extend(_decisions(s, top))
+    if s.addresses is not None:
+        lines.extend(_addresses(s.addresses, budget))
 
     lines.append("")
     lines.append("Rematerializations")
@@ -378,6 +409,29 @@ def explain(summary: Summary, top: int = 5) -> str:
                 + "."
             )
     return "\n".join(lines)
+
+
+def _addresses(a: Addresses, budget: int | None) -> list[str]:
+    """The section on the arena of a contiguous fit."""
+    of_budget = f" = {_share(a.peak_address, budget)} of the budget" if budget else ""
+    lines = [
+        "",
+        "Addresses (contiguous fit)",
+        "--------------------------",
+        f"The highest address in use was {human_bytes(a.peak_address)}{of_budget} (each "
+        "value takes a block of its size rounded up to 512 bytes).",
+    ]
+    if not a.evictions:
+        lines.append("No eviction was needed to free a block.")
+        return lines
+    frag = a.fragmentation
+    lines.append(
+        f"Evictions made to free a block large enough: {a.evictions:,}; {a.extra:,} of them "
+        "while the bytes alone already fitted the budget (fragmentation forced those). "
+        f"At these evictions the free memory was {sum(frag) / len(frag):.0%} fragmented on "
+        f"average and {max(frag):.0%} at worst (1 - largest free block / free bytes)."
+    )
+    return lines
 
 
 def _more_ops(by_op: Counter, top: int) -> list[str]:

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .runtime.observers import Observer, add_observer, observers_of, remove_observer
 from .runtime.registry import allocator_for
 from .runtime.storage import Cell, Recipe, Storage, workspace_of
 
@@ -50,7 +51,7 @@ class Floors:
         return self.floor - self.constants
 
 
-class FloorMeter:
+class FloorMeter(Observer):
     """Allocator observer: the most constant bytes alive at once, and the most bytes any
     one op (or read) needs resident at once."""
 
@@ -86,18 +87,12 @@ class FloorMeter:
     def on_constant(self, storage: Storage) -> None:
         self._need([], storage.name)
 
-    def on_make_constant(self, storage: Storage) -> None:
+    def on_make_constant(self, storage: Storage, if_resident: bool = False) -> None:
         self._need([], storage.name)
 
     def on_make_constant_if_resident(self, storage: Storage) -> None:
         if storage.producer is None:
             self.conditional.add(storage)
-
-    def on_add_ref(self, cell: Cell) -> None:
-        pass
-
-    def on_release(self, cell: Cell) -> None:
-        pass
 
 
 @contextlib.contextmanager
@@ -106,11 +101,11 @@ def measure_floors(device: str = "cpu") -> Iterator[FloorMeter]:
     ``.floor`` from the meter afterwards. Run it unbounded: under a budget the same op
     order needs the same floor, but the measurement is meant as the model's own."""
     allocator = allocator_for(device)
-    if allocator.observer is not None:
-        raise RuntimeError(f"the {device} allocator is already being observed")
+    if any(isinstance(o, FloorMeter) for o in observers_of(allocator)):
+        raise RuntimeError(f"the {device} allocator's floors are already being measured")
     meter = FloorMeter(allocator)
-    allocator.observer = meter
+    add_observer(allocator, meter)
     try:
         yield meter
     finally:
-        allocator.observer = None
+        remove_observer(allocator, meter)

@@ -62,6 +62,8 @@ SLOW = {
         "14 s: the grid in a pool and on a Dask LocalCluster"
     ),
     "python benchmarks/worst_cases.py": "16 s: 100 programs for each of the seven heuristics",
+    "minidtr sim --bundled --ratios 0.5,0.3 --heuristics dtr,window --fit contiguous": "3 s of "
+    "processor time: the window's slide is a Python loop (tests/test_arena.py replays a trace)",
 }
 
 DOWNLOAD = "downloads from PyPI"

@@ -131,6 +131,7 @@ def test_the_mode_differs_from_the_default_where_the_rules_do(bundled):
         (dict(keep_dead_remats=True), "keep_dead_remats=True"),
         (dict(sample=True), "sample=True"),
         (dict(min_size=0.01), "min_size=0.01"),
+        (dict(fit="contiguous"), "fit='contiguous'"),
     ],
 )
 def test_settings_the_mode_overrides_are_refused_by_name(setting, message):
@@ -146,6 +147,7 @@ def test_settings_the_mode_overrides_are_refused_by_name(setting, message):
         (["--keep-dead-remats"], "--keep-dead-remats"),
         (["--dealloc", "ignore"], "--dealloc"),
         (["--sample"], "--sample"),
+        (["--fit", "contiguous"], "--fit"),
     ],
 )
 def test_the_flag_refuses_what_it_overrides_in_one_line(flags, named):

@@ -1,4 +1,4 @@
-"""The trace heuristics: ``belady`` (knows each next use) and ``learned`` (learns them)."""
+"""The trace heuristic ``belady`` (knows each next use)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 
 import minidtr as md
 from minidtr import sim
-from minidtr.sim.clairvoyant import Belady, Learned, next_uses, parse_variant
+from minidtr.sim.clairvoyant import Belady, next_uses, parse_variant
 from minidtr.sim.experiments import chain_trace, sqrt_budget
 from minidtr.sim.simulator import Replayer, baseline
 from minidtr.sim.trace import (
@@ -80,14 +80,12 @@ def test_belady_knows_the_distance_to_each_next_use():
 def test_variant_names():
     assert parse_variant("belady") == ("belady", ("estar", True, "ops"))
     assert parse_variant("belady+none+nosize+time") == ("belady", ("none", False, "time"))
-    assert parse_variant("learned") == ("learned", ("estar", True, "ops"))
-    assert parse_variant("learned+local+size+time") == ("learned", ("local", True, "time"))
-    for bad in ("belady+x+size+time", "belady+none+size", "learned+none+size"):
+    for bad in ("belady+x+size+time", "belady+none+size", "learned"):
         with pytest.raises(ValueError, match="unknown heuristic"):
             parse_variant(bad)
 
 
-@pytest.mark.parametrize("name", ["belady", "learned", "belady+none+nosize+ops"])
+@pytest.mark.parametrize("name", ["belady", "belady+none+nosize+ops"])
 def test_the_live_runtime_refuses_trace_heuristics(name):
     with pytest.raises(ValueError, match="runs only in the simulator"):
         md.Runtime(heuristic=name)
@@ -145,43 +143,6 @@ def repeated_steps(steps: int):
             Release(f"l{k}"),
         ]
     return sim.make_trace(ins, f"steps-{steps}")
-
-
-@pytest.mark.parametrize("distance", ["time", "ops"])
-def test_learned_predicts_the_second_step_from_the_first(distance):
-    trace = repeated_steps(2)
-    ins = trace.instructions
-    oracle = next_uses(trace)
-    replayer = Replayer(None, f"learned+estar+size+{distance}", trace=trace)
-    learned = replayer.informed
-    assert isinstance(learned, Learned)
-    for step in (0, 1):
-        at_g = next(p for p, i in enumerate(ins) if isinstance(i, Call) and i.args == (f"a{step}",))
-        at_grad = next(
-            p for p, i in enumerate(ins) if getattr(i, "op", "") == "g_grad" and p > at_g
-        )
-        while replayer.position <= at_g + 1:
-            replayer.step(ins[replayer.position])
-        # the heuristic's clock is now that of instruction at_g + 1 (the next op, h)
-        a = replayer.cells[f"a{step}"].storage
-        predicted = learned.predicted_distance(a, learned.clock)
-        if step == 0:
-            assert predicted is None  # nothing to learn from yet
-        elif distance == "time":  # exactly the trace's distance to a1's next use (g_grad)
-            assert predicted == oracle.clock[at_grad] - oracle.clock[at_g + 1] == 11.0
-        else:
-            assert predicted == at_grad - (at_g + 1) == 4
-    replayer.close()
-
-
-def test_learned_falls_back_to_dtr_on_a_single_step():
-    trace = repeated_steps(1)
-    peak = baseline(trace).peak_memory
-    for ratio in (0.8, 0.6):
-        dtr = sim.simulate(trace, ratio=ratio, heuristic="dtr")
-        learned = sim.simulate(trace, ratio=ratio, heuristic="learned")
-        assert (learned.status, learned.remat_cost) == (dtr.status, dtr.remat_cost)
-        assert learned.peak_memory <= ratio * peak
 
 
 def test_simulate_names_the_trace_heuristic():

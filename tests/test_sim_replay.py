@@ -99,7 +99,7 @@ def test_replay_matches_the_live_run_decision_for_decision(tmp_path, fresh_alloc
     assert any(c.constant for c in trace.instructions if isinstance(c, Call))
     peak = baseline(trace).peak_memory
     compared = 0
-    for heuristic in ("dtr", "dtr_eq", "lru", "msps", "size", "random"):
+    for heuristic in ("dtr", "dtr_eq", "lru", "msps", "size", "random", "learned"):
         for ratio in (0.95, 0.85, 0.75):
             budget = int(ratio * peak)
             fresh_allocator()
@@ -158,7 +158,7 @@ def test_record_write_load_replay_round_trip(tmp_path, fresh_allocator):
 
 
 def test_record_refuses_to_nest(fresh_allocator):
-    with sim.record(), pytest.raises(RuntimeError, match="already being observed"), sim.record():
+    with sim.record(), pytest.raises(RuntimeError, match="already being recorded"), sim.record():
         pass
 
 

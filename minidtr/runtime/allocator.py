@@ -15,6 +15,7 @@ The allocator is composed of parts, each owning its state:
     remat       locking and rebuilding what an access reads       remat.py
     lifetimes   references, deaths and the deallocation rules     lifetime.py
     guard       the thrash guard and the timing of eviction work  guard.py
+    addresses   the arena under fit="contiguous", or None          placement.py
     fast        the accelerator's hot paths, or None              fast/
 
 and keeps itself what every part reads: the logical ``clock``, the stack of
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -46,14 +46,14 @@ from typing import Any
 import numpy as np
 
 from .. import backend
-from . import fast, realmem
-from .audit import Audit, audit_for
+from . import fast, placement, realmem
+from .audit import Audit, audit_for, check_outputs
 from .costs import model_cost
 from .errors import BudgetError
 from .eviction import Eviction
 from .guard import ThrashGuard
 from .ledger import Ledger
-from .lifetime import Lifetimes
+from .lifetime import Lifetimes, raising
 from .realmem import RealMemory
 from .remat import Rematerializer, with_workspace
 from .runtime import Runtime, Stats
@@ -64,18 +64,6 @@ from .views import array_of, new_views
 # catches bugs in ops, at a cost on every op, so the test suite turns it on
 # (tests/conftest.py) and ordinary runs leave it off.
 CHECK_OPS = False
-
-BYTE = np.dtype(np.uint8)
-
-
-def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> None:
-    """Raise if a kernel's results differ from the (shape, dtype) its op declared."""
-    for i, ((shape, dtype), r) in enumerate(zip(metas, results, strict=True)):
-        if r.shape != shape or r.dtype != dtype:
-            raise AssertionError(
-                f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
-                f"{shape} {dtype} (a bug in the op)"
-            )
 
 
 class Allocator:
@@ -106,6 +94,7 @@ class Allocator:
         self.lifetimes = Lifetimes(self)
         self.guard = ThrashGuard(self)
         self.fast: fast.FastPath | None = None
+        self.addresses: placement.ContiguousFit | None = None
         self.audit: Audit | None = None  # while an active runtime audits (audit.py)
         self.kernel_workspace = 0  # reserved for the kernel running now (compute, replay)
         self.meter: RealMemory | None = None  # while a runtime with measure_real is active
@@ -206,6 +195,7 @@ class Allocator:
                 self.eviction.make_room(ledger.budget, "entering the runtime", 0)
             finally:
                 self.done((), was_busy)
+        placement.apply_fit(self)  # fit="contiguous": the arena at the budget's size
         self.note_peak()
 
     # ---- constants -----------------------------------------------------------------------
@@ -223,7 +213,7 @@ class Allocator:
         The value's ``shape`` and ``dtype`` default to ``nbytes`` bytes."""
         self.check_pending()
         if shape is None:
-            shape, dtype = (nbytes,), BYTE
+            shape, dtype = (nbytes,), np.dtype(np.uint8)
         self.next_id += 1
         storage = Storage.new(
             allocator=self, id=self.next_id, name=name, nbytes=nbytes, shape=shape,
@@ -238,12 +228,14 @@ class Allocator:
                     make_array() if self.meter is None else self.meter.measure(make_array, nbytes)
                 )
             except BaseException:
-                ledger.memory -= nbytes
+                self.unreserve(nbytes)
                 raise
             if int(array.nbytes) != nbytes:
-                ledger.memory -= nbytes
+                self.unreserve(nbytes)
                 raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
             storage.buffer = array
+            if self.addresses is not None:
+                self.addresses.bind([storage])
             storage.last_access = self.clock
             ledger.constant_bytes += nbytes
             if self.observer is not None:
@@ -306,12 +298,12 @@ class Allocator:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             total = sum(sizes)
             workspace = op.workspace(*inputs) if op.has_workspace else 0
-            self.reserve(total + workspace, with_workspace(op.name, workspace))
+            self.reserve(total + workspace, with_workspace(op.name, workspace), (*sizes, workspace))
             self.kernel_workspace = workspace
             try:
                 results, cost = self.run(op, inputs, device, arrays, metas)
             except BaseException:
-                self.ledger.memory -= total + workspace
+                self.unreserve(total + workspace)
                 raise
             finally:
                 self.kernel_workspace = 0
@@ -369,6 +361,8 @@ class Allocator:
                     for i, meta in enumerate(metas)
                 ]
                 recipe.outputs = tuple([weakref.ref(storage) for storage in cells])
+        if self.addresses is not None:
+            self.addresses.bind(cells)
         if self.runtime.events is not None:
             for storage in cells:
                 if workspace:
@@ -434,7 +428,7 @@ class Allocator:
         self.busy = was_busy
         if lifetimes.dying or lifetimes.released:
             lifetimes.settle()
-        if lifetimes.pending_error is not None and not was_busy and not _raising():
+        if lifetimes.pending_error is not None and not was_busy and not raising():
             lifetimes.raise_pending()
 
     def check_pending(self) -> None:
@@ -524,11 +518,14 @@ class Allocator:
 
     # ---- making room -----------------------------------------------------------------------
 
-    def reserve(self, nbytes: int, op_name: str) -> None:
-        """Count ``nbytes`` more, evicting first to make room under the budget."""
+    def reserve(self, nbytes: int, op_name: str, pieces: Sequence[int] = ()) -> None:
+        """Count ``nbytes`` more, evicting first to make room under the budget (under a
+        contiguous fit, room for each of ``pieces``, default ``nbytes``: placement.py)."""
         ledger = self.ledger
         budget = ledger.budget
-        if budget is not None and ledger.memory + nbytes > budget:
+        if self.addresses is not None:
+            self.addresses.reserve(pieces or (nbytes,), op_name, nbytes)
+        elif budget is not None and ledger.memory + nbytes > budget:
             outermost = self.guard.begin()
             try:
                 self.eviction.make_room(budget - nbytes, op_name, nbytes)
@@ -537,6 +534,12 @@ class Allocator:
                     self.guard.end()
         ledger.memory += nbytes
         self.note_peak()
+
+    def unreserve(self, nbytes: int) -> None:
+        """Give back what ``reserve`` counted for a kernel that failed."""
+        self.ledger.memory -= nbytes
+        if self.addresses is not None:
+            self.addresses.drop()
 
     def note_peak(self) -> None:
         stats = self.stats
@@ -547,6 +550,8 @@ class Allocator:
         """Add an event about ``storage`` to the event log, if one is kept."""
         runtime = self.runtime
         if runtime.events is not None:
+            if self.addresses is not None:
+                extra["address"] = self.addresses.address(storage)
             runtime.record(
                 kind,
                 id=storage.id,
@@ -593,8 +598,3 @@ class Allocator:
     def discard_pending(self) -> None:
         """Drop an error met while settling deaths (the run already fails with its own)."""
         self.lifetimes.pending_error = None
-
-
-def _raising() -> bool:
-    """Whether an exception is being handled (an error already on its way up)."""
-    return sys.exc_info()[1] is not None

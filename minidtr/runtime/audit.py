@@ -68,6 +68,18 @@ MACHINERY = (
     "functools",
 )
 
+
+def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> None:
+    """Raise if a kernel's results differ from the (shape, dtype) its op declared
+    (``allocator.CHECK_OPS``: the test suite checks every kernel so)."""
+    for i, ((shape, dtype), r) in enumerate(zip(metas, results, strict=True)):
+        if r.shape != shape or r.dtype != dtype:
+            raise AssertionError(
+                f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
+                f"{shape} {dtype} (a bug in the op)"
+            )
+
+
 IMPURE_HINT = (
     "An op must compute the same bits from the same inputs and static attributes every "
     "time; the usual cause is an impure user op (a forward that draws from a global random "

@@ -29,6 +29,44 @@ class BudgetError(MemoryError):
         )
 
 
+class PlacementError(BudgetError):
+    """Under ``fit="contiguous"``: no free block of the arena can hold what an op needs,
+    even after evicting everything evictable (or evicting cannot make one: what lies
+    between the free blocks is constant, pinned or locked)."""
+
+    def __init__(
+        self,
+        op: str,
+        needed: int,
+        block: int,
+        budget: int | None,
+        memory: int,
+        pinned: int,
+        constant: int,
+        locked: int,
+        largest_free: int,
+        free: int,
+    ):
+        self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
+        self.pinned, self.constant, self.locked = pinned, constant, locked
+        self.block, self.largest_free, self.free = block, largest_free, free
+        budget_text = "no budget" if budget is None else f"a budget of {budget:,} bytes"
+        # needed is 0 when nothing new is asked for: a value resident already needs a block
+        asks = (
+            f"needs a free block of {block:,} bytes (of {needed:,} bytes asked for)"
+            if needed
+            else f"a resident value needs a free block of {block:,} bytes"
+        )
+        MemoryError.__init__(
+            self,
+            f"{op}: {asks} "
+            f"but the largest free block is {largest_free:,} bytes ({free:,} free in all, "
+            f"{budget_text}, contiguous fit) after evicting all it could: {memory:,} "
+            f"bytes in use, {constant:,} constant, {pinned:,} pinned, {locked:,} locked by "
+            "running ops. Raise the budget, free references, or use fit='bytes'.",
+        )
+
+
 class ThrashError(BudgetError):
     """The run passed the runtime's thrash guard: recomputation made it more than
     ``max_slowdown`` times slower in the cost model, or eviction work (searching for

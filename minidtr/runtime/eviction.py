@@ -122,8 +122,15 @@ class Eviction:
         stats.search_time += time.perf_counter() - started
         return choice
 
-    def evict(self, storage: Storage, reason: str = "budget", choice: Choice | None = None) -> None:
-        """Free a resident storage's buffer, keeping its recipe to recompute it later."""
+    def evict(
+        self,
+        storage: Storage,
+        reason: str = "budget",
+        choice: Choice | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Free a resident storage's buffer, keeping its recipe to recompute it later.
+        ``detail`` goes into its event (the contiguous fit's state: ``placement.py``)."""
         if storage.buffer is None:
             raise ValueError(f"cannot evict {storage!r}: it is not resident")
         if storage.op is None or storage.pinned or storage.locks:
@@ -152,7 +159,11 @@ class Eviction:
                 extra["runner_up"] = runner and (runner[0], finite_or_none(runner[1]))
                 if choice.shortlist:
                     extra["candidates"] = choice.shortlist
+            if detail is not None:
+                extra.update(detail)
             allocator.record("evict", storage, **extra)
+        if allocator.addresses is not None:
+            allocator.addresses.free(storage)
 
     def budget_changed(self, budget: int | None, searched: bool) -> None:
         """The budget in force is now ``budget``; ``searched``: whether searches may happen

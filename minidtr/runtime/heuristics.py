@@ -148,6 +148,37 @@ class RandomHeuristic:
         return {"nbytes": storage.nbytes, "staleness": context.clock - storage.last_access}
 
 
+class WindowHeuristic:
+    """``window``, under ``fit="contiguous"`` only (``window.py``): rather than the
+    lowest-scoring values wherever they lie, evict the run of adjacent blocks of the
+    arena (free blocks included) that frees a block large enough at the lowest total
+    cost, as Coop (NeurIPS 2023) does. A value's cost there is h_DTR's cost term over its
+    staleness, (c + c(e*)) / s: its h_DTR score times its size, so that a window of many
+    small values weighs what they would cost to recompute, not their count. Each value's
+    e* is its own: a neighbourhood two values of a window share counts twice (Coop's
+    counts it once). Asked for one victim (a budget lowered under the byte rule, entering
+    a runtime), it scores as h_DTR."""
+
+    name = "window"
+    cost = "estar"  # the neighbourhood term it reads, kept up to date (``Eviction.track``)
+    window = True
+    formula = "sum over a window of (c + c(e*)) / s"
+
+    def __init__(self):
+        self.dtr = Heuristic("window", "estar", True, True)
+
+    def score(self, storage: Storage, context: ScoreContext) -> float:
+        return self.dtr.score(storage, context)
+
+    def terms(self, storage: Storage, context: ScoreContext) -> dict[str, float]:
+        return self.dtr.terms(storage, context)
+
+    def window_cost(self, storage: Storage, context: ScoreContext) -> float:
+        """What evicting ``storage`` costs in a window: (c + c(e*)) / s."""
+        stale = max(context.clock - storage.last_access, MIN_STALENESS)
+        return COST_TERMS["estar"](storage, context) / stale
+
+
 NAMED: dict[str, tuple[str, bool, bool]] = {
     "dtr": ("estar", True, True),
     "dtr_eq": ("eq", True, True),
@@ -157,8 +188,8 @@ NAMED: dict[str, tuple[str, bool, bool]] = {
     "size": ("none", True, False),
 }
 
-HEURISTIC_NAMES = (*NAMED, "random")
-TRACE_ONLY = ("belady", "learned")  # minidtr.sim.clairvoyant: need a trace
+HEURISTIC_NAMES = (*NAMED, "random", "learned")
+TRACE_ONLY = ("belady",)  # minidtr.sim.clairvoyant: needs a trace to read ahead in
 
 
 def ablation_names() -> list[str]:
@@ -171,10 +202,17 @@ def ablation_names() -> list[str]:
     ]
 
 
-def make_heuristic(name: str, seed: int = 0) -> Heuristic | RandomHeuristic:
-    """A heuristic by name: one of ``HEURISTIC_NAMES`` or an ablation-grid name."""
+def make_heuristic(name: str, seed: int = 0) -> Any:
+    """A heuristic by name: one of ``HEURISTIC_NAMES``, an ablation-grid name, or
+    ``window`` (which needs ``fit="contiguous"``: ``RuntimeOptions`` checks)."""
     if name == "random":
         return RandomHeuristic(seed)
+    if name.split("+")[0] == "learned":
+        from .learned import Learned
+
+        return Learned(name)
+    if name == "window":
+        return WindowHeuristic()
     if name.split("+")[0] in TRACE_ONLY:
         raise ValueError(
             f"heuristic {name!r} reads when each storage is used next from a recorded trace, "
@@ -193,6 +231,7 @@ def make_heuristic(name: str, seed: int = 0) -> Heuristic | RandomHeuristic:
     ):
         return Heuristic(name, parts[0], parts[1] == "size", parts[2] == "stale")
     raise ValueError(
-        f"unknown heuristic {name!r}; expected one of {list(HEURISTIC_NAMES)} "
-        f"or '<cost>+<size|nosize>+<stale|nostale>' with cost in {list(COST_TERMS)}"
+        f"unknown heuristic {name!r}; expected one of {list(HEURISTIC_NAMES)}, "
+        f"'<cost>+<size|nosize>+<stale|nostale>' with cost in {list(COST_TERMS)}, "
+        "or 'window' (with fit='contiguous')"
     )

@@ -37,6 +37,7 @@ never changes the allocator under a running access.
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING
@@ -125,7 +126,11 @@ class Lifetimes:
 
     def died(self, storage: Storage) -> None:
         """The last external reference died: apply the deallocation policy, now or, while
-        the allocator is busy, when the access in progress is done."""
+        the allocator is busy, when the access in progress is done. An observer hears
+        of it at once."""
+        observer = self.allocator.observer
+        if observer is not None:
+            observer.on_death(storage)
         self.dying.append(storage)
         self.settle()
 
@@ -267,6 +272,8 @@ class Lifetimes:
         storage.pinned = False
         allocator.stats.banished += 1
         allocator.record("banish", storage)
+        if allocator.addresses is not None:
+            allocator.addresses.free(storage)
         return True
 
     def to_constant(self, storage: Storage, if_resident: bool | None = None) -> None:
@@ -342,6 +349,8 @@ class Lifetimes:
                 ledger.pinned_bytes -= storage.nbytes
             if allocator.runtimes and allocator.runtime.events is not None:
                 allocator.record("free", storage)
+            if allocator.addresses is not None:
+                allocator.addresses.free(storage)
         elif eviction.scoring:
             # a garbage-collector pass inside a score: the cached values being read may
             # include this storage, so start a new epoch rather than edit them
@@ -420,3 +429,8 @@ def older_collections() -> int:
     """How many collections of generations 1 and 2 Python's cycle collector has run."""
     stats = gc.get_stats()
     return stats[1]["collections"] + stats[2]["collections"]
+
+
+def raising() -> bool:
+    """Whether an exception is being handled (an error already on its way up)."""
+    return sys.exc_info()[1] is not None

@@ -20,6 +20,8 @@ from ..backend import DEVICES
 
 DEALLOC_POLICIES = ("eager", "banish", "ignore")
 COST_MODELS = ("time", "flops")
+FITS = ("bytes", "contiguous")
+PLACEMENTS = ("best", "first")
 # The default thrash guard (see docs/cli.md): above what the runs the docs call trainable
 # cost (up to about 3.3x in the cost model, 3.6x in wall time), far below what thrashing
 # runs reach.
@@ -125,7 +127,7 @@ class RuntimeOptions:
         plain eager eviction that forgets nothing (``minidtr.runtime.prototype``). It sets
         the deallocation rules itself, so it refuses the settings it would override
         (``dealloc`` other than eager, ``rebuild_orphans=False``, ``keep_dead_remats``,
-        ``sample``, ``min_size``); it runs the reference policy. For replays
+        ``sample``, ``min_size``, ``fit="contiguous"``); it runs the reference policy. For replays
         (``minidtr sim --as-prototype``), where budgets are relative to the simulator's
         own unbounded peak.
     audit: check the op contract as the run goes (``minidtr.runtime.audit``): every output
@@ -139,6 +141,13 @@ class RuntimeOptions:
         and ``traced_peak``, what the process held at its worst (Python objects too),
         with tracemalloc on NumPy and the memory pool's peak on CuPy
         (``minidtr.runtime.realmem``). Slower: every Python allocation is traced.
+    fit: when a new value fits. ``bytes`` (the paper's rule, the default): when the
+        resident bytes plus its own stay within the budget. ``contiguous``: when one
+        free block of an arena of ``budget`` bytes holds it, rounded up to 512 bytes;
+        the heuristic's victims are evicted until one does, and ``stats()`` measures the
+        fragmentation (``minidtr.runtime.placement``, docs/memory.md).
+    placement: under ``fit="contiguous"``, which free block a value takes: ``best`` (the
+        smallest that holds it, the default) or ``first`` (the lowest address that does).
     """
 
     budget: int | None = None
@@ -158,6 +167,8 @@ class RuntimeOptions:
     as_prototype: bool = False
     audit: bool = False
     measure_real: bool = False
+    fit: str = "bytes"
+    placement: str = "best"
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values
@@ -180,6 +191,15 @@ class RuntimeOptions:
             )
         if not isinstance(self.audit, bool):
             raise TypeError(f"audit must be True or False, got {type(self.audit).__name__}")
+        if self.fit not in FITS:
+            raise ValueError(f'fit must be "bytes" or "contiguous", got {self.fit!r}')
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f'placement must be "best" or "first", got {self.placement!r}')
+        if self.heuristic == "window" and self.fit != "contiguous":
+            raise ValueError(
+                "heuristic 'window' evicts a run of adjacent blocks of the arena: it needs "
+                f'fit="contiguous", got fit={self.fit!r}'
+            )
         if not 0.0 <= self.min_size < 1.0:
             raise ValueError(
                 f"min_size is a fraction of the mean size in [0, 1), got {self.min_size}"
@@ -202,6 +222,7 @@ def check_prototype(options: RuntimeOptions) -> None:
         (options.keep_dead_remats, "keep_dead_remats=True", "it keeps dead remats itself"),
         (options.sample, "sample=True", "it scores every candidate"),
         (options.min_size > 0, f"min_size={options.min_size}", "it scores every candidate"),
+        (options.fit != "bytes", f"fit={options.fit!r}", "it counts bytes, without addresses"),
     ]
     for given, setting, why in overridden:
         if given:

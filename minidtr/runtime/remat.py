@@ -226,12 +226,13 @@ class Rematerializer:
         arrays = [array_of(cell) for cell in recipe.inputs]
         total = sum(recipe.out_nbytes)
         workspace = workspace_of(recipe)
-        allocator.reserve(total + workspace, with_workspace(recipe.op.name, workspace))
+        name = with_workspace(recipe.op.name, workspace)
+        allocator.reserve(total + workspace, name, (*recipe.out_nbytes, workspace))
         allocator.kernel_workspace = workspace
         try:
             results = replay_kernel(allocator, recipe, arrays, total)
         except BaseException:
-            allocator.ledger.memory -= total + workspace
+            allocator.unreserve(total + workspace)
             raise
         finally:
             allocator.kernel_workspace = 0
@@ -244,12 +245,18 @@ class Rematerializer:
         stats = allocator.stats
         stats.remats += 1
         stats.remat_cost += recipe.run_cost
-        for ref, nbytes, result in zip(recipe.outputs, recipe.out_nbytes, results, strict=True):
+        addresses = allocator.addresses
+        outputs = zip(recipe.outputs, recipe.out_nbytes, results, strict=True)
+        for i, (ref, nbytes, result) in enumerate(outputs):
             storage = ref()
             if storage is not None and storage.buffer is None and not storage.banished:
+                if addresses is not None:
+                    addresses.take(i, storage)
                 self.refill(storage, result, recipe, link)
             else:
                 allocator.ledger.memory -= nbytes
+        if addresses is not None:
+            addresses.drop()  # the workspace and the outputs resident already
 
     def refill(
         self, storage: Storage, result: Any, recipe: Storage | Recipe, link: CascadeLink | None

@@ -72,6 +72,13 @@ class Stats:
     # at once, and what the process held at its worst (Python objects included)
     real_peak: int | None = None
     traced_peak: int | None = None
+    # under fit="contiguous" (``placement.py``): requests no free block held at first, the
+    # sum of the fragmentation (1 - largest free block / free bytes) at each, evictions
+    # made while the bytes alone fitted, and the highest end address of a used block
+    placement_failures: int = 0
+    fragmentation_sum: float = 0.0
+    extra_evictions: int = 0
+    peak_address: int = 0
 
     def add(self, other: Stats, since: Stats) -> None:
         """Add what ``other`` counted after the snapshot ``since`` (for nested runtimes;
@@ -80,6 +87,7 @@ class Stats:
         for name in SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name) - getattr(since, name))
         self.peak_memory = max(self.peak_memory, other.peak_memory)
+        self.peak_address = max(self.peak_address, other.peak_address)
 
     @property
     def slowdown(self) -> float:
@@ -88,13 +96,15 @@ class Stats:
         return (total + self.remat_cost) / total if total > 0 else 1.0
 
 
-STATS = tuple(f.name for f in dataclasses.fields(Stats))
+# the measures of the contiguous fit: in ``Runtime.stats()`` only under it
+ADDRESS_STATS = ("placement_failures", "fragmentation_sum", "extra_evictions", "peak_address")
+STATS = tuple(f.name for f in dataclasses.fields(Stats) if f.name not in ADDRESS_STATS)
 # the counters a nested runtime adds to the one it runs in (``Stats.add``)
 MEASURED = ("real_peak", "traced_peak")
 SUMMED = tuple(
     f.name
     for f in dataclasses.fields(Stats)
-    if f.name not in ("peak_memory", "wall_time", *MEASURED)
+    if f.name not in ("peak_memory", "peak_address", "wall_time", *MEASURED)
 )
 # The settings a Runtime keeps in another form than its RuntimeOptions field (the others
 # are plain attributes of the same name).
@@ -202,13 +212,26 @@ class Runtime:
         if self.allocator is not None:
             raise RuntimeError(f"{self!r} is already active; a runtime cannot be re-entered")
         self._active_since = time.perf_counter()
-        allocator.push(self)
+        attach = getattr(self.heuristic, "attach", None)  # a heuristic that watches (learned)
+        if attach is not None:
+            attach(allocator)
+        try:
+            allocator.push(self)
+        except BaseException:
+            self._detach_heuristic(allocator)
+            raise
         self.allocator = allocator
         return self
+
+    def _detach_heuristic(self, allocator: Any) -> None:
+        detach = getattr(self.heuristic, "detach", None)
+        if detach is not None:
+            detach(allocator)
 
     def leave(self) -> None:
         """Stop being active (what the end of the ``with`` does, before its checks)."""
         self.allocator.pop(self)
+        self._detach_heuristic(self.allocator)
         self.allocator = None
         self.stats_.wall_time += time.perf_counter() - self._active_since
 
@@ -233,7 +256,23 @@ class Runtime:
         out["memory"] = allocator.memory
         out["slowdown"] = self.stats_.slowdown
         out["wall_time"] = self.wall_time()
+        if self.fit == "contiguous":
+            out.update(self.address_stats())
         return out
+
+    def address_stats(self) -> dict[str, Any]:
+        """What the contiguous fit measured (``placement.py``): its failures, the mean
+        fragmentation at them, the extra evictions and the peak address."""
+        stats = self.stats_
+        failures = stats.placement_failures
+        return {
+            "fit": self.fit,
+            "placement": self.placement,
+            "placement_failures": failures,
+            "fragmentation": stats.fragmentation_sum / failures if failures else 0.0,
+            "extra_evictions": stats.extra_evictions,
+            "peak_address": stats.peak_address,
+        }
 
     def wall_time(self) -> float:
         """Wall seconds this runtime has been active, the current activation included."""
@@ -311,6 +350,7 @@ class Runtime:
             "score": getattr(self.heuristic, "formula", "?"),
             "dealloc": self.dealloc,
             "cost": cost,
+            **({"fit": self.fit, "placement": self.placement} if self.fit != "bytes" else {}),
             **extra,
         }
 

@@ -1,8 +1,8 @@
-"""Heuristics that know (``belady``) or learn (``learned``) when each storage is used next.
+"""A heuristic that knows (``belady``) when each storage is used next.
 
 h_DTR guesses the future from the past: staleness, the time since a storage's last
-access, stands in for the time until its next one. Two simulator heuristics replace
-that guess.
+access, stands in for the time until its next one. This simulator heuristic replaces
+that guess by the truth.
 
 ``belady`` is clairvoyant. A pre-pass over the trace (``next_uses``) lists, for each
 storage, the instructions that use it (arguments of CALL and MUTATE, CONSTANT
@@ -26,22 +26,11 @@ h_DTR does better. The optimum for the trace's op order is the MILP of ``checkma
 schedule, belady's included. Variants are named
 ``belady+<cost>+<size|nosize>+<ops|time>``; ``belady`` is ``belady+estar+size+ops``.
 
-``learned`` is online: it sees only what a live runtime sees (each op as it runs, the
-storages it creates and reads, the references that die) and learns the next uses
-from earlier storages with the same *signature*: a hash of the producing op's name,
-the output's index and size, and the signatures of the op's input storages (a
-constant stands for its size). A training step repeats the previous one, so the k-th
-layer's activation in step 2 has the signature of the k-th layer's activation in
-step 1. When a storage's last reference dies, its access times relative to its
-creation (counted in instructions, or in compute with ``time``; recomputation
-advances neither) become its signature's profile, from which a later storage's next
-use is predicted. Storages with no
-profile (everything in the first step), past every predicted use, or dead, are scored
-by staleness, i.e. as h_DTR. Variants: ``learned+<cost>+<size|nosize>+<ops|time>``.
+``learned`` (``minidtr.runtime.learned``) predicts the next uses instead, from the
+training step before; it needs no trace, so it runs live as well as here.
 
-Both are built by ``simulate`` (``make_trace_heuristic``); ``minidtr.runtime`` refuses
-their names: a live run has no trace to read ahead in, and ``learned`` is
-experimental (see docs/heuristics.md).
+``belady`` is built by ``simulate`` (``make_trace_heuristic``); ``minidtr.runtime``
+refuses its name: a live run has no trace to read ahead in.
 """
 
 from __future__ import annotations
@@ -54,9 +43,8 @@ from ..runtime.heuristics import COST_TERMS, MIN_STALENESS, ScoreContext
 from ..runtime.storage import Storage
 from .trace import Call, Constant, Copy, CopyFrom, MakeConstant, Mutate, Release, Trace
 
-TRACE_HEURISTICS = ("belady", "learned")
+TRACE_HEURISTICS = ("belady",)
 BELADY_DEFAULT = ("estar", True, "ops")
-LEARNED_DEFAULT = ("estar", True, "ops")
 
 
 @dataclass
@@ -128,33 +116,21 @@ def next_uses(trace: Trace) -> NextUses:
 
 
 def parse_variant(name: str) -> tuple[str, tuple]:
-    """``belady[+cost+size+dist]`` or ``learned[+cost+size]`` -> (family, parameters)."""
+    """``belady`` or ``belady+<cost>+<size|nosize>+<time|ops>`` -> (family, parameters)."""
     parts = name.split("+")
-    family = parts[0]
-    if family == "belady":
-        if len(parts) == 1:
-            return family, BELADY_DEFAULT
-        if (
-            len(parts) == 4
-            and parts[1] in COST_TERMS
-            and parts[2] in ("size", "nosize")
-            and parts[3] in ("time", "ops")
-        ):
-            return family, (parts[1], parts[2] == "size", parts[3])
-    elif family == "learned":
-        if len(parts) == 1:
-            return family, LEARNED_DEFAULT
-        if (
-            len(parts) == 4
-            and parts[1] in COST_TERMS
-            and parts[2] in ("size", "nosize")
-            and parts[3] in ("time", "ops")
-        ):
-            return family, (parts[1], parts[2] == "size", parts[3])
+    if parts == ["belady"]:
+        return "belady", BELADY_DEFAULT
+    if (
+        len(parts) == 4
+        and parts[0] == "belady"
+        and parts[1] in COST_TERMS
+        and parts[2] in ("size", "nosize")
+        and parts[3] in ("time", "ops")
+    ):
+        return "belady", (parts[1], parts[2] == "size", parts[3])
     raise ValueError(
-        f"unknown heuristic {name!r}; trace heuristics are 'belady', "
-        "'belady+<cost>+<size|nosize>+<time|ops>', 'learned' and "
-        f"'learned+<cost>+<size|nosize>+<time|ops>' with cost in {list(COST_TERMS)}"
+        f"unknown heuristic {name!r}; the trace heuristic is 'belady' or "
+        f"'belady+<cost>+<size|nosize>+<time|ops>' with cost in {list(COST_TERMS)}"
     )
 
 
@@ -224,114 +200,11 @@ class Belady(TraceHeuristic):
         return value / max(distance, MIN_STALENESS)
 
 
-class Learned(TraceHeuristic):
-    """Next uses predicted from the last storage with the same signature; see the module
-    docstring. Sees only what a live runtime sees: the ops as they run, their inputs and
-    outputs, and the handles that die."""
-
-    past_last_use = "stale"  # past every predicted use: "stale" (as h_DTR) or "evict"
-
-    def __init__(self, name: str, cost: str, size: bool, distance: str):
-        self.name, self.cost, self.size, self.distance = name, cost, size, distance
-        self.cost_term = COST_TERMS[cost]
-        self.signature: dict[int, int] = {}  # storage id -> signature
-        self.born: dict[int, float] = {}  # storage id -> compute clock at creation
-        self.seen: dict[int, list[float]] = {}  # storage id -> its accesses so far (ages)
-        self.profile: dict[int, list[float]] = {}  # signature -> a finished instance's accesses
-        self.clock = 0.0
-        self.dropping: list[Storage] = []
-        self.predicted = self.fallbacks = 0
-
-    def before(self, position: int, clock: float, ins=None, cells=None) -> None:
-        self.clock = clock if self.distance == "time" else float(position)
-        if isinstance(ins, Release):
-            self.dropping = [cells[ins.name].storage]
-        elif isinstance(ins, CopyFrom):
-            self.dropping = [cells[ins.dst].storage]
-        elif isinstance(ins, Mutate):
-            self.dropping = [cells[ins.args[i]].storage for i in ins.mutate]
-
-    def after(self, position: int, ins, cells: dict) -> None:
-        if isinstance(ins, Constant):
-            self._created(cells[ins.name].storage, ("constant", ins.nbytes))
-        elif isinstance(ins, Call | Mutate):
-            args = [cells[a].storage for a in ins.args if a in cells]
-            for storage in {s.id: s for s in args}.values():
-                self._accessed(storage)
-            names = (
-                [r.name for r in ins.results]
-                if isinstance(ins, Call)
-                else [ins.args[i] for i in ins.mutate]
-            )
-            parents = tuple(self._signature_as_input(s) for s in args)
-            for index, name in enumerate(names):
-                storage = cells[name].storage
-                if storage.id not in self.signature:
-                    self._created(storage, (ins.op, index, storage.nbytes, parents))
-        elif isinstance(ins, MakeConstant):
-            self._accessed(cells[ins.name].storage)
-        for storage in self.dropping:
-            if storage.external_refs == 0:
-                self._died(storage)
-        self.dropping = []
-
-    def _signature_as_input(self, storage: Storage) -> int:
-        """A constant (a parameter, a batch) stands for its size only: its history (this
-        step's parameters come from last step's update) must not make every signature
-        of a step new."""
-        if storage.producer is None:
-            return hash(("constant", storage.nbytes))
-        return self.signature.get(storage.id, 0)
-
-    def _created(self, storage: Storage, recipe: tuple) -> None:
-        self.signature[storage.id] = hash(recipe)
-        self.born[storage.id] = self.clock
-        self.seen[storage.id] = []
-
-    def _accessed(self, storage: Storage) -> None:
-        seen = self.seen.get(storage.id)
-        if seen is not None:
-            seen.append(self.clock - self.born[storage.id])
-
-    def _died(self, storage: Storage) -> None:
-        """The last handle died: its accesses are complete, the profile of its signature."""
-        seen = self.seen.pop(storage.id, None)
-        self.born.pop(storage.id, None)
-        signature = self.signature.pop(storage.id, None)
-        if seen is not None and signature is not None:
-            self.profile[signature] = seen
-
-    def predicted_distance(self, storage: Storage, now: float) -> float | None:
-        """Compute (or instructions) until the predicted next use of a live storage at
-        clock ``now``; inf when past every use its signature's last instance had; None
-        without a profile."""
-        profile = self.profile.get(self.signature.get(storage.id, 0))
-        if profile is None:
-            return None
-        age = now - self.born[storage.id]
-        i = bisect_left(profile, age)
-        return profile[i] - age if i < len(profile) else math.inf
-
-    def score(self, storage: Storage, context: ScoreContext) -> float:
-        value = self.cost_term(storage, context)
-        if self.size:
-            value /= max(storage.nbytes, 1)
-        if storage.external_refs:
-            distance = self.predicted_distance(storage, self.clock)
-            if distance is not None and (distance < math.inf or self.past_last_use == "evict"):
-                self.predicted += 1
-                return value / max(distance, MIN_STALENESS)
-        self.fallbacks += 1
-        return value / max(context.clock - storage.last_access, MIN_STALENESS)
-
-
 def make_trace_heuristic(name: str, trace: Trace | None) -> TraceHeuristic | None:
     """The trace heuristic called ``name``, or None when ``name`` is a runtime heuristic."""
     if name.split("+")[0] not in TRACE_HEURISTICS:
         return None
-    family, params = parse_variant(name)
-    if family == "belady":
-        if trace is None:
-            raise ValueError(f"{name!r} reads the trace's future: replay a whole trace")
-        return Belady(name, trace, *params)
-    return Learned(name, *params)
+    _, params = parse_variant(name)
+    if trace is None:
+        raise ValueError(f"{name!r} reads the trace's future: replay a whole trace")
+    return Belady(name, trace, *params)

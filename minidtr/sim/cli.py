@@ -94,8 +94,8 @@ def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str
 
 
 def heuristic_name(name: str) -> str:
-    """A heuristic the simulator knows: a runtime heuristic or one of its trace heuristics
-    (belady, learned and their variants); an unknown name's error lists both kinds."""
+    """A heuristic the simulator knows: a runtime heuristic or its trace heuristic
+    (belady and its variants); an unknown name's error lists both kinds."""
     from ..runtime.heuristics import make_heuristic
     from .clairvoyant import TRACE_HEURISTICS, parse_variant
 
@@ -105,12 +105,11 @@ def heuristic_name(name: str) -> str:
         else:
             make_heuristic(name)
     except ValueError as e:
-        if name.split("+")[0] in TRACE_HEURISTICS:
+        if name.split("+")[0] in (*TRACE_HEURISTICS, "learned"):
             raise argparse.ArgumentTypeError(str(e)) from None
-        trace_names = " and ".join(repr(family) for family in TRACE_HEURISTICS)
         raise argparse.ArgumentTypeError(
-            f"{e}; or the simulator's trace heuristics {trace_names} "
-            "(and their <family>+<cost>+<size|nosize>+<time|ops> variants)"
+            f"{e}; or the simulator's trace heuristic 'belady' "
+            "(and its belady+<cost>+<size|nosize>+<time|ops> variants)"
         ) from None
     return name
 
@@ -247,6 +246,7 @@ PROTOTYPE_OVERRIDES = (
     ("--keep-dead-remats", lambda a: a.keep_dead_remats),
     ("--sample", lambda a: a.sample),
     ("--min-size", lambda a: a.min_size > 0),
+    ("--fit", lambda a: a.fit != "bytes"),
 )
 
 
@@ -277,11 +277,12 @@ def _sweep_parser() -> argparse.ArgumentParser:
         p,
         DEFAULT_HEURISTICS,
         help="comma-separated names (default: all seven; ablation names such as "
-        "eq+size+nostale work too, and the simulator's belady and learned)",
+        "eq+size+nostale work too, learned, and the simulator's belady)",
     )
     add_runtime_arguments(
-        p, ["dealloc", "rebuild_orphans", "keep_dead_remats", "reference", "as_prototype"]
+        p, ["dealloc", "rebuild_orphans", "keep_dead_remats", "reference", "fit", "placement"]
     )
+    add_runtime_arguments(p, ["as_prototype"])
     p.add_argument(
         "--thrash",
         type=thrash_limit,
@@ -321,9 +322,12 @@ def _sweep(traces: list, args: argparse.Namespace, client: Any, thrash: float, o
 
 def _print_sweep(results: list, traces: list, args: argparse.Namespace, thrash: float) -> None:
     """The sweep's table, its replay speed, and where the CSV and the plot went."""
-    from .sweep import plot, table
+    from .sweep import address_table, plot, table
 
     print(table(results))
+    if args.fit == "contiguous":
+        print("\ncontiguous fit (" + args.placement + "-fit, 512-byte alignment):")
+        print(address_table(results))
     replay = sum(r.replay_time for r in results)
     ops = sum(r.instructions_done for r in results)
     print(
@@ -380,7 +384,7 @@ def frontier_main(argv: Sequence[str]) -> int:
         "--heuristic",
         type=heuristic_name,
         default="dtr",
-        help="eviction heuristic (default dtr; the simulator's belady and learned too)",
+        help="eviction heuristic (default dtr; learned; the simulator's belady too)",
     )
     p.add_argument("--step", type=open_fraction, default=0.1, help="scan step (default 0.1)")
     p.add_argument(

@@ -38,6 +38,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from ..runtime.observers import Observer, add_observer, observers_of, remove_observer
 from ..runtime.registry import allocator_for
 from ..runtime.storage import Cell, Recipe, Storage, workspace_of
 from .trace import (
@@ -55,7 +56,7 @@ from .trace import (
 )
 
 
-class Recorder:
+class Recorder(Observer):
     """Builds a trace from allocator events; ``trace()`` returns it."""
 
     def __init__(self, name: str = "recorded"):
@@ -183,14 +184,14 @@ def record(
     from .trace import log_label, write_log
 
     allocator = allocator_for(device)
-    if allocator.observer is not None:
-        raise RuntimeError(f"the {device} allocator is already being observed (recorded)")
+    if any(isinstance(o, Recorder) for o in observers_of(allocator)):
+        raise RuntimeError(f"the {device} allocator is already being recorded")
     label = name or (log_label(path) if path else "recorded")
     recorder = Recorder(label)
-    allocator.observer = recorder
+    add_observer(allocator, recorder)
     try:
         yield recorder
     finally:
-        allocator.observer = None
+        remove_observer(allocator, recorder)
     if path is not None:
         write_log(recorder.trace(), path)

@@ -189,8 +189,15 @@ REPLAY_SETTINGS = (
     "rebuild_orphans",
     "keep_dead_remats",
     "reference",
+    "fit",
+    "placement",
     "as_prototype",
 )
+
+# What a replay under fit="contiguous" measures besides (``result.extra``, the sweep's CSV
+# columns then): requests no free block held at first, the mean fragmentation at them,
+# the evictions made while the bytes alone fitted, the highest end address in use.
+ADDRESS_COLUMNS = ("placement_failures", "fragmentation", "extra_evictions", "peak_address")
 
 
 def replay_options(options: RuntimeOptions | None = None, **settings: Any) -> RuntimeOptions:
@@ -212,7 +219,7 @@ class Replayer:
 
     The runtime's settings are ``options`` with ``budget``, ``heuristic``, ``dealloc`` and
     the other ``REPLAY_SETTINGS`` keywords put over them where given (not None); the
-    simulator's trace heuristics (belady, learned) are allowed here. With ``live_guard``
+    simulator's trace heuristic (belady) is allowed here. With ``live_guard``
     the options' ``max_slowdown`` applies as in a live run (``ThrashError``), each
     ``ANNOTATE STEP`` of the trace marking a step as ``minidtr train`` does
     (``Runtime.mark_step``): the first step is expected to compute what it computes in
@@ -523,6 +530,9 @@ def simulate(
     stats = replayer.stats
     slowdown = (total + stats.remat_cost) / total if total > 0 else 1.0
     extra = {"events": replayer.runtime.events} if options.record_events else {}
+    if options.fit == "contiguous":
+        measured = replayer.runtime.address_stats()
+        extra.update({name: measured[name] for name in ADDRESS_COLUMNS})
     return SimResult(
         trace=trace.name,
         heuristic=replayer.runtime.heuristic.name,

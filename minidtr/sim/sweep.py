@@ -22,7 +22,14 @@ from typing import Any
 from ..reading import LineReader, read_limits, shown, text_line
 from ..runtime.options import RuntimeOptions
 from . import parallel
-from .simulator import REPLAY_SETTINGS, SimResult, baseline, replay_options, simulate
+from .simulator import (
+    ADDRESS_COLUMNS,
+    REPLAY_SETTINGS,
+    SimResult,
+    baseline,
+    replay_options,
+    simulate,
+)
 from .trace import Trace
 
 DEFAULT_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
@@ -77,7 +84,8 @@ def sweep(
     for i in sorted({key[0] for key in pending}):
         baseline(traces[i])  # measured once, here, and shipped with the trace
     tasks = [(i, (ratio, h, options, thrash)) for i, h, ratio in pending]
-    log = _CsvLog(csv_path, stamp, append=resume) if csv_path is not None else None
+    addresses = options.fit == "contiguous"  # its measures are columns too
+    log = _CsvLog(csv_path, stamp, resume, addresses) if csv_path is not None else None
     bar = _progress(len(keys), len(done)) if progress else None
     try:
         for n, result in parallel.run(
@@ -120,10 +128,11 @@ def _options_stamp(options: RuntimeOptions, thrash: float | None) -> str:
 class _CsvLog:
     """Appends one row per result and flushes it, so the file is whole after any stop."""
 
-    def __init__(self, path, stamp: str, append: bool):
+    def __init__(self, path, stamp: str, append: bool, addresses: bool = False):
         fresh = not (append and os.path.exists(path) and os.path.getsize(path) > 0)
         self.file = open(path, "w" if fresh else "a", newline="")  # noqa: SIM115
-        self.writer = csv.DictWriter(self.file, fieldnames=[*CSV_FIELDS, "options"])
+        self.extra = ADDRESS_COLUMNS if addresses else ()
+        self.writer = csv.DictWriter(self.file, fieldnames=[*CSV_FIELDS, *self.extra, "options"])
         self.stamp = stamp
         if fresh:
             self.writer.writeheader()
@@ -131,6 +140,7 @@ class _CsvLog:
 
     def write(self, result: SimResult) -> None:
         row = {name: getattr(result, name) for name in CSV_FIELDS}
+        row.update({name: result.extra.get(name) for name in self.extra})
         self.writer.writerow({**row, "options": self.stamp})
         self.file.flush()
 
@@ -204,7 +214,17 @@ def _csv_result(row: dict, line: int, error: Callable, stamp: str | None) -> Sim
                 values[name] = text
         except ValueError:
             raise error(line, f"the field {name!r} must be a number, got {shown(text)}") from None
-    return SimResult(**values)
+    extra: dict[str, Any] = {}
+    for name in ADDRESS_COLUMNS:  # the contiguous fit's measures, when the sweep had them
+        text = row.get(name)
+        if text:
+            try:
+                extra[name] = float(text) if name == "fragmentation" else int(text)
+            except ValueError:
+                raise error(
+                    line, f"the field {name!r} must be a number, got {shown(text)}"
+                ) from None
+    return SimResult(**values, extra=extra)
 
 
 def _progress(total: int, initial: int):
@@ -252,6 +272,29 @@ def table(results: Sequence[SimResult]) -> str:
             )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def address_table(results: Sequence[SimResult]) -> str:
+    """Under fit="contiguous": per replay, its evictions, those the contiguous rule added
+    (``extra_evictions``), the requests no block held at first, the mean fragmentation at
+    them and the peak address as a share of the budget."""
+    rows = []
+    for r in results:
+        peak = r.extra.get("peak_address")
+        rows.append(
+            {
+                "trace": r.trace,
+                "heuristic": r.heuristic,
+                "ratio": r.ratio,
+                "slowdown": cell(r),
+                "evictions": r.evictions,
+                "extra": r.extra.get("extra_evictions"),
+                "failures": r.extra.get("placement_failures"),
+                "fragmentation": r.extra.get("fragmentation"),
+                "peak_address/budget": peak / r.budget if peak is not None and r.budget else None,
+            }
+        )
+    return format_rows(rows)
 
 
 def write_csv(results: Sequence[SimResult], path: str | os.PathLike) -> None:

@@ -28,6 +28,7 @@ from .. import autograd
 from ..ops import random as random_ops
 from ..ops.op import Op, apply
 from ..runtime.audit import Site, call_site, describe_op
+from ..runtime.observers import add_observer, remove_observer
 from ..runtime.views import array_of
 from ..tensor import Tensor, tensor
 from .isolation import isolated_allocator
@@ -153,12 +154,14 @@ def _products(
     leaves = [tensor(a, requires_grad=i in directions) for i, a in enumerate(arrays)]
     recorder = Recorder() if record else None
     allocator = leaves[0].cell.storage.allocator
-    allocator.observer = recorder
+    if recorder is not None:
+        add_observer(allocator, recorder)
     try:
         random_ops.default_generator().bit_generator.state = state
         outputs = _float_outputs(fn(*leaves))
     finally:
-        allocator.observer = None
+        if recorder is not None:
+            remove_observer(allocator, recorder)
     if not outputs:
         raise ValueError("check_gradients: the function returned no floating-point tensor")
     cotangents = [rng.standard_normal(o.shape) for o in outputs]

@@ -55,11 +55,11 @@ class FastPath:
         else:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             nbytes = sum(sizes)
-        allocator, ledger = self.allocator, self.ledger
-        runtime = allocator.runtime
+        allocator, ledger, runtime = self.allocator, self.ledger, self.allocator.runtime
         if (
             (ledger.budget is not None and ledger.memory + nbytes > ledger.budget)
             or allocator.observer is not None
+            or allocator.addresses is not None  # a contiguous fit places every value
             or runtime.events is not None
             or allocator.audit is not None
             or device != allocator.device
@@ -194,7 +194,7 @@ class FastPath:
         """``Lifetimes.release``, with the death of a plain temporary inlined."""
         allocator = self.allocator
         lifetimes = self.lifetimes
-        if allocator.observer is not None:
+        if allocator.observer is not None or allocator.addresses is not None:
             lifetimes.release(cell)
             return
         storage = cell.storage if cell.is_view else cell

@@ -1,0 +1,222 @@
+"""``learned``: a heuristic that learns when each storage is used next from the step before.
+
+h_DTR guesses the future from the past: staleness, the time since a storage's last
+access, stands in for the time until its next one. A training step repeats the one
+before it, so a better guess is at hand: the k-th layer's activation in step 2 is used
+when the k-th layer's activation in step 1 was used, counted from its creation.
+
+``Learned`` watches the allocator as a trace recorder does (it is an allocator
+observer, attached while its runtime is active) and gives each new storage a
+*signature*: a number standing for the producing op's name, the output's index and
+size, and the signatures of the op's input storages (a constant, such as a parameter
+or a batch, stands for its size only: this step's parameters come from last step's
+update). Its clock is the program's compute (``time``: the cost of the ops run so far,
+recomputation excluded) or the number of ops run (``ops``). It notes each access of a
+storage as an age on that clock, counted from the storage's creation; when the last
+handle of a storage dies its ages are complete and become its signature's *profile*.
+A later storage with that signature is then scored
+
+    score(t) = C(t) / (M(t) * D(t))
+
+with C and M as in ``minidtr.runtime.heuristics`` and D(t) the distance from now to
+the next age in the profile, or infinity (a score of 0, evicted first) past the last
+one: nothing but a rebuild will need it again, as ``belady`` scores it. A storage with
+no profile (everything in the first step) is scored by its staleness on the same
+clock (since its last access by the program), so that predicted and guessed
+distances compare; a dead storage (resident only because a rebuild needed it) by
+its staleness as h_DTR measures it. So on a single step ``learned`` is h_DTR with
+staleness measured on the program's clock, and from the second step on it looks
+ahead. ``time`` is the default: with ``ops`` an op of a few additions counts as
+much as a convolution, and on the seven bundled models it did worse.
+
+Live and replayed runs see the same allocator events, so a replay of a recorded
+trace makes the same decisions. Variants: ``learned+<cost>+<size|nosize>+<ops|time>``;
+``learned`` is ``learned+estar+size+time``. What it keeps (a few numbers per live
+storage, one profile per signature, at most ``MAX_SIGNATURES``) is Python memory that no
+budget counts; attaching an observer also turns off the runtime's fast path for plain
+ops (``fast/hotpath.py``), so a step costs more wall time than under h_DTR.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from typing import Any
+
+from .heuristics import COST_TERMS, MIN_STALENESS, ScoreContext
+from .observers import Observer, add_observer, remove_observer
+from .storage import Cell, Recipe, Storage
+
+DEFAULT = ("estar", True, "time")
+MAX_SIGNATURES = 1 << 18  # past this many, everything learned is forgotten (a program
+# that never repeats itself, such as one tree after another, has nothing to learn)
+
+
+def parse_learned(name: str) -> tuple[str, bool, str]:
+    """``learned`` or ``learned+<cost>+<size|nosize>+<ops|time>`` -> (cost, size, distance)."""
+    parts = name.split("+")
+    if parts == ["learned"]:
+        return DEFAULT
+    if (
+        len(parts) == 4
+        and parts[0] == "learned"
+        and parts[1] in COST_TERMS
+        and parts[2] in ("size", "nosize")
+        and parts[3] in ("ops", "time")
+    ):
+        return parts[1], parts[2] == "size", parts[3]
+    raise ValueError(
+        f"unknown heuristic {name!r}; expected 'learned' or "
+        f"'learned+<cost>+<size|nosize>+<ops|time>' with cost in {list(COST_TERMS)}"
+    )
+
+
+class Learned(Observer):
+    """Next uses predicted from the last storage with the same signature (module
+    docstring). Pass one instance to several runtimes in turn to learn across them."""
+
+    def __init__(self, name: str = "learned"):
+        self.name = name
+        self.cost, self.size, self.distance = parse_learned(name)
+        self.cost_term = COST_TERMS[self.cost]
+        self.allocator: Any = None
+        self.numbers: dict[tuple, int] = {}  # a recipe -> its signature
+        self.last_number = 0
+        self.signature: dict[int, int] = {}  # storage id -> signature
+        self.born: dict[int, float] = {}  # storage id -> clock at creation
+        self.ages: dict[int, list[float]] = {}  # storage id -> its accesses so far
+        self.profile: dict[int, list[float]] = {}  # signature -> a finished storage's ages
+        self.ops = 0  # ops run (first computations and reads)
+        self.compute = 0.0  # their cost
+        self.predicted = self.fallbacks = 0  # scores given each way
+
+    @property
+    def formula(self) -> str:
+        top = "c" if self.cost == "local" else f"C[{self.cost}]"
+        return f"{top} / ({'m * ' if self.size else ''}predicted distance, else staleness)"
+
+    @property
+    def clock(self) -> float:
+        return float(self.ops) if self.distance == "ops" else self.compute
+
+    # ---- attaching (Runtime.enter_on / leave) ------------------------------------------------
+
+    def attach(self, allocator: Any) -> None:
+        """Watch ``allocator``; what was learned on another allocator is forgotten (its
+        storage ids mean nothing here)."""
+        if self.allocator is not None and self.allocator is not allocator:
+            self.__init__(self.name)
+        self.allocator = allocator
+        add_observer(allocator, self)
+
+    def detach(self, allocator: Any) -> None:
+        remove_observer(allocator, self)
+
+    # ---- what the allocator reports ----------------------------------------------------------
+
+    def on_constant(self, storage: Storage) -> None:
+        self._created(storage, self._number(("constant", storage.nbytes)))
+        self.ops += 1
+
+    def on_compute(self, recipe: Recipe, cells: list[Cell]) -> None:
+        for storage in recipe.parents:
+            self._accessed(storage)
+        parents = tuple(self._signature_as_input(s) for s in recipe.parents)
+        for index, cell in enumerate(cells):
+            storage = cell.storage
+            if storage.id not in self.signature:  # (a view shares its base's storage)
+                recipe_key = (recipe.op.name, index, storage.nbytes, parents)
+                self._created(storage, self._number(recipe_key))
+        self.ops += 1
+        self.compute += recipe.run_cost
+
+    def on_read(self, cell: Cell) -> None:
+        self._accessed(cell.storage)
+        self.ops += 1
+
+    def on_make_constant(self, storage: Storage, if_resident: bool = False) -> None:
+        self._accessed(storage)
+
+    def on_make_constant_if_resident(self, storage: Storage) -> None:
+        self._accessed(storage)
+
+    def on_death(self, storage: Storage) -> None:
+        """The last handle died: its ages are complete, its signature's profile."""
+        ages = self.ages.pop(storage.id, None)
+        self.born.pop(storage.id, None)
+        signature = self.signature.pop(storage.id, None)
+        if ages is not None and signature is not None:
+            self.profile[signature] = ages
+
+    def _number(self, recipe: tuple) -> int:
+        """The signature of ``recipe``: the same number for the same recipe (no hash, so
+        no collision and no dependence on Python's hash seed)."""
+        numbers = self.numbers
+        number = numbers.get(recipe)
+        if number is None:
+            if len(numbers) >= MAX_SIGNATURES:
+                numbers.clear()
+                self.profile.clear()
+            self.last_number += 1
+            number = numbers[recipe] = self.last_number
+        return number
+
+    def _signature_as_input(self, storage: Storage) -> int:
+        if storage.producer is None:
+            return self._number(("constant", storage.nbytes))
+        return self.signature.get(storage.id, 0)
+
+    def _created(self, storage: Storage, signature: int) -> None:
+        self.signature[storage.id] = signature
+        self.born[storage.id] = self.clock
+        self.ages[storage.id] = []
+
+    def _accessed(self, storage: Storage) -> None:
+        ages = self.ages.get(storage.id)
+        if ages is not None:
+            ages.append(self.clock - self.born[storage.id])
+
+    # ---- scoring -----------------------------------------------------------------------------
+
+    def predicted_distance(self, storage: Storage) -> float | None:
+        """Compute (or ops) from now until the predicted next use of a live storage; inf
+        when past every age of its profile; None without a profile."""
+        profile = self.profile.get(self.signature.get(storage.id, 0))
+        if profile is None:
+            return None
+        age = self.clock - self.born[storage.id]
+        i = bisect_left(profile, age)
+        return profile[i] - age if i < len(profile) else math.inf
+
+    def look_ahead(self, storage: Storage, context: ScoreContext) -> tuple[float, bool]:
+        """(D(t), whether it was predicted): the predicted distance, or the staleness on
+        this clock (h_DTR's for a storage made before this heuristic watched, or dead)."""
+        if storage.external_refs:
+            distance = self.predicted_distance(storage)
+            if distance is not None:
+                return distance, True
+        born = self.born.get(storage.id)
+        if born is not None:
+            ages = self.ages[storage.id]
+            return self.clock - born - (ages[-1] if ages else 0.0), False
+        return context.clock - storage.last_access, False
+
+    def score(self, storage: Storage, context: ScoreContext) -> float:
+        value = self.cost_term(storage, context)
+        if self.size:
+            value /= max(storage.nbytes, 1)
+        distance, predicted = self.look_ahead(storage, context)
+        if predicted:
+            self.predicted += 1
+        else:
+            self.fallbacks += 1
+        return value / max(distance, MIN_STALENESS)
+
+    def terms(self, storage: Storage, context: ScoreContext) -> dict[str, float]:
+        """The parts of the score, for the event log."""
+        distance, predicted = self.look_ahead(storage, context)
+        return {
+            "cost": storage.cost,
+            "nbytes": storage.nbytes,
+            "predicted distance" if predicted else "staleness": distance,
+        }
