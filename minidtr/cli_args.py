@@ -190,8 +190,17 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
         dict(
             action="store_true",
             help="keep rematerialized tensors nobody references resident as ordinary "
-            "candidates (the paper's simulator; with --no-orphan-rebuild it replays as the "
-            "prototype did)",
+            "candidates, one of the paper's simulator's rules (--as-prototype replays with "
+            "all of them)",
+        ),
+    ),
+    "as_prototype": (
+        "--as-prototype",
+        dict(
+            action="store_true",
+            help="replay as the paper's simulator (simrd) does, rule by rule: its staleness "
+            "stamp, locking, tie-breaking and eager eviction; budgets relative to its peak "
+            "(docs/simulator.md)",
         ),
     ),
     "reference": (

@@ -51,6 +51,7 @@ SLOW = {
     "minidtr train resnet --ratio 0.5 --steps 5 --events ev.jsonl --plot timeline.png": "3 s",
     "python benchmarks/thrash_guard.py --only trainable --steps 3": "seven models, guards off",
     "python benchmarks/sim_reference_logs.py": "every heuristic, nine ratios, seven traces",
+    "python benchmarks/sim_vs_prototype.py": "seven traces x 4 heuristics x 8 ratios, 3 modes",
     "python docs/make_figures.py --only figure2": "a sweep and a plot",
     "python benchmarks/step_profile.py": "a wall-time profile of training steps",
     "python docs/make_figures.py": "25 s: draws docs/figures again (in the copy)",

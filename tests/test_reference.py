@@ -180,9 +180,9 @@ def test_the_reference_modules_never_import_the_accelerator():
                 assert "fast" not in (node.module or ""), f"{name}.py imports {node.module}"
 
 
-def run_both(fn, budget: int, heuristic: str, dealloc: str):
+def run_both(fn, budget: int, heuristic: str, dealloc: str, **settings):
     """``fn`` under the accelerated and under the reference policy: (outputs or the
-    error's message, event log) of each."""
+    error's message, event log) of each (``settings``: more Runtime keywords)."""
     runs = []
     for reference in (False, True):
         runtime = md.Runtime(
@@ -193,6 +193,7 @@ def run_both(fn, budget: int, heuristic: str, dealloc: str):
             record_events=True,
             reference=reference,
             max_slowdown=None,
+            **settings,
         )
         try:
             outputs = run_under(fn, runtime)
@@ -226,6 +227,70 @@ def test_random_programs_decide_identically(program, heuristic, dealloc, ratio):
     between 0.3 and 0.95 of their peak, every heuristic and deallocation policy."""
     budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
     assert_same_runs(run_both(program, budget, heuristic, dealloc))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(), heuristics(), st.floats(0.3, 0.95))
+def test_random_programs_decide_identically_as_the_prototype(program, heuristic, ratio):
+    """``as_prototype``: the accelerator stands aside, so asking for it changes nothing."""
+    budget = int(ratio * unbounded_peak(program))
+    assert_same_runs(run_both(program, budget, heuristic, "eager", as_prototype=True))
+
+
+@pytest.mark.parametrize("model", ["resnet", "lstm", "transformer"])
+def test_bundled_traces_replay_identically_as_the_prototype(traces, model):
+    """The simulator's rules (``as_prototype``) with and without reference=True: the same
+    events and statistics, for every heuristic at 0.5 and 0.3."""
+    for ratio in (0.5, 0.3):
+        for heuristic in ("dtr", "dtr_eq", "msps", "lru"):
+            runs = [
+                sim.simulate(
+                    traces[model], ratio=ratio, heuristic=heuristic, record_events=True,
+                    reference=reference, as_prototype=True,
+                )
+                for reference in (False, True)
+            ]  # fmt: skip
+            (a, b) = ({n: getattr(r, n) for n in COMPARED} for r in runs)
+            assert a == b or _both_nan(a, b), (model, ratio, heuristic)
+            assert_same_events(runs[0].extra["events"], runs[1].extra["events"])
+
+
+def test_the_prototype_mode_runs_without_the_accelerator_and_gives_it_back():
+    """While a runtime with ``as_prototype`` is innermost the allocator runs the reference
+    code with the mode's parts (prototype.py); a default runtime entered after it gets the
+    accelerator and minidtr's own parts back, and decides as on a fresh allocator."""
+    from minidtr.runtime import prototype
+
+    def program(runtime):
+        with isolated_allocator() as allocator:
+            md.manual_seed(0)
+            seen = []
+            x = md.tensor(np.ones((64, 64), dtype=np.float32))
+            with runtime:
+                seen.append(
+                    (allocator.fast is None, type(allocator.remat).__name__)
+                )  # fmt: skip
+                for _ in range(8):
+                    x = (x @ x).relu() * 0.01
+                x.numpy()
+            again = md.Runtime(budget=runtime.budget, cost="flops", record_events=True)
+            with again:
+                seen.append((allocator.fast is None, type(allocator.remat).__name__))
+                y = md.tensor(np.ones((64, 64), dtype=np.float32))
+                for _ in range(8):
+                    y = (y @ y).relu() * 0.01
+                y.numpy()
+            return seen, again.events
+
+    budget = 4 * 64 * 64 * 4
+    kw = dict(budget=budget, cost="flops", max_slowdown=None)
+    seen, events = program(md.Runtime(as_prototype=True, **kw))
+    assert seen == [(True, "PrototypeRematerializer"), (False, "Rematerializer")]
+    assert prototype.PrototypeRematerializer.__name__ == seen[0][1]
+    _, plain_events = program(md.Runtime(**kw))
+    assert [e for e in events if e["event"] != "step"] == [
+        e for e in plain_events if e["event"] != "step"
+    ]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -171,7 +171,7 @@ class Allocator:
     def _select_policy_code(self) -> None:
         """Run the reference policy while the innermost runtime asks for it
         (``reference=True``), the accelerated one otherwise."""
-        reference = self.runtime.reference
+        reference = self.runtime.reference or self.runtime.as_prototype  # fast/ stands aside
         if reference == (self.fast is None):
             return
         order = self.eviction.candidates.in_order()
@@ -291,7 +291,7 @@ class Allocator:
         locked: Sequence[Storage] = ()
         self.accesses += 1
         try:
-            locked = self.remat.lock(parents, op.name)
+            locked = self.remat.lock_cells(parents, op, inputs)
             arrays = [array_of(cell) for cell in inputs]
             if op.is_view:
                 return new_views(self, Recipe(op, inputs, parents, device), arrays, metas)

@@ -20,6 +20,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from . import prototype
 from .candidates import Candidates
 from .eqclasses import EquivalenceClasses
 from .errors import BudgetError
@@ -106,12 +107,13 @@ class Eviction:
         if search is not None and search.handles(heuristic):
             choice = search.choose(runtime)
         else:
-            mode = getattr(heuristic, "cost", None)
+            mode = prototype.tracked(runtime, getattr(heuristic, "cost", None))
             self.track(mode if mode in MODES else None)
             pooled = pool(self.candidates, runtime.min_size, runtime.sample, self.sampler)
+            chooser = prototype.choose_victim if runtime.as_prototype else choose_victim
             self.scoring = True
             try:
-                choice = choose_victim(pooled, heuristic, self.context, runtime.events is not None)
+                choice = chooser(pooled, heuristic, self.context, runtime.events is not None)
             finally:
                 self.scoring = False
         stats = runtime.stats_
@@ -165,7 +167,9 @@ class Eviction:
 
     def budget_changed(self, budget: int | None, searched: bool) -> None:
         """The budget in force is now ``budget``; ``searched``: whether searches may happen
-        (a budget, or the ``ignore`` policy, whose dead storages wait for the heuristic)."""
+        (a budget, or the ``ignore`` policy, whose dead storages wait for the heuristic).
+        The parts of ``as_prototype`` are put in place or taken away here (prototype.py)."""
+        prototype.select(self.allocator, MODES)
         self.candidates.set_searched(searched)
         if budget is None:
             self.track(None)  # nothing is scored: keep no neighbourhood structure

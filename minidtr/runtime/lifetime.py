@@ -182,10 +182,13 @@ class Lifetimes:
         if policy == "banish" and self.banish(storage):
             return
         if storage.buffer is None or storage.op is None or storage.pinned:
+            if runtime.as_prototype:
+                allocator.eviction.candidates.kept.append(storage)  # a constant: never freed
             return  # not resident, or not evictable
         if (
             allocator.ledger.budget is not None
             and runtime.rebuild_orphans
+            and not runtime.as_prototype  # the paper's simulator: plain eager eviction
             and self.pending_error is None
             and has_evicted_child(storage)  # otherwise it has no orphans and is not useful
         ):
@@ -369,7 +372,7 @@ class Lifetimes:
             kept[storage] = None
         self.dead_remats = []
         runtime = self.allocator.runtime
-        if runtime.dealloc == "ignore" or runtime.keep_dead_remats:
+        if runtime.dealloc == "ignore" or runtime.keep_dead_remats or runtime.as_prototype:
             kept.clear()
             return
         for storage in list(kept):

@@ -122,6 +122,14 @@ class RuntimeOptions:
         every score, the budget check, the replay, the deallocation rules), without the
         accelerator (``minidtr.runtime.fast``). Every decision is the same, only slower
         (tested); for reading and stepping through in a debugger.
+    as_prototype: decide as the paper's simulator (simrd's eager runtime) does, rule by
+        rule: its staleness stamp, locking order, candidate order and tie-breaking, scores,
+        plain eager eviction that forgets nothing (``minidtr.runtime.prototype``). It sets
+        the deallocation rules itself, so it refuses the settings it would override
+        (``dealloc`` other than eager, ``rebuild_orphans=False``, ``keep_dead_remats``,
+        ``sample``, ``min_size``, ``fit="contiguous"``); it runs the reference policy. For replays
+        (``minidtr sim --as-prototype``), where budgets are relative to the simulator's
+        own unbounded peak.
     audit: check the op contract as the run goes (``minidtr.runtime.audit``): every output
         is fingerprinted when first computed and every recomputation must give the same
         bits (else ``RecomputeMismatch``, naming the op and where it was applied); inputs
@@ -156,6 +164,7 @@ class RuntimeOptions:
     rebuild_orphans: bool = True
     keep_dead_remats: bool = False
     reference: bool = False
+    as_prototype: bool = False
     audit: bool = False
     measure_real: bool = False
     fit: str = "bytes"
@@ -195,10 +204,29 @@ class RuntimeOptions:
             raise ValueError(
                 f"min_size is a fraction of the mean size in [0, 1), got {self.min_size}"
             )
+        if self.as_prototype:
+            check_prototype(self)
 
     def replace(self, **changes: Any) -> RuntimeOptions:
         """A copy with ``changes`` (field names), checked again."""
         return dataclasses.replace(self, **changes)
+
+
+def check_prototype(options: RuntimeOptions) -> None:
+    """``as_prototype`` sets these itself: refuse one given otherwise, naming it."""
+    if not isinstance(options.as_prototype, bool):
+        raise TypeError(f"as_prototype must be True or False, got {options.as_prototype!r}")
+    overridden = [
+        (options.dealloc != "eager", f"dealloc={options.dealloc!r}", "its deallocation is eager"),
+        (not options.rebuild_orphans, "rebuild_orphans=False", "it never rebuilds orphans"),
+        (options.keep_dead_remats, "keep_dead_remats=True", "it keeps dead remats itself"),
+        (options.sample, "sample=True", "it scores every candidate"),
+        (options.min_size > 0, f"min_size={options.min_size}", "it scores every candidate"),
+        (options.fit != "bytes", f"fit={options.fit!r}", "it counts bytes, without addresses"),
+    ]
+    for given, setting, why in overridden:
+        if given:
+            raise ValueError(f"as_prototype sets this itself ({why}): drop {setting}")
 
 
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RuntimeOptions))

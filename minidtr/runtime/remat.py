@@ -86,6 +86,11 @@ class Rematerializer:
         self.allocator = allocator
         self.cascades = 0
 
+    def lock_cells(self, storages: Sequence[Storage], op: Any, cells: Sequence[Any]) -> Any:
+        """``lock`` for ``op``, which reads ``cells`` (whose storages are ``storages``): the
+        op and the cells matter only to ``prototype.py``'s rematerializer."""
+        return self.lock(storages, op.name)
+
     def lock(self, storages: Sequence[Storage], trigger: str = "read") -> Sequence[Storage]:
         """Lock every storage for an access; returns what it locked (the access unlocks it
         when done). ``trigger`` names the access in the remat events."""
@@ -143,6 +148,9 @@ class Rematerializer:
             for frame in frames:
                 self.unlock(frame.locked)
             raise
+
+    def made_views(self, recipe: Recipe, cells: list) -> None:
+        """A view op made ``cells`` (only ``prototype.py``'s rematerializer keeps track)."""
 
     def frame(self, recipe: Storage | Recipe | None, inputs: Sequence[Storage]) -> Frame:
         allocator = self.allocator

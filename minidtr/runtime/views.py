@@ -75,6 +75,7 @@ def new_views(
         contiguous = is_c_contiguous(result)
         steps = depth if layout is None else 1
         cells.append(ViewCell(base, recipe, i, shape, dtype, device, contiguous, steps, layout))
+    allocator.remat.made_views(recipe, cells)
     if allocator.observer is not None:
         allocator.observer.on_compute(recipe, cells)
     return cells

@@ -211,6 +211,8 @@ def sweep_main(argv: Sequence[str]) -> int:
     args = _parse(p, argv)
     if args.resume and not args.csv:
         p.error("--resume needs --csv FILE (the sweep's results so far)")
+    if args.as_prototype:
+        _check_prototype(p, args)
     settings = cluster_settings(p, args)
     traces = _load(p.prog, _log_paths(p, args))
     if traces is None:
@@ -237,6 +239,26 @@ def sweep_main(argv: Sequence[str]) -> int:
     return 0
 
 
+# What --as-prototype sets itself: the flags that would change it, and how to tell them given
+PROTOTYPE_OVERRIDES = (
+    ("--dealloc", lambda a: a.dealloc != "eager"),
+    ("--no-orphan-rebuild", lambda a: not a.rebuild_orphans),
+    ("--keep-dead-remats", lambda a: a.keep_dead_remats),
+    ("--sample", lambda a: a.sample),
+    ("--min-size", lambda a: a.min_size > 0),
+    ("--fit", lambda a: a.fit != "bytes"),
+)
+
+
+def _check_prototype(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage error naming a flag that --as-prototype overrides."""
+    for flag, given in PROTOTYPE_OVERRIDES:
+        if given(args):
+            p.error(
+                f"--as-prototype sets what {flag} sets (the paper's simulator's rules): drop {flag}"
+            )
+
+
 def _sweep_parser() -> argparse.ArgumentParser:
     p = parser(
         "minidtr sim",
@@ -260,6 +282,7 @@ def _sweep_parser() -> argparse.ArgumentParser:
     add_runtime_arguments(
         p, ["dealloc", "rebuild_orphans", "keep_dead_remats", "reference", "fit", "placement"]
     )
+    add_runtime_arguments(p, ["as_prototype"])
     p.add_argument(
         "--thrash",
         type=thrash_limit,

@@ -191,6 +191,7 @@ REPLAY_SETTINGS = (
     "reference",
     "fit",
     "placement",
+    "as_prototype",
 )
 
 # What a replay under fit="contiguous" measures besides (``result.extra``, the sweep's CSV
@@ -441,13 +442,21 @@ def measure_baseline(trace: Trace) -> Baseline:
         replayer.close()
 
 
-def resolve_budget(trace: Trace, ratio: float | None, budget: int | None) -> int | None:
+def resolve_budget(
+    trace: Trace, ratio: float | None, budget: int | None, prototype: bool = False
+) -> int | None:
+    """The budget in bytes: ``budget``, or ``ratio`` x the unbounded peak (with
+    ``prototype``, the paper's simulator's peak: ``minidtr.sim.prototype``)."""
     if ratio is not None and budget is not None:
         raise ValueError("give a budget ratio or a budget in bytes, not both")
     if ratio is None:
         return budget
     if not ratio > 0:
         raise ValueError(f"the budget ratio must be > 0, got {ratio}")
+    if prototype:
+        from .prototype import prototype_peak
+
+        return int(ratio * prototype_peak(trace))
     return int(ratio * baseline(trace).peak_memory)
 
 
@@ -487,7 +496,7 @@ def simulate(
     options = replay_options(
         options, budget=budget, heuristic=heuristic, dealloc=dealloc, **settings
     )
-    bytes_budget = resolve_budget(trace, ratio, options.budget)
+    bytes_budget = resolve_budget(trace, ratio, options.budget, options.as_prototype)
     total = trace.total_compute
     limit = (thrash - 1.0) * total if thrash is not None and math.isfinite(thrash) else math.inf
     replayer = Replayer(
