@@ -31,7 +31,6 @@ from minidtr.sim.frontier import frontier  # noqa: E402
 from minidtr.training import TrainConfig, train  # noqa: E402
 
 
-
 def live(model: str, steps: int, ratio: float, heuristic: str) -> dict:
     config = TrainConfig(model, steps=steps, ratio=ratio, heuristic=heuristic, evaluate=False)
     try:
