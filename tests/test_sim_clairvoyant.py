@@ -117,34 +117,6 @@ def test_trace_heuristics_stay_in_budget_and_repeat_exactly(heuristic):
         )
 
 
-def repeated_steps(steps: int):
-    """A small training-like step (forward, backward, update) repeated ``steps`` times."""
-    ins = [Annotate("START"), Constant("w0", 40)]
-    for k in range(steps):
-        w = f"w{k}"
-        ins += [
-            Constant(f"x{k}", 40),
-            Call("f", (f"x{k}", w), (Result(f"a{k}", 100),), 5.0),
-            Call("g", (f"a{k}",), (Result(f"b{k}", 100),), 5.0),
-            Call("h", (f"b{k}",), (Result(f"c{k}", 100),), 5.0),
-            Call("loss", (f"c{k}",), (Result(f"l{k}", 4),), 1.0),
-            Call("h_grad", (f"l{k}", f"b{k}"), (Result(f"gb{k}", 100),), 5.0),
-            Release(f"c{k}"),
-            Call("g_grad", (f"gb{k}", f"a{k}"), (Result(f"ga{k}", 100),), 5.0),
-            Release(f"b{k}"),
-            Release(f"gb{k}"),
-            Call("f_grad", (f"ga{k}", f"x{k}"), (Result(f"gw{k}", 40),), 5.0),
-            Release(f"a{k}"),
-            Release(f"ga{k}"),
-            Call("update", (w, f"gw{k}"), (Result(f"w{k + 1}", 40),), 1.0, constant=True),
-            Release(w),
-            Release(f"gw{k}"),
-            Release(f"x{k}"),
-            Release(f"l{k}"),
-        ]
-    return sim.make_trace(ins, f"steps-{steps}")
-
-
 def test_simulate_names_the_trace_heuristic():
     result = sim.simulate(chain_trace(16), ratio=0.5, heuristic="belady")
     assert result.heuristic == "belady" and not math.isnan(result.slowdown)

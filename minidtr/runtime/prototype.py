@@ -265,16 +265,7 @@ class PrototypeRematerializer(Rematerializer):
 
     def replay_cells(self, frame: CellFrame, link: CascadeLink | None) -> None:
         """Replay a storage's recipe, then unlock its inputs in the recipe's order."""
-        guard = self.allocator.guard
-        try:
-            outermost = guard.begin()
-            try:
-                self.replay(frame.recipe, link)
-            finally:
-                if outermost:
-                    guard.end()
-        finally:
-            self.unlock(frame.locked)
+        self.replay_and_unlock(frame.recipe, frame.locked, link)
 
     def refill(
         self, storage: Storage, result: Any, recipe: Storage | Recipe, link: CascadeLink | None

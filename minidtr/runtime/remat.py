@@ -185,19 +185,26 @@ class Rematerializer:
                 self.lock_one(storage, frame.locked)
             frame.deferred = []
 
-    def replay_frame(self, frame: Frame, below: Frame, link: CascadeLink | None) -> None:
-        """Replay a frame whose inputs are all locked, unlock them, and lock the outputs
-        that the frame below was waiting for before anything else can evict them."""
+    def replay_and_unlock(
+        self, recipe: Storage | Recipe, locked: list, link: CascadeLink | None
+    ) -> None:
+        """Replay ``recipe`` under the thrash guard, then unlock its inputs, even if it
+        failed."""
         guard = self.allocator.guard
         try:
             outermost = guard.begin()
             try:
-                self.replay(frame.recipe, link)
+                self.replay(recipe, link)
             finally:
                 if outermost:
                     guard.end()
         finally:
-            self.unlock(frame.locked)
+            self.unlock(locked)
+
+    def replay_frame(self, frame: Frame, below: Frame, link: CascadeLink | None) -> None:
+        """Replay a frame whose inputs are all locked, unlock them, and lock the outputs
+        that the frame below was waiting for before anything else can evict them."""
+        self.replay_and_unlock(frame.recipe, frame.locked, link)
         for ref in frame.recipe.outputs:
             output = ref()
             if output is not None and output.buffer is not None and output in below.evicted:
