@@ -25,6 +25,16 @@ def shared_traces() -> pathlib.Path:
     return SHARED_TRACES
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium for a module's page tests (mark them with
+    ``skipif(browser.unavailable() is not None)``)."""
+    from minidtr.testing import browser
+
+    with browser.chromium() as b:
+        yield b
+
+
 @pytest.fixture
 def fresh_allocator():
     """A new CPU allocator for the test, so that storages left by other tests (and evictions

@@ -202,12 +202,6 @@ needs_browser = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.chromium() as b:
-        yield b
-
-
 @pytest.fixture
 def page_path(log, tmp_path):
     _, path = log

@@ -146,12 +146,6 @@ needs_browser = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.chromium() as b:
-        yield b
-
-
 def open_page(chromium, tmp_path, events):
     path = tmp_path / "page.html"
     write_html(events, str(path))

@@ -82,12 +82,6 @@ needs_browser = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.chromium() as b:
-        yield b
-
-
 def open_page(chromium, path):
     """(page, errors, dialogs): the page opened, its errors and every dialog it opened."""
     page = chromium.new_page(viewport={"width": 1200, "height": 900})
