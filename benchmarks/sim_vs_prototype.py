@@ -1,7 +1,7 @@
 """minidtr's default policy against the paper's simulator's rules, cell by cell.
 
     python benchmarks/sim_vs_prototype.py [LOG ...] [--heuristics H,...] [--ratios R,...]
-                                          [--jobs N]
+                                          [--jobs N] [--bound]
 
 For each trace (default: the seven that ship with minidtr) x heuristic x budget ratio, three
 replays: minidtr's default, ``--no-orphan-rebuild`` and ``--as-prototype`` (the paper's
@@ -10,7 +10,9 @@ of a percent lower on a few traces). A cell is marked ``*`` where the default is
 1% slower than the better of the other two that ran, or fails where one of them runs: the
 cells issue 30's "never worse per cell" target is about. Nothing here changes the default;
 it measures it. Slowdown = (compute + recompute) / compute; "thrash" = passed 2x, "OOM" = the
-budget could not be met.
+budget could not be met. With ``--bound``, each line ends with the LP lower bound of
+``minidtr sim bound`` at that ratio (no schedule of the trace's op order, under any of these
+rules, goes below it; a second to a minute per trace and ratio).
 """
 
 from __future__ import annotations
@@ -77,7 +79,17 @@ def measure(traces: list, heuristics, ratios, jobs: int | None) -> list[Cell]:
     return [Cell(*key, {mode: by_mode[mode][key] for mode in MODES}) for key in keys]
 
 
-def report(cells: list[Cell]) -> None:
+def bounds(traces: list, ratios) -> dict:
+    """(trace name, ratio) -> the LP lower bound's slowdown (nan where it found none)."""
+    out = {}
+    for trace in traces:
+        for ratio in ratios:
+            bound = sim.lower_bound(trace, ratio=ratio)
+            out[trace.name, ratio] = bound.slowdown if bound.found else math.nan
+    return out
+
+
+def report(cells: list[Cell], lower: dict | None = None) -> None:
     print(
         "default / --no-orphan-rebuild / --as-prototype; * = the default is more than "
         f"{TOLERANCE:.0%} slower than the better of the other two, or fails where one runs"
@@ -89,7 +101,8 @@ def report(cells: list[Cell]) -> None:
             print(f"  {heuristic}")
             for c in rows:
                 if c.heuristic == heuristic:
-                    print(f"    {c.ratio:<5g} {c.text()}")
+                    bound = "" if lower is None else f"  (bound {lower[c.trace, c.ratio]:.3f})"
+                    print(f"    {c.ratio:<5g} {c.text()}{bound}")
     losing = [c for c in cells if c.default_loses]
     print(f"\nthe default is worse in {len(losing)} of {len(cells)} cells:")
     for c in losing:
@@ -102,6 +115,7 @@ def main() -> None:
     p.add_argument("--heuristics", default=",".join(HEURISTICS))
     p.add_argument("--ratios", default=",".join(f"{r:g}" for r in RATIOS))
     p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--bound", action="store_true", help="add the LP lower bound (needs SciPy)")
     args = p.parse_args()
     try:
         ratios = [float(r) for r in args.ratios.split(",")]
@@ -111,7 +125,8 @@ def main() -> None:
         traces = [sim.load_log(path) for path in (args.logs or sim.bundled_traces())]
     except (OSError, sim.TraceError) as e:
         sys.exit(f"sim_vs_prototype: {e}")
-    report(measure(traces, args.heuristics.split(","), ratios, args.jobs))
+    cells = measure(traces, args.heuristics.split(","), ratios, args.jobs)
+    report(cells, bounds(traces, ratios) if args.bound else None)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ SLOW = {
     "python benchmarks/thrash_guard.py --only trainable --steps 3": "seven models, guards off",
     "python benchmarks/sim_reference_logs.py": "every heuristic, nine ratios, seven traces",
     "python benchmarks/sim_vs_prototype.py": "seven traces x 4 heuristics x 8 ratios, 3 modes",
+    "python benchmarks/sim_vs_prototype.py traces/mlp.log.gz --heuristics dtr --ratios 0.5,0.3 "
+    "--bound": "22 s: two LP bounds",
     "python docs/make_figures.py --only figure2": "a sweep and a plot",
     "python benchmarks/step_profile.py": "a wall-time profile of training steps",
     "python docs/make_figures.py": "25 s: draws docs/figures again (in the copy)",
