@@ -25,7 +25,14 @@ from .op import (
     normalize_axis,
     numel,
 )
+from .rows import sum_last
 from .shift import CHUNK_FRACTION
+
+
+def sum_along(xp, a, axis: int):
+    """``a.sum(axis=axis, keepdims=True)``; along the last axis as a matrix-vector
+    product (``rows.py``)."""
+    return sum_last(xp, a) if axis == a.ndim - 1 else a.sum(axis=axis, keepdims=True)
 
 
 def stable_log_softmax(xp, x, axis: int):
@@ -53,7 +60,7 @@ class Softmax(Op):
             return in_float32(self.forward, xp, x)
         e = xp.subtract(x, x.max(axis=self.axis, keepdims=True), out=xp.empty_like(x))
         xp.exp(e, out=e)  # in the output's buffer
-        e /= e.sum(axis=self.axis, keepdims=True)
+        e /= sum_along(xp, e, self.axis)
         return e
 
     def cost(self, in_metas, out_metas):
@@ -95,12 +102,12 @@ class SoftmaxGrad(Op):
         dx = xp.empty_like(y)  # y * (g - sum(g * y)) or g - exp(y) sum(g), in its buffer
         if self.of == "softmax":
             xp.multiply(g, y, out=dx)
-            total = dx.sum(axis=self.axis, keepdims=True)
+            total = sum_along(xp, dx, self.axis)
             xp.subtract(g, total, out=dx)
             dx *= y
             return dx
         xp.exp(y, out=dx)
-        dx *= g.sum(axis=self.axis, keepdims=True)
+        dx *= sum_along(xp, g, self.axis)
         return xp.subtract(g, dx, out=dx)
 
 

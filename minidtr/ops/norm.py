@@ -33,6 +33,7 @@ from .op import (
     numel,
     shared_op,
 )
+from .rows import mean_last, sum_leading
 from .shift import CHUNK_FRACTION
 
 
@@ -236,9 +237,7 @@ class NormalizeGrad(Op):
         h = x - mean  # the one scratch array
         h *= rstd
         param_sums = tuple(i for i in range(x.ndim) if i != self.param_axis)
-        dbias = sum_over_leading(xp, g) if param_sums == tuple(range(x.ndim - 1)) else None
-        if dbias is None:
-            dbias = g.sum(axis=param_sums)
+        dbias = sum_leading(xp, g)  # param_sums: every axis but the last
         dweight = sum_of_products(xp, g, h, param_sums)
         if self.has_weight:
             shape = [-1 if i == self.param_axis else 1 for i in range(x.ndim)]
@@ -289,23 +288,11 @@ class NormalizeGrad(Op):
 
 
 def mean_over(xp, a, axes: tuple[int, ...]):
-    """mean(a) over ``axes`` (keeping them). Over the last axis alone (layer norm's rows) a
-    matrix-vector product with 1/n: NumPy's row reductions of a few dozen elements cost
-    about eight times as much."""
-    if axes == (a.ndim - 1,) and a.ndim >= 2:
-        n = a.shape[-1]
-        return (a @ xp.full((n,), 1.0 / n, dtype=a.dtype))[..., None]
+    """mean(a) over ``axes`` (keeping them); over the last axis alone (layer norm's rows)
+    as a matrix-vector product (``rows.py``)."""
+    if axes == (a.ndim - 1,):
+        return mean_last(xp, a)
     return a.mean(axis=axes, keepdims=True)
-
-
-def sum_over_leading(xp, a):
-    """sum(a) over every axis but the last (layer norm's bias gradient), as a
-    vector-matrix product with ones when ``a`` is contiguous (a sixth of NumPy's
-    reduction's time on the MLP's batch); None when it is not."""
-    if a.ndim < 2 or not a.flags.c_contiguous:
-        return None
-    rows = a.reshape(-1, a.shape[-1])
-    return xp.ones(rows.shape[0], dtype=a.dtype) @ rows
 
 
 def mean_of_products(xp, a, b, axes: tuple[int, ...]):
