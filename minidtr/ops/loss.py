@@ -37,7 +37,7 @@ def sum_along(xp, a, axis: int):
 
 def stable_log_softmax(xp, x, axis: int):
     shifted = x - x.max(axis=axis, keepdims=True)
-    shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    shifted -= xp.log(sum_along(xp, xp.exp(shifted), axis))
     return shifted
 
 
@@ -152,7 +152,7 @@ class CrossEntropy(Op):
             top = rows.max(axis=1)
             exps = xp.subtract(rows, top[:, None], out=xp.empty_like(rows))
             xp.exp(exps, out=exps)
-            sums = exps.sum(axis=1)
+            sums = sum_last(xp, exps)[:, 0]
             del exps
             picked = rows[xp.arange(len(rows)), targets[r0 : r0 + block]]
             picked -= top
@@ -196,7 +196,7 @@ class CrossEntropyGrad(Op):
             rows, out = logits[r0 : r0 + block], p[r0 : r0 + block]
             xp.subtract(rows, rows.max(axis=1, keepdims=True), out=out)
             xp.exp(out, out=out)
-            out /= out.sum(axis=1, keepdims=True)
+            out /= sum_last(xp, out)
             out[xp.arange(len(out)), targets[r0 : r0 + block]] -= 1.0
         p *= g
         p *= 1.0 / n
