@@ -45,6 +45,7 @@ SLOW = {
     "docs/figures/simulator_figure2.png": "4 s (the figure 'figure2' checks its replays)",
     "python benchmarks/sim_clairvoyant.py": "33 s: records three steps of the seven models",
     "python benchmarks/learned_live.py": "100 s: 28 live runs, each in a process of its own",
+    "python benchmarks/sim_clairvoyant.py --heuristics dtr,learned,learned+estar+size+ops": "30 s",
     "H=dtr,belady,belady+estar+size+time,belady+none+nosize+ops": "the next line records "
     "three steps of the seven models (33 s)",
     "python benchmarks/sim_optimal.py --models mlp --keep optimal-traces": "HiGHS, 5 s",
