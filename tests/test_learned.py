@@ -175,3 +175,12 @@ def test_learning_goes_on_across_runtimes_and_stops_outside_them():
             mlp_steps(1)()
         assert allocator.observer is None and recorder.trace().ops > 10
     assert len(learned.profile) == profiles  # the same signatures again
+
+
+def test_another_allocator_starts_from_nothing():
+    learned = Learned()
+    with isolated_allocator(), md.Runtime(heuristic=learned):
+        mlp_steps(1)()
+    assert learned.profile
+    with isolated_allocator(), md.Runtime(heuristic=learned):  # its storage ids mean nothing
+        assert not learned.profile and learned.ops == 0

@@ -80,6 +80,10 @@ class Learned(Observer):
         self.cost, self.size, self.distance = parse_learned(name)
         self.cost_term = COST_TERMS[self.cost]
         self.allocator: Any = None
+        self.forget()
+
+    def forget(self) -> None:
+        """Start learning again from nothing."""
         self.numbers: dict[tuple, int] = {}  # a recipe -> its signature
         self.last_number = 0
         self.signature: dict[int, int] = {}  # storage id -> signature
@@ -105,7 +109,7 @@ class Learned(Observer):
         """Watch ``allocator``; what was learned on another allocator is forgotten (its
         storage ids mean nothing here)."""
         if self.allocator is not None and self.allocator is not allocator:
-            self.__init__(self.name)
+            self.forget()
         self.allocator = allocator
         add_observer(allocator, self)
 
