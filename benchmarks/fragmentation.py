@@ -105,10 +105,8 @@ def goal(rows: list[Row]) -> tuple[str, bool | None, float]:
     a = math.inf if dtr.lowest is None else dtr.lowest
     b = math.inf if window.lowest is None else window.lowest
     lower = None if a == b else b < a
-    worst = max(
-        (w.slowdown / d.slowdown for d, w in zip(dtr.cells, window.cells) if d.ok and w.ok),
-        default=math.nan,
-    )
+    pairs = zip(dtr.cells, window.cells, strict=True)
+    worst = max((w.slowdown / d.slowdown for d, w in pairs if d.ok and w.ok), default=math.nan)
     verdict = {None: "same", True: "window lower", False: "h_DTR lower"}[lower]
     return verdict, lower, worst
 

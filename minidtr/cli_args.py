@@ -228,7 +228,8 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
             default="best",
             choices=PLACEMENTS,
             help="with --fit contiguous, the free block a value takes: best (the smallest "
-            "that holds it, default) or first (the lowest address)",
+            "that holds it, default), first (the lowest address) or split (small values from "
+            "the top end, the rest best-fit from the bottom)",
         ),
     ),
     "measure_real": (

@@ -210,7 +210,7 @@ def test_the_cheapest_window_against_every_window(layout, nbytes):
 def test_the_fit_is_checked_and_the_byte_fit_reports_nothing_new():
     with pytest.raises(ValueError, match='fit must be "bytes" or "contiguous", got \'exact\''):
         md.Runtime(fit="exact")
-    with pytest.raises(ValueError, match='placement must be "best" or "first"'):
+    with pytest.raises(ValueError, match='placement must be "best", "first" or "split"'):
         md.Runtime(fit="contiguous", placement="worst")
     with isolated_allocator() as allocator:
         with md.Runtime(budget=10**6) as rt:

@@ -298,7 +298,8 @@ class ContiguousFit:
     # ---- internals -------------------------------------------------------------------
 
     def _place_storage(self, storage: Storage) -> bool:
-        block = self.arena.place(storage.nbytes, weakref.ref(storage))
+        constant = True if storage.op is None else None  # under split: the top end
+        block = self.arena.place(storage.nbytes, weakref.ref(storage), constant)
         if block is None:
             return False
         self.placed[storage.id] = block

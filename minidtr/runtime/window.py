@@ -9,7 +9,8 @@ arena in address order and evicts, all at once, the values of the run of adjacen
 blocks (free ones included) that holds the request at the lowest total cost: a
 value's cost is ``WindowHeuristic.window_cost``, a block that cannot be freed
 (constant, pinned, locked, or reserved for the op running) is a wall no window
-crosses. ``Arena.cheapest_window`` does the slide, in one pass.
+crosses. ``Arena.cheapest_window`` does the slide, in one pass (``fast/windows.py``
+the same slide by array operations, which the accelerated runtime uses).
 
 It reads the same ``ScoreContext`` as a score, so the live runtime and the
 simulator, with or without the accelerator, choose the same window.
@@ -21,7 +22,10 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from .arena import Block
+import numpy as np
+
+from .arena import Block, shortest_runs_cheapest
+from .fast.windows import cheapest_run
 from .storage import Storage
 from .victims import Choice
 
@@ -49,9 +53,17 @@ def window_victims(fit: ContiguousFit, heuristic: Any, nbytes: int) -> list[tupl
 
     eviction.scoring = True
     try:
-        found = fit.arena.cheapest_window(nbytes, cost)
+        blocks = list(fit.arena.blocks())
+        costs = [0.0 if block.free else cost(block) for block in blocks]
     finally:
         eviction.scoring = False
+    need = fit.arena.aligned(nbytes)
+    if fit.allocator.fast is None:  # the reference policy: the readable slide
+        run = shortest_runs_cheapest([block.size for block in blocks], costs, need)
+    else:
+        sizes = np.fromiter((block.size for block in blocks), np.int64, len(blocks))
+        run = cheapest_run(sizes, np.array(costs, np.float64), need)
+    found = None if run is None else (run[0], blocks[run[1] : run[2]])
     stats = fit.allocator.stats
     stats.searches += 1
     stats.scored += costed
