@@ -40,8 +40,8 @@ def cheapest_run(sizes: np.ndarray, costs: np.ndarray, need: int) -> tuple[float
     cost_sums = np.zeros(n + 1, np.float64)
     np.cumsum(finite, out=cost_sums[1:])
     # the first wall at or after each block (n: none); a run [i, j) must have j <= it
-    wall_at = np.flatnonzero(walls)
-    next_wall = np.append(wall_at, n)[np.searchsorted(wall_at, np.arange(n))]
+    index = np.arange(n)
+    next_wall = np.minimum.accumulate(np.where(walls, index, n)[::-1])[::-1]
     starts = np.flatnonzero(~walls)
     ends = np.searchsorted(size_sums, size_sums[starts] + need, side="left")
     kept = ends <= next_wall[starts]
