@@ -173,3 +173,55 @@ def test_a_bundled_trace_replays_identically_under_the_window(placement):
     assert runs[0].status == runs[1].status
     assert runs[0].extra == runs[1].extra
     assert repr(runs[0].slowdown) == repr(runs[1].slowdown)  # nan when out of memory
+
+
+# ---- a neighbourhood counted once ------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 6),  # size in alignments
+            st.sampled_from([None, 0.0, 0.1, 0.3, 1.0, math.inf]),  # c (None: free)
+            st.sampled_from([1.0, 2.0, 3.0]),  # staleness
+            st.sets(st.integers(0, 5), max_size=3),  # the evicted neighbours' ids
+        ),
+        max_size=30,
+    ),
+    st.integers(1, 20),
+)
+def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blocks, units):
+    """Neighbour ``k`` costs ``0.1 * k``; a run costs its values' c / s and each neighbour
+    once, over the least staleness among the values that have it (as ``WindowCosts``)."""
+    sizes = [n * ALIGNMENT for n, *_ in blocks]
+    upper, lower = [], []
+    for _, c, s, hood in blocks:
+        if c is None or c == math.inf:
+            upper.append(0.0 if c is None else math.inf)
+            lower.append(0.0)
+        else:
+            upper.append((c + sum(0.1 * k for k in hood)) / s)
+            lower.append(c / s)
+
+    def run_cost(first: int, end: int) -> float:
+        own, rate = [], {}
+        for _, c, s, hood in blocks[first:end]:
+            if c is not None:
+                own.append(c / s)
+                for k in hood:
+                    rate[k] = max(rate.get(k, -1.0), 0.1 * k / s)
+        return math.fsum([*own, *rate.values()])
+
+    need = units * ALIGNMENT
+    runs = [(first, end) for first in range(len(sizes)) for end in range(first + 1, len(sizes) + 1)]
+    fitting = [
+        (run_cost(i, j), i, j)
+        for i, j in runs
+        if sum(sizes[i:j]) >= need and math.inf not in upper[i:j]
+        and (j == i + 1 or sum(sizes[i : j - 1]) < need)  # each start's shortest
+    ]  # fmt: skip
+    expected = min(fitting) if fitting else None
+    assert shortest_runs_cheapest(sizes, upper, need, run_cost) == expected
+    got = cheapest_run(np.array(sizes, np.int64), np.array(upper), need, run_cost, np.array(lower))
+    assert got == expected

@@ -345,13 +345,10 @@ class Arena:
             self.free_bytes -= block.size
 
 
-def shortest_runs_cheapest(
-    sizes: list[int], costs: list[float], need: int
-) -> tuple[float, int, int] | None:
-    """``Arena.cheapest_window``'s slide over plain lists (address order): the cheapest of
-    each start's shortest run holding ``need`` bytes with no ``inf`` cost in it, as
-    ``(cost, first, end)``, the lowest ``first`` among equal costs; None when none."""
-    best: tuple[float, int, int] | None = None
+def shortest_runs(sizes: list[int], costs: list[float], need: int) -> Iterator[tuple[int, int]]:
+    """Each start's shortest run ``[first, end)`` of blocks (address order) whose ``sizes``
+    sum to at least ``need`` with no ``inf`` among its ``costs``, lowest start first. One
+    pass with two ends: the far end only moves forward."""
     end = size = 0
     for first in range(len(sizes)):
         if end <= first:  # an empty run: start it here
@@ -360,9 +357,26 @@ def shortest_runs_cheapest(
             size += sizes[end]
             end += 1
         if size >= need:
-            total = math.fsum(costs[first:end])
-            if best is None or total < best[0]:
-                best = (total, first, end)
+            yield first, end
         if end > first:  # the first block leaves the run
             size -= sizes[first]
+
+
+def shortest_runs_cheapest(
+    sizes: list[int],
+    costs: list[float],
+    need: int,
+    run_cost: Callable[[int, int], float] | None = None,
+) -> tuple[float, int, int] | None:
+    """``Arena.cheapest_window``'s slide over plain lists (address order): the cheapest of
+    the ``shortest_runs``, as ``(cost, first, end)``, the lowest ``first`` among equal
+    costs; None when there is none. A run's cost is the exact sum of its ``costs``, or
+    ``run_cost(first, end)`` when given (a cost that is not a sum: the window heuristic
+    counting a neighbourhood once; it must never fall when a run grows, so that the
+    shortest run from a start is still its cheapest)."""
+    best: tuple[float, int, int] | None = None
+    for first, end in shortest_runs(sizes, costs, need):
+        total = math.fsum(costs[first:end]) if run_cost is None else run_cost(first, end)
+        if best is None or total < best[0]:
+            best = (total, first, end)
     return best
