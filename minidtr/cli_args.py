@@ -225,7 +225,7 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "placement": (
         "--placement",
         dict(
-            default="best",
+            default="split",
             choices=PLACEMENTS,
             help="with --fit contiguous, the free block a value takes: best (the smallest "
             "that holds it, default), first (the lowest address) or split (small values from "

@@ -470,7 +470,8 @@ def test_values_made_before_the_runtime_are_laid_out_in_the_order_they_were_made
         first = md.tensor(np.ones(100, np.float32))  # 400 bytes: a block of 512
         # 1,200 bytes (a block of 1,536), after its input (a constant its recipe keeps)
         second = md.tanh(md.tensor(np.ones(300, np.float32)))
-        with md.Runtime(budget=8 * KB, cost="flops", fit="contiguous") as rt:
+        best = md.Runtime(budget=8 * KB, cost="flops", fit="contiguous", placement="best")
+        with best as rt:  # (under the default, split, the constants go to the top)
             addresses = allocator.addresses
             assert addresses.address(first.storage) == 0
             assert addresses.address(second.storage) == 512 + 1536
@@ -490,7 +491,7 @@ def test_values_made_before_the_runtime_are_laid_out_in_the_order_they_were_made
 
 
 def test_a_new_budget_lays_the_arena_out_again():
-    runtime = md.Runtime(budget=16 * KB, cost="flops", fit="contiguous")
+    runtime = md.Runtime(budget=16 * KB, cost="flops", fit="contiguous", placement="best")
     with isolated_allocator() as allocator, runtime as rt:
         c = md.tensor(np.ones(256, np.float32))
         kept = [md.tanh(c), md.exp(c), md.sigmoid(c)]

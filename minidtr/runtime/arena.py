@@ -107,7 +107,7 @@ class Arena:
         self.ending: dict[int, Block] = {}  # end -> block
         self.by_size: list[tuple[int, int]] = []  # (size, start) of the free blocks, sorted
         self.free_starts: list[int] = []  # the free blocks' starts, sorted
-        self.peak_end = 0  # the highest end address a used block ever had
+        self.peak_end = 0  # the highest end a block placed from the bottom ever had
         if size:
             self._add(Block(0, size))
 
@@ -172,6 +172,14 @@ class Arena:
         if not self.free_bytes:
             return 0.0
         return 1.0 - self.largest_free() / self.free_bytes
+
+    def touched(self) -> int:
+        """The address space in use now: up to the end of the highest used block, or
+        under ``split``, whose values grow from both ends towards each other, all but the
+        largest free block."""
+        if self.policy == "split":
+            return self.size - self.largest_free()
+        return self.used_end()
 
     def used_end(self) -> int:
         """The end of the highest used block (0 when none is used)."""
@@ -314,8 +322,6 @@ class Arena:
         self._add(block)
         if block.end < found.end:
             self._add(Block(block.end, found.end - block.end))
-        if block.end > self.peak_end:
-            self.peak_end = block.end
         return block
 
     def _first(self, need: int) -> Block | None:

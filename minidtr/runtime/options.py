@@ -170,7 +170,7 @@ class RuntimeOptions:
     audit: bool = False
     measure_real: bool = False
     fit: str = "bytes"
-    placement: str = "best"
+    placement: str = "split"
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values

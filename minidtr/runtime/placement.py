@@ -322,7 +322,7 @@ class ContiguousFit:
 
     def _note_peak(self) -> None:
         stats = self.allocator.stats
-        end = self.arena.used_end()
+        end = self.arena.touched()
         if stats is not None and end > stats.peak_address:
             stats.peak_address = end
 
