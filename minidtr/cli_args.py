@@ -227,9 +227,9 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
         dict(
             default="split",
             choices=PLACEMENTS,
-            help="with --fit contiguous, the free block a value takes: best (the smallest "
-            "that holds it, default), first (the lowest address) or split (small values from "
-            "the top end, the rest best-fit from the bottom)",
+            help="with --fit contiguous, the free block a value takes: split (small values from "
+            "the top end, the rest best-fit from the bottom; default), best (the smallest "
+            "that holds it) or first (the lowest address)",
         ),
     ),
     "measure_real": (

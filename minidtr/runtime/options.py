@@ -146,10 +146,10 @@ class RuntimeOptions:
         free block of an arena of ``budget`` bytes holds it, rounded up to 512 bytes;
         the heuristic's victims are evicted until one does, and ``stats()`` measures the
         fragmentation (``minidtr.runtime.placement``, docs/memory.md).
-    placement: under ``fit="contiguous"``, which free block a value takes: ``best`` (the
-        smallest that holds it, the default), ``first`` (the lowest address that does) or
-        ``split`` (requests of at most 1/256 of the arena from its top end, constants laid
-        out there too, the rest best-fit from the bottom: ``minidtr.runtime.arena``).
+    placement: under ``fit="contiguous"``, which free block a value takes: ``split`` (the
+        default: requests of at most 1/256 of the arena from its top end, constants laid
+        out there too, the rest best-fit from the bottom; ``minidtr.runtime.arena``),
+        ``best`` (the smallest that holds it) or ``first`` (the lowest address that does).
     """
 
     budget: int | None = None

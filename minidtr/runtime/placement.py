@@ -20,12 +20,13 @@ when the arena was laid out). What it measures goes to the innermost runtime's
 mean is the ``fragmentation`` of ``Runtime.stats()``), ``extra_evictions``
 (evictions made while the bytes already fitted the budget but no block held the
 request: what the contiguous rule costs beyond the byte rule at that moment) and
-``peak_address`` (the highest end address a block had).
+``peak_address`` (the most address space in use at once, ``Arena.touched``).
 
 The arena is laid out afresh, the resident values packed from address 0 in the order
-they were made, when it is created (a runtime with ``fit="contiguous"`` becomes the
-innermost one) and when the budget in force changes: those are the only moments when
-values move. On NumPy all of this is bookkeeping next to NumPy's own buffers.
+they were made (under ``split`` the constants from the top end), when it is created
+(a runtime with ``fit="contiguous"`` becomes the innermost one) and when the budget in
+force changes: those are the only moments when values move. On NumPy all of this is
+bookkeeping next to NumPy's own buffers.
 """
 
 from __future__ import annotations
