@@ -553,13 +553,13 @@ def test_a_kernels_workspace_has_a_block_while_it_runs():
     "model", ["mlp", "resnet", "densenet", "unet", "lstm", "transformer", "treelstm"]
 )
 def test_every_bundled_trace_replays_identically_with_the_reference_policy(model):
-    """Under -m slow: every heuristic (the window too) at 0.7 and 0.5, both placement
-    policies: the same events (addresses included), the same measures (failures and
+    """Under -m slow: every heuristic (the window too) at 0.7 and 0.5, every placement
+    policy: the same events (addresses included), the same measures (failures and
     thrashing included)."""
     trace = sim.load_log(next(p for p in sim.bundled_traces() if p.name.startswith(model)))
     for ratio in (0.7, 0.5):
         for heuristic in (*HEURISTIC_NAMES, "window"):
-            for placement in ("best", "first"):
+            for placement in ("split", "best", "first"):
                 runs = [
                     sim.simulate(
                         trace, ratio=ratio, heuristic=heuristic, record_events=True,
