@@ -85,7 +85,8 @@ class WindowCosts:
         self.blocks, self.heuristic, self.context = blocks, heuristic, context
         self.values: list[Storage | None] = [value_of(block) for block in blocks]
         self.costed = sum(value is not None for value in self.values)
-        self.parts: dict[int, tuple[float, float, list[Storage]]] = {}
+        self.owns: dict[int, tuple[float, float]] = {}
+        self.hoods: dict[int, list[Storage]] = {}
 
     def sizes(self) -> list[int]:
         return [block.size for block in self.blocks]
@@ -98,17 +99,28 @@ class WindowCosts:
         ]
 
     def lower_costs(self) -> list[float]:
-        return [0.0 if v is None else self.part(i)[0] for i, v in enumerate(self.values)]
+        return [0.0 if v is None else self.own(i)[0] for i, v in enumerate(self.values)]
 
-    def part(self, i: int) -> tuple[float, float, list[Storage]]:
-        """Block ``i``'s value's c / s, its staleness s and its e* (walked once)."""
-        if i not in self.parts:
+    def own(self, i: int) -> tuple[float, float]:
+        """Block ``i``'s value's c / s and its staleness s."""
+        if i not in self.owns:
             storage = self.values[i]
             assert storage is not None
             stale = max(self.context.clock - storage.last_access, MIN_STALENESS)
-            hood = evicted_ancestors(storage) + evicted_descendants(storage)
-            self.parts[i] = (storage.cost / stale, stale, hood)
-        return self.parts[i]
+            self.owns[i] = (storage.cost / stale, stale)
+        return self.owns[i]
+
+    def hood(self, i: int) -> list[Storage]:
+        """Block ``i``'s value's e*, walked once; not walked when c(e*) is 0 (the term the
+        heuristic keeps up to date), since storages that cost nothing add nothing."""
+        if i not in self.hoods:
+            storage = self.values[i]
+            assert storage is not None
+            if self.context.estar(storage) == 0.0:
+                self.hoods[i] = []
+            else:
+                self.hoods[i] = evicted_ancestors(storage) + evicted_descendants(storage)
+        return self.hoods[i]
 
     def run_cost(self, first: int, end: int) -> float:
         """The cost of evicting blocks ``[first, end)``, each neighbour counted once."""
@@ -117,9 +129,9 @@ class WindowCosts:
         for i in range(first, end):
             if self.values[i] is None:
                 continue  # a free block (a run holds no wall)
-            cost, stale, hood = self.part(i)
+            cost, stale = self.own(i)
             own.append(cost)
-            for storage in hood:
+            for storage in self.hood(i):
                 charge = storage.cost / stale
                 if rate.get(storage.id, -1.0) < charge:
                     rate[storage.id] = charge
