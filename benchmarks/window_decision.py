@@ -16,7 +16,10 @@ rounds, this thread's processor time):
   arrays given (what it would cost if the arena kept its sizes and costs as arrays);
 - *whole, readable*: ``Arena.cheapest_window`` (gather and readable slide).
 
-The issue's bound for a decision is 50 us at 10^4 candidates.
+The costs here add up (each value with its own e*); the window heuristic counts a
+shared e* once, which adds, for the runs near the cheapest, a walk of their values'
+evicted neighbourhoods (``window.WindowCosts``), not timed here. The issue's bound for
+a decision is 50 us at 10^4 candidates.
 """
 
 from __future__ import annotations
