@@ -225,10 +225,11 @@ RUNTIME_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "placement": (
         "--placement",
         dict(
-            default="best",
+            default="split",
             choices=PLACEMENTS,
-            help="with --fit contiguous, the free block a value takes: best (the smallest "
-            "that holds it, default) or first (the lowest address)",
+            help="with --fit contiguous, the free block a value takes: split (small values from "
+            "the top end, the rest best-fit from the bottom; default), best (the smallest "
+            "that holds it) or first (the lowest address)",
         ),
     ),
     "measure_real": (

@@ -252,7 +252,7 @@ def _summary_addresses(s: dict, budget: int | None) -> list[str]:
     w, peak = SUMMARY_WIDTH, s["peak_address"]
     of_budget = f" ({peak / budget:.0%} of the budget)" if budget else ""
     return [
-        f"{'peak address':<{w}}{human_bytes(peak)}{of_budget}, {s['placement']}-fit",
+        f"{'peak address':<{w}}{human_bytes(peak)}{of_budget}, {s['placement']} placement",
         f"{'placement':<{w}}{s['placement_failures']:,} requests found no free block at "
         f"first (mean fragmentation {s['fragmentation']:.2f}); {s['extra_evictions']:,} "
         "evictions made while the bytes alone fitted",

@@ -65,8 +65,8 @@ SLOW = {
         "14 s: the grid in a pool and on a Dask LocalCluster"
     ),
     "python benchmarks/worst_cases.py": "16 s: 100 programs for each of the seven heuristics",
-    "minidtr sim --bundled --ratios 0.5,0.3 --heuristics dtr,window --fit contiguous": "3 s of "
-    "processor time: the window's slide is a Python loop (tests/test_arena.py replays a trace)",
+    "python benchmarks/fragmentation.py": "30 s: frontiers of the seven traces, three runs each",
+    "python benchmarks/fragmentation.py --placement best": "30 s, as the line above",
 }
 
 DOWNLOAD = "downloads from PyPI"
@@ -85,6 +85,7 @@ NOT_RUN = {
     "python benchmarks/sim_clairvoyant.py logs/resnet32-56-*.log logs/unet-6-*.log --ratios "
     "0.6,0.5,0.4,0.3,0.2 --heuristics $H --max-nodes 0": PROTOTYPE,
     "python benchmarks/sim_reference_logs.py logs/": PROTOTYPE,
+    "python benchmarks/fragmentation.py logs/resnet32-56-*.log logs/unet-6-*.log": PROTOTYPE,
     "dask scheduler --port 8786": "a Dask cluster on other machines (HEAD)",
     "dask scheduler --protocol tls --port 8786 --tls-ca-file ca.pem --tls-cert head.pem "
     "--tls-key head.key": "a Dask cluster on other machines (HEAD), with certificates; "

@@ -30,6 +30,13 @@ part. Which free block:
 - ``first``: the lowest address that is large enough. Simpler to explain, tends to
   leave small splinters at the bottom; found by a scan of the free blocks in address
   order (O(free blocks)).
+- ``split``: small requests (at most ``SMALL_SHARE`` of the arena) from the *top* end,
+  the highest free block that holds them, cut at its high end; the others best-fit from
+  the bottom. Small values are mostly constants (biases, norms' statistics, finished
+  gradients, optimizer state) that stay for good: at the top they no longer stand
+  between activations, which the bottom then keeps in long runs (a crude form of
+  Coop's cost-density partitioning; PyTorch serves small requests from a pool of their
+  own for the same reason). ``place(..., high=True)`` sends any request to the top.
 
 ``free(block)`` *merges* it with a free block just before it and one just after it.
 Both neighbours are found in O(1) from dictionaries keyed by start and end address;
@@ -53,7 +60,10 @@ from dataclasses import dataclass
 from typing import Any
 
 ALIGNMENT = 512
-POLICIES = ("best", "first")
+POLICIES = ("best", "first", "split")
+# under "split", a request of at most this share of the arena is small: 1/256 did best of
+# 1/2048 ... 1/100 on benchmarks/fragmentation.py's traces (docs/memory.md)
+SMALL_SHARE = 1 / 256
 
 
 def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
@@ -97,19 +107,26 @@ class Arena:
         self.ending: dict[int, Block] = {}  # end -> block
         self.by_size: list[tuple[int, int]] = []  # (size, start) of the free blocks, sorted
         self.free_starts: list[int] = []  # the free blocks' starts, sorted
-        self.peak_end = 0  # the highest end address a used block ever had
+        self.peak_end = 0  # the highest end a block placed from the bottom ever had
         if size:
             self._add(Block(0, size))
 
     # ---- the two operations ----------------------------------------------------------
 
-    def place(self, nbytes: int, owner: Any = None) -> Block | None:
+    def place(self, nbytes: int, owner: Any = None, high: bool | None = None) -> Block | None:
         """A used block of ``nbytes`` rounded up to the alignment, cut from a free block
-        chosen by the policy; None when no free block is large enough (nothing changes)."""
+        chosen by the policy; None when no free block is large enough (nothing changes).
+        Under ``split``, ``high`` says which end it comes from (None: the top end when
+        it is small, ``is_small``)."""
         need = aligned(nbytes, self.alignment)
         if need <= 0:
             raise ValueError(f"a block must hold at least 1 byte, asked for {nbytes}")
-        found = self._best(need) if self.policy == "best" else self._first(need)
+        if self.policy == "split":
+            if high if high is not None else self.is_small(need):
+                return self._place_high(need, owner)
+            found = self._best(need)
+        else:
+            found = self._best(need) if self.policy == "best" else self._first(need)
         if found is None:
             return None
         self._remove(found)
@@ -156,6 +173,14 @@ class Arena:
             return 0.0
         return 1.0 - self.largest_free() / self.free_bytes
 
+    def touched(self) -> int:
+        """The address space in use now: up to the end of the highest used block, or
+        under ``split``, whose values grow from both ends towards each other, all but the
+        largest free block."""
+        if self.policy == "split":
+            return self.size - self.largest_free()
+        return self.used_end()
+
     def used_end(self) -> int:
         """The end of the highest used block (0 when none is used)."""
         if not self.starts:
@@ -199,29 +224,19 @@ class Arena:
 
         One pass with two ends: costs are never negative, so for each first block the
         cheapest run is the shortest that holds the request; the far end only moves
-        forward, and each block's cost is asked for once."""
-        need = aligned(nbytes, self.alignment)
+        forward, and each block's cost is asked for once. A run's cost is the exact sum
+        of its costs (``math.fsum``), so that ``fast/windows.py``, which finds the same
+        runs by prefix sums, compares the same numbers."""
         blocks = list(self.blocks())
         costs = [0.0 if b.free else cost(b) for b in blocks]
-        best: tuple[float, int, int] | None = None
-        end = size = 0
-        total = 0.0
-        for first, block in enumerate(blocks):
-            if end <= first:  # an empty run: start it here
-                end, size, total = first, 0, 0.0
-            while size < need and end < len(blocks) and costs[end] < math.inf:
-                size += blocks[end].size
-                total += costs[end]
-                end += 1
-            if size >= need and (best is None or total < best[0]):
-                best = (total, first, end)
-            if end > first:  # the first block leaves the run
-                size -= block.size
-                total -= costs[first]
-        if best is None:
+        found = shortest_runs_cheapest([b.size for b in blocks], costs, self.aligned(nbytes))
+        if found is None:
             return None
-        total, first, end = best
-        return math.fsum(costs[first:end]), blocks[first:end]
+        total, first, end = found
+        return total, blocks[first:end]
+
+    def aligned(self, nbytes: int) -> int:
+        return aligned(nbytes, self.alignment)
 
     # ---- resizing --------------------------------------------------------------------
 
@@ -284,6 +299,31 @@ class Arena:
             return None
         return self.at[self.by_size[i][1]]
 
+    def is_small(self, need: int) -> bool:
+        """Whether ``split`` places a request of ``need`` (aligned) bytes at the top end."""
+        return need <= self.size * SMALL_SHARE
+
+    def _place_high(self, need: int, owner: Any) -> Block | None:
+        """``split``'s top end: the free block of the highest address that holds ``need``,
+        cut at its high end (at an aligned address, so a sliver under the alignment may
+        stay free above it)."""
+        at = self.at
+        for i in range(len(self.free_starts) - 1, -1, -1):
+            found = at[self.free_starts[i]]
+            start = (found.end - need) // self.alignment * self.alignment
+            if start >= found.start:
+                break
+        else:
+            return None
+        self._remove(found)
+        if start > found.start:
+            self._add(Block(found.start, start - found.start))
+        block = Block(start, need, False, owner)
+        self._add(block)
+        if block.end < found.end:
+            self._add(Block(block.end, found.end - block.end))
+        return block
+
     def _first(self, need: int) -> Block | None:
         at = self.at
         for start in self.free_starts:
@@ -309,3 +349,40 @@ class Arena:
             del self.by_size[bisect.bisect_left(self.by_size, (block.size, block.start))]
             del self.free_starts[bisect.bisect_left(self.free_starts, block.start)]
             self.free_bytes -= block.size
+
+
+def shortest_runs(sizes: list[int], costs: list[float], need: int) -> Iterator[tuple[int, int]]:
+    """Each start's shortest run ``[first, end)`` of blocks (address order) whose ``sizes``
+    sum to at least ``need`` with no ``inf`` among its ``costs``, lowest start first. One
+    pass with two ends: the far end only moves forward."""
+    end = size = 0
+    for first in range(len(sizes)):
+        if end <= first:  # an empty run: start it here
+            end, size = first, 0
+        while size < need and end < len(sizes) and costs[end] < math.inf:
+            size += sizes[end]
+            end += 1
+        if size >= need:
+            yield first, end
+        if end > first:  # the first block leaves the run
+            size -= sizes[first]
+
+
+def shortest_runs_cheapest(
+    sizes: list[int],
+    costs: list[float],
+    need: int,
+    run_cost: Callable[[int, int], float] | None = None,
+) -> tuple[float, int, int] | None:
+    """``Arena.cheapest_window``'s slide over plain lists (address order): the cheapest of
+    the ``shortest_runs``, as ``(cost, first, end)``, the lowest ``first`` among equal
+    costs; None when there is none. A run's cost is the exact sum of its ``costs``, or
+    ``run_cost(first, end)`` when given (a cost that is not a sum: the window heuristic
+    counting a neighbourhood once; it must never fall when a run grows, so that the
+    shortest run from a start is still its cheapest)."""
+    best: tuple[float, int, int] | None = None
+    for first, end in shortest_runs(sizes, costs, need):
+        total = math.fsum(costs[first:end]) if run_cost is None else run_cost(first, end)
+        if best is None or total < best[0]:
+            best = (total, first, end)
+    return best

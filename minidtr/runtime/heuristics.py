@@ -154,18 +154,20 @@ class WindowHeuristic:
     arena (free blocks included) that frees a block large enough at the lowest total
     cost, as Coop (NeurIPS 2023) does. A value's cost there is h_DTR's cost term over its
     staleness, (c + c(e*)) / s: its h_DTR score times its size, so that a window of many
-    small values weighs what they would cost to recompute, not their count. Each value's
-    e* is its own: a neighbourhood two values of a window share counts twice (Coop's
-    counts it once). Asked for one victim (a budget lowered under the byte rule, entering
-    a runtime), it scores as h_DTR."""
+    small values weighs what they would cost to recompute, not their count. With
+    ``once`` (the default) an evicted storage in the e* of several values of a window
+    counts once (``window.WindowCosts.run_cost``); without, each value's e* counts on its
+    own. Asked for one victim (a budget lowered under the byte rule, entering a runtime),
+    it scores as h_DTR."""
 
     name = "window"
     cost = "estar"  # the neighbourhood term it reads, kept up to date (``Eviction.track``)
     window = True
-    formula = "sum over a window of (c + c(e*)) / s"
+    formula = "sum over a window of (c + c(e*)) / s, e* counted once"
 
-    def __init__(self):
+    def __init__(self, once: bool = True):
         self.dtr = Heuristic("window", "estar", True, True)
+        self.once = once
 
     def score(self, storage: Storage, context: ScoreContext) -> float:
         return self.dtr.score(storage, context)

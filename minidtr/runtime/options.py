@@ -21,7 +21,7 @@ from ..backend import DEVICES
 DEALLOC_POLICIES = ("eager", "banish", "ignore")
 COST_MODELS = ("time", "flops")
 FITS = ("bytes", "contiguous")
-PLACEMENTS = ("best", "first")
+PLACEMENTS = ("best", "first", "split")
 # The default thrash guard (see docs/cli.md): above what the runs the docs call trainable
 # cost (up to about 3.3x in the cost model, 3.6x in wall time), far below what thrashing
 # runs reach.
@@ -146,8 +146,10 @@ class RuntimeOptions:
         free block of an arena of ``budget`` bytes holds it, rounded up to 512 bytes;
         the heuristic's victims are evicted until one does, and ``stats()`` measures the
         fragmentation (``minidtr.runtime.placement``, docs/memory.md).
-    placement: under ``fit="contiguous"``, which free block a value takes: ``best`` (the
-        smallest that holds it, the default) or ``first`` (the lowest address that does).
+    placement: under ``fit="contiguous"``, which free block a value takes: ``split`` (the
+        default: requests of at most 1/256 of the arena from its top end, constants laid
+        out there too, the rest best-fit from the bottom; ``minidtr.runtime.arena``),
+        ``best`` (the smallest that holds it) or ``first`` (the lowest address that does).
     """
 
     budget: int | None = None
@@ -168,7 +170,7 @@ class RuntimeOptions:
     audit: bool = False
     measure_real: bool = False
     fit: str = "bytes"
-    placement: str = "best"
+    placement: str = "split"
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values
@@ -194,7 +196,9 @@ class RuntimeOptions:
         if self.fit not in FITS:
             raise ValueError(f'fit must be "bytes" or "contiguous", got {self.fit!r}')
         if self.placement not in PLACEMENTS:
-            raise ValueError(f'placement must be "best" or "first", got {self.placement!r}')
+            raise ValueError(
+                f'placement must be "best", "first" or "split", got {self.placement!r}'
+            )
         if self.heuristic == "window" and self.fit != "contiguous":
             raise ValueError(
                 "heuristic 'window' evicts a run of adjacent blocks of the arena: it needs "

@@ -20,12 +20,13 @@ when the arena was laid out). What it measures goes to the innermost runtime's
 mean is the ``fragmentation`` of ``Runtime.stats()``), ``extra_evictions``
 (evictions made while the bytes already fitted the budget but no block held the
 request: what the contiguous rule costs beyond the byte rule at that moment) and
-``peak_address`` (the highest end address a block had).
+``peak_address`` (the most address space in use at once, ``Arena.touched``).
 
 The arena is laid out afresh, the resident values packed from address 0 in the order
-they were made, when it is created (a runtime with ``fit="contiguous"`` becomes the
-innermost one) and when the budget in force changes: those are the only moments when
-values move. On NumPy all of this is bookkeeping next to NumPy's own buffers.
+they were made (under ``split`` the constants from the top end), when it is created
+(a runtime with ``fit="contiguous"`` becomes the innermost one) and when the budget in
+force changes: those are the only moments when values move. On NumPy all of this is
+bookkeeping next to NumPy's own buffers.
 """
 
 from __future__ import annotations
@@ -298,7 +299,8 @@ class ContiguousFit:
     # ---- internals -------------------------------------------------------------------
 
     def _place_storage(self, storage: Storage) -> bool:
-        block = self.arena.place(storage.nbytes, weakref.ref(storage))
+        constant = True if storage.op is None else None  # under split: the top end
+        block = self.arena.place(storage.nbytes, weakref.ref(storage), constant)
         if block is None:
             return False
         self.placed[storage.id] = block
@@ -321,7 +323,7 @@ class ContiguousFit:
 
     def _note_peak(self) -> None:
         stats = self.allocator.stats
-        end = self.arena.used_end()
+        end = self.arena.touched()
         if stats is not None and end > stats.peak_address:
             stats.peak_address = end
 

@@ -1,0 +1,227 @@
+"""The window's slide, readable and accelerated (runtime/arena.py, runtime/fast/windows.py),
+and the ``split`` placement (small values from the arena's top end).
+
+Both slides must choose the same window, so float costs with many exact and near ties
+are drawn (sums of tenths, which round differently in different orders); both against
+a brute force over every run. The split placement against a brute-force model of where
+a request goes, with the arena's invariants after every step; the runtime under it
+deciding the same with and without the accelerator."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_arena import HEURISTICS, PROGRAMS, PROPERTY, both_policies
+
+import minidtr as md
+from minidtr import sim
+from minidtr.runtime.arena import ALIGNMENT, SMALL_SHARE, Arena, aligned, shortest_runs_cheapest
+from minidtr.runtime.fast.windows import cheapest_run
+from minidtr.testing import isolated_allocator
+from minidtr.testing.strategies import unbounded_peak
+
+KB = 1024
+COSTS = [0.0, 0.1, 0.2, 0.3, 0.7, 1e-9, 3.0, math.inf]  # inf: a wall
+
+
+def brute_force_window(sizes: list[int], costs: list[float], need: int):
+    """Every run of blocks without a wall that holds ``need``: the cheapest by exact sum,
+    the lowest start among equals (the shortest run from a start is never dearer)."""
+    best = None
+    for i in range(len(sizes)):
+        for j in range(i + 1, len(sizes) + 1):
+            if math.inf in costs[i:j] or sum(sizes[i:j]) < need:
+                continue
+            total = math.fsum(costs[i:j])
+            if best is None or total < best[0]:
+                best = (total, i, j)
+            break  # longer runs from i cost at least as much
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 8), st.sampled_from(COSTS)), max_size=40),
+    st.integers(1, 30),
+)
+def test_both_slides_choose_the_same_window_as_every_window(blocks, units):
+    sizes = [n * ALIGNMENT for n, _ in blocks]
+    costs = [c for _, c in blocks]
+    need = units * ALIGNMENT
+    expected = brute_force_window(sizes, costs, need)
+    assert shortest_runs_cheapest(sizes, costs, need) == expected
+    assert cheapest_run(np.array(sizes, np.int64), np.array(costs), need) == expected
+
+
+def test_the_accelerated_slide_on_a_large_arena_of_near_ties():
+    """10^4 blocks, costs that differ in their last bits: the same run as the loop."""
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        n = 10_000
+        sizes = rng.integers(1, 9, n) * ALIGNMENT
+        costs = rng.choice([0.1, 0.2, 0.3, 0.1 + 0.2], n) * rng.choice([1.0, 1 + 2**-50], n)
+        costs[rng.random(n) < 0.05] = math.inf
+        need = int(rng.integers(1, 40)) * ALIGNMENT
+        expected = shortest_runs_cheapest(sizes.tolist(), costs.tolist(), need)
+        assert cheapest_run(sizes, costs, need) == expected, trial
+
+
+def test_no_run_and_an_empty_arena():
+    assert cheapest_run(np.zeros(0, np.int64), np.zeros(0), 512) is None
+    walls = np.array([math.inf, math.inf])
+    assert cheapest_run(np.array([512, 512]), walls, 512) is None
+    assert shortest_runs_cheapest([512, 512], walls.tolist(), 512) is None
+    assert cheapest_run(np.array([512, 512]), np.array([1.0, 2.0]), 2048) is None
+
+
+# ---- the split placement -------------------------------------------------------------------
+
+
+def test_split_places_small_requests_at_the_top_and_large_ones_at_the_bottom():
+    size = 256 * 4 * KB + 100  # a small request: at most 4 KiB (and the 100 B left over)
+    arena = Arena(size, "split")
+    small, large = arena.place(100), arena.place(8 * KB)
+    assert (small.start, small.end) == ((size - 512) // 512 * 512, (size - 512) // 512 * 512 + 512)
+    assert large.start == 0
+    assert arena.place(4 * KB).end == small.start  # the next small one just below it
+    assert arena.place(4 * KB + 1).start == 8 * KB  # not small: from the bottom
+    forced = arena.place(8 * KB, high=True)  # a constant laid out: the top, whatever its size
+    assert forced.end <= small.start - 4 * KB and forced.start > 16 * KB
+    arena.check()
+    assert SMALL_SHARE == 1 / 256
+
+
+def brute_force_split(used: dict, size: int, need: int, high: bool) -> int | None:
+    gaps, at = [], 0
+    for start, length in sorted(used.values()):
+        if start > at:
+            gaps.append((at, start - at))
+        at = start + length
+    if size > at:
+        gaps.append((at, size - at))
+    if not high:
+        fitting = [(length, start) for start, length in gaps if length >= need]
+        return min(fitting)[1] if fitting else None
+    for start, length in reversed(gaps):
+        top = (start + length - need) // ALIGNMENT * ALIGNMENT
+        if top >= start:
+            return top
+    return None
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(8, 60),
+    st.lists(
+        st.tuples(st.booleans(), st.integers(1, 6 * ALIGNMENT), st.integers(0, 99)), max_size=80
+    ),
+)
+def test_split_against_a_brute_force_model(units, steps):
+    size = units * ALIGNMENT + 77
+    arena = Arena(size, "split")
+    used: dict[int, tuple[int, int]] = {}
+    blocks = {}
+    for n, (request, nbytes, pick) in enumerate(steps):
+        if request or not blocks:
+            need = aligned(nbytes)
+            expected = brute_force_split(used, size, need, need <= size * SMALL_SHARE)
+            block = arena.place(nbytes, owner=n)
+            assert (block and block.start) == expected
+            if block is not None:
+                used[n], blocks[n] = (block.start, block.size), block
+        else:
+            owner = sorted(blocks)[pick % len(blocks)]
+            arena.free(blocks.pop(owner))
+            del used[owner]
+        arena.check()
+
+
+def test_split_lays_constants_out_at_the_top():
+    with isolated_allocator():
+        c = md.tensor(np.ones(64 * KB, np.float32))  # 256 KiB: not small
+        with md.Runtime(budget=KB * KB, fit="contiguous", placement="split") as rt:
+            a = md.tanh(c)
+            where = {
+                "constant": rt.allocator.addresses.address(c.storage),
+                "value": rt.allocator.addresses.address(a.storage),
+            }
+    assert where == {"constant": KB * KB - 256 * KB, "value": 0}
+
+
+@PROPERTY
+@given(PROGRAMS, HEURISTICS, st.floats(0.5, 0.95))
+def test_the_accelerator_decides_as_the_reference_under_split(program, heuristic, ratio):
+    budget = int(ratio * unbounded_peak(program))
+    fast, reference = both_policies(program, budget, heuristic, "split")
+    assert fast[1] == reference[1]  # the events, addresses included
+    for key in ("evictions", "remats", "extra_evictions", "placement_failures"):
+        assert fast[2][key] == reference[2][key], key
+
+
+@pytest.mark.parametrize("placement", ["best", "split"])
+def test_a_bundled_trace_replays_identically_under_the_window(placement):
+    trace = sim.load_log(next(p for p in sim.bundled_traces() if p.name.startswith("unet")))
+    runs = [
+        sim.simulate(
+            trace, ratio=0.3, heuristic="window", record_events=True, reference=reference,
+            fit="contiguous", placement=placement,
+        )
+        for reference in (False, True)
+    ]  # fmt: skip
+    assert runs[0].status == runs[1].status
+    assert runs[0].extra == runs[1].extra
+    assert repr(runs[0].slowdown) == repr(runs[1].slowdown)  # nan when out of memory
+
+
+# ---- a neighbourhood counted once ------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 6),  # size in alignments
+            st.sampled_from([None, 0.0, 0.1, 0.3, 1.0, math.inf]),  # c (None: free)
+            st.sampled_from([1.0, 2.0, 3.0]),  # staleness
+            st.sets(st.integers(0, 5), max_size=3),  # the evicted neighbours' ids
+        ),
+        max_size=30,
+    ),
+    st.integers(1, 20),
+)
+def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blocks, units):
+    """Neighbour ``k`` costs ``0.1 * k``; a run costs its values' c / s and each neighbour
+    once, over the least staleness among the values that have it (as ``WindowCosts``)."""
+    sizes = [n * ALIGNMENT for n, *_ in blocks]
+    upper, lower = [], []
+    for _, c, s, hood in blocks:
+        if c is None or c == math.inf:
+            upper.append(0.0 if c is None else math.inf)
+            lower.append(0.0)
+        else:
+            upper.append((c + sum(0.1 * k for k in hood)) / s)
+            lower.append(c / s)
+
+    def run_cost(first: int, end: int) -> float:
+        own, rate = [], {}
+        for _, c, s, hood in blocks[first:end]:
+            if c is not None:
+                own.append(c / s)
+                for k in hood:
+                    rate[k] = max(rate.get(k, -1.0), 0.1 * k / s)
+        return math.fsum([*own, *rate.values()])
+
+    need = units * ALIGNMENT
+    runs = [(first, end) for first in range(len(sizes)) for end in range(first + 1, len(sizes) + 1)]
+    fitting = [
+        (run_cost(i, j), i, j)
+        for i, j in runs
+        if sum(sizes[i:j]) >= need and math.inf not in upper[i:j]
+        and (j == i + 1 or sum(sizes[i : j - 1]) < need)  # each start's shortest
+    ]  # fmt: skip
+    expected = min(fitting) if fitting else None
+    assert shortest_runs_cheapest(sizes, upper, need, run_cost) == expected
+    got = cheapest_run(np.array(sizes, np.int64), np.array(upper), need, run_cost, np.array(lower))
+    assert got == expected
