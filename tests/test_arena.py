@@ -117,8 +117,9 @@ def test_bad_arguments_are_refused_with_the_value():
         Arena(KB).place(0)
 
 
-def brute_force_choice(used: dict, size: int, need: int, policy: str) -> int | None:
-    """Where a request of ``need`` (aligned) bytes goes, from the used intervals alone."""
+def free_gaps(used: dict, size: int) -> list[tuple[int, int]]:
+    """The (start, length) of every free range of an arena of ``size`` bytes, in address
+    order, from the used intervals alone."""
     gaps, at = [], 0
     for start, length in sorted(used.values()):
         if start > at:
@@ -126,6 +127,12 @@ def brute_force_choice(used: dict, size: int, need: int, policy: str) -> int | N
         at = start + length
     if size > at:
         gaps.append((at, size - at))
+    return gaps
+
+
+def brute_force_choice(used: dict, size: int, need: int, policy: str) -> int | None:
+    """Where a request of ``need`` (aligned) bytes goes, from the used intervals alone."""
+    gaps = free_gaps(used, size)
     fitting = [(length, start) for start, length in gaps if length >= need]
     if not fitting:
         return None

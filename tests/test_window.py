@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_arena import HEURISTICS, PROGRAMS, PROPERTY, both_policies
+from test_arena import HEURISTICS, PROGRAMS, PROPERTY, both_policies, free_gaps
 
 import minidtr as md
 from minidtr import sim
@@ -94,13 +94,7 @@ def test_split_places_small_requests_at_the_top_and_large_ones_at_the_bottom():
 
 
 def brute_force_split(used: dict, size: int, need: int, high: bool) -> int | None:
-    gaps, at = [], 0
-    for start, length in sorted(used.values()):
-        if start > at:
-            gaps.append((at, start - at))
-        at = start + length
-    if size > at:
-        gaps.append((at, size - at))
+    gaps = free_gaps(used, size)
     if not high:
         fitting = [(length, start) for start, length in gaps if length >= need]
         return min(fitting)[1] if fitting else None
