@@ -119,8 +119,7 @@ class Learned(Observer):
     # ---- what the allocator reports ----------------------------------------------------------
 
     def on_constant(self, storage: Storage) -> None:
-        self._created(storage, self._number(("constant", storage.nbytes)))
-        self.ops += 1
+        self.ops += 1  # a constant is never evicted: nothing to learn of its accesses
 
     def on_compute(self, recipe: Recipe, cells: list[Cell]) -> None:
         for storage in recipe.parents:
@@ -128,7 +127,9 @@ class Learned(Observer):
         parents = tuple(self._signature_as_input(s) for s in recipe.parents)
         for index, cell in enumerate(cells):
             storage = cell.storage
-            if storage.id not in self.signature:  # (a view shares its base's storage)
+            # a view shares its base's storage; a constant output (an optimizer's update)
+            # is never evicted
+            if storage.id not in self.signature and storage.producer is not None:
                 recipe_key = (recipe.op.name, index, storage.nbytes, parents)
                 self._created(storage, self._number(recipe_key))
         self.ops += 1
