@@ -151,12 +151,21 @@ def brute_force_choice(used: dict, size: int, need: int, policy: str) -> int | N
 )
 def test_random_requests_and_frees_against_a_brute_force_model(policy, units, steps):
     size = units * ALIGNMENT + 77
-    arena = Arena(size, policy)
+    against_model(
+        Arena(size, policy),
+        steps,
+        lambda used, need: brute_force_choice(used, size, need, policy),
+    )
+
+
+def against_model(arena: Arena, steps: list, expected_start) -> None:
+    """Place and free as ``steps`` say (request?, bytes, which block to free), checking
+    each placement against ``expected_start(used, aligned bytes)`` and the invariants."""
     used: dict[int, tuple[int, int]] = {}  # owner -> (start, size)
     blocks = {}
     for n, (request, nbytes, pick) in enumerate(steps):
         if request or not blocks:
-            expected = brute_force_choice(used, size, aligned(nbytes), policy)
+            expected = expected_start(used, aligned(nbytes))
             block = arena.place(nbytes, owner=n)
             assert (block and block.start) == expected
             if block is not None:

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_arena import HEURISTICS, PROGRAMS, PROPERTY, both_policies, free_gaps
+from test_arena import HEURISTICS, PROGRAMS, PROPERTY, against_model, both_policies, free_gaps
 
 import minidtr as md
 from minidtr import sim
-from minidtr.runtime.arena import ALIGNMENT, SMALL_SHARE, Arena, aligned, shortest_runs_cheapest
+from minidtr.runtime.arena import ALIGNMENT, SMALL_SHARE, Arena, shortest_runs_cheapest
 from minidtr.runtime.fast.windows import cheapest_run
 from minidtr.testing import isolated_allocator
 from minidtr.testing.strategies import unbounded_peak
@@ -114,22 +114,11 @@ def brute_force_split(used: dict, size: int, need: int, high: bool) -> int | Non
 )
 def test_split_against_a_brute_force_model(units, steps):
     size = units * ALIGNMENT + 77
-    arena = Arena(size, "split")
-    used: dict[int, tuple[int, int]] = {}
-    blocks = {}
-    for n, (request, nbytes, pick) in enumerate(steps):
-        if request or not blocks:
-            need = aligned(nbytes)
-            expected = brute_force_split(used, size, need, need <= size * SMALL_SHARE)
-            block = arena.place(nbytes, owner=n)
-            assert (block and block.start) == expected
-            if block is not None:
-                used[n], blocks[n] = (block.start, block.size), block
-        else:
-            owner = sorted(blocks)[pick % len(blocks)]
-            arena.free(blocks.pop(owner))
-            del used[owner]
-        arena.check()
+    against_model(
+        Arena(size, "split"),
+        steps,
+        lambda used, need: brute_force_split(used, size, need, need <= size * SMALL_SHARE),
+    )
 
 
 def test_split_lays_constants_out_at_the_top():
