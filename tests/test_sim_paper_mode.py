@@ -14,26 +14,58 @@ def run(instructions, budget, heuristic, **options):
     return replayer
 
 
+# an op that takes a while and whose output dies at once: what came before it is stale
+AGING = [Call("wait", ("x",), (Result("w", 1),), 1000.0), Release("w")]
+
+
 def test_an_orphan_is_rebuilt_at_most_once_between_reads():
-    # o = cat(p1, p2) is the largest storage, so h_size evicts it whenever room is needed.
-    # p1's death rebuilds it (an orphan); it is evicted again unread; p2's death must not
-    # rebuild it once more (that would also rebuild the dead p1).
+    # o = cat(p1, p2) is by far the cheapest storage to recompute, so h_DTR^local (c / (m * s))
+    # evicts it whenever room is needed. p1's death rebuilds it (an orphan no larger than
+    # p1); it is evicted again unread; p2's death must not rebuild it once more (that would
+    # also rebuild the dead p1).
     instructions = [
         Constant("x", 1),
-        Call("f1", ("x",), (Result("p1", 10),), 1.0),
-        Call("f2", ("x",), (Result("p2", 10),), 1.0),
-        Call("cat", ("p1", "p2"), (Result("o", 50),), 1.0),
-        Call("big", ("x",), (Result("q", 30),), 1.0),  # 101 > 100: o goes
+        Call("f1", ("x",), (Result("p1", 50),), 100.0),
+        Call("f2", ("x",), (Result("p2", 50),), 100.0),
+        Call("cat", ("p1", "p2"), (Result("o", 50),), 0.001),
+        *AGING,
+        Call("big", ("x",), (Result("q", 30),), 1.0),  # 181 > 160: o goes
         Release("p1"),  # o is rebuilt from p1 and p2 (q goes), then p1 is evicted
-        Call("big2", ("x",), (Result("r", 50),), 1.0),  # o goes again, unread
+        *AGING,
+        Call("big2", ("x",), (Result("r", 60),), 1.0),  # o goes again, unread
         Release("p2"),
     ]
-    replayer = run(instructions, 100, "size")
+    replayer = run(instructions, 160, "dtr_local")
     assert replayer.stats.orphan_remats == 1
     assert not replayer.resident("o")
     # once o is read, a later parent's death may rebuild it again
     replayer.step(Call("read", ("o",), (), 0.0))
     assert replayer.resident("o")
+    replayer.close()
+
+
+def test_an_orphan_larger_than_its_parent_keeps_the_parent_instead():
+    # o = g(p) is twice p's size: rebuilding o at p's death would hold more bytes than
+    # keeping p, which stays resident (useful: o's rebuild needs it) and o stays evicted
+    instructions = [
+        Constant("x", 1),
+        Call("f", ("x",), (Result("p", 20),), 1.0),
+        Call("g", ("p",), (Result("o", 40),), 0.001),
+        *AGING,
+        Call("big", ("x",), (Result("q", 30),), 1.0),  # 91 > 80: o goes
+        Release("p"),
+    ]
+    for rebuild in (True, False):
+        replayer = run(instructions, 80, "dtr_local", rebuild_orphans=rebuild)
+        p = replayer.cells["o"].storage.parents[0]
+        assert replayer.stats.orphan_remats == 0 and not replayer.resident("o")
+        assert (p.buffer is not None) == rebuild  # kept while useful, unless switched off
+        replayer.step(Call("read", ("o",), (), 0.0))
+        assert replayer.stats.remats == (1 if rebuild else 2)
+        replayer.close()
+    smaller = [*instructions[:2], Call("g", ("p",), (Result("o", 20),), 0.001), *instructions[3:]]
+    replayer = run(smaller, 70, "dtr_local")  # 71 > 70: o goes; at p's death it is rebuilt
+    assert replayer.stats.orphan_remats == 1 and replayer.resident("o")
     replayer.close()
 
 

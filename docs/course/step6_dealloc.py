@@ -34,9 +34,10 @@ def apply_policy(lifetimes: Lifetimes, storage: Storage) -> None:
        when it could (it cannot while an evicted child needs it: go on then).
     5. Not resident, a constant, or pinned: nothing to evict.
     6. Eager eviction, with a budget in force and ``rebuild_orphans`` on and
-       ``has_evicted_child(storage)``: if it has orphans (``orphans_of``), rebuild them
-       (``lifetimes.rebuild_orphans(storage)``); if that left it evicted, referenced
-       again or locked, stop. Then, if it is still useful (``useful_dead``), keep it
+       ``has_evicted_child(storage)``: if it has orphans (``orphans_of``) and together
+       they are no larger than it (their ``nbytes`` summed), rebuild them
+       (``lifetimes.rebuild_orphans(storage, orphans)``); if that left it evicted,
+       referenced again or locked, stop. Then, if it is still useful (``useful_dead``), keep it
        resident (``lifetimes.kept_dead[storage] = None``: it is freed once it is not)
        and stop.
     7. Evict it: ``lifetimes.allocator.eviction.evict(storage, "dead")``.

@@ -42,6 +42,16 @@ SCENARIOS = {
         del x2
         read x3
     """,
+    # x3 is an orphan of x2 twice its size: rebuilding it would hold more bytes than
+    # keeping x2, so x2 stays resident (useful) and x3 is rebuilt from it when read
+    "an orphan larger than its parent": """
+        x1 = leaf(8)
+        x2 = tanh(x1)
+        x3 = cat(x2, x1)
+        evict x3
+        del x2
+        read x3
+    """,
     # x4 is rebuilt as an orphan of x2, then evicted again unread: when x3 dies it is
     # not rebuilt a second time (x3 stays resident instead: x4's rebuild needs it)
     "an orphan rebuilt once": """

@@ -12,9 +12,15 @@ parent makes the child's rebuild need the parent's rebuild, and so on up the
 chain of dead values. The heuristic evicted the child when its parent was
 resident and cheap to reach; that cost is stale the moment the parent goes.
 Left alone, such orphans become the ends of long chains whose rebuild replays
-much of the network. So the orphans are rebuilt first, while the parent is
-still resident (one op each); the heuristic can evict them again, scored with
-what they cost now. An orphan is rebuilt at most once between two reads of it:
+much of the network. Two ways keep the rebuild one op: rebuild the orphans now,
+while the parent is still resident, or keep the parent (as a useful dead
+storage, below). The one that holds fewer bytes is taken: the orphans are
+rebuilt when together they are no larger than the parent (a gradient of the
+same shape, a recurrent state), and the heuristic can evict them again, scored
+with what they cost now; otherwise the parent stays, an ordinary candidate
+whose score counts what its eviction would cost the orphans (a DenseNet
+concatenation's many narrow inputs are not rebuilt at each of its deaths). An
+orphan is rebuilt at most once between two reads of it:
 a heuristic without staleness (h_MSPS) may evict a rebuilt orphan again at
 once, and a storage with many parents (DenseNet's concatenations) would then
 be rebuilt at each parent's death, again and again.
@@ -192,9 +198,10 @@ class Lifetimes:
             and self.pending_error is None
             and has_evicted_child(storage)  # otherwise it has no orphans and is not useful
         ):
-            if orphans_of(storage):
+            orphans = orphans_of(storage)
+            if orphans and sum(orphan.nbytes for orphan in orphans) <= storage.nbytes:
                 try:
-                    self.rebuild_orphans(storage)
+                    self.rebuild_orphans(storage, orphans)
                 except BaseException as error:  # noqa: BLE001 (kept, raised at a safe point)
                     # without the frames where it happened: they hold the dying run's
                     # values, which must not outlive the user's references to them
@@ -221,11 +228,11 @@ class Lifetimes:
             finally:
                 del error  # no cycle through this frame: its traceback would keep it
 
-    def rebuild_orphans(self, storage: Storage) -> None:
-        """Rematerialize the orphans of a dead, resident storage, holding it resident. An
-        orphan that does not fit in the budget stays evicted: it is not needed yet."""
+    def rebuild_orphans(self, storage: Storage, orphans: list[Storage]) -> None:
+        """Rematerialize ``orphans``, those of a dead, resident storage, holding it
+        resident. An orphan that does not fit in the budget stays evicted: it is not
+        needed yet."""
         allocator = self.allocator
-        orphans = orphans_of(storage)
         stats = allocator.stats
         before = stats.remats
         storage.locks += 1

@@ -4,9 +4,10 @@ When the program drops its last reference to a storage (its last Tensor dies),
 the runtime's policy applies: ``ignore`` leaves it to the heuristic, ``banish``
 frees it for good (its children become constants), ``eager`` evicts it at once,
 keeping its recipe while an evicted child may need it. Eager eviction first
-rebuilds the storage's *orphans* (evicted children that are still referenced),
-and keeps the storage resident while it is *useful* (an evicted, referenced
-storage below it would need it to be rebuilt).
+rebuilds the storage's *orphans* (evicted children that are still referenced)
+when together they are no larger than it, and keeps the storage resident while
+it is *useful* (an evicted, referenced storage below it would need it to be
+rebuilt): either way an orphan's rebuild stays one op, at the fewer bytes.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def apply_policy(lifetimes: Lifetimes, storage: Storage) -> None:
         and lifetimes.pending_error is None
         and has_evicted_child(storage)
     ):
-        if orphans_of(storage):
+        orphans = orphans_of(storage)
+        if orphans and sum(orphan.nbytes for orphan in orphans) <= storage.nbytes:
             try:
-                lifetimes.rebuild_orphans(storage)
+                lifetimes.rebuild_orphans(storage, orphans)
             except BaseException as error:  # noqa: BLE001 (raised by the next access)
                 lifetimes.pending_error = error.with_traceback(None)
             if storage.buffer is None or storage.external_refs or storage.locks:
