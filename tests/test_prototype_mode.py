@@ -173,23 +173,26 @@ def test_the_flag_replays_as_the_api_does(bundled):
 def test_the_benchmark_marks_where_the_default_loses(bundled):
     """benchmarks/sim_vs_prototype.py marks a cell where the default is more than 1% slower
     than the better of --no-orphan-rebuild and --as-prototype, and only there (the bundled
-    ResNet, h_DTR, at 0.3 and 0.9)."""
+    Tree-LSTM, h_MSPS, at 0.3 and 0.9)."""
     root = pathlib.Path(__file__).resolve().parents[1]
     command = [
         sys.executable, str(root / "benchmarks" / "sim_vs_prototype.py"),
-        str(root / "traces" / "resnet.log.gz"), "--ratios", "0.3,0.9",
-        "--heuristics", "dtr", "--jobs", "1",
+        str(root / "traces" / "treelstm.log.gz"), "--ratios", "0.3,0.9",
+        "--heuristics", "msps", "--jobs", "1",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
-    trace = bundled["resnet.log.gz"]
+    trace = bundled["treelstm.log.gz"]
     losing = 0
+    lines = done.stdout.splitlines()
     for ratio in ("0.3", "0.9"):
-        default = sim.simulate(trace, ratio=float(ratio), heuristic="dtr").slowdown
-        plain = sim.simulate(trace, ratio=float(ratio), heuristic="dtr", rebuild_orphans=False)
-        prototype = expected("resnet.log.gz", "dtr", ratio)
-        marked = default > 1.01 * min(plain.slowdown, prototype)
+        default = sim.simulate(trace, ratio=float(ratio), heuristic="msps").slowdown
+        plain = sim.simulate(trace, ratio=float(ratio), heuristic="msps", rebuild_orphans=False)
+        prototype = expected("treelstm.log.gz", "msps", ratio)
+        best = min(plain.slowdown, math.inf if prototype == "fail" else prototype)
+        marked = default > 1.01 * best
         losing += marked
-        line = f"{ratio}   {default:.3f} / {plain.slowdown:.3f} / {prototype:.3f}"
-        assert (line + (" *" if marked else "") + "\n") in done.stdout
-    assert losing == 1  # at 0.3: 1.247 against the simulator's 1.215 (docs/simulator.md)
+        shown = "thrash" if prototype == "fail" else f"{prototype:.3f}"
+        line = f"    {ratio}   {default:.3f} / {plain.slowdown:.3f} / {shown}"
+        assert line + (" *" if marked else "") in lines, (line, done.stdout)
+    assert losing == 1  # at 0.3: 1.322 against 1.304 without orphan rebuild (docs/simulator.md)
     assert f"the default is worse in {losing} of 2 cells" in done.stdout

@@ -110,14 +110,16 @@ class MicroRuntime:
 
     # ---- accessing values: lock them, rebuilding the evicted ones ---------------------
 
-    def access(self, values: tuple) -> list[Value]:
-        """Lock ``values`` for an op, rebuilding the evicted ones first. Every value is
-        touched when asked for; the evicted ones are rebuilt the one with the largest
-        evicted ancestry first (the newest among equals), each locked as it comes back;
-        the resident ones are locked last, once everything is back (those evicted
+    def access(self, values: tuple, used: bool = True) -> list[Value]:
+        """Lock ``values`` for an op, rebuilding the evicted ones first. When the program
+        uses them (``used``; not when a rebuild reads them) every value is marked used
+        when asked for; the evicted ones are rebuilt the one with the largest evicted
+        ancestry first (the newest among equals), each locked as it comes back; the
+        resident ones are locked last, once everything is back (those evicted
         meanwhile, to make room for the rebuilds, are rebuilt first)."""
-        for v in values:
-            v.last_access = self.clock
+        if used:
+            for v in values:
+                v.last_access = self.clock
         locked: list[Value] = []
         waiting = list(values)
         while waiting:
@@ -146,7 +148,6 @@ class MicroRuntime:
 
     def lock(self, v: Value, locked: list[Value]) -> None:
         v.locks += 1
-        v.last_access = self.clock
         locked.append(v)
 
     def unlock(self, locked: list[Value]) -> None:
@@ -184,13 +185,15 @@ class MicroRuntime:
     def rematerialize(self, v: Value) -> None:
         """Compute the evicted value ``v`` again.
 
-        Its parents must be resident and locked while its op runs: ``self.access``
-        does that (rebuilding evicted parents first, by calling this method) and returns
-        what it locked, to ``self.unlock`` afterwards. Then, as ``apply`` does for a new
-        value: make room for its bytes (``self.reserve``), run ``OPS[v.op]`` on its
-        inputs' numbers (``v.inputs``, in order), advance the clock by its cost, and
-        mark it used now. It is a candidate again (the newest one) and the log says
-        ``self.log("remat", v)``.
+        Its parents must be resident and locked while its op runs:
+        ``self.access(v.parents, used=False)`` does that (rebuilding evicted parents
+        first, by calling this method) and returns what it locked, to ``self.unlock``
+        afterwards; a rebuild is not a use by the program, so it marks nothing used.
+        Then, as ``apply`` does for a new value: make room for its bytes
+        (``self.reserve``), run ``OPS[v.op]`` on its inputs' numbers (``v.inputs``, in
+        order) and advance the clock by its cost; ``v.last_access`` stays when the
+        program last used it. It is a candidate again (the newest one) and the log
+        says ``self.log("remat", v)``.
         """
         # TODO(step 0): lock the parents, recompute, put it back.
         raise NotImplementedError("MicroRuntime.rematerialize")

@@ -72,8 +72,10 @@ def rematerialize(
 
     Locking a list of inputs (the access's, or those of a recipe being replayed):
 
-    1. Mark every input used now (``last_access`` = the clock, and touch it). Sort the
-       evicted ones by ``rebuild_need``; the others wait.
+    1. If these are the access's own inputs, mark each used now (``last_access`` = the
+       clock, and touch it); a recipe's inputs, read to rebuild something, are not
+       marked (a rebuild is not a use by the program: staleness counts from the
+       program's last use). Sort the evicted ones by ``rebuild_need``; the others wait.
     2. Take the *last* evicted one (``pop()``: the one whose rebuild needs the most
        memory). If it is resident again (a replay refilled it meanwhile), just lock it.
        Otherwise lock the inputs of its recipe (``producer_of(it).parents``) the same

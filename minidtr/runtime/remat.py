@@ -16,6 +16,14 @@ the paper's pseudocode does, but with an explicit stack instead of recursion
 Replaying a recipe refills every evicted output of it (a multi-output op's
 siblings too). Making room for a replay may evict other values, even ones this
 access read a moment ago, which is why inputs are locked as they come back.
+
+Staleness counts from the last time the *program* used a value: an access stamps
+what it reads (when it is requested), and a rebuild stamps nothing, neither the
+values it rebuilds nor the inputs it reads. A chain rebuilt for one access keeps
+the stamps of its values' last real uses, so the heuristic sees it as what it is,
+needed once and long ago, and evicts it before the values the program reads now.
+(Stamping rebuilds as uses made the intermediates of a rebuilt chain the freshest
+values resident: h_LRU then thrashed from 0.4-0.6 of the peak, docs/simulator.md.)
 """
 
 from __future__ import annotations
@@ -165,8 +173,9 @@ class Rematerializer:
                 storage.allocator.lock_for_another(storage)
                 locked.append(storage)
                 continue
-            storage.last_access = allocator.clock  # an access counts from when it is requested
-            touch(storage)
+            if recipe is None:  # the access itself: a use by the program, stamped now
+                storage.last_access = allocator.clock
+                touch(storage)
             (evicted if storage.buffer is None else deferred).append(storage)
         if len(evicted) > 1:
             evicted.sort(key=rebuild_need)
@@ -213,7 +222,6 @@ class Rematerializer:
 
     def lock_one(self, storage: Storage, locked: list[Storage]) -> None:
         storage.locks += 1
-        storage.last_access = self.allocator.clock
         self.allocator.eviction.candidates.touch(storage)
         locked.append(storage)
 
@@ -272,7 +280,6 @@ class Rematerializer:
         allocator = self.allocator
         storage.buffer = result
         allocator.eviction.left_evicted(storage)
-        storage.last_access = allocator.clock
         if storage.evictable:
             allocator.eviction.candidates.add(storage)
         if storage.external_refs == 0:

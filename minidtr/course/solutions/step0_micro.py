@@ -104,14 +104,16 @@ class MicroRuntime:
 
     # ---- accessing values: lock them, rebuilding the evicted ones ---------------------
 
-    def access(self, values: tuple) -> list[Value]:
-        """Lock ``values`` for an op, rebuilding the evicted ones first. Every value is
-        touched when asked for; the evicted ones are rebuilt the one with the largest
-        evicted ancestry first (the newest among equals), each locked as it comes back;
-        the resident ones are locked last, once everything is back (those evicted
+    def access(self, values: tuple, used: bool = True) -> list[Value]:
+        """Lock ``values`` for an op, rebuilding the evicted ones first. When the program
+        uses them (``used``; not when a rebuild reads them) every value is marked used
+        when asked for; the evicted ones are rebuilt the one with the largest evicted
+        ancestry first (the newest among equals), each locked as it comes back; the
+        resident ones are locked last, once everything is back (those evicted
         meanwhile, to make room for the rebuilds, are rebuilt first)."""
-        for v in values:
-            v.last_access = self.clock
+        if used:
+            for v in values:
+                v.last_access = self.clock
         locked: list[Value] = []
         waiting = list(values)
         while waiting:
@@ -140,7 +142,6 @@ class MicroRuntime:
 
     def lock(self, v: Value, locked: list[Value]) -> None:
         v.locks += 1
-        v.last_access = self.clock
         locked.append(v)
 
     def unlock(self, locked: list[Value]) -> None:
@@ -176,11 +177,10 @@ class MicroRuntime:
     def rematerialize(self, v: Value) -> None:
         """Compute an evicted value again from its parents (rebuilding evicted parents
         first: ``access`` does), and put it back among the candidates."""
-        locked = self.access(v.parents)
+        locked = self.access(v.parents, used=False)  # a rebuild is not a use
         self.reserve(v.nbytes)
         v.data = OPS[v.op](*(u.data for u in v.inputs))
         self.clock += v.cost
-        v.last_access = self.clock
         self.candidates[v] = None
         self.log("remat", v)
         self.unlock(locked)

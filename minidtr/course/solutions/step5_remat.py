@@ -65,9 +65,10 @@ def rematerialize(
 def lock_inputs(
     remat: Rematerializer, inputs: Sequence[Storage], cascade: Cascade, owner: Storage | None
 ) -> list[Storage]:
-    """Touch every input; rebuild the evicted ones, the largest rebuild first, locking each
-    as it comes back; then lock the resident ones, rebuilding any that were evicted
-    meanwhile. ``owner``: the storage whose recipe reads these inputs (None: the access)."""
+    """Mark the access's own inputs used; rebuild the evicted ones, the largest rebuild
+    first, locking each as it comes back; then lock the resident ones, rebuilding any
+    that were evicted meanwhile. ``owner``: the storage whose recipe reads these inputs
+    (None: the access)."""
     allocator = remat.allocator
     touch = allocator.eviction.candidates.touch
     evicted: list[Storage] = []
@@ -78,8 +79,9 @@ def lock_inputs(
             storage.allocator.lock_for_another(storage)
             locked.append(storage)
             continue
-        storage.last_access = allocator.clock
-        touch(storage)
+        if owner is None:  # the access itself: a use by the program (a rebuild is not)
+            storage.last_access = allocator.clock
+            touch(storage)
         (evicted if storage.buffer is None else resident).append(storage)
     try:
         while True:
