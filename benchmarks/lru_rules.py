@@ -1,19 +1,20 @@
-"""Which of the paper's simulator's rules let h_LRU run where minidtr's default thrashes.
+"""Which of the paper's simulator's rules, and which of minidtr's own, make h_LRU thrash.
 
     python benchmarks/lru_rules.py [--heuristic H] [--cells trace:ratio,...]
 
 ``--as-prototype`` differs from minidtr's default in a handful of rules (docs/simulator.md's
-table). This ablation switches them on in the default one at a time, and in the combinations
-that matter, and replays the cells where the default's h_LRU thrashes and the prototype mode
-runs. The rules are put in by patching the reference policy (``Runtime(reference=True)``) in
-this process only, so it measures, it changes nothing:
+table). This ablation switches them on in the default one at a time, with minidtr's former
+staleness stamp, and replays the cells where that stamp made h_LRU thrash. The rules are put
+in by patching the reference policy (``Runtime(reference=True)``) in this process only, so
+it measures, it changes nothing:
 
+- ``stamprebuilds``: minidtr's stamp before it counted only the program's uses: a rebuild
+  stamps the inputs it reads when it opens them and again when it locks them, and what it
+  rebuilds when its replay ends (the default: a rebuild stamps nothing);
 - ``lockearly``: a rebuild locks the inputs that are resident at once, when it is opened
   (the default locks them only once its evicted inputs are back);
 - ``recipeorder``: evicted inputs rebuilt in the order the recipe reads them (the default:
   the one whose rebuild needs the most memory first);
-- ``nostamp``: neither a lock nor the end of a rebuild stamps a storage, so a chain rebuilt
-  for one access looks as stale as that access's start (the default stamps both);
 - ``lastties``: the last of equal scores goes (the default: the first);
 - ``noorphan``: ``rebuild_orphans=False``; ``keepdead``: ``keep_dead_remats=True``.
 
@@ -35,15 +36,15 @@ from minidtr.runtime.remat import Frame, Rematerializer
 CELLS = "resnet:0.4,transformer:0.6,transformer:0.5,transformer:0.4,unet:0.4,mlp:0.6,treelstm:0.6"
 VARIANTS = (
     (),
+    ("stamprebuilds",),
+    ("stamprebuilds", "lockearly"),
+    ("stamprebuilds", "lastties"),
+    ("stamprebuilds", "lockearly", "lastties"),
     ("lockearly",),
     ("recipeorder",),
-    ("nostamp",),
     ("lastties",),
     ("noorphan",),
     ("keepdead",),
-    ("nostamp", "lastties"),
-    ("lockearly", "nostamp", "lastties"),
-    ("lockearly", "recipeorder", "nostamp", "lastties", "noorphan", "keepdead"),
 )
 
 RULES: set[str] = set()
@@ -54,21 +55,23 @@ _choose = victims.choose_victim
 
 
 def lock_one(self: Rematerializer, storage: Any, locked: list) -> None:
-    if "nostamp" not in RULES:
-        return _lock_one(self, storage, locked)
-    storage.locks += 1
-    locked.append(storage)
+    _lock_one(self, storage, locked)
+    if "stamprebuilds" in RULES:
+        storage.last_access = self.allocator.clock
 
 
 def refill(self: Rematerializer, storage: Any, result: Any, recipe: Any, link: Any) -> None:
-    stamp = storage.last_access
     _refill(self, storage, result, recipe, link)
-    if "nostamp" in RULES:
-        storage.last_access = stamp
+    if "stamprebuilds" in RULES:
+        storage.last_access = self.allocator.clock
 
 
 def frame(self: Rematerializer, recipe: Any, inputs: Any) -> Frame:
     opened = _frame(self, recipe, inputs)
+    if "stamprebuilds" in RULES and recipe is not None:
+        for storage in inputs:
+            if storage.allocator is self.allocator:
+                storage.last_access = self.allocator.clock
     if "lockearly" in RULES:
         for storage in opened.deferred:
             self.lock_one(storage, opened.locked)

@@ -103,7 +103,7 @@ def test_runs_standalone_and_reports_a_budget_too_small():
     assert small.returncode == 1
     assert small.stderr.startswith("error: ") and "Traceback" not in small.stderr
     grinding = subprocess.run(
-        [sys.executable, script, "--steps", "1", "--batch", "8", "--max-slowdown", "1.5"],
+        [sys.executable, script, *tiny, "--ratio", "0.6", "--max-slowdown", "1.5"],
         capture_output=True,
         text=True,
     )

@@ -27,7 +27,7 @@ def test_tutorial_notebook_executes():
         if cell.cell_type == "code"
         for output in cell.outputs
     )
-    assert "BudgetError" in printed and "thrash" in printed
+    assert "BudgetError" in printed and "lru: ok, slowdown" in printed
     images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if "data" in o]
     assert any("image/png" in o["data"] for o in images)
     # the chain animation, drawn from the runs' event logs, and a try-it cell per course step

@@ -160,9 +160,11 @@ def test_shared_logs_sweep(shared_traces):
     by_key = {(r.trace, r.heuristic): r for r in results}
     for name in ("unet-6", "resnet32-56"):
         assert by_key[(name, "msps")].status == "ok"
-        # the paper's Figure 2 data: 1.13 and 1.11, and thrash for h_LRU on both
+        # the paper's Figure 2 data: 1.13 and 1.11; its h_LRU thrashed on both, minidtr's
+        # (staleness from the program's last use: docs/simulator.md) runs, slower
         assert 1.0 < by_key[(name, "msps")].slowdown < 1.2
-        assert by_key[(name, "lru")].status == "thrash"
+        lru = by_key[(name, "lru")]
+        assert lru.status == "ok" and lru.slowdown > by_key[(name, "msps")].slowdown
     assert math.isclose(by_key[("resnet32-56", "dtr")].slowdown, 1.11, abs_tol=0.01)
 
 
