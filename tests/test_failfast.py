@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import minidtr as md
 from minidtr import cli, sim
 from minidtr.explain import explain, load_events, summarize, write_event_log
 from minidtr.runtime import deferred_interrupts, guard
+from minidtr.runtime.errors import BudgetError, PlacementError, ThrashError
 from minidtr.runtime.runtime import DEFAULT_MAX_SLOWDOWN, DEFAULT_MAX_WALL_SLOWDOWN
 from minidtr.runtime.storage import Storage
 from minidtr.sim.experiments import chain_trace
@@ -603,3 +605,18 @@ def test_the_demo_prints_the_same_on_every_run():
     first, second = texts
     assert "clock" in first and "Rematerializations" in first
     assert wall_clock_free(first) == wall_clock_free(second)
+
+
+def test_the_budget_errors_pickle_whole():
+    """A BudgetError raised in a worker process (a sweep, a pool) must reach the parent:
+    unpickling one called its class with the message alone, which failed, and a
+    multiprocessing pool then waited for the lost result for ever."""
+    made = [
+        BudgetError("add", 16, 100, 90, 0, 50, 16),
+        PlacementError("matmul", 1000, 1024, None, 10, 0, 5, 0, 512, 900),
+        ThrashError("tanh", 2.5, 2.0, 4096, wall=True, detail="searching 1.0 s"),
+    ]
+    for error in made:
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)
+        assert again.__dict__ == error.__dict__

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 
 class BudgetError(MemoryError):
-    """The budget cannot hold what an op needs, even after evicting everything evictable."""
+    """The budget cannot hold what an op needs, even after evicting everything evictable.
+
+    It and its subclasses pickle with the arguments they were made with, so that one
+    raised in a worker process (a sweep, a pool) reaches the parent whole."""
 
     def __init__(
         self,
@@ -16,6 +19,7 @@ class BudgetError(MemoryError):
         constant: int,
         locked: int,
     ):
+        self.made_with = ((op, needed, budget, memory, pinned, constant, locked), {})
         self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
         self.pinned, self.constant, self.locked = pinned, constant, locked
         # needed is 0 when nothing new is asked for (entering a runtime, lowering a budget):
@@ -27,6 +31,10 @@ class BudgetError(MemoryError):
             f"{pinned:,} pinned, {locked:,} locked by running ops. Raise the budget to at "
             f"least {memory + needed:,} bytes or free references."
         )
+
+    def __reduce__(self):
+        args, kwargs = self.made_with
+        return _remake, (type(self), args, kwargs)
 
 
 class PlacementError(BudgetError):
@@ -47,6 +55,10 @@ class PlacementError(BudgetError):
         largest_free: int,
         free: int,
     ):
+        self.made_with = (
+            (op, needed, block, budget, memory, pinned, constant, locked, largest_free, free),
+            {},
+        )
         self.op, self.needed, self.budget, self.memory = op, needed, budget, memory
         self.pinned, self.constant, self.locked = pinned, constant, locked
         self.block, self.largest_free, self.free = block, largest_free, free
@@ -86,6 +98,10 @@ class ThrashError(BudgetError):
         expected: bool = False,
         step_end: bool = False,
     ):
+        self.made_with = (
+            (op, slowdown, limit, budget),
+            {"wall": wall, "detail": detail, "expected": expected, "step_end": step_end},
+        )
         self.op, self.slowdown, self.limit, self.budget = op, slowdown, limit, budget
         self.wall = wall
         budget_text = "no budget" if budget is None else f"budget {budget:,} bytes"
@@ -111,6 +127,11 @@ class ThrashError(BudgetError):
             f"{what} ({budget_text}). The budget is too small to train at an acceptable "
             "cost: raise it, or raise the limit (None disables the guard).",
         )
+
+
+def _remake(cls: type, args: tuple, kwargs: dict) -> BudgetError:
+    """Unpickle a BudgetError (or subclass) by calling its class with its arguments."""
+    return cls(*args, **kwargs)
 
 
 class RematMismatch(AssertionError):
