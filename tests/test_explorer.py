@@ -212,8 +212,7 @@ def page_path(log, tmp_path):
 
 @needs_browser
 def test_the_page_loads_and_draws_the_timeline(chromium, page_path):
-    page, errors = browser.open_explorer(chromium, page_path)
-    try:
+    with browser.explorer_page(chromium, page_path) as (page, errors):
         inked = page.evaluate(
             """() => {
               const c = document.getElementById('chart');
@@ -226,14 +225,11 @@ def test_the_page_loads_and_draws_the_timeline(chromium, page_path):
         assert inked > 0.05  # the memory area, axes, lanes
         assert "3 steps marked" in page.inner_text("#meta")
         assert errors == []
-    finally:
-        page.close()
 
 
 @needs_browser
 def test_clicking_an_eviction_shows_its_score_breakdown(chromium, page_path):
-    page, errors = browser.open_explorer(chromium, page_path)
-    try:
+    with browser.explorer_page(chromium, page_path) as (page, errors):
         evictions = page.evaluate("explorer.evictions")
         browser.click_mark(page, evictions[0], "evict")
         assert page.evaluate("explorer.selected") in evictions
@@ -244,14 +240,11 @@ def test_clicking_an_eviction_shows_its_score_breakdown(chromium, page_path):
         assert rows.count() >= 3  # header, victim, runner-up
         assert "evicted" in rows.nth(1).inner_text()
         assert errors == []
-    finally:
-        page.close()
 
 
 @needs_browser
 def test_clicking_a_remat_shows_its_cascade(chromium, page_path):
-    page, errors = browser.open_explorer(chromium, page_path)
-    try:
+    with browser.explorer_page(chromium, page_path) as (page, errors):
         remats = page.evaluate("explorer.remats")
         browser.click_mark(page, remats[len(remats) // 2], "remat")
         assert page.evaluate("explorer.selected") in remats
@@ -270,8 +263,6 @@ def test_clicking_a_remat_shows_its_cascade(chromium, page_path):
         assert page.locator("#details .cascade ul ul ul li").count() >= 1
         assert "needed the replays under it" in page.inner_text("#details")
         assert errors == []
-    finally:
-        page.close()
 
 
 def synthetic_log(n: int) -> list[dict]:
@@ -317,13 +308,10 @@ def test_a_20000_event_log_loads_and_stays_usable(chromium, tmp_path):
     """Timing is measured in benchmarks/explorer_load.py; this checks it works at that size."""
     path = tmp_path / "big.html"
     write_html(synthetic_log(20_000), str(path))
-    page, errors = browser.open_explorer(chromium, str(path))
-    try:
+    with browser.explorer_page(chromium, str(path)) as (page, errors):
         assert page.evaluate("explorer.events") > 19_000
         page.evaluate("explorer.zoom(0.01, 1000)")
         remats = page.evaluate("explorer.remats")
         page.evaluate(f"explorer.select({remats[-1]})")
         assert page.locator("#details .cascade ul ul li").count() >= 1
         assert errors == []
-    finally:
-        page.close()

@@ -147,9 +147,10 @@ needs_browser = pytest.mark.skipif(
 
 
 def open_page(chromium, tmp_path, events):
+    """The explorer page of ``events``, for a ``with`` block: (page, errors)."""
     path = tmp_path / "page.html"
     write_html(events, str(path))
-    return browser.open_explorer(chromium, str(path))
+    return browser.explorer_page(chromium, str(path))
 
 
 def click_block(page, k: int) -> None:
@@ -171,19 +172,15 @@ def pixel(page, x: float, y: float) -> list[int]:
 @needs_browser
 def test_no_lane_for_a_byte_fit_log(chromium, tmp_path):
     events = [{k: v for k, v in e.items() if k != "address"} for e in crafted_log()]
-    page, errors = open_page(chromium, tmp_path, events)
-    try:
+    with open_page(chromium, tmp_path, events) as (page, errors):
         assert page.evaluate("explorer.lane") is None
         assert page.locator("#lane").count() == 0
         assert page.locator("#chart").count() == 1 and errors == []
-    finally:
-        page.close()
 
 
 @needs_browser
 def test_the_lane_draws_each_block_where_its_events_put_it(chromium, tmp_path):
-    page, errors = open_page(chromium, tmp_path, crafted_log())
-    try:
+    with open_page(chromium, tmp_path, crafted_log()) as (page, errors):
         lane = page.evaluate("[explorer.lane.blocks, explorer.lane.top, explorer.lane.marks]")
         assert lane == [len(EXPECTED), 8 * KiB, [2, 1]]  # budget evictions, remats
         xs = {i: page.evaluate(f"explorer.xOf({i})") for i in range(10)}
@@ -200,14 +197,11 @@ def test_the_lane_draws_each_block_where_its_events_put_it(chromium, tmp_path):
         free_y = page.evaluate(f"explorer.lane.yOf({3 * KiB})")
         assert pixel(page, free_x, free_y)[:3] == [0xF1, 0xF3, 0xF5]
         assert errors == []
-    finally:
-        page.close()
 
 
 @needs_browser
 def test_clicking_a_block_shows_its_value(chromium, tmp_path):
-    page, errors = open_page(chromium, tmp_path, crafted_log())
-    try:
+    with open_page(chromium, tmp_path, crafted_log()) as (page, errors):
         for k, (start, end, address, _) in enumerate(EXPECTED):
             click_block(page, k)
             assert page.evaluate("explorer.selected") == (start if start >= 0 else end)
@@ -221,14 +215,11 @@ def test_clicking_a_block_shows_its_value(chromium, tmp_path):
         assert "an extra eviction" in details
         assert page.locator("#nearby tr.sel").count() == 1
         assert errors == []
-    finally:
-        page.close()
 
 
 @needs_browser
 def test_markup_in_a_contiguous_log_stays_text(chromium, tmp_path):
-    page, errors = open_page(chromium, tmp_path, crafted_log(op=MARKUP))
-    try:
+    with open_page(chromium, tmp_path, crafted_log(op=MARKUP)) as (page, errors):
         dialogs = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         for k in range(len(EXPECTED)):
@@ -240,8 +231,6 @@ def test_markup_in_a_contiguous_log_stays_text(chromium, tmp_path):
             assert MARKUP in page.inner_text("#lanehover")
         assert page.locator("img, #details script, #lanebox script").count() == 0
         assert dialogs == [] and errors == []
-    finally:
-        page.close()
 
 
 def large_log(n: int) -> list[dict]:
@@ -260,16 +249,13 @@ def large_log(n: int) -> list[dict]:
 
 @needs_browser
 def test_a_50000_event_contiguous_log_loads(chromium, tmp_path):
-    page, errors = open_page(chromium, tmp_path, large_log(50_000))
-    try:
+    with open_page(chromium, tmp_path, large_log(50_000)) as (page, errors):
         assert page.evaluate("explorer.lane.blocks") > 20_000
         click_block(page, 10)
         assert page.evaluate("explorer.selected") >= 0
         page.evaluate("explorer.zoom(0.01, 1000)")
         page.evaluate("explorer.lane.draw()")
         assert errors == []
-    finally:
-        page.close()
 
 
 def test_the_page_data_is_json(tmp_path):

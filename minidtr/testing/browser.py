@@ -69,6 +69,16 @@ class PageErrors(list):
         page.on("pageerror", lambda e: self.append(str(e)))
 
 
+@contextlib.contextmanager
+def explorer_page(browser: Any, path: str, **size: int) -> Iterator[tuple]:
+    """``open_explorer`` for a ``with`` block: (page, errors), the page closed after it."""
+    page, errors = open_explorer(browser, path, **size)
+    try:
+        yield page, errors
+    finally:
+        page.close()
+
+
 def open_explorer(browser: Any, path: str, width: int = 1200, height: int = 900) -> tuple:
     """Open an explorer page from a file; returns (page, errors) once it has drawn."""
     page = browser.new_page(viewport={"width": width, "height": height})
