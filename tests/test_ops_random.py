@@ -251,3 +251,33 @@ def test_seeds_of_every_valid_kind_still_work():
     assert md.zeros(np.array([2, 3])).shape == (2, 3)
     assert md.nn.Linear(2, 3, rng=np.random.default_rng(1)).weight.shape == (3, 2)
     assert md.nn.LSTMCell(2, 0).weight_hh.shape == (0, 0)
+
+
+def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads():
+    """backend.generator keeps seeds' starting states and one bit generator per thread:
+    every stream is still default_rng(seed)'s, for seeds evicted from what it keeps and
+    for threads drawing at the same time."""
+    import threading
+
+    from minidtr import backend
+
+    seeds = list(range(backend._SEED_STATES_KEPT + 50)) + [3, 2**63 + 5, 0]
+    for seed in seeds:
+        drawn = backend.generator(np, seed).random(5, dtype=np.float32)
+        assert np.array_equal(drawn, np.random.default_rng(seed).random(5, dtype=np.float32))
+    assert len(backend._seed_states) <= backend._SEED_STATES_KEPT
+
+    mismatches = []
+
+    def draw(offset):
+        for seed in range(offset, offset + 300):
+            drawn = backend.generator(np, seed).standard_normal(64)
+            if not np.array_equal(drawn, np.random.default_rng(seed).standard_normal(64)):
+                mismatches.append(seed)
+
+    threads = [threading.Thread(target=draw, args=(i * 100,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert mismatches == []
