@@ -152,35 +152,32 @@ def erf(xp, x, out=None):
 def generator(xp, seed: int):
     """A random generator whose stream depends only on ``seed`` (and the backend), to
     draw from at once: on NumPy it is ``np.random.default_rng(seed)``'s stream, drawn
-    from a bit generator of this thread set to that seed's starting state, which is
-    kept for the last ``_SEED_STATES_KEPT`` seeds. Each dropout seed is drawn from
-    again by the backward and by every recompute, and seeding (a ``SeedSequence``)
-    costs five times as much as setting a state."""
+    from a bit generator of this thread set to that seed's starting state. Each dropout
+    seed is drawn from again by the backward and by every recompute, and seeding (a
+    ``SeedSequence``) costs five times as much as setting a state, so the starting
+    states of recent seeds are kept, in ``_SEED_SLOTS`` slots by the seed's hash: a
+    fixed amount of memory, and a seed that finds its slot taken is seeded again."""
     if xp is not np:
         return xp.random.default_rng(seed)
-    start = _seed_states.get(seed)
-    if start is None:
+    slot = hash(seed) % _SEED_SLOTS
+    kept = _seed_states[slot]
+    if kept is None or kept[0] != seed:
         state = np.random.PCG64(seed).state["state"]
-        start = (state["state"], state["inc"])
-        with _seed_states_lock:
-            _seed_states[seed] = start
-            if len(_seed_states) > _SEED_STATES_KEPT:
-                del _seed_states[next(iter(_seed_states))]
+        kept = _seed_states[slot] = (seed, state["state"], state["inc"])
     bits = getattr(_thread_bits, "pcg64", None)
     if bits is None:
         bits = _thread_bits.pcg64 = np.random.PCG64(0)
     bits.state = {
         "bit_generator": "PCG64",
-        "state": {"state": start[0], "inc": start[1]},
+        "state": {"state": kept[1], "inc": kept[2]},
         "has_uint32": 0,
         "uinteger": 0,
     }
     return np.random.Generator(bits)
 
 
-_SEED_STATES_KEPT = 1024
-_seed_states: dict[int, tuple[int, int]] = {}  # a seed's starting state and increment
-_seed_states_lock = threading.Lock()
+_SEED_SLOTS = 64
+_seed_states: list[tuple[int, int, int] | None] = [None] * _SEED_SLOTS  # seed, state, inc
 _thread_bits = threading.local()
 
 

@@ -255,17 +255,17 @@ def test_seeds_of_every_valid_kind_still_work():
 
 def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads():
     """backend.generator keeps seeds' starting states and one bit generator per thread:
-    every stream is still default_rng(seed)'s, for seeds evicted from what it keeps and
-    for threads drawing at the same time."""
+    every stream is still default_rng(seed)'s, for seeds whose slot another took and for
+    threads drawing at the same time."""
     import threading
 
     from minidtr import backend
 
-    seeds = list(range(backend._SEED_STATES_KEPT + 50)) + [3, 2**63 + 5, 0]
+    seeds = [*range(3 * backend._SEED_SLOTS), 3, 2**63 + 5, 0, 64, np.int64(7), 2**70 + 64]
     for seed in seeds:
         drawn = backend.generator(np, seed).random(5, dtype=np.float32)
         assert np.array_equal(drawn, np.random.default_rng(seed).random(5, dtype=np.float32))
-    assert len(backend._seed_states) <= backend._SEED_STATES_KEPT
+    assert len(backend._seed_states) == backend._SEED_SLOTS
 
     mismatches = []
 
