@@ -264,6 +264,36 @@ def test_locks_pin_inputs_during_nested_remat():
             s.locks -= 1
 
 
+@pytest.mark.parametrize("heuristic", ["msps", "size", "dtr", "lru"])
+def test_an_access_locks_its_resident_inputs_at_once_without_staleness(heuristic):
+    """step(a, b) with a and its parent p evicted, b resident, room for one rebuild. b
+    scores lowest, below c (whose parent is evicted). A heuristic without a staleness term
+    (h_MSPS, h_size) has the access lock b at once (``remat.reads_staleness``): c goes, p
+    and a are rebuilt, nothing more. One with it locks b only once a is back, as for every
+    frame, so b is evicted for a's rebuild and rebuilt too."""
+    x = fresh(256)
+    with md.Runtime(cost=unit_cost):
+        p = step(x)
+        a = step(p)
+        b = step(x)
+        mid = step(x)
+        c = step(mid)
+    for t in (a, p, mid):
+        ALLOC.evict(t.storage)
+    budget = ALLOC.memory + 256 * 8  # room for p's rebuild; a's and the output evict
+    runtime = md.Runtime(budget=budget, cost=unit_cost, heuristic=heuristic, record_events=True)
+    with runtime:
+        out = step(a, b)
+    evicted = [e["id"] for e in runtime.events if e["event"] == "evict"]
+    if heuristic in ("msps", "size"):
+        assert b.storage.id not in evicted and c.storage.id in evicted
+        assert runtime.stats()["remats"] == 2
+    else:
+        assert b.storage.id in evicted
+        assert runtime.stats()["remats"] == 3
+    assert out.numpy()[0] == 4  # (0 + 1 + 1) + 1 + (0 + 1)
+
+
 def test_views_share_one_storage_and_are_recomputed_from_it():
     with md.Runtime(cost=unit_cost):
         base = step(fresh(12))

@@ -34,8 +34,9 @@ first. What you may use of it:
 And from ``minidtr.runtime.remat``: ``producer_of(storage)``, the recipe that
 rebuilds an evicted storage (it has ``parents``, the distinct storages it reads, and
 ``outputs``, weak references to what it makes: ``ref()`` is the storage or None),
-and ``rebuild_need(storage)``, a key to sort evicted storages by how much memory
-their rebuild needs, least first.
+``rebuild_need(storage)``, a key to sort evicted storages by how much memory
+their rebuild needs, least first, and ``reads_staleness(allocator)``, whether the
+heuristic in force has a staleness term.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from minidtr.runtime.remat import (  # noqa: F401 (for you to use)
     CascadeLink,
     Rematerializer,
     producer_of,
+    reads_staleness,
     rebuild_need,
 )
 from minidtr.runtime.storage import Storage
@@ -84,7 +86,10 @@ def rematerialize(
        the storage you rebuilt. Repeat until no evicted input is left.
     3. The inputs that were resident at first are locked last, all together, once
        every evicted one is back. Rebuilding may have evicted some of them (to make
-       room): rebuild those first, as in 2, then check again.
+       room): rebuild those first, as in 2, then check again. One exception: when
+       these are the access's own inputs, some are evicted and the heuristic does not
+       read staleness (``not reads_staleness(remat.allocator)``: h_MSPS, h_size), lock
+       the resident ones at once, before any rebuild.
 
     So a long chain holds locks only on what it has rebuilt. If something goes wrong
     (an exception), unlock what you locked before letting it go on.

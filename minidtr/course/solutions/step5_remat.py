@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from minidtr.runtime.remat import CascadeLink, Rematerializer, producer_of, rebuild_need
+from minidtr.runtime.remat import (
+    CascadeLink,
+    Rematerializer,
+    producer_of,
+    reads_staleness,
+    rebuild_need,
+)
 from minidtr.runtime.storage import Recipe, Storage
 
 
@@ -67,8 +73,9 @@ def lock_inputs(
 ) -> list[Storage]:
     """Mark the access's own inputs used; rebuild the evicted ones, the largest rebuild
     first, locking each as it comes back; then lock the resident ones, rebuilding any
-    that were evicted meanwhile. ``owner``: the storage whose recipe reads these inputs
-    (None: the access)."""
+    that were evicted meanwhile (the access's own at once, under a heuristic without
+    staleness). ``owner``: the storage whose recipe reads these inputs (None: the
+    access)."""
     allocator = remat.allocator
     touch = allocator.eviction.candidates.touch
     evicted: list[Storage] = []
@@ -83,6 +90,10 @@ def lock_inputs(
             storage.last_access = allocator.clock
             touch(storage)
         (evicted if storage.buffer is None else resident).append(storage)
+    if owner is None and evicted and not reads_staleness(allocator):
+        for storage in resident:  # without staleness, nothing else keeps them resident
+            remat.lock_one(storage, locked)
+        resident = []
     try:
         while True:
             evicted.sort(key=rebuild_need)
