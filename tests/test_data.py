@@ -77,6 +77,29 @@ def test_listops_generator_is_seeded_and_varied():
     assert len(np.unique(split.train_y)) == 10
 
 
+def test_packed_trees_give_back_the_trees_and_hold_no_node_objects():
+    """The split keeps its trees as arrays (PackedTrees): each read rebuilds the tree
+    it was given, equal node for node, and 2,000 trees leave no per-node objects for
+    Python's cycle collector to walk (about 140,000 as a list of trees)."""
+    import gc
+
+    from minidtr.data.listops import PackedTrees, random_tree
+
+    rng = np.random.default_rng(1)
+    trees = [random_tree(rng, 4, 4, 0.4) for _ in range(40)] + [parse_listops("7")]
+    packed = PackedTrees(trees)
+    assert len(packed) == 41 and list(packed) == trees
+    assert packed[-1] == trees[-1] and packed[3:9] == trees[3:9] and packed[::7] == trees[::7]
+    with pytest.raises(IndexError, match="41 trees"):
+        packed[41]
+    gc.collect()
+    before = len(gc.get_objects())
+    split = generate_listops(n=2000, seed=0, max_depth=5, max_args=4, leaf_probability=0.3)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+    assert sum(t.size() for t in split.train_x) > 20_000
+
+
 def test_counting_sequences_follow_the_grammar():
     split = counting_sequences(n=100, length=10, vocab=16, max_stride=3, seed=0)
     x, y = split.train_x, split.train_y

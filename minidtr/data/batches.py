@@ -11,7 +11,7 @@ import numpy as np
 
 @dataclass
 class Split:
-    """Inputs and targets of a train and a test set (arrays, or lists for trees)."""
+    """Inputs and targets of a train and a test set (arrays, or ``PackedTrees`` for trees)."""
 
     train_x: Any
     train_y: np.ndarray
