@@ -16,12 +16,20 @@ every machine (NumPy's PCG64 ``default_rng``).
 
 from .batches import Split, minibatch_indices
 from .digits import load_digits
-from .listops import ListOpsTree, evaluate, generate_listops, parse_listops, tree_to_string
+from .listops import (
+    ListOpsTree,
+    PackedTrees,
+    evaluate,
+    generate_listops,
+    parse_listops,
+    tree_to_string,
+)
 from .sequences import counting_sequences
 from .shapes import shapes_segmentation
 
 __all__ = [
     "ListOpsTree",
+    "PackedTrees",
     "Split",
     "counting_sequences",
     "evaluate",

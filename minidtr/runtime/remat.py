@@ -302,8 +302,9 @@ class Rematerializer:
 
 
 def reads_staleness(allocator: Allocator) -> bool:
-    """Whether the heuristic in force reads a storage's staleness (one that does not say
-    is taken to). Without that term (h_MSPS, h_size) the access's own resident inputs are
+    """Whether the heuristic in force reads a storage's staleness: the formula heuristics
+    say (``Heuristic.staleness``); the others (random, learned, window, a user's object)
+    are taken to. Without that term (h_MSPS, h_size) the access's own resident inputs are
     locked at once, before its evicted ones are rebuilt, as the paper's simulator locks
     them for every heuristic: otherwise they are evicted whenever they score lowest,
     to make room for those rebuilds, and then rebuilt too. Measured on the bundled traces
