@@ -73,6 +73,9 @@ def main() -> None:
     p.add_argument("--models", default=MODELS)
     p.add_argument("--steps", type=int, default=8, help="timed steps per model")
     args = p.parse_args()
+    unknown = [m for m in args.models.split(",") if m not in MODELS.split(",")]
+    if unknown:
+        p.error(f"unknown model {unknown[0]!r}; expected some of {MODELS}")
     print(
         "| model | objects tracked | ms per step | collector, ms per step | "
         "collections per step | full ones per step |"
