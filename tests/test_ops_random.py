@@ -253,7 +253,7 @@ def test_seeds_of_every_valid_kind_still_work():
     assert md.nn.LSTMCell(2, 0).weight_hh.shape == (0, 0)
 
 
-def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads():
+def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads(monkeypatch):
     """backend.generator keeps seeds' starting states and one bit generator per thread:
     every stream is still default_rng(seed)'s, for seeds whose slot another took and for
     threads drawing at the same time."""
@@ -265,7 +265,19 @@ def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads():
     for seed in seeds:
         drawn = backend.generator(np, seed).random(5, dtype=np.float32)
         assert np.array_equal(drawn, np.random.default_rng(seed).random(5, dtype=np.float32))
-    assert len(backend._seed_states) == backend._SEED_SLOTS
+
+    seeded = []
+    real_pcg64 = np.random.PCG64
+
+    def counting(seed):
+        seeded.append(seed)
+        return real_pcg64(seed)
+
+    monkeypatch.setattr(np.random, "PCG64", counting)
+    backend.generator(np, 1234).random(3)
+    backend.generator(np, 1234).random(3)
+    backend.generator(np, 1234 + backend._SEED_SLOTS).random(3)  # the same slot: seeded
+    assert seeded == [1234, 1234 + backend._SEED_SLOTS]  # a kept seed is not seeded again
 
     mismatches = []
 

@@ -306,15 +306,11 @@ def reads_staleness(allocator: Allocator) -> bool:
     say (``Heuristic.staleness``); the others (random, learned, window, a user's object)
     are taken to. Without that term (h_MSPS, h_size) the access's own resident inputs are
     locked at once, before its evicted ones are rebuilt, as the paper's simulator locks
-    them for every heuristic: otherwise they are evicted whenever they score lowest,
-    to make room for those rebuilds, and then rebuilt too. Measured on the bundled traces
-    and the prototype's logs at ratios 0.9-0.2, this made h_MSPS faster in 18 cells,
-    slower in 6 (3% at 0.2 on the U-Net and the Transformer) with its lowest ratios
-    unchanged, h_size faster in 12 and slower in 6. With staleness, which the access has
-    just stamped, it changed no cell of h_DTR, h_DTR^eq or h_LRU, but it took the
-    DenseNet's lowest ratio under h_DTR^eq from 0.26 to 0.27: at the edge of the budget
-    evicting an access's input and rebuilding it can beat holding it. So those keep
-    every frame's rule (``Rematerializer.rematerialize``)."""
+    them: otherwise they are evicted whenever they score lowest, to make room for those
+    rebuilds, and then rebuilt too. With it, the access's stamp mostly keeps them, and
+    locking them at once too changed no cell of the measured grid but lowered one
+    trace's reach, so those heuristics keep every frame's rule (the figures: docs/
+    simulator.md, "Replaying as the paper's simulator")."""
     return getattr(allocator.runtime.heuristic, "staleness", True)
 
 
