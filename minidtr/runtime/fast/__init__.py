@@ -13,8 +13,8 @@ the reference loop.
     mirror.py    the union-find classes as arrays (``eqclasses``)
     closures.py  c(e*) from cached closures (``estar.estar_cost``)
     hotpath.py   inlined ``compute`` and ``release`` for the common op and death
-    usefulness.py  whether a dead storage is still useful, without per-visit lists
-                 (``lifetime.useful_dead``)
+    usefulness.py  whether a dead storage is still useful, asked again only when
+                 what the answer read changed (``lifetime.useful_dead``)
 
 ``install`` puts these in place of the reference pieces of an allocator and
 ``uninstall`` takes them away (``Allocator._select_policy_code``, by the innermost
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from ..candidates import Candidates
 from ..estar import WalkedNeighbourhood
 from ..storage import Storage
-from . import usefulness
 from .closures import CachedClosures
 from .hotpath import FastPath
 from .mirror import ClassMirror
@@ -53,7 +52,7 @@ def install(allocator: Allocator, order: list[Storage]) -> None:
     allocator.fast = FastPath(allocator)
     # every death calls it: bound here rather than dispatched in Allocator.release
     allocator.release = allocator.fast.release
-    allocator.lifetimes.is_useful = usefulness.useful_dead
+    allocator.lifetimes.is_useful = table.usefulness
 
 
 def uninstall(allocator: Allocator, order: list[Storage]) -> None:

@@ -11,9 +11,9 @@ the same storages, counts the same bytes and moves the clock as the general path
 would; it returns None, having changed nothing, for every other op.
 
 ``release``: a temporary dying between ops under ``eager`` with no orphans to
-rebuild and no neighbourhood term watched is evicted inline (what
-``Lifetimes.apply_policy`` would do: ``Eviction.evict(storage, "dead")``); every
-other death takes the reference path.
+rebuild, no neighbourhood term watched and no usefulness remembered
+(``usefulness.py``) is evicted inline (what ``Lifetimes.apply_policy`` would do:
+``Eviction.evict(storage, "dead")``); every other death takes the reference path.
 """
 
 from __future__ import annotations
@@ -194,10 +194,13 @@ class FastPath:
         """``Lifetimes.release``, with the death of a plain temporary inlined."""
         allocator = self.allocator
         lifetimes = self.lifetimes
+        storage = cell.storage if cell.is_view else cell
+        usefulness = self.table.usefulness
+        if usefulness.regions and storage.external_refs == 1:
+            usefulness.changed(storage)  # its last handle: a yes that read it may be a no
         if allocator.observer is not None or allocator.addresses is not None:
             lifetimes.release(cell)
             return
-        storage = cell.storage if cell.is_view else cell
         storage.external_refs -= 1
         if storage.external_refs:
             return
@@ -208,6 +211,7 @@ class FastPath:
             or storage.locks
             or lifetimes.dead_remats
             or lifetimes.kept_dead
+            or usefulness.regions  # an inline eviction would not be heard by it
         ):
             lifetimes.died(storage)
             return

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..storage import Storage
+from .usefulness import Usefulness
 
 if TYPE_CHECKING:
     from ..allocator import Allocator
@@ -129,6 +130,7 @@ class CandidateTable:
         "listed_at",
         "relisted",
         "orphans_possible",
+        "usefulness",
     )
 
     def __init__(self, owner: Allocator | None = None):
@@ -170,13 +172,16 @@ class CandidateTable:
         # set for good by the first eviction of a referenced storage (``evicted``): until
         # then no death can leave an orphan, so deaths skip that test (hotpath.py)
         self.orphans_possible = False
+        # the yeses of ``lifetime.useful_dead`` kept until what they read changes
+        # (usefulness.py): this table hears of every change of a storage's state
+        self.usefulness = Usefulness(None if owner is None else owner.lifetimes)
         self._bind()
 
     def clear(self) -> None:
         """Empty, as new (the storages' ``row`` must be reset first), keeping ``listed_at``."""
-        kept = self.listed_at, self.relisted, self.orphans_possible
+        kept = self.listed_at, self.relisted, self.orphans_possible, self.usefulness
         self.__init__(self.owner)
-        self.listed_at, self.relisted, self.orphans_possible = kept
+        self.listed_at, self.relisted, self.orphans_possible, self.usefulness = kept
 
     def note_listed(self, storage: Storage, next_id: int) -> None:
         """``storage`` became a candidate while no table is kept: where a kept table would
@@ -215,6 +220,8 @@ class CandidateTable:
 
     def discard(self, storage: Storage) -> None:
         """``storage`` is no candidate any more."""
+        if self.usefulness.regions:
+            self.usefulness.changed(storage)
         row = storage.row
         if not row:
             return
@@ -245,6 +252,8 @@ class CandidateTable:
 
     def left_evicted(self, storage: Storage) -> None:
         """``storage`` left the evicted set: the rows below it may have lost an ancestor."""
+        if self.usefulness.regions:
+            self.usefulness.changed(storage)
         if self.watching == "ancestors":
             self.mark_descendants(storage)
 

@@ -1,23 +1,78 @@
-"""Accelerates ``lifetime.useful_dead``: the same search, without its per-visit lists.
+"""Accelerates ``lifetime.useful_dead``: the same search, asked again only when its answer
+may have changed.
 
 Under a budget every dead storage kept resident is asked again after each access
-whether it is still useful (``Lifetimes.free_dead_remats``), and a dead storage is
-asked when it dies: on the recurrent models that search is a fifth to a third of a
-budgeted step. The reference builds a list of live children (``Storage.live_children``)
-at each storage it visits; this walks the weak references in place, in the same order,
-visiting the same storages and stopping at the same point, so the answer is the same.
-It leaves the children lists unpruned (``live_children`` drops dead references as it
-goes; ``tell_parents`` prunes them as they grow, which bounds them either way).
+whether it is still useful (``Lifetimes.free_dead_remats``): on the recurrent models
+that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
+
+- ``search`` walks the weak references in place (the reference builds a list of live
+  children at each storage it visits), in the same order, visiting the same storages
+  and stopping at the same point, so the answer is the same. It leaves the children
+  lists unpruned (``live_children`` drops dead references as it goes; ``tell_parents``
+  prunes them as they grow, which bounds them either way).
+- ``Usefulness`` remembers each *yes* with the storages the search saw (its *region*:
+  those whose children it read are among them), and answers yes again until one of
+  the things that search read may have changed: a storage of the region, or a child of
+  one, is evicted, rebuilt, banished, dropped from the candidates or loses its last
+  handle (``changed``, called by the candidate table and
+  by ``FastPath.release``). Nothing else can turn a yes into a no: a new child is
+  resident when it is made (the search skips resident children), a new handle only
+  makes a storage useful sooner, and a storage that is collected was on no path to the
+  referenced storage found (that one holds its ancestors through its recipe), so the
+  search only visits fewer storages before finding it. A *no* is never remembered: the
+  storage is freed at once.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..lifetime import USEFUL_SEARCH
 from ..storage import Storage
 
+if TYPE_CHECKING:
+    from ..lifetime import Lifetimes
 
-def useful_dead(storage: Storage) -> bool:
-    """``lifetime.useful_dead(storage)``, decided the same way."""
+
+class Usefulness:
+    """``lifetime.useful_dead`` for one allocator, its yeses kept (the module docstring).
+    ``regions`` maps a storage's id to the ids of the storages the search that said yes
+    saw; ids rather than storages, so that nothing is kept alive by it."""
+
+    __slots__ = ("lifetimes", "regions")
+
+    def __init__(self, lifetimes: Lifetimes | None):
+        self.lifetimes = lifetimes
+        self.regions: dict[int, set[int]] = {}
+
+    def __call__(self, storage: Storage) -> bool:
+        regions = self.regions
+        if storage.id in regions:
+            return True
+        region = search(storage)
+        if region is None:
+            return False
+        kept_dead = self.lifetimes.kept_dead if self.lifetimes is not None else {}
+        if len(regions) > 2 * len(kept_dead) + 64:  # drop what is no longer kept
+            kept = {s.id for s in kept_dead}
+            self.regions = regions = {k: v for k, v in regions.items() if k in kept}
+        regions[storage.id] = region
+        return True
+
+    def changed(self, storage: Storage) -> None:
+        """``storage`` was evicted, rebuilt, banished or dropped from the candidates, or is
+        losing its last handle: forget the yeses whose search read it (it, or a parent of
+        it, is in their region)."""
+        ids = [parent.id for parent in storage.parents]
+        ids.append(storage.id)
+        stale = [k for k, region in self.regions.items() if any(i in region for i in ids)]
+        for key in stale:
+            del self.regions[key]
+
+
+def search(storage: Storage) -> set[int] | None:
+    """``lifetime.useful_dead(storage)``, decided the same way: when it is yes, the ids of
+    the storages it saw (those whose children it read among them), else None."""
     seen = {storage}
     stack = [storage]
     while stack and len(seen) < USEFUL_SEARCH:
@@ -34,6 +89,6 @@ def useful_dead(storage: Storage) -> bool:
             if child.banished or child.op is None:
                 continue
             if child.external_refs > 0:
-                return True
+                return {s.id for s in seen}
             stack.append(child)
-    return False
+    return None
