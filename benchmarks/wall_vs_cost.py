@@ -1,6 +1,7 @@
 """What a budget costs in wall time against what the cost model says it costs.
 
     python benchmarks/wall_vs_cost.py [--models mlp,resnet] [--ratios 0.5,0.3] [--rounds 9]
+                                      [--heuristic dtr]
 
 For each model's small preset: one task, its unbounded peak measured first; then rounds
 of one training step per setting (no budget, then each ratio of the peak), interleaved
@@ -10,6 +11,8 @@ time over the unbudgeted median), the cost model's slowdown ((compute + recomput
 compute, ``flops``, of the same steps) and their quotient, which the runtime's own work
 under a budget (the eviction search, the bookkeeping that grows with it) makes larger
 than 1 and recomputation alone would keep at 1. One thread (OPENBLAS_NUM_THREADS=1).
+``--heuristic`` picks the budgeted runs' heuristic (h_DTR by default, as ``minidtr
+train``): ``dtr_eq`` shows what h_DTR's exact e* costs, since it keeps none.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import time
 
 import minidtr as md
 from minidtr.data import minibatch_indices
+from minidtr.runtime import HEURISTIC_NAMES
 from minidtr.training import TrainConfig, build_task, measure_peak, train_step
 
 MODELS = "mlp,resnet,densenet,unet,lstm,transformer,treelstm"
 
 
-def measure(model: str, ratios: list[float], rounds: int) -> list[tuple]:
+def measure(model: str, ratios: list[float], rounds: int, heuristic: str = "dtr") -> list[tuple]:
     """(ratio, wall slowdown, cost-model slowdown) for each ratio."""
     config = TrainConfig(model)
     peak = measure_peak(config)
@@ -43,7 +47,9 @@ def measure(model: str, ratios: list[float], rounds: int) -> list[tuple]:
     for round_ in range(rounds + 2):  # two warm-up rounds: the optimizer's state is made
         for ratio in settings:
             budget = None if ratio is None else int(ratio * peak)
-            runtime = md.Runtime(budget=budget, cost="flops", max_wall_slowdown=None)
+            runtime = md.Runtime(
+                budget=budget, cost="flops", max_wall_slowdown=None, heuristic=heuristic
+            )
             with runtime:
                 started = time.perf_counter()
                 train_step(task, optimizer, next(batches))
@@ -65,13 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--ratios", default="0.5,0.3")
     parser.add_argument("--rounds", type=int, default=9, help="timed steps per setting")
+    parser.add_argument("--heuristic", default="dtr", choices=HEURISTIC_NAMES)
     args = parser.parse_args(argv)
     ratios = [float(r) for r in args.ratios.split(",")]
-    print(f"median of {args.rounds} steps per setting, interleaved; one thread")
+    print(
+        f"median of {args.rounds} steps per setting, interleaved; one thread;"
+        f" budgeted runs under {args.heuristic}"
+    )
     print("| model | ratio | wall slowdown | cost-model slowdown | wall / cost model |")
     print("|---|---|---|---|---|")
     for model in args.models.split(","):
-        for ratio, wall, cost in measure(model, ratios, args.rounds):
+        for ratio, wall, cost in measure(model, ratios, args.rounds, args.heuristic):
             print(f"| {model} | {ratio} | {wall:.3f} | {cost:.3f} | {wall / cost:.3f} |")
     return 0
 
