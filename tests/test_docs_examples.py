@@ -132,6 +132,8 @@ NOT_RUN = {
     "python benchmarks/vs_torch_checkpoint.py": WALL,
     "python benchmarks/malloc_faults.py --ratio 1": WALL,
     "python benchmarks/wall_vs_cost.py --rounds 15": WALL,
+    "python benchmarks/wall_vs_cost.py --models lstm,treelstm,transformer --heuristic dtr_eq"
+    " --rounds 7": WALL,
     "python benchmarks/vs_torch.py --steps 15": WALL + " (about 6 on two cores)",
     "python benchmarks/vs_torch.py --quick": WALL + " (a rough pass)",
     "python benchmarks/real_memory.py": FIGURE + " ('real-memory', under -m slow): 3 minutes",
