@@ -172,8 +172,7 @@ class CandidateTable:
         # set for good by the first eviction of a referenced storage (``evicted``): until
         # then no death can leave an orphan, so deaths skip that test (hotpath.py)
         self.orphans_possible = False
-        # the yeses of ``lifetime.useful_dead`` kept until what they read changes
-        # (usefulness.py): this table hears of every change of a storage's state
+        # ``useful_dead``'s kept yeses (usefulness.py): this table hears every change
         self.usefulness = Usefulness(None if owner is None else owner.lifetimes)
         self._bind()
 
