@@ -1,7 +1,7 @@
 """Where a training step's CPU time goes, by phase: kernels, op bookkeeping, the rest.
 
     python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8] [--by-op]
-                                      [--batch N] [--instructions]
+                                      [--batch N] [--instructions [--ratio R]]
 
 Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
 forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
@@ -18,7 +18,9 @@ a chain of tiny ops, where at the preset's batch each op's bookkeeping starts af
 kernel has streamed megabytes through the caches. ``--instructions`` counts instead,
 with callgrind, the instructions of one step (after two): load-independent, and with
 ``--batch 2`` mostly bookkeeping (the kernels included; the figure to compare two
-versions by).
+versions by). With ``--ratio``, the counted step (and the two before it) runs under a
+budget of that fraction of the step's unbounded peak (``flops`` cost model, as
+``minidtr train``): the runtime's work under a budget, counted the same way.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from collections import Counter
 
 import numpy as np
 
+import minidtr as md
 from minidtr.models.tasks import make_task
 from minidtr.ops import op as op_module
 from minidtr.runtime.allocator import Allocator
-from minidtr.training import train_step
+from minidtr.training import TrainConfig, measure_peak, train_step
 
 PHASES = ("batch", "forward", "backward", "step", "zero_grad")
 
@@ -91,13 +94,15 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
     return undo
 
 
-def count_instructions(model: str, size: str, batch: int | None) -> None:
+def count_instructions(model: str, size: str, batch: int | None, ratio: float | None) -> None:
     """Run this script under callgrind, counting one step's instructions (``one_step``)."""
     if shutil.which("valgrind") is None:
         sys.exit("step_profile: --instructions needs valgrind")
     options = ["--model", model, "--size", size]
     if batch is not None:
         options += ["--batch", str(batch)]
+    if ratio is not None:
+        options += ["--ratio", str(ratio)]
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "cg.out"
         command = ["valgrind", "--tool=callgrind", "--collect-atstart=no"]
@@ -112,15 +117,24 @@ def count_instructions(model: str, size: str, batch: int | None) -> None:
     print(f"{model} ({size}, {done.stdout.strip()}): {total:,} instructions in one step")
 
 
-def one_step(task) -> None:
-    """Two steps, then one inside ``functools.reduce`` (what callgrind counts)."""
+def one_step(task, budget: int | None) -> None:
+    """Two steps, then one inside ``functools.reduce`` (what callgrind counts), each in a
+    runtime of its own under ``budget`` bytes (None: no runtime entered, no budget)."""
     optimizer = task.make_optimizer(task.model.parameters())
     rng = np.random.default_rng(0)
+
+    def step(indices):
+        if budget is None:
+            return train_step(task, optimizer, indices)
+        with md.Runtime(budget=budget, cost="flops", max_wall_slowdown=None):
+            return train_step(task, optimizer, indices)
+
     for _ in range(2):
-        train_step(task, optimizer, rng.choice(task.n_train, task.batch_size, replace=False))
+        step(rng.choice(task.n_train, task.batch_size, replace=False))
     indices = rng.choice(task.n_train, task.batch_size, replace=False)
-    functools.reduce(lambda _, f: f(), [lambda: train_step(task, optimizer, indices)], None)
-    print(f"batch {task.batch_size}")
+    functools.reduce(lambda _, f: f(), [lambda: step(indices)], None)
+    budgeted = "" if budget is None else f", budget {budget:,} B"
+    print(f"batch {task.batch_size}{budgeted}")
 
 
 def main() -> None:
@@ -133,10 +147,17 @@ def main() -> None:
         "--batch", type=int, help="batch size instead of the preset's (tiny: bookkeeping alone)"
     )
     p.add_argument("--instructions", action="store_true", help="one step's instructions")
+    p.add_argument(
+        "--ratio", type=float, help="with --instructions: under this fraction of the peak"
+    )
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.ratio is not None and not (args.instructions or args.inside):
+        p.error("--ratio counts a budgeted step: it goes with --instructions")
+    if args.ratio is not None and not 0 < args.ratio <= 1:
+        p.error(f"--ratio must be in (0, 1], got {args.ratio}")
     if args.instructions:
-        count_instructions(args.model, args.size, args.batch)
+        count_instructions(args.model, args.size, args.batch, args.ratio)
         return
     task = make_task(args.model, args.size, 0)
     if args.batch is not None:
@@ -144,7 +165,11 @@ def main() -> None:
             p.error(f"--batch must be between 1 and {task.n_train}, got {args.batch}")
         task.batch_size = args.batch
     if args.inside:
-        one_step(task)
+        budget = None
+        if args.ratio is not None:
+            config = TrainConfig(args.model, size=args.size, batch=args.batch)
+            budget = int(args.ratio * measure_peak(config))
+        one_step(task, budget)
         return
     optimizer = task.make_optimizer(task.model.parameters())
     rng = np.random.default_rng(0)

@@ -141,6 +141,8 @@ NOT_RUN = {
     "python benchmarks/step_profile.py --by-op": WALL,
     "python benchmarks/step_profile.py --model resnet --steps 16": WALL,
     "python benchmarks/step_profile.py --instructions --batch 2": WALL,
+    "python benchmarks/step_profile.py --model treelstm --instructions --ratio 0.3": WALL
+    + " (callgrind: 2.5 minutes)",
     "OPENBLAS_NUM_THREADS=1 python benchmarks/step_profile.py --steps 16 --by-op": WALL,
     "python benchmarks/soak.py": "12,000 training steps: minutes",
     "python benchmarks/models_budget.py": "every model at many ratios: minutes",
