@@ -37,13 +37,14 @@ NEW_STORAGE = Storage.new
 class FastPath:
     """The hot paths of one allocator (see the module docstring)."""
 
-    __slots__ = ("allocator", "ledger", "lifetimes", "table")
+    __slots__ = ("allocator", "ledger", "lifetimes", "table", "usefulness")
 
     def __init__(self, allocator: Allocator):
         self.allocator = allocator
         self.ledger = allocator.ledger
         self.lifetimes = allocator.lifetimes
         self.table = allocator.eviction.candidates
+        self.usefulness = self.table.usefulness  # the table keeps it for good (``clear``)
 
     def compute(self, op: Any, inputs: tuple, metas: Sequence, device: Any, constant: bool) -> Any:
         """``Allocator.compute_general`` for the cases of the module docstring, else None."""
@@ -195,7 +196,7 @@ class FastPath:
         allocator = self.allocator
         lifetimes = self.lifetimes
         storage = cell.storage if cell.is_view else cell
-        usefulness = self.table.usefulness
+        usefulness = self.usefulness
         if usefulness.regions and storage.external_refs == 1:
             usefulness.changed(storage)  # its last handle: a yes that read it may be a no
         if allocator.observer is not None or allocator.addresses is not None:
