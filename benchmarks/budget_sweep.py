@@ -18,6 +18,8 @@ import gc
 import time
 import tracemalloc
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr.runtime import BudgetError
 from minidtr.training import TrainConfig, measure_peak, train
 

@@ -29,6 +29,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
+
 MODES = {  # name: (rebuild orphans, keep useful dead storages)
     "plain eager": (False, False),
     "orphans rebuilt": (True, False),
@@ -76,7 +78,7 @@ def main() -> None:
         parser.error("no traces")
     ratios = [float(r) for r in args.ratios.split(",")]
     keys = [(p, r, m) for p in paths for m in MODES for r in ratios]
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with ProcessPoolExecutor(args.jobs, initializer=interrupts.quiet_worker) as pool:
         futures = {k: pool.submit(_replay, *k, args.heuristic) for k in keys}
         cells = {k: f.result() for k, f in futures.items()}
     print(

@@ -21,6 +21,8 @@ import os
 import tempfile
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr.explain import load_events, write_event_log
 from minidtr.explorer import write_html
 from minidtr.testing import browser

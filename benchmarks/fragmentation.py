@@ -30,6 +30,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
+
 RUNS = {  # column name: (heuristic, fit)
     "h_DTR, bytes": ("dtr", "bytes"),
     "h_DTR, contiguous": ("dtr", "contiguous"),
@@ -159,7 +161,7 @@ def main() -> None:
         parser.error("no traces")
     ratios = tuple(float(r) for r in args.ratios.split(","))
     keys = [(path, run) for path in paths for run in RUNS]
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with ProcessPoolExecutor(args.jobs, initializer=interrupts.quiet_worker) as pool:
         futures = [pool.submit(measure, path, run, ratios, args.placement) for path, run in keys]
         rows = [f.result() for f in futures]
     print(

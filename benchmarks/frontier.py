@@ -25,6 +25,8 @@ import argparse
 import csv
 import multiprocessing
 
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
+
 from minidtr.budget_search import find_budget, probe, record_trace, simulate_probe
 from minidtr.models import MODELS, make_task
 from minidtr.training import TrainConfig, measure_unbounded, train
@@ -74,7 +76,7 @@ def cell(p) -> str:
 
 
 def isolated(fn, *args):
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
+    with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
         return pool.apply(fn, args)
 
 

@@ -22,6 +22,8 @@ import gc
 import os
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import minidtr as md

@@ -22,6 +22,8 @@ import multiprocessing
 import os
 import tempfile
 
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from minidtr import sim  # noqa: E402
@@ -50,7 +52,7 @@ def live(model: str, steps: int, ratio: float, heuristic: str) -> dict:
 
 
 def isolated(fn, *args):
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
+    with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
         return pool.apply(fn, args)
 
 

@@ -28,6 +28,8 @@ import argparse
 import math
 from typing import Any
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.runtime import eviction, victims
 from minidtr.runtime.options import RuntimeOptions

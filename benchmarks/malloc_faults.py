@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 FIXED = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20)}
 
 CHILD = """

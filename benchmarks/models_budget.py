@@ -24,6 +24,8 @@ import gc
 import multiprocessing
 import time
 
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
+
 from minidtr.models import MODELS, make_task
 from minidtr.runtime import BudgetError, ThrashError
 from minidtr.training import TrainConfig, measure_peak, train
@@ -34,7 +36,7 @@ SCAN = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 def isolated(fn, *args):
     """``fn(*args)`` in a fresh process: a run that ends in BudgetError or ThrashError can
     leave storages resident in its process, which would count against the next budget."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
+    with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
         return pool.apply(fn, args)
 
 

@@ -34,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 # chains y = f(y) of 1-element tensors; mul, matmul and linear by a constant, mean over
 # a kept axis of size 1, stack of one tensor and then [0]; muls and rsubs: y * 0.5, 1.0 - y
 OPS = (

@@ -23,6 +23,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 import minidtr as md

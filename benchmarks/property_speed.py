@@ -30,6 +30,8 @@ import os
 import sys
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

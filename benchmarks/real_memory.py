@@ -21,6 +21,7 @@ import argparse
 import gc
 import tracemalloc
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 from minidtr.data import minibatch_indices

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 
 

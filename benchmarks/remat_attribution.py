@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.budget_search import record_trace
 from minidtr.runtime import BudgetError, ThrashError

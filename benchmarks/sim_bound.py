@@ -18,6 +18,8 @@ import argparse
 import math
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.sim.bound import bound_rows
 

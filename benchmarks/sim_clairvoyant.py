@@ -25,6 +25,8 @@ import os
 import tempfile
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.sim.simulator import baseline
 from minidtr.sim.sweep import format_rows, sweep

@@ -18,6 +18,8 @@ import logging
 import pathlib
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.runtime.heuristics import ablation_names
 from minidtr.sim.sweep import sweep

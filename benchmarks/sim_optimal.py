@@ -31,6 +31,7 @@ import os
 import tempfile
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 import minidtr as md

@@ -20,6 +20,8 @@ import argparse
 import pathlib
 import sys
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.sim.sweep import DEFAULT_HEURISTICS, cell, sweep
 

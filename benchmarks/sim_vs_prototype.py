@@ -22,6 +22,8 @@ import math
 import sys
 from dataclasses import dataclass
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.runtime.options import RuntimeOptions
 from minidtr.sim.sweep import sweep

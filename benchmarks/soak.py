@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr.testing.soak import Sample, soak
 
 

@@ -15,6 +15,8 @@ import math
 import sys
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 import minidtr as md
 from minidtr.testing.programs import tanh_chain, unit_cost
 

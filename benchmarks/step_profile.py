@@ -33,6 +33,8 @@ import shutil
 import subprocess
 import tempfile
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import sys

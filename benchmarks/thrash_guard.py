@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
+
 TRAINABLE = (  # each model's lowest ratio in docs/models.md's frontier table
     ("resnet", 0.2, 10),
     ("densenet", 0.27, 10),
@@ -67,7 +69,7 @@ def trainable(steps: int | None) -> None:
     print(f"{'run':<28}{'slowdown':>10}{'highest':>10}{'wall':>8}{'remats':>9}{'s':>8}")
     for model, ratio, default_steps in TRAINABLE:
         n = steps or default_steps
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
             try:
                 r = pool.apply(_trainable, (model, ratio, n))
             except MemoryError as error:  # a BudgetError: the table's ratio no longer fits

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 TRACE_LINE = b'{"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"}\n'
 TRACE_HEAD = (
     b'{"INSTRUCTION": "CONSTANT", "NAME": "c"}\n'

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import vs_torch
 
 

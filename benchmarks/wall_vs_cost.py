@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import os
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import statistics

@@ -28,6 +28,7 @@ import argparse
 import math
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 from minidtr.runtime.arena import ALIGNMENT, Arena, shortest_runs_cheapest

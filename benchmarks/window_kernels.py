@@ -40,6 +40,8 @@ import math
 import os
 import resource
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import platform

@@ -19,6 +19,8 @@ import argparse
 import collections
 import os
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
