@@ -3,6 +3,7 @@
 import importlib.util
 import math
 import pathlib
+import sys
 
 import pytest
 
@@ -14,7 +15,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_benchmark():
+    """The script as a module; its folder on the path, as when it runs (it imports
+    ``interrupts`` from there)."""
     path = ROOT / "benchmarks" / "remat_attribution.py"
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location("remat_attribution", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
