@@ -94,6 +94,8 @@ class Tensor:
         storage = cell.storage if cell.is_view else cell
         storage.external_refs += 1  # Allocator.add_ref, inlined: this runs for every op
         allocator = storage.allocator
+        if storage.buffer is None:
+            allocator.lifetimes.referenced_evicted(storage)
         if allocator.observer is not None:
             allocator.observer.on_add_ref(cell)
 

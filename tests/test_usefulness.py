@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import minidtr as md
 from minidtr.runtime import fast, lifetime
 from minidtr.runtime.fast import usefulness
+from minidtr.tensor import Tensor
 from minidtr.testing import isolated_allocator, run_under
 from minidtr.testing.strategies import random_programs, training_loops
 
@@ -19,12 +20,13 @@ from minidtr.testing.strategies import random_programs, training_loops
 @contextlib.contextmanager
 def asking_both():
     """Every question an accelerated runtime made inside asks, answered by both; yields
-    the list of (accelerated answer, reference answer, searched again) triples."""
+    the list of (accelerated answer, reference answer, searched) triples (not searched:
+    a yes kept, or a no told by ``none_below``)."""
     answers = []
     saved = usefulness.Usefulness.__call__
 
     def both(self, storage):
-        searched = storage.id not in self.regions
+        searched = storage.id not in self.regions and not self.none_below(storage)
         fast_answer = saved(self, storage)
         answers.append((fast_answer, lifetime.useful_dead(storage), searched))
         return fast_answer
@@ -71,6 +73,9 @@ def test_a_budgeted_tree_lstm_asks_and_both_agree():
     # a yes is mostly given again from the one kept, not by searching again
     kept = sum(a and not searched for a, _, searched in answers)
     assert kept > sum(a and searched for a, _, searched in answers)
+    # and most noes without a search: no evicted storage with a handle was made later
+    told = sum(not a and not searched for a, _, searched in answers)
+    assert told > 2 * sum(not a and searched for a, _, searched in answers)
 
 
 def test_install_and_uninstall_swap_the_search():
@@ -113,3 +118,53 @@ def test_a_kept_dead_storage_is_freed_once_what_made_it_useful_changes(reference
             del w
         md.tanh(x)
         assert a_storage.buffer is None
+
+
+def test_a_handle_made_to_an_evicted_value_makes_it_a_witness():
+    """``u`` dies and is freed (its recipe stays: ``w``'s names it), then gets a handle
+    again; ``a``, which ``u``'s rebuild needs, dies after: it is useful (and ``u`` too
+    large to be rebuilt as its orphan). The accelerator heard of ``u`` becoming a witness,
+    and of orphans becoming possible, only through ``Lifetimes.referenced_evicted``."""
+    rng = np.random.default_rng(4)
+    with asking_both() as answers, isolated_allocator(), md.Runtime(budget=1 << 30):
+        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        a = md.tanh(x)
+        u = a @ weight  # twice a's bytes: not rebuilt as a's orphan
+        w = md.tanh(u)
+        cell = u.cell
+        del u
+        assert cell.buffer is None and cell.external_refs == 0
+        u = Tensor(cell)  # a handle to an evicted value
+        a_storage = a.storage
+        del a
+        assert a_storage.buffer is not None  # kept: u's rebuild needs it
+        np.testing.assert_array_equal(u.numpy(), np.tanh(x.numpy()) @ weight.numpy())
+        del w
+    assert answers and all(fast_answer == reference for fast_answer, reference, _ in answers)
+
+
+def test_a_storage_lent_to_another_allocator_is_searched():
+    """``a`` (allocator A) is the parent of ``u`` and ``w`` made in allocator B, whose ids
+    start again from 1: a witness below ``a`` may have a smaller id than ``a``. Once A
+    lends (``Allocator.lends``), its questions are searched, not told by ids."""
+    rng = np.random.default_rng(5)
+    with asking_both() as answers, isolated_allocator() as lender, md.Runtime(budget=1 << 30):
+        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        for _ in range(20):  # ids in A past those B will give
+            md.tanh(x)
+        a = md.tanh(x)
+        assert not lender.lends
+        with isolated_allocator() as borrower, md.Runtime(budget=1 << 30):
+            u = md.exp(a)
+            w = u @ weight
+            assert lender.lends and w.storage.id < a.storage.id
+            borrower.evict(w.storage)
+            u_storage = u.storage
+            del u  # kept (w needs it), then evicted
+            borrower.evict(u_storage)
+            a_storage = a.storage
+            del a
+            assert a_storage.buffer is not None  # kept: w's rebuild needs it
+    assert answers and all(fast_answer == reference for fast_answer, reference, _ in answers)

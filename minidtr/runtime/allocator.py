@@ -3,10 +3,9 @@
 Every op goes through ``compute``: lock its inputs (rematerializing evicted ones
 first), make room for its outputs (evicting the lowest-scoring unlocked storages
 until they fit the budget), run the kernel, record the outputs with their
-recipe, unlock. Reading a value (``read``) takes the same path. The kernel is
-whatever the recipe's op does, so the simulator drives this same class with ops
-that only return placeholders: the live runtime and the simulator share every
-policy decision.
+recipe, unlock. Reading a value (``read``) takes the same path. The kernel is whatever
+the recipe's op does, so the simulator drives this same class with ops that only return
+placeholders: the live runtime and the simulator share every policy decision.
 
 The allocator is composed of parts, each owning its state:
 
@@ -98,6 +97,7 @@ class Allocator:
         self.audit: Audit | None = None  # while an active runtime audits (audit.py)
         self.kernel_workspace = 0  # reserved for the kernel running now (compute, replay)
         self.meter: RealMemory | None = None  # while a runtime with measure_real is active
+        self.lends = False  # set for good once another allocator's storage has a parent here
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
     def __del__(self) -> None:

@@ -110,7 +110,10 @@ class Lifetimes:
 
     def add_ref(self, cell: Cell) -> None:
         """A new external handle (a Tensor) to ``cell``'s value."""
-        (cell.storage if cell.is_view else cell).external_refs += 1
+        storage = cell.storage if cell.is_view else cell
+        storage.external_refs += 1
+        if storage.buffer is None:
+            self.referenced_evicted(storage)
         observer = self.allocator.observer
         if observer is not None:
             observer.on_add_ref(cell)
@@ -212,6 +215,10 @@ class Lifetimes:
                 self.kept_dead[storage] = None  # evicted ones below still need it
                 return
         allocator.eviction.evict(storage, "dead")
+
+    def referenced_evicted(self, storage: Storage) -> None:
+        """A handle was made to an evicted value (nothing to do here; the accelerator's
+        usefulness answers listen: fast/usefulness.py)."""
 
     def is_useful(self, storage: Storage) -> bool:
         """``useful_dead(storage)``; while accelerated, ``fast/usefulness.py``'s instead

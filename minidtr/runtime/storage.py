@@ -281,6 +281,8 @@ class Storage:
         entries as it has live children, not one per op it ever took part in."""
         ref = weakref.ref(self)
         for parent in self.parents:
+            if parent.allocator is not self.allocator:
+                parent.allocator.lends = True  # its storages' descendants are not all its own
             children = parent.children
             if not children:
                 parent.children = ref

@@ -53,6 +53,7 @@ def install(allocator: Allocator, order: list[Storage]) -> None:
     # every death calls it: bound here rather than dispatched in Allocator.release
     allocator.release = allocator.fast.release
     allocator.lifetimes.is_useful = table.usefulness
+    allocator.lifetimes.referenced_evicted = table.referenced_evicted
 
 
 def uninstall(allocator: Allocator, order: list[Storage]) -> None:
@@ -67,3 +68,4 @@ def uninstall(allocator: Allocator, order: list[Storage]) -> None:
     allocator.fast = None
     vars(allocator).pop("release", None)  # Allocator.release again
     vars(allocator.lifetimes).pop("is_useful", None)  # Lifetimes.is_useful again
+    vars(allocator.lifetimes).pop("referenced_evicted", None)

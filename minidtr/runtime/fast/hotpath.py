@@ -229,7 +229,7 @@ class FastPath:
             and (
                 not table.listing  # else: no neighbourhood term watched, no orphan made
                 or not table.watching
-                and not (table.orphans_possible and has_evicted_child(storage))
+                and not ((table.orphans_possible or allocator.lends) and has_evicted_child(storage))
             )
         ):
             lifetimes.died(storage)

@@ -1,33 +1,30 @@
-"""Accelerates ``candidates.Candidates`` and the per-candidate reads of ``victims.py``:
-the eviction candidates as a table, score inputs in NumPy columns, one row per storage.
+"""Accelerates ``candidates.Candidates`` and the per-candidate reads of ``victims.py``: the
+eviction candidates as a table, score inputs in NumPy columns, one row per storage.
 
-To the allocator ``CandidateTable`` is the candidate set (``add``, ``discard``,
-``touch``, ``evicted``, iteration in insertion order). Behind that, each candidate
-has a *row* (``Storage.row``; 0 means "not a candidate") in columns of its cost,
-size, last access and lock state, so that an eviction decision is a few array
-operations (``search.py``) rather than a Python call per candidate. Equivalent to
-the reference set because rows keep insertion order: a removed row becomes a
-hole and re-adding a storage appends it, as a dict does.
+To the allocator ``CandidateTable`` is the candidate set (``add``, ``discard``, ``touch``,
+``evicted``, iteration in insertion order). Behind that, each candidate has a *row*
+(``Storage.row``; 0 means "not a candidate") in columns of its cost, size, last access and
+lock state, so that an eviction decision is a few array operations (``search.py``) rather
+than a Python call per candidate. Equivalent to the reference set because rows keep
+insertion order: a removed row becomes a hole, and a storage added again is appended.
 
-Rows are appended and never reordered: holes are squeezed out (keeping the order)
-when a decision is about to read the columns and they pass an eighth of the
-candidates (and ``COMPACT_SLACK``), so a decision scans at most about 9/8 of a row
-per candidate. Between decisions holes are squeezed out only once they outnumber
-the candidates (and ``LAZY_SLACK``): a backward pass frees two values per node
-and a chain one per op, and squeezing at an eighth cost those a Python loop over
-some 16 rows per removal. A *blocked* row (a hole, or a candidate seen locked)
-holds +inf in ``cost`` and ``unit`` (the "1" of the cost term ``none``), so every
-score computed from them is +inf without a mask.
+Rows are appended and never reordered: holes are squeezed out (keeping the order) when a
+decision is about to read the columns and they pass an eighth of the candidates (and
+``COMPACT_SLACK``), so a decision scans at most about 9/8 of a row per candidate. Between
+decisions holes are squeezed out only once they outnumber the candidates (and
+``LAZY_SLACK``): a backward pass frees two values per node and a chain one per op, and
+squeezing at an eighth cost those a Python loop over some 16 rows per removal. A *blocked*
+row (a hole, or a candidate seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the
+cost term ``none``), so every score computed from them is +inf without a mask.
 
-Without a budget nothing is searched, so no table is kept (``listing`` is False;
-its upkeep costs 7-9% of an op's instructions): a storage that becomes a
-candidate only notes where a kept table would put it (``listed_at``), and
-``start_listing`` builds the table from the live storages in that order when a
-budget comes.
+Without a budget nothing is searched, so no table is kept (``listing`` is False; its upkeep
+costs 7-9% of an op's instructions): a storage that becomes a candidate only notes where a
+kept table would put it (``listed_at``), and ``start_listing`` builds the table from the
+live storages in that order when a budget comes.
 
-Keeping the columns true costs the allocator almost nothing per op. It does not
-copy values; it marks rows *dirty* (``touch``: a byte write) and ``sync`` re-reads
-the marked rows from their storages when a decision is about to be made:
+Keeping the columns true costs the allocator almost nothing per op. It does not copy values;
+it marks rows *dirty* (``touch``: a byte write) and ``sync`` re-reads the marked rows from
+their storages when a decision is about to be made:
 
 - ``last_access``, or ``locks`` going up: the row is touched before the next
   decision can run (``Rematerializer.lock`` and ``frame`` do);
@@ -37,24 +34,22 @@ the marked rows from their storages when a decision is about to be made:
   to its locked base);
 - a new row is read afresh.
 
-``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows
-past its length count as flagged) and, while ``estar`` or ``ancestors`` is in use
-(``watching`` names the cost term), the rows next to each storage that is evicted or
-leaves the evicted set and the rows below (and, for ``estar``, above) it through
-evicted storages, whose closures changed with it (``closures.py``'s invalidation
-walk; ``mark_descendants``). A decision recomputes the term of each flagged row
-into ``term`` and clears the flag, so the other rows' terms are read from the
-column. Under ``eq`` the rows keep their evicted neighbours' classes in ``edges``
-(``borders.py``).
+``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows past its
+length count as flagged) and, while ``estar`` or ``ancestors`` is in use (``watching`` names
+the cost term), the rows next to each storage that is evicted or leaves the evicted set and
+the rows below (and, for ``estar``, above) it through evicted storages, whose closures
+changed with it (``closures.py``'s invalidation walk; ``mark_descendants``). A decision
+recomputes the term of each flagged row into ``term`` and clears the flag, so the other
+rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
+classes in ``edges`` (``borders.py``).
 
-``ratio`` holds each row's score before the staleness term, for the cost term and
-size term a decision last asked for (``ratios``): ``(cost + term) / size`` (``cost``
-for ``local``, ``unit`` for ``none``; no division without the size term), by the same
-floating-point operations as ``Heuristic.score``. ``rewritten`` lists the rows whose
-``cost``, ``unit``, ``size`` or ``term`` were written since (``sync`` and the term
-updates add to it, and a decision takes them all, so it is empty between decisions),
-and ``ratios`` recomputes those only, or every row for another formula; a compaction
-moves ``ratio`` with the other columns.
+``ratio`` holds each row's score before the staleness term, for the cost term and size term
+a decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
+``unit`` for ``none``; no division without the size term), by the same floating-point
+operations as ``Heuristic.score``. ``rewritten`` lists the rows whose ``cost``, ``unit``,
+``size`` or ``term`` were written since (``sync`` and the term updates add to it, and a
+decision takes them all, so it is empty between decisions), and ``ratios`` recomputes those
+only, or every row for another formula; a compaction moves ``ratio`` with the other columns.
 """
 
 from __future__ import annotations
@@ -169,9 +164,9 @@ class CandidateTable:
             weakref.WeakKeyDictionary()
         )
         self.relisted = 0
-        # set for good by the first eviction of a referenced storage (``evicted``): until
-        # then no death can leave an orphan, so deaths skip that test (hotpath.py)
-        self.orphans_possible = False
+        # set for good once an evicted storage has a handle (``referenced_evicted``); until
+        # then deaths skip the orphan test (hotpath.py). Made after storages were: unknown
+        self.orphans_possible = owner is not None and owner.next_id > 0
         # ``useful_dead``'s kept yeses (usefulness.py): this table hears every change
         self.usefulness = Usefulness(None if owner is None else owner.lifetimes)
         self._bind()
@@ -238,8 +233,8 @@ class CandidateTable:
     def evicted(self, storage: Storage, reason: str) -> None:
         """``storage`` was evicted: out of the table, its neighbours' rows flagged."""
         self.discard(storage)
-        if reason != "dead":
-            self.orphans_possible = True
+        if storage.external_refs:
+            self.referenced_evicted(storage)
         eviction = self.owner.eviction
         if self.watching == "eq" and eviction.tracking == "eq":
             mirror = eviction.eq_classes.listener
@@ -248,6 +243,11 @@ class CandidateTable:
             self.mark_neighbours(storage)
             if self.watching == "ancestors":
                 self.mark_descendants(storage)
+
+    def referenced_evicted(self, storage: Storage) -> None:
+        """``storage`` is evicted and has a handle: an orphan may be made from now on."""
+        self.orphans_possible = True
+        self.usefulness.referenced_evicted(storage)
 
     def left_evicted(self, storage: Storage) -> None:
         """``storage`` left the evicted set: the rows below it may have lost an ancestor."""

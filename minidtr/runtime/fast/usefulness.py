@@ -21,10 +21,23 @@ that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
   referenced storage found (that one holds its ancestors through its recipe), so the
   search only visits fewer storages before finding it. A *no* is never remembered: the
   storage is freed at once.
+- Most questions are noes (all of an LSTM's), each a full search. The one the search
+  looks for, an evicted storage with a handle, is made after the storage asked about:
+  within one allocator ids grow with creation, and every descendant of a storage is in
+  its allocator until one of them is the parent of another allocator's storage
+  (``Allocator.lends``). So when no evicted storage with a handle has a larger id, the
+  answer is no without a search. ``witnesses`` holds every storage that became evicted
+  with a handle (an eviction, ``CandidateTable.evicted``, or a handle made to an evicted
+  value, ``Lifetimes.referenced_evicted``) by descending id, and drops those that are not
+  so any more as they come to the top: one that becomes so again is pushed again. Only
+  storages made after this object are asked about this way (``first_id``): evictions
+  before it were not heard.
 """
 
 from __future__ import annotations
 
+import heapq
+import weakref
 from typing import TYPE_CHECKING
 
 from ..lifetime import USEFUL_SEARCH
@@ -37,18 +50,24 @@ if TYPE_CHECKING:
 class Usefulness:
     """``lifetime.useful_dead`` for one allocator, its yeses kept (the module docstring).
     ``regions`` maps a storage's id to the ids of the storages the search that said yes
-    saw; ids rather than storages, so that nothing is kept alive by it."""
+    saw; ids rather than storages, so that nothing is kept alive by it. ``witnesses`` is a
+    heap of (minus id, weak reference) of the storages evicted with a handle (some no
+    longer so)."""
 
-    __slots__ = ("lifetimes", "regions")
+    __slots__ = ("lifetimes", "regions", "witnesses", "first_id")
 
     def __init__(self, lifetimes: Lifetimes | None):
         self.lifetimes = lifetimes
         self.regions: dict[int, set[int]] = {}
+        self.witnesses: list[tuple[int, weakref.ref]] = []
+        self.first_id = None if lifetimes is None else lifetimes.allocator.next_id + 1
 
     def __call__(self, storage: Storage) -> bool:
         regions = self.regions
         if storage.id in regions:
             return True
+        if self.none_below(storage):
+            return False
         region = search(storage)
         if region is None:
             return False
@@ -57,6 +76,24 @@ class Usefulness:
             kept = {s.id for s in kept_dead}
             self.regions = regions = {k: v for k, v in regions.items() if k in kept}
         regions[storage.id] = region
+        return True
+
+    def referenced_evicted(self, storage: Storage) -> None:
+        """``storage`` is evicted and has a handle (it was evicted, or a handle was made)."""
+        heapq.heappush(self.witnesses, (-storage.id, weakref.ref(storage)))
+
+    def none_below(self, storage: Storage) -> bool:
+        """Whether no evicted storage with a handle can be below ``storage`` (the module
+        docstring); False when that cannot be told this way."""
+        first_id = self.first_id
+        if first_id is None or storage.id < first_id or storage.allocator.lends:
+            return False
+        witnesses = self.witnesses
+        while witnesses:
+            top = witnesses[0][1]()
+            if top is not None and top.buffer is None and top.external_refs:
+                return top.id < storage.id
+            heapq.heappop(witnesses)
         return True
 
     def changed(self, storage: Storage) -> None:
