@@ -35,13 +35,34 @@ import itertools
 import numpy as np
 
 from .. import estar
-from ..estar import evicted_children, evicted_parents
 from ..storage import Storage
 
 SMALL = 256  # members a closure holds as a map; past that, as a bitset
 MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
 FEW_BITS = 32  # up to this many new members, their costs are added one by one
 EPOCHS = itertools.count(1)
+
+
+def evicted_parents(storage: Storage) -> list[Storage]:
+    """``estar.evicted_parents``, with ``is_evicted`` inlined."""
+    owner = storage.allocator
+    return [
+        p for p in storage.parents if p.buffer is None and not p.banished and p.allocator is owner
+    ]
+
+
+def evicted_children(storage: Storage) -> list[Storage]:
+    """``estar.evicted_children``, reading the children's weak references in place (the
+    reference builds the list of live children first and prunes the dead ones)."""
+    children = storage.children
+    if type(children) is not list:
+        children = (children,) if children else ()
+    owner = storage.allocator
+    return [
+        c
+        for ref in children
+        if (c := ref()) is not None and c.buffer is None and not c.banished and c.allocator is owner
+    ]
 
 
 class Closure:
@@ -138,14 +159,20 @@ class CachedClosures:
         past that (a map's bitset too, once it was merged with one); computed bottom-up
         with an explicit stack."""
         step = evicted_parents if side == "above" else evicted_children
+        epoch = self.epoch  # ``_valid``, inlined below
         stack = [storage]
         while stack:
             node = stack[-1]
-            if self._valid(getattr(node, side)):
+            closure = getattr(node, side)
+            if closure is not None and closure.epoch == epoch:
                 stack.pop()
                 continue
             neighbours = step(node)
-            missing = [n for n in neighbours if not self._valid(getattr(n, side))]
+            missing = [
+                n
+                for n in neighbours
+                if (closure := getattr(n, side)) is None or closure.epoch != epoch
+            ]
             if missing:
                 stack.extend(missing)
                 continue
@@ -243,9 +270,11 @@ class CachedClosures:
     def _invalidate(self, start: list[Storage], side: str, step) -> None:
         stack = start
         dropped = self.on_dropped
+        epoch = self.epoch
         while stack:
             node = stack.pop()
-            if self._valid(getattr(node, side)):
+            closure = getattr(node, side)
+            if closure is not None and closure.epoch == epoch:
                 setattr(node, side, None)
                 if dropped is not None:
                     dropped(node)

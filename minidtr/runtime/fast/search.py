@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import estar
-from ..estar import evicted_children, evicted_parents
 from ..heuristics import COST_TERMS, MIN_STALENESS, NEIGHBOURHOOD_COST, Heuristic
 from ..storage import Storage
 from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
+from .closures import evicted_children, evicted_parents
 from .eqterms import eq_terms
 from .table import flagged_rows
 
@@ -99,8 +99,8 @@ class TableSearch:
             pool = range(used) if rows is None else rows.tolist()
             storages = table.storages
             return self.loop([s for r in pool if (s := storages[r]) is not None], runtime)
-        if not order:
-            return Choice(None, math.inf, None, None, scored)
+        if not order:  # nothing to score: the loop's shortlist is empty when it records
+            return Choice(None, math.inf, None, [] if runtime.events is not None else None, scored)
         if rows is not None:
             order = rows[order].tolist()
         storages = list(map(table.storages.__getitem__, order))
