@@ -168,3 +168,23 @@ def test_a_storage_lent_to_another_allocator_is_searched():
             del a
             assert a_storage.buffer is not None  # kept: w's rebuild needs it
     assert answers and all(fast_answer == reference for fast_answer, reference, _ in answers)
+
+
+def test_the_witnesses_stay_as_many_as_the_storages_evicted_with_a_handle():
+    """A run that evicts referenced values again and again and asks nothing (no death
+    below them) keeps a heap of witnesses about as large as those values, not one entry
+    per eviction; a question after it is still told right."""
+    rng = np.random.default_rng(6)
+    unguarded = md.Runtime(budget=1 << 30, max_slowdown=None, max_wall_slowdown=None)
+    with isolated_allocator() as allocator, unguarded:
+        x = md.tensor(rng.standard_normal((8, 8)).astype(np.float32))
+        ys = [md.tanh(x) for _ in range(3)]
+        for _ in range(1000):
+            for y in ys:
+                allocator.evict(y.storage)
+                y.numpy()  # rebuilt
+        table = allocator.eviction.candidates
+        assert len(table.usefulness.witnesses) <= usefulness.PRUNE_WITNESSES + 1
+        allocator.evict(ys[0].storage)
+        assert not table.usefulness.none_below(x.storage)  # older than a witness: searched
+        assert table.usefulness.none_below(md.tanh(x).storage)  # newer than every one

@@ -37,11 +37,14 @@ that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
 from __future__ import annotations
 
 import heapq
+import itertools
 import weakref
 from typing import TYPE_CHECKING
 
 from ..lifetime import USEFUL_SEARCH
 from ..storage import Storage
+
+PRUNE_WITNESSES = 1024  # entries the witnesses' heap may hold before stale ones are dropped
 
 if TYPE_CHECKING:
     from ..lifetime import Lifetimes
@@ -51,16 +54,19 @@ class Usefulness:
     """``lifetime.useful_dead`` for one allocator, its yeses kept (the module docstring).
     ``regions`` maps a storage's id to the ids of the storages the search that said yes
     saw; ids rather than storages, so that nothing is kept alive by it. ``witnesses`` is a
-    heap of (minus id, weak reference) of the storages evicted with a handle (some no
-    longer so)."""
+    heap of (minus id, push count, weak reference) of the storages evicted with a handle
+    (some no longer so; the count orders a storage pushed twice without comparing its
+    references)."""
 
-    __slots__ = ("lifetimes", "regions", "witnesses", "first_id")
+    __slots__ = ("lifetimes", "regions", "witnesses", "pushes", "first_id", "prune_at")
 
     def __init__(self, lifetimes: Lifetimes | None):
         self.lifetimes = lifetimes
         self.regions: dict[int, set[int]] = {}
-        self.witnesses: list[tuple[int, weakref.ref]] = []
+        self.witnesses: list[tuple[int, int, weakref.ref]] = []
+        self.pushes = itertools.count()
         self.first_id = None if lifetimes is None else lifetimes.allocator.next_id + 1
+        self.prune_at = PRUNE_WITNESSES
 
     def __call__(self, storage: Storage) -> bool:
         regions = self.regions
@@ -79,8 +85,17 @@ class Usefulness:
         return True
 
     def referenced_evicted(self, storage: Storage) -> None:
-        """``storage`` is evicted and has a handle (it was evicted, or a handle was made)."""
-        heapq.heappush(self.witnesses, (-storage.id, weakref.ref(storage)))
+        """``storage`` is evicted and has a handle (it was evicted, or a handle was made).
+        Stale entries leave from the top when a question is asked; those below it are
+        dropped, with duplicates, once the heap has doubled, so that a run that evicts
+        much and asks little keeps a heap as large as its witnesses, not its evictions."""
+        witnesses = self.witnesses
+        heapq.heappush(witnesses, (-storage.id, next(self.pushes), weakref.ref(storage)))
+        if len(witnesses) > self.prune_at:
+            alive = {entry[0]: entry for entry in witnesses if is_witness(entry[2]())}
+            self.witnesses = witnesses = list(alive.values())
+            heapq.heapify(witnesses)
+            self.prune_at = max(PRUNE_WITNESSES, 2 * len(witnesses))
 
     def none_below(self, storage: Storage) -> bool:
         """Whether no evicted storage with a handle can be below ``storage`` (the module
@@ -90,8 +105,8 @@ class Usefulness:
             return False
         witnesses = self.witnesses
         while witnesses:
-            top = witnesses[0][1]()
-            if top is not None and top.buffer is None and top.external_refs:
+            top = witnesses[0][2]()
+            if is_witness(top):
                 return top.id < storage.id
             heapq.heappop(witnesses)
         return True
@@ -105,6 +120,11 @@ class Usefulness:
         stale = [k for k, region in self.regions.items() if any(i in region for i in ids)]
         for key in stale:
             del self.regions[key]
+
+
+def is_witness(storage: Storage | None) -> bool:
+    """Whether ``storage`` (None: collected) is evicted and has a handle."""
+    return storage is not None and storage.buffer is None and storage.external_refs > 0
 
 
 def search(storage: Storage) -> set[int] | None:
