@@ -26,22 +26,22 @@ Keeping the columns true costs the allocator almost nothing per op. It does not 
 it marks rows *dirty* (``touch``: a byte write) and ``sync`` re-reads the marked rows from
 their storages when a decision is about to be made:
 
-- ``last_access``, or ``locks`` going up: the row is touched before the next
-  decision can run (``Rematerializer.lock`` and ``frame`` do);
-- ``locks`` going down needs nothing: rows seen locked are re-read at every sync
-  until they are seen unlocked;
-- ``cost`` may change only while the storage is locked (a view op adds its cost
-  to its locked base);
-- a new row is read afresh.
+- ``last_access``, or ``locks`` going up: the row is touched before the next decision can
+  run (``Rematerializer.lock`` and ``frame`` do);
+- ``locks`` going down needs nothing: rows seen locked are re-read at every sync until
+  they are seen unlocked;
+- ``cost`` may change only while the storage is locked (a view op adds its cost to its
+  locked base); a new row is read afresh.
 
 ``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows past its
 length count as flagged) and, while ``estar`` or ``ancestors`` is in use (``watching`` names
 the cost term), the rows next to each storage that is evicted or leaves the evicted set and
 the rows below (and, for ``estar``, above) it through evicted storages, whose closures
-changed with it (``closures.py``'s invalidation walk; ``mark_descendants``). A decision
-recomputes the term of each flagged row into ``term`` and clears the flag, so the other
-rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
-classes in ``edges`` (``borders.py``).
+changed with it (``closures.py``'s invalidation walk, ``on_dropped``, which flags the
+evicted storage's own neighbours too: under ``estar`` ``evicted`` leaves them to it; or
+``mark_descendants``). A decision recomputes the term of each flagged row
+into ``term`` and clears the flag, so the other rows' terms are read from the column. Under
+``eq`` the rows keep their evicted neighbours' classes in ``edges`` (``borders.py``).
 
 ``ratio`` holds each row's score before the staleness term, for the cost term and size term
 a decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
@@ -239,7 +239,7 @@ class CandidateTable:
         if self.watching == "eq" and eviction.tracking == "eq":
             mirror = eviction.eq_classes.listener
             border_evicted(self, storage, mirror.index_of(storage.component))
-        elif self.watching:
+        elif self.watching not in (None, "estar"):  # estar: ``on_dropped`` flagged them
             self.mark_neighbours(storage)
             if self.watching == "ancestors":
                 self.mark_descendants(storage)
