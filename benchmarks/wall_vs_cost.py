@@ -11,6 +11,10 @@ time over the unbudgeted median), the cost model's slowdown ((compute + recomput
 compute, ``flops``, of the same steps) and their quotient, which the runtime's own work
 under a budget (the eviction search, the bookkeeping that grows with it) makes larger
 than 1 and recomputation alone would keep at 1. One thread (OPENBLAS_NUM_THREADS=1).
+Each model is measured in a process of its own: in one process, what the models before
+it left (the Tree-LSTM's trees, for one) makes the cycle collector's passes during its
+budgeted steps longer (the Transformer's quotient measured 1.11-1.24 after the LSTM and
+the Tree-LSTM, 1.06-1.08 alone).
 ``--heuristic`` picks the budgeted runs' heuristic (h_DTR by default, as ``minidtr
 train``): ``dtr_eq`` shows what h_DTR's exact e* costs, since it keeps none.
 """
@@ -18,9 +22,10 @@ train``): ``dtr_eq`` shows what h_DTR's exact e* costs, since it keeps none.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 
-import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
@@ -83,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | ratio | wall slowdown | cost-model slowdown | wall / cost model |")
     print("|---|---|---|---|---|")
     for model in args.models.split(","):
-        for ratio, wall, cost in measure(model, ratios, args.rounds, args.heuristic):
+        with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
+            rows = pool.apply(measure, (model, ratios, args.rounds, args.heuristic))
+        for ratio, wall, cost in rows:
             print(f"| {model} | {ratio} | {wall:.3f} | {cost:.3f} | {wall / cost:.3f} |")
     return 0
 
