@@ -37,11 +37,11 @@ their storages when a decision is about to be made:
 length count as flagged) and, while ``estar`` or ``ancestors`` is in use (``watching`` names
 the cost term), the rows next to each storage that is evicted or leaves the evicted set and
 the rows below (and, for ``estar``, above) it through evicted storages, whose closures
-changed with it (``closures.py``'s invalidation walk, ``on_dropped``, which flags the
-evicted storage's own neighbours too: under ``estar`` ``evicted`` leaves them to it; or
-``mark_descendants``). A decision recomputes the term of each flagged row
-into ``term`` and clears the flag, so the other rows' terms are read from the column. Under
-``eq`` the rows keep their evicted neighbours' classes in ``edges`` (``borders.py``).
+changed with it. Under ``estar`` the closures' invalidation walk flags them all
+(``on_dropped``); under ``ancestors`` ``evicted`` and ``mark_descendants`` do. A decision
+recomputes the term of each flagged row into ``term`` and clears the flag, so the other
+rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
+classes in ``edges`` (``borders.py``).
 
 ``ratio`` holds each row's score before the staleness term, for the cost term and size term
 a decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
