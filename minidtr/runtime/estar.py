@@ -98,8 +98,12 @@ class WalkedNeighbourhood:
     def descendant_ids(self, storage: Storage) -> list[int]:
         return [s.id for s in evicted_descendants(storage)]
 
+    def on_evicted(self, storage: Storage) -> None:
+        """``storage`` was evicted: nothing is cached."""
+
     def on_change(self, storage: Storage) -> None:
-        """``storage`` was evicted or left the evicted set: nothing is cached."""
+        """``storage`` left the evicted set (rebuilt, banished or freed): nothing is
+        cached."""
 
     def invalidate_all(self) -> None:
         """Nothing is cached."""

@@ -142,7 +142,7 @@ class Eviction:
             self.eq_classes.on_evict(storage)
         storage.buffer = None
         if self.tracking == "estar":
-            self.neighbourhood.on_change(storage)
+            self.neighbourhood.on_evicted(storage)
         allocator = self.allocator
         allocator.ledger.memory -= storage.nbytes
         self.candidates.evicted(storage, reason)

@@ -109,6 +109,9 @@ class SimulatorRegions:
         interior = self.region(storage, True).interior
         return [s.id for s in interior if type(s) is not Pending]
 
+    def on_evicted(self, storage: Storage) -> None:
+        self.evicted(storage)
+
     def on_change(self, storage: Storage) -> None:
         """``storage`` was evicted (absorbed now) or became resident (walked at ``flush``)."""
         if storage.buffer is None:

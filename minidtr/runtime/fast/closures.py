@@ -31,6 +31,7 @@ passes for valid in another.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from ..storage import Storage
 SMALL = 256  # members a closure holds as a map; past that, as a bitset
 MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
 FEW_BITS = 32  # up to this many new members, their costs are added one by one
+MAX_PENDING = 4096  # evictions announced late, at most (``on_evicted``)
 EPOCHS = itertools.count(1)
 
 
@@ -88,6 +90,7 @@ class CachedClosures:
         self.free: list[int] = []  # indices given back
         self.costs = np.zeros(64)  # index -> the storage's cost when it was closed over
         self.costs_at = memoryview(self.costs)
+        self.pending: dict[int, weakref.ref[Storage]] = {}  # evictions not yet announced
 
     def invalidate_all(self) -> None:
         """Make every closure stale (the indices stay: a closure being built still reads
@@ -108,6 +111,8 @@ class CachedClosures:
         while the closures are not kept, as ``estar.estar_cost``)."""
         if self.eviction.tracking != "estar":
             return estar.estar_cost(storage)
+        if self.pending:
+            self.flush()
         return self.cost_around(evicted_parents(storage), evicted_children(storage))
 
     def ancestors_cost(self, storage: Storage) -> float:
@@ -119,10 +124,14 @@ class CachedClosures:
         """Ids of the evicted descendants of a resident storage."""
         if self.eviction.tracking != "estar":
             return [s.id for s in estar.evicted_descendants(storage)]
+        if self.pending:
+            self.flush()
         return [i for c in evicted_children(storage) for i in self.closure_ids(c, "below")]
 
     def cost_around(self, parents: list[Storage], children: list[Storage]) -> float:
         """``cost`` of a storage given its evicted parents and children."""
+        if self.pending:
+            self.flush()
         return self._union_cost(parents, "above") + self._union_cost(children, "below")
 
     def _union_cost(self, storages: list[Storage], side: str) -> float:
@@ -138,6 +147,8 @@ class CachedClosures:
     def closure_ids(self, storage: Storage, side: str) -> list[int]:
         """The ids in the cached closure of an evicted storage: itself and its evicted
         ancestors (``"above"``) or descendants (``"below"``)."""
+        if self.pending:
+            self.flush()
         self._check_indices()
         closure = self._closure(storage, side)
         members, bits = closure.members, closure.bits
@@ -254,9 +265,31 @@ class CachedClosures:
         self.costs_at[index] = cost
         return 1 << index
 
+    def on_evicted(self, storage: Storage) -> None:
+        """``storage`` was evicted: what it changes is done at the next read (``flush``),
+        or never if it is rebuilt, banished or freed before. A resident storage and then
+        a gone (or again resident) one lie on no evicted path, so no closure and no term
+        changed; most dead temporaries are freed so, soon after their eviction."""
+        pending = self.pending
+        pending[storage.id] = weakref.ref(storage)
+        if len(pending) > MAX_PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Announce the evictions still pending (``on_change``) for the storages alive."""
+        pending, self.pending = self.pending, {}
+        for ref in pending.values():
+            storage = ref()
+            if storage is not None:
+                self.on_change(storage)
+
     def on_change(self, storage: Storage) -> None:
-        """``storage`` was evicted, rematerialized, banished or freed: drop the caches that
-        may include it (those of evicted storages connected to it in either direction)."""
+        """``storage`` was evicted, or was rematerialized, banished or freed: drop the
+        caches that may include it (those of evicted storages connected to it in either
+        direction). The flags and closures of a pending eviction (``on_evicted``) were
+        never changed: leaving then undoes nothing."""
+        if self.pending and self.pending.pop(storage.id, None) is not None:
+            return
         storage.above = storage.below = None
         if self.on_dropped is not None:
             self.on_dropped(storage)

@@ -185,6 +185,8 @@ class TableSearch:
         if table.watching != mode or table.watched_epoch != epoch:
             table.watch(mode, epoch)
             closures.on_dropped = table.mark_neighbours if mode == "estar" else None
+        if mode == "estar" and closures.pending:
+            closures.flush()  # the evictions not yet announced flag their neighbours' rows
         if mode == "eq":
             eviction.scoring = True
             try:
