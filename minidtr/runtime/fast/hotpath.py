@@ -220,15 +220,17 @@ class FastPath:
             return  # a constant: no policy frees it; it goes with its metadata (forget)
         runtime = allocator.runtime
         table = self.table
+        eviction = allocator.eviction
+        tracking = eviction.tracking
         if not (
             runtime.dealloc == "eager"
             and storage.buffer is not None
             and not storage.pinned
             and runtime.events is None
-            and allocator.eviction.tracking is None
+            and (tracking is None or tracking == "estar")
             and (
-                not table.listing  # else: no neighbourhood term watched, no orphan made
-                or not table.watching
+                not table.listing  # else: no orphan made, no term watched but e*'s
+                or table.watching in (None, "estar")
                 and not ((table.orphans_possible or allocator.lends) and has_evicted_child(storage))
             )
         ):
@@ -237,6 +239,8 @@ class FastPath:
         # a plain temporary: what apply_policy would do, evict(storage, "dead"), inlined
         # with the table's pop. Dropping the buffer runs no Python code: no ``busy``.
         storage.buffer = None
+        if tracking is not None:
+            eviction.neighbourhood.on_evicted(storage)  # waits for the next decision
         self.ledger.memory -= storage.nbytes
         row = storage.row
         if row:
