@@ -222,6 +222,55 @@ def test_budgeted_training_decides_as_the_loop():
         assert counter["checked"] - before > 20
 
 
+@pytest.mark.parametrize("heuristic", ["dtr", "msps"])
+def test_bounded_terms_wait_across_decisions_and_squeezes_as_the_loop_decides(
+    monkeypatch, heuristic
+):
+    """Flagged rows scored by a lower bound (``TableSearch.bound_terms``) wait, bounded,
+    across decisions and through squeezes of the table (handles dropped at random leave
+    holes), and are computed when they could be among the lowest: every decision is the
+    loop's. Checks that each of these happened, so that the test covers them."""
+    from minidtr.runtime import allocator_for
+    from minidtr.runtime.fast import search
+    from minidtr.runtime.fast import table as table_module
+
+    seen = {"carried": 0, "squeezed": 0, "settled": 0}
+    bound_terms, compact = search.TableSearch.bound_terms, CandidateTable.compact
+
+    def counting_bound_terms(self, mode, used):
+        frontier = self.table.frontier
+        if frontier is self.bounded_in:
+            seen["carried"] += sum(frontier[row] == search.BOUNDED for row in self.bounded)
+        bound_terms(self, mode, used)
+        seen["settled"] += bool(self.deferred)
+
+    def counting_compact(self):
+        seen["squeezed"] += search.BOUNDED in self.frontier
+        compact(self)
+
+    monkeypatch.setattr(search.TableSearch, "bound_terms", counting_bound_terms)
+    monkeypatch.setattr(CandidateTable, "compact", counting_compact)
+    monkeypatch.setattr(table_module, "COMPACT_SLACK", 2)
+    rng = random.Random(heuristic)
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = build_graph(rng, 120)
+        allocator = allocator_for("cpu")
+        with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops"):
+            for _ in range(400):
+                action = rng.random()
+                if action < 0.5:
+                    victim = allocator.eviction.choose_victim().victim
+                    if victim is not None:
+                        allocator.evict(victim)
+                elif action < 0.8:
+                    rng.choice(tensors).numpy()
+                elif len(tensors) > 20:
+                    tensors.pop(rng.randrange(len(tensors)))
+        assert counter["checked"] - before >= 150
+    assert seen["carried"] and seen["squeezed"] and seen["settled"], seen
+
+
 class ScoreOnly:
     """A user's heuristic: only ``score``. It is decided by the loop."""
 

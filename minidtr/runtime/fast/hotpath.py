@@ -193,8 +193,7 @@ class FastPath:
 
     def release(self, cell: Cell) -> None:
         """``Lifetimes.release``, with the death of a plain temporary inlined."""
-        allocator = self.allocator
-        lifetimes = self.lifetimes
+        allocator, lifetimes = self.allocator, self.lifetimes
         storage = cell.storage if cell.is_view else cell
         usefulness = self.usefulness
         if usefulness.regions and storage.external_refs == 1:
@@ -220,8 +219,7 @@ class FastPath:
             return  # a constant: no policy frees it; it goes with its metadata (forget)
         runtime = allocator.runtime
         table = self.table
-        eviction = allocator.eviction
-        tracking = eviction.tracking
+        tracking = allocator.eviction.tracking
         if not (
             runtime.dealloc == "eager"
             and storage.buffer is not None
@@ -240,7 +238,7 @@ class FastPath:
         # with the table's pop. Dropping the buffer runs no Python code: no ``busy``.
         storage.buffer = None
         if tracking is not None:
-            eviction.neighbourhood.on_evicted(storage)  # waits for the next decision
+            allocator.eviction.neighbourhood.on_evicted(storage)  # waits for a decision
         self.ledger.memory -= storage.nbytes
         row = storage.row
         if row:

@@ -18,6 +18,7 @@ compares whole runs of the two.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from ..storage import Storage
 from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
 from .closures import evicted_children, evicted_parents
 from .eqterms import eq_terms
-from .table import flagged_rows
+from .table import FLAGS_ONE_BY_ONE, flagged_rows
 
 if TYPE_CHECKING:
     from ..eviction import Eviction
@@ -42,6 +43,8 @@ MODES = ("estar", "eq")
 BUILT_IN_COST_TERMS = dict(COST_TERMS)
 BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
 
+EAGER_TERMS = 2  # up to this many flagged rows, their terms are computed at once
+BOUNDED = 2  # a flag: the row's term is 0.0, a lower bound (``neighbourhood_terms``)
 RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 
 _FLOOR = np.full(1024, MIN_STALENESS)
@@ -53,6 +56,9 @@ class TableSearch:
     def __init__(self, eviction: Eviction, table: CandidateTable):
         self.eviction = eviction
         self.table = table
+        self.deferred: list[int] = []  # rows the last ``scores`` gave a lower bound
+        self.bounded: list[int] = []  # rows flagged ``BOUNDED`` (some may be flagged 1 since)
+        self.bounded_in: bytearray | None = None  # the ``table.frontier`` they are rows of
 
     @staticmethod
     def handles(heuristic: Any) -> bool:
@@ -89,7 +95,10 @@ class TableSearch:
         mode = heuristic.cost
         eviction.track(mode if mode in MODES else None)
         values = self.scores(heuristic, rows, used)
-        order = lowest(values, wanted)
+        if self.deferred:
+            order = self.settle_deferred(heuristic, values, wanted)
+        else:
+            order = lowest(values, wanted)
         scores = list(map(values.item, order)) if order else []  # lowest first
         if order is None or (
             rows is None and scores and (math.isinf(scores[0]) or math.isinf(scores[-1]))
@@ -111,6 +120,60 @@ class TableSearch:
             shortlist = shortlist_of(seen, heuristic, eviction.context)
         return Choice(storages[0], scores[0], runner, shortlist, scored)
 
+    def settle_deferred(
+        self, heuristic: Heuristic, values: np.ndarray, wanted: int
+    ) -> list[int] | None:
+        """``lowest(values, wanted)``, once every row that may be among them has its exact
+        score in ``values``, which holds lower bounds for the ``deferred`` rows
+        (``neighbourhood_terms``). The ``wanted`` lowest of the rows scored exactly are
+        kept as (score, row), in the order ``lowest`` gives; the deferred rows are taken
+        in the order of their bounds, each getting its term and exact score, until the
+        next bound passes the ``wanted``-th lowest: the rest cannot be among them and
+        stay bounded."""
+        deferred = np.array(self.deferred)
+        bounds = values[deferred]
+        exact = values.copy()  # (``values`` may be the table's ratio column itself)
+        exact[deferred] = math.inf
+        order = lowest(exact, wanted)
+        if order is None:
+            return None  # a NaN: the loop decides
+        best = [(exact.item(row), row) for row in order]
+        eviction, table = self.eviction, self.table
+        table.take_flags()
+        storages, term, frontier = table.storages, table.term_at, table.frontier
+        mode = heuristic.cost
+        eviction.scoring = True
+        try:
+            for k in np.argsort(bounds, kind="stable").tolist():
+                if len(best) == wanted and not bounds.item(k) <= best[-1][0]:
+                    break
+                row = int(deferred[k])
+                value = neighbourhood_term(mode, eviction, storages[row])
+                term[row] = 0.0 if value is None else value
+                frontier[row] = 0
+                entry = (self.rescore(heuristic, values, row), row)
+                if len(best) < wanted or entry < best[-1]:
+                    bisect.insort(best, entry)
+                    del best[wanted:]
+        finally:
+            eviction.scoring = False
+        return lowest(values, wanted)
+
+    def rescore(self, heuristic: Heuristic, values: np.ndarray, row: int) -> float:
+        """Write the ratio and score of ``row`` (whose term was just computed) into the
+        ratio column and ``values``, by ``ratios`` and ``ratio_scores``'s operations, and
+        return the score. The ratio column is then up to date for it."""
+        table = self.table
+        score = table.cost_at[row] + table.term_at[row]
+        if heuristic.size:
+            score = score / table.size_at[row]
+        table.ratio_at[row] = score
+        if heuristic.staleness:
+            stale = self.eviction.allocator.clock - table.last_access_at[row]
+            score = score / max(stale, MIN_STALENESS)
+        values[row] = score
+        return score
+
     def loop(self, pooled: list[Storage], runtime: Any) -> Choice:
         eviction = self.eviction
         eviction.scoring = True
@@ -122,12 +185,14 @@ class TableSearch:
             eviction.scoring = False
 
     def scores(self, heuristic: Heuristic, rows: np.ndarray | None, used: int) -> np.ndarray:
-        """The scores of the pool's rows (every row when ``rows`` is None)."""
+        """The scores of the pool's rows (every row when ``rows`` is None; then the flagged
+        rows' may be lower bounds: ``neighbourhood_terms``)."""
         table = self.table
         clock = self.eviction.allocator.clock
         mode = heuristic.cost
         pick = slice(0, used) if rows is None else rows
         neighbourhood = None
+        self.deferred = []
         if mode in NEIGHBOURHOOD_COST:
             neighbourhood = self.neighbourhood_terms(mode, rows, used)
         if rows is None and (
@@ -171,6 +236,16 @@ class TableSearch:
         """The neighbourhood part of the cost term for the scored rows (``rows``, or every
         row): what ``Heuristic.score`` adds, 0.0 where no neighbour is evicted.
 
+        With every row scored and more than ``EAGER_TERMS`` flagged, ``estar``'s and
+        ``ancestors``' flagged rows get 0.0 in the ``term`` column instead, and the flag
+        ``BOUNDED``. A term is never negative, so their scores are lower bounds, by the
+        same operations (a sum that does not decrease, divisions by the same positive
+        numbers); ``choose`` computes the terms of those whose bound could put them
+        among the lowest (``settle_deferred``), and the rest wait, bounded, for a later
+        decision, by which their closures may have changed again. Most flagged rows
+        border a large evicted region and score far above the victim. A bounded row
+        flagged again keeps its bound (it holds for any term) and is bounded again.
+
         ``eq`` is computed from the table's ``edges`` and the mirrored classes
         (``eqterms.py``); ``estar`` and ``ancestors`` per storage for the flagged rows
         only, into the ``term`` column, which keeps every other row's term (a row is
@@ -196,20 +271,50 @@ class TableSearch:
             if terms is not None:
                 return terms
             return self.terms_by_storage(mode, rows, used)
-        stale = flagged_rows(table, rows, used)
-        if stale:
-            table.take_flags()
-            storages, term, frontier = table.storages, table.term, table.frontier
-            eviction.scoring = True
-            try:
-                for row in stale:
-                    value = neighbourhood_term(mode, eviction, storages[row])
-                    term[row] = 0.0 if value is None else value
-                    frontier[row] = 0
-            finally:
-                eviction.scoring = False
-            table.rewritten += stale
+        if rows is None:
+            self.bound_terms(mode, used)
+        else:
+            stale = flagged_rows(table, rows, used)
+            if stale:
+                self.update_terms(mode, stale)
         return table.term[:used] if rows is None else table.term[rows]
+
+    def bound_terms(self, mode: str, used: int) -> None:
+        """Every row scored: the flagged rows' terms, or bounds for them (``deferred``)."""
+        table = self.table
+        frontier = table.frontier
+        if frontier is not self.bounded_in:  # squeezed (renumbered) or watched afresh
+            self.bounded_in = frontier
+            self.bounded = np.flatnonzero(np.frombuffer(frontier, np.uint8) == BOUNDED).tolist()
+        bounded = [row for row in self.bounded if frontier[row] == BOUNDED]
+        new = newly_flagged(table, used)
+        if len(bounded) + len(new) <= EAGER_TERMS:
+            self.bounded = []
+            if bounded or new:
+                self.update_terms(mode, sorted(bounded + new))
+            return
+        term = table.term_at
+        for row in new:
+            term[row] = 0.0
+            frontier[row] = BOUNDED
+        table.rewritten += new
+        self.bounded = self.deferred = bounded + new
+
+    def update_terms(self, mode: str, stale: list[int]) -> None:
+        """Compute the terms of flagged rows ``stale`` into the ``term`` column, and clear
+        their flags."""
+        eviction, table = self.eviction, self.table
+        table.take_flags()
+        storages, term, frontier = table.storages, table.term, table.frontier
+        eviction.scoring = True
+        try:
+            for row in stale:
+                value = neighbourhood_term(mode, eviction, storages[row])
+                term[row] = 0.0 if value is None else value
+                frontier[row] = 0
+        finally:
+            eviction.scoring = False
+        table.rewritten += stale
 
     def terms_by_storage(self, mode: str, rows: np.ndarray | None, used: int) -> np.ndarray:
         """Terms per storage (``neighbourhood_term``) for every scored row, in row order."""
@@ -233,6 +338,23 @@ class TableSearch:
             eviction.scoring = False
         terms[positions] = values
         return terms
+
+
+def newly_flagged(table: CandidateTable, used: int) -> list[int]:
+    """The unblocked rows flagged 1 (``flagged_rows``, without the ``BOUNDED`` ones)."""
+    flags, blocked = table.frontier, table.blocked
+    found = []
+    row = flags.find(1, 1)  # row 0 is scratch
+    while 0 <= row < used and len(found) < FLAGS_ONE_BY_ONE:
+        if not blocked[row]:
+            found.append(row)
+        row = flags.find(1, row + 1)
+    if not 0 <= row < used:
+        return found
+    frontier = np.frombuffer(flags, np.uint8)[:used]
+    found = np.flatnonzero((frontier == 1) & ~blocked[:used]).tolist()
+    del frontier  # release the buffer: the bytearray may grow again
+    return found
 
 
 def neighbourhood_term(mode: str, eviction: Eviction, storage: Storage) -> float | None:
