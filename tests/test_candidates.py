@@ -230,7 +230,6 @@ def test_bounded_terms_wait_across_decisions_and_squeezes_as_the_loop_decides(
     across decisions and through squeezes of the table (handles dropped at random leave
     holes), and are computed when they could be among the lowest: every decision is the
     loop's. Checks that each of these happened, so that the test covers them."""
-    from minidtr.runtime import allocator_for
     from minidtr.runtime.fast import search
     from minidtr.runtime.fast import table as table_module
 
@@ -255,17 +254,10 @@ def test_bounded_terms_wait_across_decisions_and_squeezes_as_the_loop_decides(
     with isolated_allocator(), checked_decisions() as counter:
         before = counter["checked"]
         tensors = build_graph(rng, 120)
-        allocator = allocator_for("cpu")
         with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops"):
-            for _ in range(400):
-                action = rng.random()
-                if action < 0.5:
-                    victim = allocator.eviction.choose_victim().victim
-                    if victim is not None:
-                        allocator.evict(victim)
-                elif action < 0.8:
-                    rng.choice(tensors).numpy()
-                elif len(tensors) > 20:
+            for _ in range(10):
+                drive(rng, tensors, 40)
+                for _ in range(6):
                     tensors.pop(rng.randrange(len(tensors)))
         assert counter["checked"] - before >= 150
     assert seen["carried"] and seen["squeezed"] and seen["settled"], seen

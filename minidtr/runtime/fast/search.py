@@ -30,7 +30,7 @@ from ..storage import Storage
 from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
 from .closures import evicted_children, evicted_parents
 from .eqterms import eq_terms
-from .table import FLAGS_ONE_BY_ONE, flagged_rows
+from .table import flagged_rows
 
 if TYPE_CHECKING:
     from ..eviction import Eviction
@@ -287,7 +287,7 @@ class TableSearch:
             self.bounded_in = frontier
             self.bounded = np.flatnonzero(np.frombuffer(frontier, np.uint8) == BOUNDED).tolist()
         bounded = [row for row in self.bounded if frontier[row] == BOUNDED]
-        new = newly_flagged(table, used)
+        new = flagged_rows(table, None, used)
         if len(bounded) + len(new) <= EAGER_TERMS:
             self.bounded = []
             if bounded or new:
@@ -338,23 +338,6 @@ class TableSearch:
             eviction.scoring = False
         terms[positions] = values
         return terms
-
-
-def newly_flagged(table: CandidateTable, used: int) -> list[int]:
-    """The unblocked rows flagged 1 (``flagged_rows``, without the ``BOUNDED`` ones)."""
-    flags, blocked = table.frontier, table.blocked
-    found = []
-    row = flags.find(1, 1)  # row 0 is scratch
-    while 0 <= row < used and len(found) < FLAGS_ONE_BY_ONE:
-        if not blocked[row]:
-            found.append(row)
-        row = flags.find(1, row + 1)
-    if not 0 <= row < used:
-        return found
-    frontier = np.frombuffer(flags, np.uint8)[:used]
-    found = np.flatnonzero((frontier == 1) & ~blocked[:used]).tolist()
-    del frontier  # release the buffer: the bytearray may grow again
-    return found
 
 
 def neighbourhood_term(mode: str, eviction: Eviction, storage: Storage) -> float | None:

@@ -576,7 +576,7 @@ class CandidateTable:
 
 def flagged_rows(table: CandidateTable, rows: np.ndarray | None, used: int) -> list[int]:
     """The rows flagged in ``table.frontier`` among the scored ones (``rows``, or every
-    unblocked row), in row order."""
+    unblocked row: those flagged 1, not ``BOUNDED``, fast/search.py), in row order."""
     flags = table.frontier
     if rows is None:
         blocked = table.blocked
@@ -590,7 +590,7 @@ def flagged_rows(table: CandidateTable, rows: np.ndarray | None, used: int) -> l
             return found
     frontier = np.frombuffer(flags, np.uint8)
     if rows is None:
-        stale = np.flatnonzero(frontier[:used] > table.blocked[:used]).tolist()
+        stale = np.flatnonzero((frontier[:used] == 1) & ~table.blocked[:used]).tolist()
     else:
         stale = rows[frontier[rows].astype(bool)].tolist()
     del frontier  # release the buffer: the bytearray may grow again
