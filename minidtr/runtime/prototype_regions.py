@@ -110,10 +110,12 @@ class SimulatorRegions:
         return [s.id for s in interior if type(s) is not Pending]
 
     def on_evicted(self, storage: Storage) -> None:
+        """``storage`` was evicted: absorbed now."""
         self.evicted(storage)
 
     def on_change(self, storage: Storage) -> None:
-        """``storage`` was evicted (absorbed now) or became resident (walked at ``flush``)."""
+        """``storage`` left the evicted set: became resident (walked at ``flush``), or was
+        freed or banished while evicted (absorbed as an eviction, as it always was)."""
         if storage.buffer is None:
             self.evicted(storage)
         else:
