@@ -3,7 +3,10 @@
 ``checked_decisions()`` wraps ``fast.search.TableSearch.choose`` so that each decision
 is made twice, by the table and by ``victims.choose_victim`` on the same pool (the
 sampler rewound in between), and asserts that both give the same victim, score,
-runner-up, shortlist and count of candidates scored, float for float. The whole suite
+runner-up, shortlist and count of candidates scored, float for float; and
+``window.cheapest_window`` (the window heuristic's decision from the arena's arrays,
+fast/addresses.py), whose arrays must say what the arena says and whose window must be
+the readable slide's, with the same cost and count of values costed. The whole suite
 runs this way with ``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` (tests/conftest.py);
 each search then takes the loop's time as well, so a test that runs close to the
 wall-clock thrash guard (``max_wall_slowdown``) may trip it.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from minidtr.runtime import window
+from minidtr.runtime.arena import shortest_runs_cheapest
 from minidtr.runtime.fast.search import TableSearch
 from minidtr.runtime.victims import Choice, choose_victim, pool
 
@@ -54,8 +59,30 @@ def checked_decisions() -> Iterator[dict[str, int]]:
         DECISIONS["checked"] += 1
         return fast
 
+    original_window = window.cheapest_window
+
+    def cheapest_window(fit, heuristic, need, costs_of):
+        fast_costs, fast_run = original_window(fit, heuristic, need, costs_of)
+        eviction = fit.allocator.eviction
+        fit.allocator.fast.columns.check(eviction.candidates)
+        slow_costs = costs_of(list(fit.arena.blocks()), heuristic, eviction.context)
+        eviction.scoring = True
+        try:
+            once = slow_costs.run_cost if getattr(heuristic, "once", False) else None
+            sizes, upper = slow_costs.sizes(), slow_costs.upper_costs()
+            slow_run = shortest_runs_cheapest(sizes, upper, need, once)
+        finally:
+            eviction.scoring = False
+        assert fast_run == slow_run, f"the arrays chose {fast_run}, the readable slide {slow_run}"
+        assert fast_costs.costed == slow_costs.costed, (fast_costs.costed, slow_costs.costed)
+        DECISIONS["checked"] += 1
+        DECISIONS["windows"] = DECISIONS.get("windows", 0) + 1
+        return fast_costs, fast_run
+
     TableSearch.choose = choose
+    window.cheapest_window = cheapest_window
     try:
         yield DECISIONS
     finally:
         TableSearch.choose = original
+        window.cheapest_window = original_window

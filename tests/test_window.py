@@ -8,10 +8,12 @@ a request goes, with the arena's invariants after every step; the runtime under 
 deciding the same with and without the accelerator."""
 
 import math
+import weakref
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from decision_check import checked_decisions
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_arena import HEURISTICS, PROGRAMS, PROPERTY, against_model, both_policies, free_gaps
 
@@ -208,3 +210,54 @@ def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blo
     assert shortest_runs_cheapest(sizes, upper, need, run_cost) == expected
     got = cheapest_run(np.array(sizes, np.int64), np.array(upper), need, run_cost, np.array(lower))
     assert got == expected
+
+
+# ---- the decision from the arena's arrays (fast/addresses.py) --------------------------------
+
+
+@PROPERTY
+@given(PROGRAMS, st.floats(0.4, 0.9), st.sampled_from(["best", "first", "split"]))
+def test_the_window_from_the_arenas_arrays_is_the_readable_windows(program, ratio, placement):
+    """Every accelerated window decision of a random program, with its block arrays checked
+    against the arena and the table, and its window against the readable slide's."""
+    budget = int(ratio * unbounded_peak(program))
+    runtime = md.Runtime(
+        budget=budget, heuristic="window", cost="flops", fit="contiguous", placement=placement,
+        max_slowdown=None,
+    )  # fmt: skip
+    with checked_decisions() as counter:
+        before = counter.get("windows", 0)
+        try:
+            with isolated_allocator(), runtime:
+                program()
+        except md.BudgetError:
+            pass
+        event("window decisions" if counter.get("windows", 0) > before else "none")
+
+
+def test_a_bundled_trace_replays_with_every_window_decision_checked():
+    trace = sim.load_log(next(p for p in sim.bundled_traces() if p.name.startswith("lstm")))
+    with checked_decisions() as counter:
+        before = counter.get("windows", 0)
+        result = sim.simulate(trace, ratio=0.4, heuristic="window", fit="contiguous")
+    assert result.status == "ok" and counter["windows"] - before >= 10, counter
+
+
+def test_the_block_arrays_follow_a_relayout_and_a_table_squeeze():
+    """A budget lowered in the middle of a run lays the arena out again (a new arena: new
+    arrays), and many evictions make the table squeeze its holes (rows renumbered)."""
+    rng = np.random.default_rng(0)
+    with checked_decisions() as counter, isolated_allocator():
+        before = counter.get("windows", 0)
+        x = md.tensor(rng.standard_normal(256).astype(np.float32))
+        with md.Runtime(budget=400 * KB, heuristic="window", fit="contiguous") as runtime:
+            values = [md.tanh(x * float(i)) for i in range(600)]
+            runtime.budget = 200 * KB
+            values += [md.exp(x * (i / 300)) for i in range(300)]
+            total = sum(float(v.numpy()[0]) for v in values)
+            stored = [weakref.ref(v.storage) for v in values]
+            del values  # nothing the arrays keep may hold them (the table's old rows did)
+            assert not any(ref() is not None for ref in stored)
+        assert runtime.stats()["evictions"] > 200
+    assert counter["windows"] - before > 10
+    assert math.isfinite(total)

@@ -49,6 +49,10 @@ fast for the thousands of blocks a simulation holds).
 is that slide: given what freeing each used block would cost (infinite for one that
 cannot be freed), the run of adjacent blocks that would hold a request at the lowest
 total cost, in one pass.
+
+``listener`` (None by default) hears of every block added to and removed from the
+address order, with its index there: the accelerator keeps the blocks as arrays
+from it (``fast/addresses.py``), which the window heuristic's decision reads.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class Arena:
         self.by_size: list[tuple[int, int]] = []  # (size, start) of the free blocks, sorted
         self.free_starts: list[int] = []  # the free blocks' starts, sorted
         self.peak_end = 0  # the highest end a block placed from the bottom ever had
+        self.listener = None  # told of each block added and removed (fast/addresses.py)
         if size:
             self._add(Block(0, size))
 
@@ -333,7 +338,10 @@ class Arena:
         return None
 
     def _add(self, block: Block) -> None:
-        bisect.insort(self.starts, block.start)
+        index = bisect.bisect_left(self.starts, block.start)
+        self.starts.insert(index, block.start)
+        if self.listener is not None:
+            self.listener.added(index, block)
         self.at[block.start] = block
         self.ending[block.end] = block
         if block.free:
@@ -342,7 +350,10 @@ class Arena:
             self.free_bytes += block.size
 
     def _remove(self, block: Block) -> None:
-        del self.starts[bisect.bisect_left(self.starts, block.start)]
+        index = bisect.bisect_left(self.starts, block.start)
+        del self.starts[index]
+        if self.listener is not None:
+            self.listener.removed(index)
         del self.at[block.start]
         del self.ending[block.end]
         if block.free:

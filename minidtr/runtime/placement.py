@@ -31,6 +31,7 @@ bookkeeping next to NumPy's own buffers.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 from collections.abc import Iterator, Sequence
@@ -310,6 +311,19 @@ class ContiguousFit:
         self.deferred.append(block)
         if not self.changing:
             self.changing = True
+            self._flush()
+
+    @contextlib.contextmanager
+    def unchanged(self) -> Iterator[None]:
+        """The arena keeps its blocks meanwhile: a block freed (its storage collected by a
+        garbage-collector pass) is freed at the end (a window decision reads them)."""
+        if self.changing:
+            yield
+            return
+        self.changing = True
+        try:
+            yield
+        finally:
             self._flush()
 
     def _flush(self) -> None:

@@ -9,8 +9,10 @@ arena in address order and evicts, all at once, the values of the run of adjacen
 blocks (free ones included) that holds the request at the lowest total cost: a
 value's cost is ``WindowHeuristic.window_cost``, a block that cannot be freed
 (constant, pinned, locked, or reserved for the op running) is a wall no window
-crosses. ``Arena.cheapest_window`` does the slide, in one pass (``fast/windows.py``
-the same slide by array operations, which the accelerated runtime uses).
+crosses. ``Arena.cheapest_window`` does the slide, in one pass. The accelerated
+runtime makes the same decision from arrays: the blocks in address order with their
+values' table rows, kept as the arena changes (``fast/addresses.py``), and the same
+slide by array operations (``fast/windows.py``).
 
 It reads the same ``ScoreContext`` as a score, so the live runtime and the
 simulator, with or without the accelerator, choose the same window.
@@ -20,13 +22,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from .arena import Block, shortest_runs_cheapest
 from .estar import evicted_ancestors, evicted_descendants
-from .fast.windows import cheapest_run
+from .fast.addresses import cheapest_window
 from .heuristics import MIN_STALENESS, ScoreContext
 from .storage import Storage
 from .victims import Choice
@@ -42,31 +43,31 @@ def window_victims(fit: ContiguousFit, heuristic: Any, nbytes: int) -> list[tupl
     eviction = fit.allocator.eviction
     started = time.perf_counter()
     eviction.track(heuristic.cost)
-    window = WindowCosts(list(fit.arena.blocks()), heuristic, eviction.context)
     need = fit.arena.aligned(nbytes)
-    once = window.run_cost if getattr(heuristic, "once", False) else None
-    eviction.scoring = True
-    try:
-        costs = window.upper_costs()
-        if fit.allocator.fast is None:  # the reference policy: the readable slide
-            run = shortest_runs_cheapest(window.sizes(), costs, need, once)
-        else:
-            sizes = np.array(window.sizes(), np.int64)
-            lower = np.array(window.lower_costs(), np.float64) if once else None
-            run = cheapest_run(sizes, np.array(costs, np.float64), need, once, lower)
-    finally:
-        eviction.scoring = False
+    with fit.unchanged():
+        if fit.allocator.fast is not None:  # the same decision from arrays the arena keeps
+            window, run = cheapest_window(fit, heuristic, need, WindowCosts)
+        else:  # the reference policy: the readable slide
+            fit.arena.listener = None  # no arrays to keep
+            window = WindowCosts(list(fit.arena.blocks()), heuristic, eviction.context)
+            once = window.run_cost if getattr(heuristic, "once", False) else None
+            eviction.scoring = True
+            try:
+                run = shortest_runs_cheapest(window.sizes(), window.upper_costs(), need, once)
+            finally:
+                eviction.scoring = False
+        if run is not None:
+            total, first, end = run
+            chosen = [block.owner() for block in window.blocks[first:end] if not block.free]
     stats = fit.allocator.stats
     stats.searches += 1
     stats.scored += window.costed
     stats.search_time += time.perf_counter() - started
     if run is None:
         return []
-    total, first, end = run
-    storages = [block.owner() for block in window.blocks[first:end] if not block.free]
     return [
         (storage, Choice(storage, total, None, None, window.costed if i == 0 else 0))
-        for i, storage in enumerate(storages)
+        for i, storage in enumerate(chosen)
     ]
 
 
@@ -75,36 +76,46 @@ class WindowCosts:
     block's value (None: a wall, ``math.inf``) costs ``heuristic.window_cost``, (c +
     c(e*)) / s, when the costs of a window add up (``upper_costs``). With the
     neighbourhood counted once (``run_cost``, the window heuristic's own rule), a window
-    costs the sum of its values' c / s (``lower_costs``) and, once for each evicted
+    costs the sum of its values' c / s (its lower bound) and, once for each evicted
     storage in the e* of any of them, its cost over the staleness of the most recently
     used value whose e* holds it: what h_DTR charges for it when that value is alone.
     That is never more than the sum of ``upper_costs`` (a shared storage counted once
-    instead of once per value) and never less than the sum of ``lower_costs``."""
+    instead of once per value) and never less than the sum of the values' c / s (the
+    accelerated slide reads both bounds: ``fast/windows.py``). ``blocks`` is any sequence
+    of the arena's blocks in address order; a block's value is looked up when asked."""
 
-    def __init__(self, blocks: list[Block], heuristic: Any, context: ScoreContext):
+    def __init__(self, blocks: Sequence[Block], heuristic: Any, context: ScoreContext):
         self.blocks, self.heuristic, self.context = blocks, heuristic, context
-        self.values: list[Storage | None] = [value_of(block) for block in blocks]
-        self.costed = sum(value is not None for value in self.values)
+        self.values: dict[int, Storage | None] = {}  # block index -> its value, once asked
+        self.costed = 0  # how many values may be evicted (``upper_costs``)
         self.owns: dict[int, tuple[float, float]] = {}
         self.hoods: dict[int, list[Storage]] = {}
 
     def sizes(self) -> list[int]:
         return [block.size for block in self.blocks]
 
-    def upper_costs(self) -> list[float]:
-        cost = self.heuristic.window_cost
-        return [
-            0.0 if b.free else math.inf if v is None else cost(v, self.context)
-            for b, v in zip(self.blocks, self.values, strict=True)
-        ]
+    def value(self, i: int) -> Storage | None:
+        """The value in block ``i`` that may be evicted (None: free, or a wall)."""
+        if i not in self.values:
+            self.values[i] = value_of(self.blocks[i])
+        return self.values[i]
 
-    def lower_costs(self) -> list[float]:
-        return [0.0 if v is None else self.own(i)[0] for i, v in enumerate(self.values)]
+    def upper_costs(self) -> list[float]:
+        """Every block's cost, in address order (and ``costed``: the values among them)."""
+        cost, costs = self.heuristic.window_cost, []
+        for i, block in enumerate(self.blocks):
+            value = None if block.free else self.value(i)
+            if value is None:
+                costs.append(0.0 if block.free else math.inf)
+            else:
+                costs.append(cost(value, self.context))
+                self.costed += 1
+        return costs
 
     def own(self, i: int) -> tuple[float, float]:
         """Block ``i``'s value's c / s and its staleness s."""
         if i not in self.owns:
-            storage = self.values[i]
+            storage = self.value(i)
             assert storage is not None
             stale = max(self.context.clock - storage.last_access, MIN_STALENESS)
             self.owns[i] = (storage.cost / stale, stale)
@@ -114,7 +125,7 @@ class WindowCosts:
         """Block ``i``'s value's e*, walked once; not walked when c(e*) is 0 (the term the
         heuristic keeps up to date), since storages that cost nothing add nothing."""
         if i not in self.hoods:
-            storage = self.values[i]
+            storage = self.value(i)
             assert storage is not None
             if self.context.estar(storage) == 0.0:
                 self.hoods[i] = []
@@ -127,7 +138,7 @@ class WindowCosts:
         own: list[float] = []
         rate: dict[int, float] = {}  # e* storage id -> its cost over the least staleness
         for i in range(first, end):
-            if self.values[i] is None:
+            if self.blocks[i].free:
                 continue  # a free block (a run holds no wall)
             cost, stale = self.own(i)
             own.append(cost)

@@ -15,6 +15,9 @@ the reference loop.
     hotpath.py   inlined ``compute`` and ``release`` for the common op and death
     usefulness.py  whether a dead storage is still useful, asked again only when
                  what the answer read changed (``lifetime.useful_dead``)
+    addresses.py the arena's blocks as arrays in address order, with their values'
+                 table rows, for the window heuristic (``window.WindowCosts``)
+    windows.py   the window's slide as array operations (``Arena.cheapest_window``)
 
 ``install`` puts these in place of the reference pieces of an allocator and
 ``uninstall`` takes them away (``Allocator._select_policy_code``, by the innermost

@@ -37,7 +37,7 @@ NEW_STORAGE = Storage.new
 class FastPath:
     """The hot paths of one allocator (see the module docstring)."""
 
-    __slots__ = ("allocator", "ledger", "lifetimes", "table", "usefulness")
+    __slots__ = ("allocator", "ledger", "lifetimes", "table", "usefulness", "columns")
 
     def __init__(self, allocator: Allocator):
         self.allocator = allocator
@@ -45,6 +45,7 @@ class FastPath:
         self.lifetimes = allocator.lifetimes
         self.table = allocator.eviction.candidates
         self.usefulness = self.table.usefulness  # the table keeps it for good (``clear``)
+        self.columns = None  # the arena's blocks as arrays, for a window heuristic (addresses.py)
 
     def compute(self, op: Any, inputs: tuple, metas: Sequence, device: Any, constant: bool) -> Any:
         """``Allocator.compute_general`` for the cases of the module docstring, else None."""

@@ -13,24 +13,23 @@ decision is about to read the columns and they pass an eighth of the candidates 
 ``COMPACT_SLACK``), so a decision scans at most about 9/8 of a row per candidate. Between
 decisions holes are squeezed out only once they outnumber the candidates (and
 ``LAZY_SLACK``): a backward pass frees two values per node and a chain one per op, and
-squeezing at an eighth cost those a Python loop over some 16 rows per removal. A *blocked*
+squeezing at an eighth cost those a Python loop over some 16 rows per removal. Each
+squeeze (and emptying) gives the rows a new ``numbering``, unique among tables. A *blocked*
 row (a hole, or a candidate seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the
 cost term ``none``), so every score computed from them is +inf without a mask.
 
-Without a budget nothing is searched, so no table is kept (``listing`` is False; its upkeep
-costs 7-9% of an op's instructions): a storage that becomes a candidate only notes where a
-kept table would put it (``listed_at``), and ``start_listing`` builds the table from the
-live storages in that order when a budget comes.
+Without a budget nothing is searched, so no table is kept (``listing`` is False; it would
+cost 7-9% of an op's instructions): a new candidate notes where a kept table would put it
+(``listed_at``), and ``start_listing`` lists the live storages in that order.
 
 Keeping the columns true costs the allocator almost nothing per op. It does not copy values;
 it marks rows *dirty* (``touch``: a byte write) and ``sync`` re-reads the marked rows from
 their storages when a decision is about to be made:
 
-- ``last_access``, or ``locks`` going up: the row is touched before the next decision can
-  run (``Rematerializer.lock`` and ``frame`` do);
-- ``locks`` going down needs nothing: rows seen locked are re-read at every sync until
-  they are seen unlocked;
-- ``cost`` may change only while the storage is locked (a view op adds its cost to its
+- ``last_access``, or ``locks`` going up: the row is touched before the next decision
+  (``Rematerializer.lock`` and ``frame`` do); ``locks`` going down needs nothing (rows
+  seen locked are re-read at every sync until seen unlocked);
+- ``cost`` changes only while the storage is locked (a view op adds its cost to its
   locked base); a new row is read afresh.
 
 ``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows past its
@@ -43,13 +42,12 @@ recomputes the term of each flagged row into ``term`` and clears the flag, so th
 rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
 classes in ``edges`` (``borders.py``).
 
-``ratio`` holds each row's score before the staleness term, for the cost term and size term
-a decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
-``unit`` for ``none``; no division without the size term), by the same floating-point
-operations as ``Heuristic.score``. ``rewritten`` lists the rows whose ``cost``, ``unit``,
-``size`` or ``term`` were written since (``sync`` and the term updates add to it, and a
-decision takes them all, so it is empty between decisions), and ``ratios`` recomputes those
-only, or every row for another formula; a compaction moves ``ratio`` with the other columns.
+``ratio`` holds each row's score before the staleness term, for the cost and size terms a
+decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
+``unit`` for ``none``; no division without the size term), by ``Heuristic.score``'s
+floating-point operations. ``rewritten`` lists the rows whose ``cost``, ``unit``, ``size``
+or ``term`` were written since (by ``sync`` and term updates; a decision takes them all),
+and ``ratios`` recomputes those only, or every row for another formula.
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from itertools import count
 from math import inf
 from typing import TYPE_CHECKING
 
@@ -73,6 +72,7 @@ COMPACT_SHIFT = 3  # ... an eighth: count >> COMPACT_SHIFT
 LAZY_SLACK = 1024  # holes tolerated beyond the candidates' count between decisions
 FLAGS_ONE_BY_ONE = 64  # up to this many flagged rows, ``flagged_rows`` finds them one at a time
 SYNC_ONE_BY_ONE = 32  # up to this many dirty rows, ``sync`` re-reads them one at a time
+NUMBERINGS = count(1)
 
 
 class CandidateTable:
@@ -81,6 +81,7 @@ class CandidateTable:
     # would take the slow path
     __slots__ = (
         "owner",
+        "numbering",
         "listing",
         "storages",
         "count",
@@ -130,6 +131,7 @@ class CandidateTable:
 
     def __init__(self, owner: Allocator | None = None):
         self.owner = owner  # the allocator whose candidates these are
+        self.numbering = next(NUMBERINGS)  # new whenever rows are renumbered
         self.listing = False  # whether the table is kept (a search may happen)
         self.storages: list[Storage | None] = [None]  # by row; row 0 is scratch
         self.count = 0
@@ -283,12 +285,9 @@ class CandidateTable:
         found = [
             obj
             for obj in (gc.get_objects() if survivors is None else survivors)
-            if type(obj) is Storage
-            and obj.allocator is owner
-            and obj.buffer is not None
-            and obj.op is not None
-            and not obj.pinned
-        ]
+            if type(obj) is Storage and obj.allocator is owner
+            and obj.buffer is not None and obj.evictable
+        ]  # fmt: skip
         listed_at = self.listed_at
         found.sort(key=lambda s: listed_at.get(s) or (s.id, 0))
         return found
@@ -496,7 +495,7 @@ class CandidateTable:
         for row, storage in enumerate(kept, 1):
             storage.row = row
         kept.insert(0, None)  # row 0: "not a candidate"
-        self.storages = kept
+        self.storages, self.numbering = kept, next(NUMBERINGS)
         self.bordering = None  # rows renumbered
         index = np.array(keep, np.intp)
         n = len(keep)

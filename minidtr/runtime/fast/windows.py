@@ -1,15 +1,23 @@
 """Accelerates ``Arena.cheapest_window``'s slide: the same window, by array operations.
 
 The readable slide (``arena.py``) walks the blocks with two ends, one Python step per
-block. Here, over the blocks in address order with their sizes and costs:
+block. Here, over the blocks in address order with their costs:
 
-- ``S``, the prefix sums of the sizes (``S[i]`` = the bytes below block ``i``), so that
-  the run ``[i, j)`` holds ``S[j] - S[i]`` bytes;
-- each start's shortest run that holds the request: ``searchsorted(S, S[i] + need)``
-  (costs are never negative, so for a start its shortest run is its cheapest);
+- ``bounds``, each block's start address and, last, the arena's end (the prefix sums
+  of the sizes), so that the run ``[i, j)`` holds ``bounds[j] - bounds[i]`` bytes;
+- each start's shortest run that holds the request, ``[i, j)`` with ``j`` the first
+  index where ``bounds[j] >= bounds[i] + need`` (costs are never negative, so for a
+  start its shortest run is its cheapest). ``np.interp`` finds them: its search starts
+  from where the last one ended, so on these increasing queries it takes a third of
+  ``searchsorted``'s time, and one comparison corrects its rounding;
 - *walls* (blocks that cannot be freed, cost ``inf``) as segment breaks: a start's run
-  is kept only if it ends at or before the first wall from that start on;
+  is kept only if it ends at or before the first wall from that start on (``np.repeat``
+  of the walls' indices over the segments before them);
 - each kept run's cost from the prefix sums of the costs, ``P[j] - P[i]``.
+
+At 10^4 blocks the interpolation and the one cumulative sum take some 30 us each on
+the machine of docs/memory.md, NumPy's floor for this slide: the rest is a few
+element-wise passes.
 
 Prefix differences round differently from the readable slide's sums, so the cheapest
 run is not taken from them directly: every run whose approximate cost is within the
@@ -46,55 +54,125 @@ def cheapest_run(
     holds it. ``sizes`` and ``costs`` are in address order, costs >= 0. With ``run_cost``
     (and ``lower``), a run costs ``run_cost(first, end)``, between the sums of ``lower``
     and of ``costs`` over it (the module docstring)."""
-    runs = shortest_runs(sizes, costs, need)
+    bounds = np.zeros(len(sizes) + 1, np.float64)
+    np.cumsum(sizes, out=bounds[1:])
+    return cheapest_run_at(bounds, costs, need, run_cost, lower)
+
+
+def cheapest_run_at(
+    bounds: np.ndarray,
+    costs: np.ndarray,
+    need: int,
+    run_cost: Callable[[int, int], float] | None = None,
+    lower: np.ndarray | None = None,
+    reached: np.ndarray | None = None,
+) -> tuple[float, int, int] | None:
+    """``cheapest_run`` given the blocks' ``bounds`` (float64: each block's start, then the
+    end of the last), as the arena's columns keep them (``fast/addresses.py``). More than
+    ``NEAR_RUNS`` runs within rounding of the lowest: the costs are capped and the runs
+    found again (``reached``, their ends, then given; the module docstring)."""
+    capped = reached is not None
+    reached = run_ends(bounds, need) if reached is None else reached
+    runs = shortest_runs(bounds, costs, need, reached)
     if runs is None:
         return None
     starts, ends, cost_sums = runs
     upper = cost_sums[ends] - cost_sums[starts]
-    n = len(sizes)
-    if run_cost is None or lower is None:
+    n = len(costs)
+    once = run_cost is not None and lower is not None
+    if once:
+        lower_sums = np.zeros(n + 1, np.float64)
+        np.cumsum(lower, out=lower_sums[1:])
+        extra = own_neighbourhoods(costs, lower)
+        floor = lower_sums[ends] - lower_sums[starts]
+        floor += np.maximum(extra[starts], extra[ends - 1])  # its first or last value's
+        slack = 4 * (n + 1) * np.spacing(max(cost_sums[-1], lower_sums[-1]))
+        near = np.flatnonzero(floor <= upper.min() + slack)  # the others cost more than one run
+    else:
         slack = 2 * (n + 1) * np.spacing(cost_sums[-1])
         near = np.flatnonzero(upper <= upper.min() + slack)
+    if len(near) > NEAR_RUNS and not capped:
+        k = int(np.argmin(upper))
+        first, end = int(starts[k]), int(ends[k])
+        best = run_cost(first, end) if once else math.fsum(costs[first:end].tolist())
+        bound = lower + extra if once else costs
+        out = bound > best  # no run holding one of these costs as little as ``best``
+        costs = np.where(out, np.inf, costs)
+        lower = np.where(out, 0.0, lower) if once else None
+        return cheapest_run_at(bounds, costs, need, run_cost, lower, reached)
+    if not once:
         exact = [math.fsum(costs[starts[k] : ends[k]].tolist()) for k in near.tolist()]
         return lowest_run(exact, starts[near], ends[near])
-    lower_sums = np.zeros(n + 1, np.float64)
-    np.cumsum(lower, out=lower_sums[1:])
-    floor = lower_sums[ends] - lower_sums[starts]
-    slack = 4 * (n + 1) * np.spacing(max(cost_sums[-1], lower_sums[-1]))
-    order = np.argsort(floor, kind="stable")
-    order = order[floor[order] <= upper.min() + slack]  # the others cost more than one run
-    best: tuple[float, int, int] | None = None
+    order = near[np.argsort(floor[near], kind="stable")]
+    found: tuple[float, int, int] | None = None
     for k in order.tolist():
-        if best is not None and floor[k] > best[0] + slack:
+        if found is not None and floor[k] > found[0] + slack:
             break  # this run and the rest cost more than the best found
         first, end = int(starts[k]), int(ends[k])
         total = run_cost(first, end)
-        if best is None or (total, first) < (best[0], best[1]):
-            best = (total, first, end)
-    return best
+        if found is None or (total, first) < (found[0], found[1]):
+            found = (total, first, end)
+    return found
+
+
+def own_neighbourhoods(costs: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """Each block's ``costs - lower`` (0 for a wall), less a millionth: what one value's
+    neighbourhood adds to the sum of ``lower``, rounding errors included. A run counting
+    a shared storage once still counts every storage of each of its values' once, so it
+    costs at least the sum of ``lower`` plus the largest of these over its values."""
+    extra = np.subtract(costs, lower, where=np.isfinite(costs), out=np.zeros(len(costs)))
+    extra *= 1 - 1e-6
+    return extra
 
 
 def shortest_runs(
-    sizes: np.ndarray, costs: np.ndarray, need: int
+    bounds: np.ndarray, costs: np.ndarray, need: int, reached: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Each start's shortest run holding ``need`` with no wall in it (``starts``, ``ends``,
-    ascending starts) and the prefix sums of the costs, walls counted 0; None when none."""
-    n = len(sizes)
+    ascending starts) and the prefix sums of the costs, walls counted 0; None when none.
+    ``reached``: ``run_ends(bounds, need)``, when known."""
+    n = len(costs)
     if n == 0:
         return None
     walls = np.isinf(costs)
-    size_sums = np.zeros(n + 1, np.int64)
-    np.cumsum(sizes, out=size_sums[1:])
-    cost_sums = np.zeros(n + 1, np.float64)
-    np.cumsum(np.where(walls, 0.0, costs), out=cost_sums[1:])
-    # the first wall at or after each block (n: none); a run [i, j) must have j <= it
-    next_wall = np.minimum.accumulate(np.where(walls, np.arange(n), n)[::-1])[::-1]
-    starts = np.flatnonzero(~walls)
-    ends = np.searchsorted(size_sums, size_sums[starts] + need, side="left")
-    kept = ends <= next_wall[starts]
-    if not kept.any():
+    ends = run_ends(bounds, need) if reached is None else reached
+    usable = ends <= n
+    wall_at = np.flatnonzero(walls)
+    if len(wall_at):
+        # the first wall at or after each block (n: none): a run [i, j) must have j <= it
+        counts = np.diff(wall_at, prepend=-1, append=n - 1)
+        usable &= ends <= np.repeat(np.append(wall_at, n), counts)
+        usable &= ~walls
+    starts = np.flatnonzero(usable)
+    if not len(starts):
         return None
-    return starts[kept], ends[kept], cost_sums
+    cost_sums = np.zeros(n + 1, np.float64)
+    np.cumsum(np.where(walls, 0.0, costs) if len(wall_at) else costs, out=cost_sums[1:])
+    return starts, ends[starts], cost_sums
+
+
+def run_ends(bounds: np.ndarray, need: int) -> np.ndarray:
+    """For each block ``i``, the end ``j`` of the shortest run ``[i, j)`` that holds
+    ``need`` bytes, walls or not (``len(bounds)`` or more: none)."""
+    n = len(bounds) - 1
+    reach = bounds[:n] + need  # a run from block i must reach this address
+    found = np.interp(reach, bounds, positions(n + 1), right=n + 1)
+    ends = np.ceil(found, out=found).astype(np.intp)
+    # interp's fraction may round to 0 when a block is very large: one step forward then
+    ends += bounds.take(ends, mode="clip") < reach
+    return ends
+
+
+NEAR_RUNS = 32  # runs to cost exactly beyond which the costs are capped first
+_POSITIONS = np.arange(1024, dtype=np.float64)
+
+
+def positions(n: int) -> np.ndarray:
+    """0.0, 1.0, ..., n - 1 (a view of one shared array, grown as needed)."""
+    global _POSITIONS
+    if len(_POSITIONS) < n:
+        _POSITIONS = np.arange(max(n, 2 * len(_POSITIONS)), dtype=np.float64)
+    return _POSITIONS[:n]
 
 
 def lowest_run(
