@@ -48,7 +48,7 @@ def window_victims(fit: ContiguousFit, heuristic: Any, nbytes: int) -> list[tupl
         if fit.allocator.fast is not None:  # the same decision from arrays the arena keeps
             window, run = cheapest_window(fit, heuristic, need, WindowCosts)
         else:  # the reference policy: the readable slide
-            fit.arena.listener = None  # no arrays to keep
+            fit.arena.listener = None  # the arrays an accelerated run kept: not read here
             window = WindowCosts(list(fit.arena.blocks()), heuristic, eviction.context)
             once = window.run_cost if getattr(heuristic, "once", False) else None
             eviction.scoring = True
@@ -56,7 +56,7 @@ def window_victims(fit: ContiguousFit, heuristic: Any, nbytes: int) -> list[tupl
                 run = shortest_runs_cheapest(window.sizes(), window.upper_costs(), need, once)
             finally:
                 eviction.scoring = False
-        if run is not None:
+        if run is not None:  # read while the blocks are still those the run indexes
             total, first, end = run
             chosen = [block.owner() for block in window.blocks[first:end] if not block.free]
     stats = fit.allocator.stats
@@ -103,6 +103,7 @@ class WindowCosts:
     def upper_costs(self) -> list[float]:
         """Every block's cost, in address order (and ``costed``: the values among them)."""
         cost, costs = self.heuristic.window_cost, []
+        self.costed = 0
         for i, block in enumerate(self.blocks):
             value = None if block.free else self.value(i)
             if value is None:
