@@ -99,6 +99,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
+    if args.blocks < 1 or args.rounds < 1:
+        parser.error(f"--blocks and --rounds must be at least 1, got {args.blocks}, {args.rounds}")
     rows: dict[str, float] = {}
     for once in (True, False):
         name = "window" if once else "window, e* per value"
