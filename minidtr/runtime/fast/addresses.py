@@ -6,7 +6,7 @@ evicted and what evicting it would cost: a Python call per block (about 0.6 ms a
 blocks). Here the arena's ``listener`` keeps two arrays in address order as blocks are
 added and removed (from the first decision of a window heuristic run accelerated on;
 ``array.array``s, whose ``insert`` and ``del`` move the tail in C at a tenth of a NumPy
-call's cost, read by NumPy without a copy during a decision):
+call's cost, copied into NumPy arrays at a decision):
 
 - ``bounds``: each block's start address, and after the last one the arena's end;
 - ``rows``: -1 for a free block, else the table row (``fast/table.py``) of the value
@@ -99,14 +99,15 @@ class BlockColumns:
                 rows[bisect.bisect_left(starts, block.start)] = row
 
     def block_rows(self) -> np.ndarray:
-        """``rows`` of every block, in address order: a view, to drop before the arena
-        changes again (an ``array`` cannot grow while NumPy reads it)."""
-        return np.frombuffer(self.rows, np.int64)
+        """``rows`` of every block, in address order: a copy (a few microseconds), as no
+        view may outlive the call: an ``array`` read by NumPy cannot grow or shrink, and
+        an error's traceback could keep a view until the arena changes again."""
+        return np.frombuffer(self.rows, np.int64).copy()
 
     def block_bounds(self) -> np.ndarray:
-        """``bounds`` of every block, then the arena's end (a view, as ``block_rows``)."""
+        """``bounds`` of every block, then the arena's end (a copy, as ``block_rows``)."""
         self.bounds[-1] = self.arena.size
-        return np.frombuffer(self.bounds, np.float64)
+        return np.frombuffer(self.bounds, np.float64).copy()
 
     def check(self, table: CandidateTable) -> None:
         """Raise AssertionError unless the arrays say what the arena and the table say
@@ -182,13 +183,10 @@ def cheapest_window(
     if getattr(heuristic, "once", False):
         per_row[:used] = np.where(is_open[:used], table.cost[:used] / stale, 0.0)
         lower = per_row.take(rows)
-    del rows  # the arrays' views: the arena may change again once the decision is made
-    bounds = columns.block_bounds()
     eviction.scoring = True
     try:
         once = window.run_cost if lower is not None else None
-        run = cheapest_run_at(bounds, costs, need, once, lower)
+        run = cheapest_run_at(columns.block_bounds(), costs, need, once, lower)
     finally:
         eviction.scoring = False
-        del bounds
     return window, run
