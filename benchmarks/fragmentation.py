@@ -16,7 +16,7 @@ Each cell is the slowdown (the simulator's cost model, so the figures do not dep
 the machine), or ``OOM`` (a budget or placement error) or ``thrash`` (past 2x). The last
 column is the lowest ratio that replays within 2x (``minidtr.sim.frontier``: down in
 steps of 0.1, then bisection to 0.01), whose probes also fill the cells they share.
-Under the table, the issue's goal trace by trace: does the window reach a lower ratio
+Under the table, the window's goal trace by trace: does the window reach a lower ratio
 than h_DTR under the contiguous fit, and how much slower is it where both run (the
 highest ratio of their slowdowns over the ratios both passed).
 """

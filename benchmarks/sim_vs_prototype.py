@@ -8,7 +8,7 @@ replays: minidtr's default, ``--no-orphan-rebuild`` and ``--as-prototype`` (the 
 simulator's rules, docs/simulator.md; its ratios are of the simulator's own peak, a fraction
 of a percent lower on a few traces). A cell is marked ``*`` where the default is more than
 1% slower than the better of the other two that ran, or fails where one of them runs: the
-cells issue 30's "never worse per cell" target is about. Nothing here changes the default;
+cells the "never worse per cell" target is about. Nothing here changes the default;
 it measures it. Slowdown = (compute + recompute) / compute; "thrash" = passed 2x, "OOM" = the
 budget could not be met. With ``--bound``, each line ends with the LP lower bound of
 ``minidtr sim bound`` at that ratio (no schedule of the trace's op order, under any of these

@@ -30,7 +30,8 @@ and, once: *the slide alone* (``fast.windows.cheapest_run_at`` on the arrays, ra
 costs) and *NumPy's floor*, one ``np.interp`` and one ``np.cumsum`` over as many
 blocks, the two passes the slide cannot do without. Both policies choose the same
 window (checked here, and in tests/test_window.py on every decision of random
-programs). The issue's bound for a decision is 50 us at 10^4 candidates.
+programs). The goal for a decision is 50 us at 10^4 blocks, what h_DTR's take at 10^4
+candidates (docs/performance.md).
 """
 
 from __future__ import annotations
