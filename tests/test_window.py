@@ -9,6 +9,7 @@ deciding the same with and without the accelerator."""
 
 import math
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from test_arena import HEURISTICS, PROGRAMS, PROPERTY, against_model, both_polic
 import minidtr as md
 from minidtr import sim
 from minidtr.runtime.arena import ALIGNMENT, SMALL_SHARE, Arena, shortest_runs_cheapest
+from minidtr.runtime.fast import windows
+from minidtr.runtime.fast.addresses import BlockColumns
 from minidtr.runtime.fast.windows import cheapest_run
 from minidtr.testing import isolated_allocator
 from minidtr.testing.strategies import unbounded_peak
@@ -210,6 +213,107 @@ def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blo
     assert shortest_runs_cheapest(sizes, upper, need, run_cost) == expected
     got = cheapest_run(np.array(sizes, np.int64), np.array(upper), need, run_cost, np.array(lower))
     assert got == expected
+
+
+def test_a_huge_cost_makes_the_slide_cap_the_costs_and_still_choose_the_readable_window(
+    monkeypatch,
+):
+    """A value used a moment ago costs about 10^11: the prefix sums after it cannot tell
+    runs of costs near 10^-3 apart, so more than ``NEAR_RUNS`` runs look as cheap as the
+    cheapest. The slide then costs the apparent cheapest exactly, makes every block
+    costing more a wall and slides again: the readable slide's window all the same."""
+    passes = []
+    original = windows.shortest_runs
+
+    def counted(*args):
+        passes.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(windows, "shortest_runs", counted)
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        n = 300
+        sizes = (rng.integers(1, 4, n) * ALIGNMENT).tolist()
+        costs = (rng.integers(1, 4, n) * 1e-3).tolist()
+        costs[rng.integers(0, n // 3)] = 1e11  # early: most runs come after it
+        for wall in rng.integers(0, n, 5).tolist():
+            costs[wall] = math.inf
+        need = int(rng.integers(2, 10)) * ALIGNMENT
+        expected = shortest_runs_cheapest(sizes, costs, need)
+        passes.clear()
+        assert cheapest_run(np.array(sizes, np.int64), np.array(costs), need) == expected, trial
+        assert len(passes) == 2, trial  # capped, then slid again
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 4),  # size in alignments
+            st.sampled_from([None, 1e-3, 2e-3, 0.5, 1e11, math.inf]),  # c (None: free)
+            st.sampled_from([1.0, 2.0, 1e-9]),  # staleness (1e-9: used a moment ago)
+            st.sets(st.integers(0, 40), max_size=3),  # the evicted neighbours' ids
+        ),
+        min_size=40,
+        max_size=160,
+    ),
+    st.integers(1, 12),
+)
+def test_on_large_arenas_the_slides_agree_when_a_neighbourhood_counts_once(blocks, units):
+    """As the test above on arenas large enough for the accelerated slide's bounds and its
+    capping to matter; against the readable slide (checked against every run above)."""
+    sizes = [n * ALIGNMENT for n, *_ in blocks]
+    upper, lower = [], []
+    for _, c, s, hood in blocks:
+        if c is None or c == math.inf:
+            upper.append(0.0 if c is None else math.inf)
+            lower.append(0.0)
+        else:
+            upper.append((c + sum(0.1 * k for k in hood)) / s)
+            lower.append(c / s)
+
+    def run_cost(first: int, end: int) -> float:
+        own, rate = [], {}
+        for _, c, s, hood in blocks[first:end]:
+            if c is not None:
+                own.append(c / s)
+                for k in hood:
+                    rate[k] = max(rate.get(k, -1.0), 0.1 * k / s)
+        return math.fsum([*own, *rate.values()])
+
+    need = units * ALIGNMENT
+    expected = shortest_runs_cheapest(sizes, upper, need, run_cost)
+    got = cheapest_run(np.array(sizes, np.int64), np.array(upper), need, run_cost, np.array(lower))
+    assert got == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["place", "free", "resize"]), st.integers(1, 6), st.integers()),
+        max_size=60,
+    ),
+    st.sampled_from(["best", "first", "split"]),
+)
+def test_the_block_arrays_follow_the_arena(steps, policy):
+    """``BlockColumns``, the arena's listener, holds every block's start (and the arena's
+    end) in address order, -1 for a free block and 0 for a used one without a table row,
+    after any sequence of placements, frees and resizes."""
+    arena = Arena(64 * ALIGNMENT, policy)
+    columns = BlockColumns(SimpleNamespace(arena=arena, placed={}))
+    used = []
+    for action, units, pick in steps:
+        if action == "place":
+            block = arena.place(units * ALIGNMENT)
+            if block is not None:
+                used.append(block)
+        elif action == "free" and used:
+            arena.free(used.pop(pick % len(used)))
+        elif action == "resize":
+            arena.resize(max(arena.used_end(), (32 + units * 8) * ALIGNMENT))
+        blocks = list(arena.blocks())
+        assert columns.block_bounds().tolist() == [*(b.start for b in blocks), arena.size]
+        assert columns.block_rows().tolist() == [-1 if b.free else 0 for b in blocks]
 
 
 # ---- the decision from the arena's arrays (fast/addresses.py) --------------------------------
