@@ -64,7 +64,9 @@ def checked_decisions() -> Iterator[dict[str, int]]:
     def cheapest_window(fit, heuristic, need, costs_of):
         fast_costs, fast_run = original_window(fit, heuristic, need, costs_of)
         eviction = fit.allocator.eviction
-        fit.allocator.fast.columns.check(eviction.candidates)
+        columns = fit.allocator.fast.columns
+        if columns is not None and columns.arena is fit.arena:  # else the few blocks walked
+            columns.check(eviction.candidates)
         slow_costs = costs_of(list(fit.arena.blocks()), heuristic, eviction.context)
         eviction.scoring = True
         try:

@@ -21,7 +21,7 @@ from test_arena import HEURISTICS, PROGRAMS, PROPERTY, against_model, both_polic
 import minidtr as md
 from minidtr import sim
 from minidtr.runtime.arena import ALIGNMENT, SMALL_SHARE, Arena, shortest_runs_cheapest
-from minidtr.runtime.fast import windows
+from minidtr.runtime.fast import addresses, windows
 from minidtr.runtime.fast.addresses import BlockColumns
 from minidtr.runtime.fast.windows import cheapest_run
 from minidtr.testing import isolated_allocator
@@ -320,16 +320,26 @@ def test_the_block_arrays_follow_the_arena(steps, policy):
 
 
 @PROPERTY
-@given(PROGRAMS, st.floats(0.4, 0.9), st.sampled_from(["best", "first", "split"]))
-def test_the_window_from_the_arenas_arrays_is_the_readable_windows(program, ratio, placement):
+@given(
+    PROGRAMS,
+    st.floats(0.4, 0.9),
+    st.sampled_from(["best", "first", "split"]),
+    st.sampled_from([0, addresses.ARRAY_BLOCKS]),
+)
+def test_the_window_from_the_arenas_arrays_is_the_readable_windows(
+    program, ratio, placement, array_blocks
+):
     """Every accelerated window decision of a random program, with its block arrays checked
-    against the arena and the table, and its window against the readable slide's."""
+    against the arena and the table, and its window against the readable slide's; with
+    the arrays kept from the first decision on (``ARRAY_BLOCKS`` 0), and as by default
+    (these programs' arenas are mostly walked in Python)."""
     budget = int(ratio * unbounded_peak(program))
     runtime = md.Runtime(
         budget=budget, heuristic="window", cost="flops", fit="contiguous", placement=placement,
         max_slowdown=None,
     )  # fmt: skip
-    with checked_decisions() as counter:
+    with checked_decisions() as counter, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(addresses, "ARRAY_BLOCKS", array_blocks)
         before = counter.get("windows", 0)
         try:
             with isolated_allocator(), runtime:
@@ -339,7 +349,11 @@ def test_the_window_from_the_arenas_arrays_is_the_readable_windows(program, rati
         event("window decisions" if counter.get("windows", 0) > before else "none")
 
 
-def test_a_bundled_trace_replays_with_every_window_decision_checked():
+@pytest.mark.parametrize("array_blocks", [0, addresses.ARRAY_BLOCKS])
+def test_a_bundled_trace_replays_with_every_window_decision_checked(monkeypatch, array_blocks):
+    """The LSTM's arena (about 55 blocks) is walked in Python by default; with
+    ``ARRAY_BLOCKS`` 0 its arrays are kept."""
+    monkeypatch.setattr(addresses, "ARRAY_BLOCKS", array_blocks)
     trace = sim.load_log(next(p for p in sim.bundled_traces() if p.name.startswith("lstm")))
     with checked_decisions() as counter:
         before = counter.get("windows", 0)

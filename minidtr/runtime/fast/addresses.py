@@ -13,6 +13,10 @@ call's cost, copied into NumPy arrays at a decision):
   in it, or 0 while it has none (a constant, a pinned value, a block reserved for the
   op that is running: a wall).
 
+The arrays are kept once a decision finds ``ARRAY_BLOCKS`` blocks or more (then for the
+arena's life): a smaller arena is walked in Python at each decision, as the readable
+decision does (``gathered_window``), and slid by arrays.
+
 A decision then reads each block's cost from the table's columns in one gather: the
 per-row costs are a few array operations (the same floating-point operations as
 ``WindowHeuristic.window_cost``), blocked rows (locked, or holes) cost ``inf``, and a
@@ -48,6 +52,11 @@ if TYPE_CHECKING:
     from .table import CandidateTable
 
 FREE = -1  # ``rows`` of a free block
+# blocks from which the arrays are kept: below, NumPy's fixed costs and the arrays' upkeep
+# (about a microsecond an op) outweigh asking each block in Python (2-3 us a block); the
+# bundled traces' replays under the window were fastest with the LSTM's arena (55 blocks)
+# below and the others' (116 to 580) above
+ARRAY_BLOCKS = 64
 
 
 class BlockColumns:
@@ -163,6 +172,8 @@ def cheapest_window(
     fast = allocator.fast
     columns = fast.columns
     if columns is None or columns.fit is not fit or columns.arena is not fit.arena:
+        if len(fit.arena.starts) < ARRAY_BLOCKS:
+            return gathered_window(fit, heuristic, need, costs_of)
         columns = fast.columns = BlockColumns(fit)
     table.sync()
     used = table.rows
@@ -187,6 +198,29 @@ def cheapest_window(
     try:
         once = window.run_cost if lower is not None else None
         run = cheapest_run_at(columns.block_bounds(), costs, need, once, lower)
+    finally:
+        eviction.scoring = False
+    return window, run
+
+
+def gathered_window(
+    fit: ContiguousFit, heuristic: Any, need: int, costs_of: Callable[..., WindowCosts]
+) -> tuple[WindowCosts, tuple[float, int, int] | None]:
+    """``cheapest_window`` on an arena of few blocks: each block's cost asked in Python, as
+    the readable decision does, then the slide by arrays."""
+    eviction = fit.allocator.eviction
+    blocks = list(fit.arena.blocks())
+    window = costs_of(blocks, heuristic, eviction.context)
+    bounds = np.array([*(block.start for block in blocks), fit.arena.size], np.float64)
+    eviction.scoring = True
+    try:
+        upper = np.array(window.upper_costs(), np.float64)
+        lower, once = None, None
+        if getattr(heuristic, "once", False):
+            values = [window.value(i) for i in range(len(blocks))]
+            lower = np.array([0.0 if v is None else window.own(i)[0] for i, v in enumerate(values)])
+            once = window.run_cost
+        run = cheapest_run_at(bounds, upper, need, once, lower)
     finally:
         eviction.scoring = False
     return window, run
