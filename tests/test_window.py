@@ -166,22 +166,11 @@ def test_a_bundled_trace_replays_identically_under_the_window(placement):
 # ---- a neighbourhood counted once ------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(1, 6),  # size in alignments
-            st.sampled_from([None, 0.0, 0.1, 0.3, 1.0, math.inf]),  # c (None: free)
-            st.sampled_from([1.0, 2.0, 3.0]),  # staleness
-            st.sets(st.integers(0, 5), max_size=3),  # the evicted neighbours' ids
-        ),
-        max_size=30,
-    ),
-    st.integers(1, 20),
-)
-def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blocks, units):
-    """Neighbour ``k`` costs ``0.1 * k``; a run costs its values' c / s and each neighbour
-    once, over the least staleness among the values that have it (as ``WindowCosts``)."""
+def neighbourhood_costs(blocks: list) -> tuple:
+    """For blocks (size in alignments, c or None when free, staleness s, neighbour ids):
+    their sizes, each block's cost with its whole neighbourhood ((c + 0.1 k summed) / s)
+    and without (c / s), and a run's cost with each neighbour ``k`` counted once, over the
+    least staleness among the values that have it (as ``WindowCosts.run_cost``)."""
     sizes = [n * ALIGNMENT for n, *_ in blocks]
     upper, lower = [], []
     for _, c, s, hood in blocks:
@@ -201,6 +190,26 @@ def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blo
                     rate[k] = max(rate.get(k, -1.0), 0.1 * k / s)
         return math.fsum([*own, *rate.values()])
 
+    return sizes, upper, lower, run_cost
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 6),  # size in alignments
+            st.sampled_from([None, 0.0, 0.1, 0.3, 1.0, math.inf]),  # c (None: free)
+            st.sampled_from([1.0, 2.0, 3.0]),  # staleness
+            st.sets(st.integers(0, 5), max_size=3),  # the evicted neighbours' ids
+        ),
+        max_size=30,
+    ),
+    st.integers(1, 20),
+)
+def test_both_slides_choose_the_same_window_when_a_neighbourhood_counts_once(blocks, units):
+    """Neighbour ``k`` costs ``0.1 * k``; a run costs its values' c / s and each neighbour
+    once, over the least staleness among the values that have it (as ``WindowCosts``)."""
+    sizes, upper, lower, run_cost = neighbourhood_costs(blocks)
     need = units * ALIGNMENT
     runs = [(first, end) for first in range(len(sizes)) for end in range(first + 1, len(sizes) + 1)]
     fitting = [
@@ -262,25 +271,7 @@ def test_a_huge_cost_makes_the_slide_cap_the_costs_and_still_choose_the_readable
 def test_on_large_arenas_the_slides_agree_when_a_neighbourhood_counts_once(blocks, units):
     """As the test above on arenas large enough for the accelerated slide's bounds and its
     capping to matter; against the readable slide (checked against every run above)."""
-    sizes = [n * ALIGNMENT for n, *_ in blocks]
-    upper, lower = [], []
-    for _, c, s, hood in blocks:
-        if c is None or c == math.inf:
-            upper.append(0.0 if c is None else math.inf)
-            lower.append(0.0)
-        else:
-            upper.append((c + sum(0.1 * k for k in hood)) / s)
-            lower.append(c / s)
-
-    def run_cost(first: int, end: int) -> float:
-        own, rate = [], {}
-        for _, c, s, hood in blocks[first:end]:
-            if c is not None:
-                own.append(c / s)
-                for k in hood:
-                    rate[k] = max(rate.get(k, -1.0), 0.1 * k / s)
-        return math.fsum([*own, *rate.values()])
-
+    sizes, upper, lower, run_cost = neighbourhood_costs(blocks)
     need = units * ALIGNMENT
     expected = shortest_runs_cheapest(sizes, upper, need, run_cost)
     got = cheapest_run(np.array(sizes, np.int64), np.array(upper), need, run_cost, np.array(lower))
