@@ -24,6 +24,7 @@ from minidtr.runtime.arena import ALIGNMENT, SMALL_SHARE, Arena, shortest_runs_c
 from minidtr.runtime.fast import addresses, windows
 from minidtr.runtime.fast.addresses import BlockColumns
 from minidtr.runtime.fast.windows import cheapest_run
+from minidtr.runtime.heuristics import WindowHeuristic
 from minidtr.testing import isolated_allocator
 from minidtr.testing.strategies import unbounded_peak
 
@@ -316,18 +317,20 @@ def test_the_block_arrays_follow_the_arena(steps, policy):
     st.floats(0.4, 0.9),
     st.sampled_from(["best", "first", "split"]),
     st.sampled_from([0, addresses.ARRAY_BLOCKS]),
+    st.booleans(),
 )
 def test_the_window_from_the_arenas_arrays_is_the_readable_windows(
-    program, ratio, placement, array_blocks
+    program, ratio, placement, array_blocks, once
 ):
     """Every accelerated window decision of a random program, with its block arrays checked
     against the arena and the table, and its window against the readable slide's; with
     the arrays kept from the first decision on (``ARRAY_BLOCKS`` 0), and as by default
-    (these programs' arenas are mostly walked in Python)."""
+    (these programs' arenas are mostly walked in Python); e* counted once (the costs
+    gathered are then bounds) and per value (they are the window's cost)."""
     budget = int(ratio * unbounded_peak(program))
     runtime = md.Runtime(
-        budget=budget, heuristic="window", cost="flops", fit="contiguous", placement=placement,
-        max_slowdown=None,
+        budget=budget, heuristic=WindowHeuristic(once), cost="flops", fit="contiguous",
+        placement=placement, max_slowdown=None,
     )  # fmt: skip
     with checked_decisions() as counter, pytest.MonkeyPatch.context() as patch:
         patch.setattr(addresses, "ARRAY_BLOCKS", array_blocks)

@@ -48,7 +48,6 @@ def window_victims(fit: ContiguousFit, heuristic: Any, nbytes: int) -> list[tupl
         if fit.allocator.fast is not None:  # the same decision from arrays the arena keeps
             window, run = cheapest_window(fit, heuristic, need, WindowCosts)
         else:  # the reference policy: the readable slide
-            fit.arena.listener = None  # the arrays an accelerated run kept: not read here
             window = WindowCosts(list(fit.arena.blocks()), heuristic, eviction.context)
             once = window.run_cost if getattr(heuristic, "once", False) else None
             eviction.scoring = True

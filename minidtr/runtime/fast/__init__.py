@@ -68,6 +68,8 @@ def uninstall(allocator: Allocator, order: list[Storage]) -> None:
     eviction.neighbourhood = WalkedNeighbourhood()
     eviction.eq_classes.listener = None
     eviction.search = None
+    if allocator.addresses is not None:
+        allocator.addresses.arena.listener = None  # the window's block arrays (addresses.py)
     allocator.fast = None
     vars(allocator).pop("release", None)  # Allocator.release again
     vars(allocator.lifetimes).pop("is_useful", None)  # Lifetimes.is_useful again

@@ -217,9 +217,8 @@ def gathered_window(
         upper = np.array(window.upper_costs(), np.float64)
         lower, once = None, None
         if getattr(heuristic, "once", False):
-            values = [window.value(i) for i in range(len(blocks))]
-            lower = np.array([0.0 if v is None else window.own(i)[0] for i, v in enumerate(values)])
-            once = window.run_cost
+            own = [0.0 if window.value(i) is None else window.own(i)[0] for i in range(len(blocks))]
+            lower, once = np.array(own), window.run_cost
         run = cheapest_run_at(bounds, upper, need, once, lower)
     finally:
         eviction.scoring = False

@@ -24,14 +24,22 @@ run is not taken from them directly: every run whose approximate cost is within 
 sums' rounding error of the lowest gets its exact cost (``math.fsum`` of its costs, as
 the readable slide computes each), and the lowest exact cost wins, the lowest address
 among equals. Both slides thus choose the same window (tests/test_window.py checks it
-on random arenas). The exact costs are few: near-ties only.
+on random arenas). The exact costs are few: near-ties only, unless one cost is huge (a
+value used a moment ago has a staleness near zero and costs some 10^11): a prefix sum
+carries the rounding error of its largest entry, so every run after it looks within
+rounding of the lowest. Past ``NEAR_RUNS`` such runs the apparent cheapest is costed
+exactly, every block that alone costs more becomes a wall (no run through it can win),
+and the slide runs again on what is left, with the same run ends.
 
 When a run's cost is not a sum (``run_cost``: the window heuristic counting a shared
 neighbourhood once), the same runs are found the same way and two sums bound each
 run's cost: ``costs`` (each value with its whole neighbourhood, never less) and
 ``lower`` (each value without it, never more). Only the runs whose lower bound is
 within reach of the lowest upper bound get their exact cost, in the order of their
-lower bounds, until the next lower bound passes the best exact cost found.
+lower bounds, until the next lower bound passes the best exact cost found. A run's lower
+bound also counts its first or last value's own neighbourhood, whichever is larger
+(``own_neighbourhoods``): counted once, each storage of one value's neighbourhood is
+still counted.
 """
 
 from __future__ import annotations
