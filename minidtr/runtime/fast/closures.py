@@ -84,7 +84,7 @@ class CachedClosures:
     def __init__(self, eviction):
         self.eviction = eviction  # whose ``tracking`` says whether the closures are kept
         self.epoch = next(EPOCHS)
-        self.on_dropped = None  # called with each storage whose closures are dropped
+        self.flagged = None  # the candidate table whose rows next to each change get flagged
         self.bit_of: dict[int, int] = {}  # storage id -> its index in the bitsets
         self.ids: list[int] = []  # index -> storage id (-1: free)
         self.free: list[int] = []  # indices given back
@@ -286,29 +286,61 @@ class CachedClosures:
     def on_change(self, storage: Storage) -> None:
         """``storage`` was evicted, or was rematerialized, banished or freed: drop the
         caches that may include it (those of evicted storages connected to it in either
-        direction). The flags and closures of a pending eviction (``on_evicted``) were
-        never changed: leaving then undoes nothing."""
+        direction), flagging the rows next to it and to each of them in the ``flagged``
+        table (``CandidateTable.mark_neighbours``). The flags and closures of a pending
+        eviction (``on_evicted``) were never changed: leaving then undoes nothing."""
         if self.pending and self.pending.pop(storage.id, None) is not None:
             return
         storage.above = storage.below = None
-        if self.on_dropped is not None:
-            self.on_dropped(storage)
-        self._invalidate(evicted_children(storage), "above", evicted_children)
-        self._invalidate(evicted_parents(storage), "below", evicted_parents)
+        parents, children = self._evicted_neighbours(storage)
+        if children:
+            self._invalidate(children, "above")
+        if parents:
+            self._invalidate(parents, "below")
         index = self.bit_of.pop(storage.id, None)
         if index is not None:  # no valid closure holds it now: the walks dropped them
             self.ids[index] = -1
             self.free.append(index)
 
-    def _invalidate(self, start: list[Storage], side: str, step) -> None:
+    def _invalidate(self, start: list[Storage], side: str) -> None:
         stack = start
-        dropped = self.on_dropped
         epoch = self.epoch
+        above = side == "above"
         while stack:
             node = stack.pop()
             closure = getattr(node, side)
             if closure is not None and closure.epoch == epoch:
                 setattr(node, side, None)
-                if dropped is not None:
-                    dropped(node)
-                stack.extend(step(node))
+                parents, children = self._evicted_neighbours(node)
+                stack.extend(children if above else parents)
+
+    def _evicted_neighbours(self, storage: Storage) -> tuple[list[Storage], list[Storage]]:
+        """``evicted_parents`` and ``evicted_children`` of ``storage``, in one pass over
+        its neighbours that also flags the rows of the resident ones in the ``flagged``
+        table, as its ``mark_neighbours`` (an evicted storage's row is 0, the scratch
+        row, which that would flag too)."""
+        owner = storage.allocator
+        table = self.flagged
+        frontier = table.frontier if table is not None else None
+        known = len(frontier) if frontier is not None else 0  # rows past it are flagged
+        parents = []
+        for parent in storage.parents:
+            if parent.allocator is owner:
+                if parent.buffer is None:
+                    if not parent.banished:
+                        parents.append(parent)
+                elif parent.row < known:
+                    frontier[parent.row] = 1
+        children = []
+        refs = storage.children
+        if type(refs) is not list:
+            refs = (refs,) if refs else ()
+        for ref in refs:
+            child = ref()
+            if child is not None and child.allocator is owner:
+                if child.buffer is None:
+                    if not child.banished:
+                        children.append(child)
+                elif child.row < known:
+                    frontier[child.row] = 1
+        return parents, children

@@ -259,7 +259,7 @@ class TableSearch:
         epoch = eq.epoch if mode == "eq" else closures.epoch if mode == "estar" else 0
         if table.watching != mode or table.watched_epoch != epoch:
             table.watch(mode, epoch)
-            closures.on_dropped = table.mark_neighbours if mode == "estar" else None
+            closures.flagged = table if mode == "estar" else None
         if mode == "estar" and closures.pending:
             closures.flush()  # the evictions not yet announced flag their neighbours' rows
         if mode == "eq":

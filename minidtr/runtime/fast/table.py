@@ -37,8 +37,8 @@ length count as flagged) and, while ``estar`` or ``ancestors`` is in use (``watc
 the cost term), the rows next to each storage that is evicted or leaves the evicted set and
 the rows below (and, for ``estar``, above) it through evicted storages, whose closures
 changed with it. Under ``estar`` the closures' invalidation walk flags them all
-(``on_dropped``); under ``ancestors`` ``evicted`` and ``mark_descendants`` do. A decision
-recomputes the term of each flagged row into ``term`` and clears the flag, so the other
+(``CachedClosures.flagged``); under ``ancestors`` ``evicted`` and ``mark_descendants`` do.
+A decision recomputes the term of each flagged row into ``term`` and clears the flag, so the other
 rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
 classes in ``edges`` (``borders.py``).
 
@@ -241,7 +241,7 @@ class CandidateTable:
         if self.watching == "eq" and eviction.tracking == "eq":
             mirror = eviction.eq_classes.listener
             border_evicted(self, storage, mirror.index_of(storage.component))
-        elif self.watching not in (None, "estar"):  # estar: ``on_dropped`` flagged them
+        elif self.watching not in (None, "estar"):  # estar: the closures' walk flags them
             self.mark_neighbours(storage)
             if self.watching == "ancestors":
                 self.mark_descendants(storage)
