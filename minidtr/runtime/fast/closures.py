@@ -172,21 +172,25 @@ class CachedClosures:
         step = evicted_parents if side == "above" else evicted_children
         epoch = self.epoch  # ``_valid``, inlined below
         stack = [storage]
+        waiting: dict[int, list[Storage]] = {}  # a node's neighbours, kept while theirs build
         while stack:
             node = stack[-1]
             closure = getattr(node, side)
             if closure is not None and closure.epoch == epoch:
                 stack.pop()
                 continue
-            neighbours = step(node)
-            missing = [
-                n
-                for n in neighbours
-                if (closure := getattr(n, side)) is None or closure.epoch != epoch
-            ]
-            if missing:
-                stack.extend(missing)
-                continue
+            neighbours = waiting.pop(node.id, None)
+            if neighbours is None:
+                neighbours = step(node)
+                missing = [
+                    n
+                    for n in neighbours
+                    if (closure := getattr(n, side)) is None or closure.epoch != epoch
+                ]
+                if missing:
+                    waiting[node.id] = neighbours
+                    stack.extend(missing)
+                    continue
             stack.pop()
             # the node is in none of its neighbours' closures: the graph has no cycle
             members, bits, total = self._merged([getattr(n, side) for n in neighbours])
