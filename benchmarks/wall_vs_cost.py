@@ -17,6 +17,11 @@ budgeted steps longer (the Transformer's quotient measured 1.11-1.24 after the L
 the Tree-LSTM, 1.06-1.08 alone).
 ``--heuristic`` picks the budgeted runs' heuristic (h_DTR by default, as ``minidtr
 train``): ``dtr_eq`` shows what h_DTR's exact e* costs, since it keeps none.
+Each process fixes glibc's malloc thresholds first, as the ``minidtr`` command does
+(``minidtr.host``): left adaptive, they make the unbudgeted MLP step take thousands of
+page faults in some processes and none in others, and its quotient came out 0.86-0.93
+or 1.14-1.19 from one run to the next. ``--default-malloc`` leaves them; the header
+says which.
 """
 
 from __future__ import annotations
@@ -34,14 +39,20 @@ import time
 
 import minidtr as md
 from minidtr.data import minibatch_indices
+from minidtr.host import steady_malloc
 from minidtr.runtime import HEURISTIC_NAMES
 from minidtr.training import TrainConfig, build_task, measure_peak, train_step
 
 MODELS = "mlp,resnet,densenet,unet,lstm,transformer,treelstm"
 
 
-def measure(model: str, ratios: list[float], rounds: int, heuristic: str = "dtr") -> list[tuple]:
-    """(ratio, wall slowdown, cost-model slowdown) for each ratio."""
+def measure(
+    model: str, ratios: list[float], rounds: int, heuristic: str = "dtr", steady: bool = True
+) -> list[tuple]:
+    """(ratio, wall slowdown, cost-model slowdown) for each ratio; ``steady``: fix glibc's
+    malloc thresholds first (``minidtr.host.steady_malloc``)."""
+    if steady:
+        steady_malloc()
     config = TrainConfig(model)
     peak = measure_peak(config)
     task = build_task(config)
@@ -79,17 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratios", default="0.5,0.3")
     parser.add_argument("--rounds", type=int, default=9, help="timed steps per setting")
     parser.add_argument("--heuristic", default="dtr", choices=HEURISTIC_NAMES)
+    parser.add_argument(
+        "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
+    )
     args = parser.parse_args(argv)
+    memory = "malloc as is" if args.default_malloc else steady_malloc()
     ratios = [float(r) for r in args.ratios.split(",")]
     print(
         f"median of {args.rounds} steps per setting, interleaved; one thread;"
-        f" budgeted runs under {args.heuristic}"
+        f" budgeted runs under {args.heuristic}; {memory}"
     )
     print("| model | ratio | wall slowdown | cost-model slowdown | wall / cost model |")
     print("|---|---|---|---|---|")
     for model in args.models.split(","):
         with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
-            rows = pool.apply(measure, (model, ratios, args.rounds, args.heuristic))
+            task = (model, ratios, args.rounds, args.heuristic, not args.default_malloc)
+            rows = pool.apply(measure, task)
         for ratio, wall, cost in rows:
             print(f"| {model} | {ratio} | {wall:.3f} | {cost:.3f} | {wall / cost:.3f} |")
     return 0
