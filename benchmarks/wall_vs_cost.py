@@ -94,15 +94,26 @@ def main(argv: list[str] | None = None) -> int:
         "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
     )
     args = parser.parse_args(argv)
+    try:
+        ratios = [float(r) for r in args.ratios.split(",")]
+    except ValueError:
+        parser.error(f"--ratios takes numbers separated by commas, got {args.ratios!r}")
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in MODELS.split(",")]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; expected some of {MODELS}")
+    if args.rounds < 1 or not all(0 < r <= 1 for r in ratios):
+        parser.error(
+            f"--rounds must be at least 1 and every ratio in (0, 1], got {args.rounds}, {ratios}"
+        )
     memory = "malloc as is" if args.default_malloc else steady_malloc()
-    ratios = [float(r) for r in args.ratios.split(",")]
     print(
         f"median of {args.rounds} steps per setting, interleaved; one thread;"
         f" budgeted runs under {args.heuristic}; {memory}"
     )
     print("| model | ratio | wall slowdown | cost-model slowdown | wall / cost model |")
     print("|---|---|---|---|---|")
-    for model in args.models.split(","):
+    for model in models:
         with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
             task = (model, ratios, args.rounds, args.heuristic, not args.default_malloc)
             rows = pool.apply(measure, task)
