@@ -161,16 +161,13 @@ class CachedClosures:
             bits ^= low
         return found
 
-    def _valid(self, closure: Closure | None) -> bool:
-        return closure is not None and closure.epoch == self.epoch
-
     def _closure(self, storage: Storage, side: str) -> Closure:
         """The ``Closure`` of ``storage`` and its evicted ancestors (``above``) or
         descendants (``below``), a map while it has at most ``SMALL`` members and a bitset
         past that (a map's bitset too, once it was merged with one); computed bottom-up
         with an explicit stack."""
         step = evicted_parents if side == "above" else evicted_children
-        epoch = self.epoch  # ``_valid``, inlined below
+        epoch = self.epoch  # a closure is valid when it has this epoch
         stack = [storage]
         waiting: dict[int, list[Storage]] = {}  # a node's neighbours, kept while theirs build
         while stack:
