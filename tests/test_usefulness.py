@@ -3,6 +3,7 @@ changes, answers as the reference's search (lifetime.useful_dead) at every quest
 budgeted run asks, on random programs and training loops under random budgets."""
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
@@ -21,12 +22,14 @@ from minidtr.testing.strategies import random_programs, training_loops
 def asking_both():
     """Every question an accelerated runtime made inside asks, answered by both; yields
     the list of (accelerated answer, reference answer, searched) triples (not searched:
-    a yes kept, or a no told by ``none_below``)."""
+    a yes kept, or a no told by ``none_below`` or ``none_reached``)."""
     answers = []
     saved = usefulness.Usefulness.__call__
 
     def both(self, storage):
-        searched = storage.id not in self.regions and not self.none_below(storage)
+        searched = not (
+            storage.id in self.regions or self.none_below(storage) or self.none_reached(storage)
+        )
         fast_answer = saved(self, storage)
         answers.append((fast_answer, lifetime.useful_dead(storage), searched))
         return fast_answer
@@ -76,6 +79,62 @@ def test_a_budgeted_tree_lstm_asks_and_both_agree():
     # and most noes without a search: no evicted storage with a handle was made later
     told = sum(not a and not searched for a, _, searched in answers)
     assert told > 2 * sum(not a and searched for a, _, searched in answers)
+
+
+def test_a_budgeted_lstm_tells_its_noes_by_walking_up_from_the_witnesses():
+    """On the LSTM every question is a no, and a later evicted storage with a handle (a
+    recurrent state, a pending gradient) exists at most of them, so ``none_below`` cannot
+    tell; the walk up from those witnesses (``none_reached``) does, without searching."""
+    from minidtr.training import TrainConfig, train
+
+    told = []
+    saved = usefulness.Usefulness.none_reached
+
+    def counted(self, storage):
+        answer = saved(self, storage)
+        told.append(answer)
+        return answer
+
+    usefulness.Usefulness.none_reached = counted
+    try:
+        with asking_both() as answers, isolated_allocator():
+            config = TrainConfig("lstm", steps=1, ratio=0.3, evaluate=False)
+            train(dataclasses.replace(config, max_wall_slowdown=None))
+    finally:
+        usefulness.Usefulness.none_reached = saved
+    assert len(answers) > 10 and not any(a for a, _, _ in answers)
+    assert all(a == b for a, b, _ in answers)
+    assert sum(told) > 10 and not any(searched for _, _, searched in answers)
+
+
+def test_a_witness_below_through_evicted_storages_is_reached():
+    """``w`` (evicted, referenced) is below ``a`` through ``u`` and ``v`` (evicted, nobody's),
+    and made after both: the walk up from ``w`` meets ``a``, so ``a`` is searched (and
+    kept); below ``b``, whose child is resident, no walk meets it: told no, and freed."""
+    rng = np.random.default_rng(7)
+    with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
+        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        a = md.tanh(x)
+        b = md.exp(x)
+        c = md.tanh(b)  # resident, referenced: b's only child
+        u = md.exp(a)
+        v = md.tanh(u)
+        w = v @ weight  # twice v's bytes: not rebuilt as an orphan
+        allocator.evict(w.storage)
+        table = allocator.eviction.candidates
+        u_storage, v_storage = u.storage, v.storage
+        del v  # kept (w needs it), then evicted
+        allocator.evict(v_storage)
+        del u  # kept (w needs it through v), then evicted
+        allocator.evict(u_storage)
+        a_storage, b_storage = a.storage, b.storage
+        assert not table.usefulness.none_reached(a_storage)
+        assert table.usefulness.none_reached(b_storage)
+        del a, b
+        assert a_storage.buffer is not None and b_storage.buffer is None
+        del c
+    assert answers and all(fast_answer == reference for fast_answer, reference, _ in answers)
 
 
 def test_install_and_uninstall_swap_the_search():

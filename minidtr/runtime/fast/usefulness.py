@@ -32,6 +32,13 @@ that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
   so any more as they come to the top: one that becomes so again is pushed again. Only
   storages made after this object are asked about this way (``first_id``): evictions
   before it were not heard.
+- When some are newer (an LSTM's recurrent state, a pending gradient: most of its
+  questions), ``none_reached`` walks up from each of them along the paths the search
+  walks down (parents that are evicted, nobody's, neither banished nor constants), only
+  through storages newer than the one asked about (its descendants are). If no walk
+  meets it, no path the search could take leads to a witness: the answer is no, without
+  a search, whatever the search's order and its bound. A walk that meets it (or runs
+  past ``USEFUL_SEARCH`` steps) tells nothing, and the search decides.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ class Usefulness:
         regions = self.regions
         if storage.id in regions:
             return True
-        if self.none_below(storage):
+        if self.none_below(storage) or self.none_reached(storage):
             return False
         region = search(storage)
         if region is None:
@@ -109,6 +116,58 @@ class Usefulness:
             if is_witness(top):
                 return top.id < storage.id
             heapq.heappop(witnesses)
+        return True
+
+    def none_reached(self, storage: Storage) -> bool:
+        """Whether no evicted storage with a handle is below ``storage`` along a path the
+        search follows (evicted storages nobody references, neither banished nor
+        constants): a walk up from each one made after it (the witnesses of larger ids,
+        found as the heap's entries above that id), through such storages made after it,
+        that never meets it. The search then answers no, whatever its order and bound.
+        False when that cannot be told this way, or in more than ``USEFUL_SEARCH`` steps."""
+        first_id = self.first_id
+        if first_id is None or storage.id < first_id or storage.allocator.lends:
+            return False
+        heap, above = self.witnesses, -storage.id
+        size = len(heap)
+        starts = []
+        stack = [0] if heap else []
+        steps = 0
+        while stack:  # the entries of larger ids: each parent's key is at most its children's
+            position = stack.pop()
+            key, _, ref = heap[position]
+            if key >= above:
+                continue  # it and the entries under it were made no later than ``storage``
+            steps += 1
+            witness = ref()
+            if is_witness(witness):
+                starts.append(witness)
+            below = 2 * position + 1
+            if below < size:
+                stack.append(below)
+                if below + 1 < size:
+                    stack.append(below + 1)
+        owner, lowest_id = storage.allocator, storage.id
+        seen = set(starts)
+        stack = starts
+        while stack:
+            steps += 1
+            if steps > USEFUL_SEARCH:
+                return False
+            for parent in stack.pop().parents:
+                if parent is storage:
+                    return False
+                if (
+                    parent.id > lowest_id  # (a descendant of ``storage`` is made after it)
+                    and parent.buffer is None
+                    and parent.external_refs == 0  # (one with a handle is a start itself)
+                    and not parent.banished
+                    and parent.op is not None
+                    and parent.allocator is owner
+                    and parent not in seen
+                ):
+                    seen.add(parent)
+                    stack.append(parent)
         return True
 
     def changed(self, storage: Storage) -> None:
