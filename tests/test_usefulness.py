@@ -4,6 +4,7 @@ budgeted run asks, on random programs and training loops under random budgets.""
 
 import contextlib
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -135,6 +136,37 @@ def test_a_witness_below_through_evicted_storages_is_reached():
         assert a_storage.buffer is not None and b_storage.buffer is None
         del c
     assert answers and all(fast_answer == reference for fast_answer, reference, _ in answers)
+
+
+def test_a_kept_yes_is_asked_afresh_while_its_witness_is_collected():
+    """``a`` is kept for ``w`` (evicted, referenced), then ``w``'s handle and ``y``'s become
+    garbage in a reference cycle. The collector clears the weak references to the garbage
+    before any finalizer runs, so when ``y``'s death makes the allocator ask about ``a``
+    again, the reference's search no longer sees ``w`` (its handle not dead yet): the
+    answer is no, and the yes kept from before must not be given instead."""
+    rng = np.random.default_rng(8)
+    with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
+        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        y = md.exp(x)  # made before w's handle: finalized first
+        a = md.tanh(x)
+        u = md.exp(a)
+        w = u @ weight  # twice u's bytes: not rebuilt as u's orphan
+        allocator.evict(w.storage)
+        u_storage = u.storage
+        del u  # kept (w needs it), then evicted
+        allocator.evict(u_storage)
+        a_storage = a.storage
+        del a
+        md.tanh(x)  # a is asked again: the yes kept
+        assert a_storage.buffer is not None
+        cycle = [y, w]
+        cycle.append(cycle)
+        del y, w, cycle
+        gc.collect()
+        assert a_storage.buffer is None
+    assert any(not searched and fast for fast, _, searched in answers)  # a yes was kept
+    assert all(fast_answer == reference for fast_answer, reference, _ in answers)
 
 
 def test_install_and_uninstall_swap_the_search():
