@@ -287,13 +287,14 @@ class CachedClosures:
     def on_change(self, storage: Storage) -> None:
         """``storage`` was evicted, or was rematerialized, banished or freed: drop the
         caches that may include it (those of evicted storages connected to it in either
-        direction), flagging the rows next to it and to each of them in the ``flagged``
-        table (``CandidateTable.mark_neighbours``). The flags and closures of a pending
+        direction), flagging the rows next to it in the ``flagged`` table, and next to
+        each dropped closure those whose terms read it (``_invalidate``). The flags and
+        closures of a pending
         eviction (``on_evicted``) were never changed: leaving then undoes nothing."""
         if self.pending and self.pending.pop(storage.id, None) is not None:
             return
         storage.above = storage.below = None
-        parents, children = self._evicted_neighbours(storage)
+        parents, children = self._evicted_parents(storage), self._evicted_children(storage)
         if children:
             self._invalidate(children, "above")
         if parents:
@@ -304,26 +305,29 @@ class CachedClosures:
             self.free.append(index)
 
     def _invalidate(self, start: list[Storage], side: str) -> None:
+        """Drop the ``side`` closures that include the changed storage: from ``start``, its
+        evicted children (``above``: their ancestors' closures) or parents (``below``), on
+        through evicted storages while the closures are valid. A resident storage's term
+        reads the ``above`` closures of its evicted parents and the ``below`` closures of
+        its evicted children, so a dropped ``above`` closure flags the rows of the node's
+        resident children, a ``below`` one those of its resident parents."""
         stack = start
         epoch = self.epoch
-        above = side == "above"
+        onward = self._evicted_children if side == "above" else self._evicted_parents
         while stack:
             node = stack.pop()
             closure = getattr(node, side)
             if closure is not None and closure.epoch == epoch:
                 setattr(node, side, None)
-                parents, children = self._evicted_neighbours(node)
-                stack.extend(children if above else parents)
+                stack.extend(onward(node))
 
-    def _evicted_neighbours(self, storage: Storage) -> tuple[list[Storage], list[Storage]]:
-        """``evicted_parents`` and ``evicted_children`` of ``storage``, in one pass over
-        its neighbours that also flags the rows of the resident ones in the ``flagged``
-        table, as its ``mark_neighbours`` (an evicted storage's row is 0, the scratch
-        row, which that would flag too)."""
+    def _evicted_parents(self, storage: Storage) -> list[Storage]:
+        """``evicted_parents``, flagging the rows of the resident parents in the ``flagged``
+        table (rows past the frontier's length are flagged already)."""
         owner = storage.allocator
         table = self.flagged
         frontier = table.frontier if table is not None else None
-        known = len(frontier) if frontier is not None else 0  # rows past it are flagged
+        known = len(frontier) if frontier is not None else 0
         parents = []
         for parent in storage.parents:
             if parent.allocator is owner:
@@ -332,6 +336,15 @@ class CachedClosures:
                         parents.append(parent)
                 elif parent.row < known:
                     frontier[parent.row] = 1
+        return parents
+
+    def _evicted_children(self, storage: Storage) -> list[Storage]:
+        """``evicted_children``, flagging the rows of the resident children (as
+        ``_evicted_parents``)."""
+        owner = storage.allocator
+        table = self.flagged
+        frontier = table.frontier if table is not None else None
+        known = len(frontier) if frontier is not None else 0
         children = []
         refs = storage.children
         if type(refs) is not list:
@@ -344,4 +357,4 @@ class CachedClosures:
                         children.append(child)
                 elif child.row < known:
                     frontier[child.row] = 1
-        return parents, children
+        return children
