@@ -42,6 +42,19 @@ def asking_both():
         usefulness.Usefulness.__call__ = saved
 
 
+def evicted_through_evicted(allocator, a: Tensor, weight: Tensor) -> Tensor:
+    """``w = exp(a) @ weight``, evicted, with ``u = exp(a)`` dropped (kept: ``w``'s rebuild
+    needs it; twice its bytes, ``w`` is not rebuilt as its orphan) and then evicted: a
+    referenced, evicted ``w`` below ``a`` through an evicted ``u`` nobody references."""
+    u = md.exp(a)
+    w = u @ weight
+    allocator.evict(w.storage)
+    u_storage = u.storage
+    del u
+    allocator.evict(u_storage)
+    return w
+
+
 def run_budgeted(fn, fraction: float, dealloc: str) -> None:
     with isolated_allocator():
         unbounded = md.Runtime(cost="flops")
@@ -150,12 +163,7 @@ def test_a_kept_yes_is_asked_afresh_while_its_witness_is_collected():
         weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
         y = md.exp(x)  # made before w's handle: finalized first
         a = md.tanh(x)
-        u = md.exp(a)
-        w = u @ weight  # twice u's bytes: not rebuilt as u's orphan
-        allocator.evict(w.storage)
-        u_storage = u.storage
-        del u  # kept (w needs it), then evicted
-        allocator.evict(u_storage)
+        w = evicted_through_evicted(allocator, a, weight)
         a_storage = a.storage
         del a
         md.tanh(x)  # a is asked again: the yes kept
@@ -248,13 +256,8 @@ def test_a_storage_lent_to_another_allocator_is_searched():
         a = md.tanh(x)
         assert not lender.lends
         with isolated_allocator() as borrower, md.Runtime(budget=1 << 30):
-            u = md.exp(a)
-            w = u @ weight
+            w = evicted_through_evicted(borrower, a, weight)
             assert lender.lends and w.storage.id < a.storage.id
-            borrower.evict(w.storage)
-            u_storage = u.storage
-            del u  # kept (w needs it), then evicted
-            borrower.evict(u_storage)
             a_storage = a.storage
             del a
             assert a_storage.buffer is not None  # kept: w's rebuild needs it
