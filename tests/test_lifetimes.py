@@ -358,6 +358,33 @@ def test_a_young_collection_lists_the_candidates_a_full_scan_does():
     assert listings[0] == listings[1] and len(listings[0]) == 6
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_deaths_during_a_cycle_collection_wait_until_it_ends(reference):
+    """Python's cycle collector clears the weak references to garbage before it runs any
+    finalizer, so the policy waits for the end of the pass: a finalizer that runs after a
+    handle's death still sees its value resident, and by the time ``gc.collect()``
+    returns the value is freed."""
+    seen = []
+
+    class Probe:
+        def __init__(self, storage):
+            self.storage = storage
+
+        def __del__(self):
+            seen.append(self.storage.buffer is not None)
+
+    rng = np.random.default_rng(11)
+    with isolated_allocator(), md.Runtime(budget=1 << 30, reference=reference):
+        y = md.tanh(randn(rng, 64))  # made before the probe: finalized before it
+        storage = y.storage
+        cycle = [y, Probe(storage)]
+        cycle.append(cycle)
+        del y, cycle
+        gc.collect()
+        assert seen == [True]
+        assert storage.buffer is None
+
+
 def test_a_budget_error_comes_only_after_collecting_garbage():
     rng = np.random.default_rng(10)
     with isolated_allocator() as allocator, md.Runtime(budget=2 * 4096):

@@ -37,7 +37,11 @@ when an access is done and when deaths are settled), it is freed.
 
 Deaths that happen while the allocator is busy (an op, a rematerialization, a
 garbage-collector pass inside either) wait in a queue until it is done: a death
-never changes the allocator under a running access.
+never changes the allocator under a running access. So do deaths during a pass of
+Python's cycle collector (``CycleCollection``): it clears every weak reference to
+the garbage before it runs any finalizer, a Tensor's death among them, so until the
+pass is done the children lists no longer show values whose handles have not died
+yet, and the policy would read a graph half torn down.
 """
 
 from __future__ import annotations
@@ -124,8 +128,10 @@ class Lifetimes:
         with the policies (``settle``), so that a trace holds it where it takes effect."""
         allocator = self.allocator
         if allocator.observer is not None:
-            if allocator.busy:
+            if allocator.busy or COLLECTION.running:
                 self.released.append(cell)
+                if COLLECTION.running:
+                    COLLECTION.wait(self)
             else:
                 allocator.observer.on_release(cell)
         storage = cell.storage if cell.is_view else cell
@@ -135,12 +141,15 @@ class Lifetimes:
 
     def died(self, storage: Storage) -> None:
         """The last external reference died: apply the deallocation policy, now or, while
-        the allocator is busy, when the access in progress is done. An observer hears
-        of it at once."""
+        the allocator is busy, when the access in progress is done, and during a pass of
+        the cycle collector when the pass is. An observer hears of it at once."""
         observer = self.allocator.observer
         if observer is not None:
             observer.on_death(storage)
         self.dying.append(storage)
+        if COLLECTION.running:
+            COLLECTION.wait(self)
+            return
         self.settle()
 
     def settle(self) -> None:
@@ -396,6 +405,36 @@ class Lifetimes:
                 del kept[storage]
                 self.allocator.eviction.evict(storage, "dead")
 
+
+class CycleCollection:
+    """Whether a pass of Python's cycle collector is running (``running``), kept by the
+    ``gc.callbacks`` entry this module adds once. Deaths during a pass wait in their
+    allocator's queue (``Lifetimes.died``); when the pass ends, the queues of the
+    allocators that are not busy are settled (those that are settle when their access
+    is done), so by the time ``gc.collect()`` returns the dead are freed."""
+
+    def __init__(self) -> None:
+        self.running = False
+        self.waiting: list[weakref.ref[Lifetimes]] = []
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.running = True
+            return
+        self.running = False
+        waiting, self.waiting = self.waiting, []
+        for ref in waiting:
+            lifetimes = ref()
+            if lifetimes is not None:
+                lifetimes.settle()
+
+    def wait(self, lifetimes: Lifetimes) -> None:
+        """Settle ``lifetimes`` when the pass ends."""
+        self.waiting.append(weakref.ref(lifetimes))
+
+
+COLLECTION = CycleCollection()
+gc.callbacks.append(COLLECTION)
 
 USEFUL_SEARCH = 256  # storages visited at most when looking below a dead storage
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..costs import model_cost
-from ..lifetime import orphans_of
+from ..lifetime import COLLECTION, orphans_of
 from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
 from .table import LAZY_SLACK
@@ -210,6 +210,7 @@ class FastPath:
             return
         if (
             allocator.busy
+            or COLLECTION.running  # (``lifetime.CycleCollection``)
             or lifetimes.dying
             or lifetimes.released
             or storage.locks
