@@ -7,12 +7,13 @@ scored +inf, unless ``min_size`` or ``sample`` pick some, by the same draws as
 for the flagged rows only) or, for h_DTR^eq, from the mirrored classes
 (``eqterms.py``), and the scores are one array expression by the same
 floating-point operations in the same order as ``Heuristic.score``, so the same
-floats. The first lowest score in row order is the candidate the loop would pick. The
-runner-up and the shortlist, which only the ``evict`` event reads, are found only when
-events are recorded (then the same as the loop's); without events the ``Choice`` has
-no runner-up, where the loop names one, and the search settles the terms of fewer
-bounded rows. Whatever the table cannot do exactly (a NaN, an infinite score a blocked row could
-tie with, a heuristic without a built-in cost term) goes to the loop itself.
+floats. The first lowest score in row order is the candidate the loop would pick.
+The runner-up and the shortlist, which only the ``evict`` event reads, are found
+only when events are recorded (then the same as the loop's); without events the
+``Choice`` has no runner-up, where the loop names one, and the search settles the
+terms of fewer bounded rows. Whatever the table cannot do exactly (a NaN, an
+infinite score a blocked row could tie with, a heuristic without a built-in cost
+term) goes to the loop itself.
 
 ``MINIDTR_CHECK_DECISIONS=1 python -m pytest`` repeats every table decision with the
 loop and asserts they agree (tests/decision_check.py); tests/test_reference.py
