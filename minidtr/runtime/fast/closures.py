@@ -289,8 +289,8 @@ class CachedClosures:
         caches that may include it (those of evicted storages connected to it in either
         direction), flagging the rows next to it in the ``flagged`` table, and next to
         each dropped closure those whose terms read it (``_invalidate``). The flags and
-        closures of a pending
-        eviction (``on_evicted``) were never changed: leaving then undoes nothing."""
+        closures of a pending eviction (``on_evicted``) were never changed: leaving then
+        undoes nothing."""
         if self.pending and self.pending.pop(storage.id, None) is not None:
             return
         storage.above = storage.below = None
@@ -340,7 +340,9 @@ class CachedClosures:
 
     def _evicted_children(self, storage: Storage) -> list[Storage]:
         """``evicted_children``, flagging the rows of the resident children (as
-        ``_evicted_parents``)."""
+        ``_evicted_parents``; the same loop written twice on purpose: one shared over a
+        list of the dereferenced children cost a budgeted LSTM or Tree-LSTM step about
+        1% more instructions)."""
         owner = storage.allocator
         table = self.flagged
         frontier = table.frontier if table is not None else None
