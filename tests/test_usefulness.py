@@ -151,12 +151,13 @@ def test_a_witness_below_through_evicted_storages_is_reached():
     assert answers and all(fast_answer == reference for fast_answer, reference, _ in answers)
 
 
-def test_a_kept_yes_is_asked_afresh_while_its_witness_is_collected():
+def test_a_kept_yes_is_not_given_while_its_witness_is_collected():
     """``a`` is kept for ``w`` (evicted, referenced), then ``w``'s handle and ``y``'s become
     garbage in a reference cycle. The collector clears the weak references to the garbage
-    before any finalizer runs, so when ``y``'s death makes the allocator ask about ``a``
-    again, the reference's search no longer sees ``w`` (its handle not dead yet): the
-    answer is no, and the yes kept from before must not be given instead."""
+    before any finalizer runs: had ``y``'s death made the allocator ask about ``a`` then,
+    the reference's search would no longer see ``w`` (its handle not dead yet) while the
+    yes kept from before said yes. The deaths wait for the end of the pass
+    (``lifetime.CycleCollection``), when ``w``'s handle has died too: both say no."""
     rng = np.random.default_rng(8)
     with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
         x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))

@@ -19,12 +19,11 @@ that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
   resident when it is made (the search skips resident children), a new handle only
   makes a storage useful sooner, and a storage that is collected was on no path to the
   referenced storage found (that one holds its ancestors through its recipe), so the
-  search only visits fewer storages before finding it. That one, the *witness*, is
-  checked on each yes given again: when Python's cycle collector frees garbage, it
-  clears every weak reference to it before it runs any finalizer, so while the
-  finalizers run (a handle's death makes the allocator ask again) a search no longer
-  sees a witness that is garbage, though its handle has not died yet; the yes is then
-  asked afresh. A *no* is never remembered: the storage is freed at once.
+  search only visits fewer storages before finding it. (Deaths during a pass of
+  Python's cycle collector, which clears the weak references to the garbage before
+  its finalizers run, wait until the pass is done: ``lifetime.CycleCollection``; by
+  then every handle among the garbage has died and been heard here.) A *no* is never
+  remembered: the storage is freed at once.
 - Most questions are noes (all of an LSTM's), each a full search. The one the search
   looks for, an evicted storage with a handle, is made after the storage asked about:
   within one allocator ids grow with creation, and every descendant of a storage is in
@@ -63,17 +62,17 @@ if TYPE_CHECKING:
 
 class Usefulness:
     """``lifetime.useful_dead`` for one allocator, its yeses kept (the module docstring).
-    ``regions`` maps a storage's id to the ``Region`` of the search that said yes: ids
-    and a weak reference rather than storages, so that nothing is kept alive by it.
-    ``witnesses`` is a heap of (minus id, push count, weak reference) of the storages
-    evicted with a handle (some no longer so; the count orders a storage pushed twice
-    without comparing its references)."""
+    ``regions`` maps a storage's id to the ids of the storages the search that said yes
+    saw; ids rather than storages, so that nothing is kept alive by it. ``witnesses`` is a
+    heap of (minus id, push count, weak reference) of the storages evicted with a handle
+    (some no longer so; the count orders a storage pushed twice without comparing its
+    references)."""
 
     __slots__ = ("lifetimes", "regions", "witnesses", "pushes", "first_id", "prune_at")
 
     def __init__(self, lifetimes: Lifetimes | None):
         self.lifetimes = lifetimes
-        self.regions: dict[int, Region] = {}
+        self.regions: dict[int, set[int]] = {}
         self.witnesses: list[tuple[int, int, weakref.ref]] = []
         self.pushes = itertools.count()
         self.first_id = None if lifetimes is None else lifetimes.allocator.next_id + 1
@@ -81,11 +80,8 @@ class Usefulness:
 
     def __call__(self, storage: Storage) -> bool:
         regions = self.regions
-        region = regions.get(storage.id)
-        if region is not None:
-            if region.witness() is not None:
-                return True
-            del regions[storage.id]  # its witness is being collected: ask afresh
+        if storage.id in regions:
+            return True
         if self.none_below(storage) or self.none_reached(storage):
             return False
         region = search(storage)
@@ -183,7 +179,7 @@ class Usefulness:
         it, is in their region)."""
         ids = [parent.id for parent in storage.parents]
         ids.append(storage.id)
-        stale = [k for k, region in self.regions.items() if any(i in region.ids for i in ids)]
+        stale = [k for k, region in self.regions.items() if any(i in region for i in ids)]
         for key in stale:
             del self.regions[key]
 
@@ -193,19 +189,9 @@ def is_witness(storage: Storage | None) -> bool:
     return storage is not None and storage.buffer is None and storage.external_refs > 0
 
 
-class Region:
-    """What a search that said yes read: the ids of the storages it saw (those whose
-    children it read among them), and a weak reference to the witness it found."""
-
-    __slots__ = ("ids", "witness")
-
-    def __init__(self, ids: set[int], witness: weakref.ref[Storage]):
-        self.ids, self.witness = ids, witness
-
-
-def search(storage: Storage) -> Region | None:
-    """``lifetime.useful_dead(storage)``, decided the same way: when it is yes, what it read
-    (``Region``), else None."""
+def search(storage: Storage) -> set[int] | None:
+    """``lifetime.useful_dead(storage)``, decided the same way: when it is yes, the ids of
+    the storages it saw (those whose children it read among them), else None."""
     seen = {storage}
     stack = [storage]
     while stack and len(seen) < USEFUL_SEARCH:
@@ -222,6 +208,6 @@ def search(storage: Storage) -> Region | None:
             if child.banished or child.op is None:
                 continue
             if child.external_refs > 0:
-                return Region({s.id for s in seen}, weakref.ref(child))
+                return {s.id for s in seen}
             stack.append(child)
     return None
