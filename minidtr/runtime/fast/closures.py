@@ -190,6 +190,18 @@ class CachedClosures:
                     continue
             stack.pop()
             # the node is in none of its neighbours' closures: the graph has no cycle
+            if len(neighbours) == 1:  # a chain's link: its neighbour's map and the node
+                only = getattr(neighbours[0], side)
+                members = only.members
+                if members is not None and len(members) < SMALL:
+                    members = members.copy()
+                    members[node.id] = node.cost
+                    total = only.total + node.cost  # (what the sum of the map gives)
+                    setattr(node, side, Closure(epoch, members, total, None))
+                    continue
+            elif not neighbours:
+                setattr(node, side, Closure(epoch, {node.id: node.cost}, node.cost, None))
+                continue
             members, bits, total = self._merged([getattr(n, side) for n in neighbours])
             if members is not None:  # the total as the sum of the map, as ``_union_cost``
                 members[node.id] = node.cost
