@@ -178,6 +178,44 @@ def test_a_kept_yes_is_not_given_while_its_witness_is_collected():
     assert all(fast_answer == reference for fast_answer, reference, _ in answers)
 
 
+@pytest.mark.parametrize("child", ["referenced", "dead", "above an evicted one"])
+def test_a_kept_yes_outlives_the_eviction_of_a_child_read_no_further(child):
+    """``a`` is kept for ``w`` (its search saw a, u, w). Then ``c``, a resident child of
+    ``a`` (which the search read), is evicted. Asked again, the search would see ``c``
+    and, when ``c`` has a handle (a witness) or no evicted child, read nothing below it:
+    the yes is kept, with ``c`` in its region. When ``c`` has an evicted child the search
+    would go on below it: it is searched again."""
+    rng = np.random.default_rng(9)
+    with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
+        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        a = md.tanh(x)
+        c = md.exp(a)
+        below = c @ weight if child == "above an evicted one" else md.tanh(c)
+        w = evicted_through_evicted(allocator, a, weight)
+        a_storage, c_storage = a.storage, c.storage
+        del a
+        md.tanh(x)  # a is asked again: the yes kept
+        regions = allocator.eviction.candidates.usefulness.regions
+        assert a_storage.buffer is not None and a_storage.id in regions
+        asked = len(answers)
+        if child == "above an evicted one":
+            allocator.evict(below.storage)  # twice c's bytes: not rebuilt as its orphan
+        if child != "referenced":
+            del c
+        if c_storage.buffer is not None:  # (a dead c without an evicted child is evicted)
+            allocator.evict(c_storage)
+        kept = child != "above an evicted one"
+        assert (a_storage.id in regions) == kept
+        if kept:
+            assert c_storage.id in regions[a_storage.id]
+        md.tanh(x)
+        assert a_storage.buffer is not None
+        assert any(searched for _, _, searched in answers[asked:]) == (not kept)
+        del w, below
+    assert all(fast_answer == reference for fast_answer, reference, _ in answers)
+
+
 def test_install_and_uninstall_swap_the_search():
     with isolated_allocator() as allocator:
         with md.Runtime(budget=10**9):

@@ -200,8 +200,8 @@ class FastPath:
         allocator, lifetimes = self.allocator, self.lifetimes
         storage = cell.storage if cell.is_view else cell
         usefulness = self.usefulness
-        if usefulness.regions and storage.external_refs == 1:
-            usefulness.changed(storage)  # its last handle: a yes that read it may be a no
+        if usefulness.regions and storage.external_refs == 1 and storage.buffer is None:
+            usefulness.changed(storage)  # an evicted one's last handle: a yes may be a no
         if allocator.observer is not None or allocator.addresses is not None:
             lifetimes.release(cell)
             return

@@ -218,6 +218,10 @@ class CandidateTable:
         """``storage`` is no candidate any more."""
         if self.usefulness.regions:
             self.usefulness.changed(storage)
+        self.remove(storage)
+
+    def remove(self, storage: Storage) -> None:
+        """``storage``'s row is a hole now."""
         row = storage.row
         if not row:
             return
@@ -234,7 +238,9 @@ class CandidateTable:
 
     def evicted(self, storage: Storage, reason: str) -> None:
         """``storage`` was evicted: out of the table, its neighbours' rows flagged."""
-        self.discard(storage)
+        if self.usefulness.regions:
+            self.usefulness.evicted(storage)
+        self.remove(storage)
         if storage.external_refs:
             self.referenced_evicted(storage)
         eviction = self.owner.eviction

@@ -13,9 +13,13 @@ that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
 - ``Usefulness`` remembers each *yes* with the storages the search saw (its *region*:
   those whose children it read are among them), and answers yes again until one of
   the things that search read may have changed: a storage of the region, or a child of
-  one, is evicted, rebuilt, banished, dropped from the candidates or loses its last
-  handle (``changed``, called by the candidate table and
-  by ``FastPath.release``). Nothing else can turn a yes into a no: a new child is
+  one, is evicted, rebuilt, banished, dropped from the candidates or, evicted, loses
+  its last handle (``changed``, called by the candidate table and by
+  ``FastPath.release``; a resident storage's handles are not read). A resident child
+  of the region that is evicted and that the search would read no further (it is a
+  witness, or none of its children is evicted) joins the region instead, the yes
+  kept (``evicted``): two budgeted Tree-LSTM steps at 0.3 search 63 times, not 221.
+  Nothing else can turn a yes into a no: a new child is
   resident when it is made (the search skips resident children), a new handle only
   makes a storage useful sooner, and a storage that is collected was on no path to the
   referenced storage found (that one holds its ancestors through its recipe), so the
@@ -173,15 +177,59 @@ class Usefulness:
                     stack.append(parent)
         return True
 
+    def evicted(self, storage: Storage) -> None:
+        """``storage`` was evicted: as ``changed``, except for the yeses that read it only as
+        a resident child of a storage of their region (it is not in the region), when
+        the search, asked again, would see it and read nothing more below it: it is a
+        witness (the search stops there, if not before, with no more storages seen than
+        before), or none of its children is evicted (it adds one storage to those seen
+        and reads nothing else, so the bound is still not reached if the region had
+        room for one more). Those keep their yes, with the storage added to the region."""
+        regions = self.regions
+        ids = [parent.id for parent in storage.parents]
+        key = storage.id
+        stale = []
+        grown = []
+        for k, region in regions.items():
+            if key in region:
+                stale.append(k)
+            elif any(i in region for i in ids):
+                grown.append(k)
+        if grown:
+            witness = storage.external_refs > 0
+            if witness or not has_evicted_child(storage):
+                for k in grown:
+                    region = regions[k]
+                    if witness or len(region) < USEFUL_SEARCH - 1:
+                        region.add(key)
+                    else:
+                        stale.append(k)
+            else:
+                stale.extend(grown)
+        for k in stale:
+            del regions[k]
+
     def changed(self, storage: Storage) -> None:
-        """``storage`` was evicted, rebuilt, banished or dropped from the candidates, or is
-        losing its last handle: forget the yeses whose search read it (it, or a parent of
-        it, is in their region)."""
+        """``storage`` was rebuilt, banished or dropped from the candidates, or is evicted
+        and losing its last handle: forget the yeses whose search read it (it, or a parent
+        of it, is in their region)."""
         ids = [parent.id for parent in storage.parents]
         ids.append(storage.id)
         stale = [k for k, region in self.regions.items() if any(i in region for i in ids)]
         for key in stale:
             del self.regions[key]
+
+
+def has_evicted_child(storage: Storage) -> bool:
+    """Whether a child of ``storage`` is evicted or banished (the search would see it)."""
+    children = storage.children
+    if type(children) is not list:
+        children = (children,) if children else ()
+    for ref in children:
+        child = ref()
+        if child is not None and child.buffer is None:
+            return True
+    return False
 
 
 def is_witness(storage: Storage | None) -> bool:
