@@ -289,27 +289,44 @@ class CachedClosures:
             self.flush()
 
     def flush(self) -> None:
-        """Announce the evictions still pending (``on_change``) for the storages alive."""
+        """Announce the evictions still pending for the storages alive (``_drop_around``,
+        both walks: the closures that stop at a newly evicted storage were valid)."""
         pending, self.pending = self.pending, {}
         for ref in pending.values():
             storage = ref()
             if storage is not None:
-                self.on_change(storage)
+                self._drop_around(storage, True, True)
 
     def on_change(self, storage: Storage) -> None:
-        """``storage`` was evicted, or was rematerialized, banished or freed: drop the
-        caches that may include it (those of evicted storages connected to it in either
-        direction), flagging the rows next to it in the ``flagged`` table, and next to
-        each dropped closure those whose terms read it (``_invalidate``). The flags and
-        closures of a pending eviction (``on_evicted``) were never changed: leaving then
-        undoes nothing."""
+        """``storage`` left the evicted set (rematerialized, banished or freed): drop the
+        caches that may include it (``_drop_around``). The flags and closures of a pending
+        eviction (``on_evicted``) were never changed: leaving then undoes nothing. Its
+        own closures say which walks can drop anything: a valid closure's evicted
+        ancestors (``above``; descendants, ``below``) have valid closures too, since
+        building it builds theirs and dropping theirs drops it; so when its own ``above``
+        is not valid, no ``above`` closure below it is, and the walk through its
+        children is skipped (and that through its parents when its ``below`` is not).
+        Most storages leave with neither valid (on the Tree-LSTM at 0.3, 92%)."""
         if self.pending and self.pending.pop(storage.id, None) is not None:
             return
+        epoch = self.epoch
+        above, below = storage.above, storage.below
+        self._drop_around(
+            storage,
+            above is not None and above.epoch == epoch,
+            below is not None and below.epoch == epoch,
+        )
+
+    def _drop_around(self, storage: Storage, down: bool, up: bool) -> None:
+        """Drop ``storage``'s closures and, walking from its evicted children (``down``)
+        and parents (``up``), those that may include it, flagging the rows next to it in
+        the ``flagged`` table, and next to each dropped closure those whose terms read
+        it (``_invalidate``)."""
         storage.above = storage.below = None
         parents, children = self._evicted_parents(storage), self._evicted_children(storage)
-        if children:
+        if children and down:
             self._invalidate(children, "above")
-        if parents:
+        if parents and up:
             self._invalidate(parents, "below")
         index = self.bit_of.pop(storage.id, None)
         if index is not None:  # no valid closure holds it now: the walks dropped them
