@@ -214,14 +214,11 @@ class CandidateTable:
         self.dirty.append(1)
         self.count += 1
 
-    def discard(self, storage: Storage) -> None:
-        """``storage`` is no candidate any more."""
-        if self.usefulness.regions:
-            self.usefulness.changed(storage)
-        self.remove(storage)
-
-    def remove(self, storage: Storage) -> None:
-        """``storage``'s row is a hole now."""
+    def discard(self, storage: Storage, evicted: bool = False) -> None:
+        """``storage`` is no candidate any more (``evicted``: it was evicted)."""
+        usefulness = self.usefulness
+        if usefulness.regions:
+            (usefulness.evicted if evicted else usefulness.changed)(storage)
         row = storage.row
         if not row:
             return
@@ -238,9 +235,7 @@ class CandidateTable:
 
     def evicted(self, storage: Storage, reason: str) -> None:
         """``storage`` was evicted: out of the table, its neighbours' rows flagged."""
-        if self.usefulness.regions:
-            self.usefulness.evicted(storage)
-        self.remove(storage)
+        self.discard(storage, evicted=True)
         if storage.external_refs:
             self.referenced_evicted(storage)
         eviction = self.owner.eviction
