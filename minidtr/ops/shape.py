@@ -268,9 +268,10 @@ class Gather(Op):
 
     name = "getitem"
 
-    def __init__(self, key: tuple, n_indices: int):
+    def __init__(self, key: tuple, n_indices: int, shape: tuple[int, ...] | None = None):
         self.key = key
         self.retain_inputs = tuple(range(1, 1 + n_indices))
+        self.shape = shape  # the result's, when ``getitem`` probed the index values already
 
     def infer(self, x: Cell, *indices: Cell):
         for c in indices:
@@ -278,7 +279,8 @@ class Gather(Op):
                 raise self.error(
                     f"index arrays must be integers, got {c.dtype}", x, *indices, kind=DTypeError
                 )
-        return [(indexed_shape(self, x, self.key, indices), x.dtype)]
+        shape = self.shape if self.shape is not None else indexed_shape(self, x, self.key, indices)
+        return [(shape, x.dtype)]
 
     def forward(self, xp, x, *indices):
         return x[resolve(self.key, indices)]
@@ -423,7 +425,7 @@ def getitem(x: Tensor, key) -> Tensor:
         return apply(GetItem(template), x)
     op = Gather(template, len(indices))
     if all(k.dtype.kind in "iu" for k in indices):  # in range (NumPy raises, CuPy wraps)
-        probe(op, x.cell, template, [host_values(k) for k in indices])
+        op.shape = probe(op, x.cell, template, [host_values(k) for k in indices]).shape
     return apply(op, x, *indices)
 
 
