@@ -126,12 +126,13 @@ class Split(View):
         return metas
 
     def forward(self, xp, x):
-        bounds = np.cumsum((0, *self.sizes)).tolist()
         index = [slice(None)] * x.ndim
         parts = []
-        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-            index[self.axis] = slice(start, stop)
+        start = 0
+        for size in self.sizes:
+            index[self.axis] = slice(start, start + size)
             parts.append(x[tuple(index)])
+            start += size
         return tuple(parts) if len(parts) > 1 else parts[0]
 
     def backward(self, ctx, grads):
