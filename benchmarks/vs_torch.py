@@ -21,8 +21,9 @@ parameter counts exactly). Both on the CPU with one thread (``OPENBLAS_NUM_THREA
 Real memory is measured alike for both: the C heap's bytes in use (glibc's ``mallinfo2``:
 NumPy's and PyTorch's arrays and Python's objects all come from it), read after every op
 of one training step, at their highest, less what was in use before the step (so the
-parameters and the optimizer's state, there before and after, are left out). Time per
-step: the median over ``--steps`` rounds, after two warm-up steps, the measured one and
+parameters and the optimizer's state, there before and after, are left out). Each side
+makes its batch (the examples picked, and minidtr's tensors of them) before the step is
+timed and measured. Time per step: the median over ``--steps`` rounds, after two warm-up steps, the measured one and
 an untimed round; each round runs one step of every run of the model in turn (starting
 with another each round), so that load on the machine hits them alike. The ratios are
 taken by this thread's processor time, which other processes on a loaded machine do not
@@ -59,7 +60,7 @@ import minidtr as md
 from minidtr.data import minibatch_indices
 from minidtr.runtime import registry
 from minidtr.runtime.allocator import Allocator
-from minidtr.training import TrainConfig, build_task, train_step
+from minidtr.training import TrainConfig, build_task, train_on_batch
 
 try:
     import torch
@@ -336,14 +337,17 @@ class MinidtrRun(Run):
     def train_step(self, meter=None):
         with serving(self.allocator), self.runtime:
             self.runtime.mark_step(expected_cost=self.step_cost)
+            # the batch is made before the timing and the meter, as the twin's is
+            model_input, targets = self.task.batch(next(self.batches))
             if meter:
                 self.allocator.run_kernel = self._sampled(meter)
                 meter.start()
             stopwatch = Stopwatch()
             try:
-                loss = train_step(self.task, self.optimizer, next(self.batches))
+                loss = train_on_batch(self.task, self.optimizer, model_input, targets)
             finally:
                 self.allocator.__dict__.pop("run_kernel", None)
+            del model_input, targets
             return loss, stopwatch.stop()
 
     def _sampled(self, meter: HeapPeak):

@@ -29,6 +29,7 @@ from .ops.random import manual_seed
 from .runtime import Runtime
 from .runtime.heuristics import make_heuristic
 from .runtime.options import OPTION_NAMES, RuntimeOptions
+from .tensor import Tensor
 
 EVAL_EXAMPLES = 256
 MEASURE_STEPS = 2
@@ -149,7 +150,11 @@ def train_step(task: Task, optimizer, indices: np.ndarray) -> float:
     values it was computed from, so keeping it would keep the old parameters resident
     next to the new ones until the next step.
     """
-    model_input, targets = task.batch(indices)
+    return train_on_batch(task, optimizer, *task.batch(indices))
+
+
+def train_on_batch(task: Task, optimizer, model_input: Any, targets: Tensor) -> float:
+    """``train_step`` on a batch made already (``Task.batch``)."""
     loss = task.loss(model_input, targets)
     loss.backward()
     optimizer.step()
