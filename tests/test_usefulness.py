@@ -42,6 +42,13 @@ def asking_both():
         usefulness.Usefulness.__call__ = saved
 
 
+def inputs(seed: int) -> tuple[Tensor, Tensor]:
+    """A (32, 32) input and a (32, 64) weight, float32, in the allocator in use."""
+    rng = np.random.default_rng(seed)
+    x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+    return x, md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+
+
 def evicted_through_evicted(allocator, a: Tensor, weight: Tensor) -> Tensor:
     """``w = exp(a) @ weight``, evicted, with ``u = exp(a)`` dropped (kept: ``w``'s rebuild
     needs it; twice its bytes, ``w`` is not rebuilt as its orphan) and then evicted: a
@@ -125,10 +132,8 @@ def test_a_witness_below_through_evicted_storages_is_reached():
     """``w`` (evicted, referenced) is below ``a`` through ``u`` and ``v`` (evicted, nobody's),
     and made after both: the walk up from ``w`` meets ``a``, so ``a`` is searched (and
     kept); below ``b``, whose child is resident, no walk meets it: told no, and freed."""
-    rng = np.random.default_rng(7)
     with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
-        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
-        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        x, weight = inputs(7)
         a = md.tanh(x)
         b = md.exp(x)
         c = md.tanh(b)  # resident, referenced: b's only child
@@ -158,10 +163,8 @@ def test_a_kept_yes_is_not_given_while_its_witness_is_collected():
     the reference's search would no longer see ``w`` (its handle not dead yet) while the
     yes kept from before said yes. The deaths wait for the end of the pass
     (``lifetime.CycleCollection``), when ``w``'s handle has died too: both say no."""
-    rng = np.random.default_rng(8)
     with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
-        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
-        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        x, weight = inputs(8)
         y = md.exp(x)  # made before w's handle: finalized first
         a = md.tanh(x)
         w = evicted_through_evicted(allocator, a, weight)
@@ -185,10 +188,8 @@ def test_a_kept_yes_outlives_the_eviction_of_a_child_read_no_further(child):
     and, when ``c`` has a handle (a witness) or no evicted child, read nothing below it:
     the yes is kept, with ``c`` in its region. When ``c`` has an evicted child the search
     would go on below it: it is searched again."""
-    rng = np.random.default_rng(9)
     with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
-        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
-        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        x, weight = inputs(9)
         a = md.tanh(x)
         c = md.exp(a)
         below = c @ weight if child == "above an evicted one" else md.tanh(c)
@@ -233,10 +234,8 @@ def test_a_kept_dead_storage_is_freed_once_what_made_it_useful_changes(reference
     unreferenced): it is kept. Once ``w`` is rebuilt, or its last handle dies, nothing
     needs ``a`` and it is freed after the next access; the accelerator, which keeps its
     yes, must hear of that change as the reference's fresh search sees it."""
-    rng = np.random.default_rng(3)
     with isolated_allocator() as allocator, md.Runtime(budget=1 << 30, reference=reference):
-        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
-        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        x, weight = inputs(3)
         a = md.tanh(x)
         u = md.exp(a)
         w = u @ weight  # twice u's bytes: not rebuilt as u's orphan
@@ -263,10 +262,8 @@ def test_a_handle_made_to_an_evicted_value_makes_it_a_witness():
     again; ``a``, which ``u``'s rebuild needs, dies after: it is useful (and ``u`` too
     large to be rebuilt as its orphan). The accelerator heard of ``u`` becoming a witness,
     and of orphans becoming possible, only through ``Lifetimes.referenced_evicted``."""
-    rng = np.random.default_rng(4)
     with asking_both() as answers, isolated_allocator(), md.Runtime(budget=1 << 30):
-        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
-        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        x, weight = inputs(4)
         a = md.tanh(x)
         u = a @ weight  # twice a's bytes: not rebuilt as a's orphan
         w = md.tanh(u)
@@ -286,10 +283,8 @@ def test_a_storage_lent_to_another_allocator_is_searched():
     """``a`` (allocator A) is the parent of ``u`` and ``w`` made in allocator B, whose ids
     start again from 1: a witness below ``a`` may have a smaller id than ``a``. Once A
     lends (``Allocator.lends``), its questions are searched, not told by ids."""
-    rng = np.random.default_rng(5)
     with asking_both() as answers, isolated_allocator() as lender, md.Runtime(budget=1 << 30):
-        x = md.tensor(rng.standard_normal((32, 32)).astype(np.float32))
-        weight = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+        x, weight = inputs(5)
         for _ in range(20):  # ids in A past those B will give
             md.tanh(x)
         a = md.tanh(x)

@@ -30,6 +30,7 @@ from ..lifetime import COLLECTION, orphans_of
 from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
 from .table import LAZY_SLACK
+from .usefulness import has_evicted_child
 
 if TYPE_CHECKING:
     from ..allocator import Allocator
@@ -290,17 +291,3 @@ class FastPath:
 
 def all_owned(storages: tuple[Storage, ...], allocator: Allocator) -> bool:
     return all(storage.allocator is allocator for storage in storages)
-
-
-def has_evicted_child(storage: Storage) -> bool:
-    """``lifetime.has_evicted_child``, reading the children's weak references without
-    building a list (a test on every death under a budget)."""
-    children = storage.children
-    if type(children) is not list:
-        child = children() if children else None
-        return child is not None and child.buffer is None
-    for ref in children:
-        child = ref()
-        if child is not None and child.buffer is None:
-            return True
-    return False

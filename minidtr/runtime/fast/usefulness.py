@@ -221,10 +221,13 @@ class Usefulness:
 
 
 def has_evicted_child(storage: Storage) -> bool:
-    """Whether a child of ``storage`` is evicted or banished (the search would see it)."""
+    """``lifetime.has_evicted_child``, reading the children's weak references without
+    building a list (a test on every death under a budget, and here: a child the search
+    would see, evicted or banished)."""
     children = storage.children
     if type(children) is not list:
-        children = (children,) if children else ()
+        child = children() if children else None
+        return child is not None and child.buffer is None
     for ref in children:
         child = ref()
         if child is not None and child.buffer is None:
