@@ -18,20 +18,21 @@ parameter counts exactly). Both on the CPU with one thread (``OPENBLAS_NUM_THREA
   same real memory: under the budget at which a step's real memory grows as much as
   PyTorch's (``MinidtrRun.calibrate``; marked ``*`` where no budget got it there).
 
-Real memory is measured alike for both: the C heap's bytes in use (glibc's ``mallinfo2``:
-NumPy's and PyTorch's arrays and Python's objects all come from it), read after every op
-of one training step, at their highest, less what was in use before the step (so the
-parameters and the optimizer's state, there before and after, are left out). Each side
-makes its batch (the examples picked, and minidtr's tensors of them) before the step is
-timed and measured. Time per step: the median over ``--steps`` rounds, after two warm-up steps, the measured one and
-an untimed round; each round runs one step of every run of the model in turn (starting
-with another each round), so that load on the machine hits them alike. The ratios are
-taken by this thread's processor time, which other processes on a loaded machine do not
-inflate as they do the wall clock's (by wall time in brackets). The summary checks the
-goals: unbudgeted within 1.5x of PyTorch, and at equal real memory no slower than PyTorch
-with checkpointing at every segment count. ``--profile`` prints, instead, PyTorch's ops by
-time (``benchmarks/step_profile.py --by-op`` gives minidtr's). Runs where torch is
-installed; Linux (glibc) only.
+Real memory is measured alike for both: the C heap's bytes in use (glibc's
+``mallinfo2``: NumPy's and PyTorch's arrays and Python's objects all come from it), read
+after every op of one training step, at their highest, less what was in use before the
+step (so the parameters and the optimizer's state, there before and after, are left
+out). Each side makes its batch (the examples picked, and minidtr's tensors of them)
+before the step is timed and measured. Time per step: the median over ``--steps``
+rounds, after two warm-up steps, the measured one and an untimed round; each round runs
+one step of every run of the model in turn (starting with another each round), so that
+load on the machine hits them alike. The ratios are taken by this thread's processor
+time, which other processes on a loaded machine do not inflate as they do the wall
+clock's (by wall time in brackets). The summary checks the goals: unbudgeted within 1.5x
+of PyTorch, and at equal real memory no slower than PyTorch with checkpointing at every
+segment count. ``--profile`` prints, instead, PyTorch's ops by time
+(``benchmarks/step_profile.py --by-op`` gives minidtr's). Runs where torch is installed;
+Linux (glibc) only.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ import minidtr as md
 from minidtr.data import minibatch_indices
 from minidtr.runtime import registry
 from minidtr.runtime.allocator import Allocator
-from minidtr.training import TrainConfig, build_task, train_on_batch
+from minidtr.training import TrainConfig, build_task, train_step
 
 try:
     import torch
@@ -338,16 +339,16 @@ class MinidtrRun(Run):
         with serving(self.allocator), self.runtime:
             self.runtime.mark_step(expected_cost=self.step_cost)
             # the batch is made before the timing and the meter, as the twin's is
-            model_input, targets = self.task.batch(next(self.batches))
+            batch = self.task.batch(next(self.batches))
             if meter:
                 self.allocator.run_kernel = self._sampled(meter)
                 meter.start()
             stopwatch = Stopwatch()
             try:
-                loss = train_on_batch(self.task, self.optimizer, model_input, targets)
+                loss = train_step(self.task, self.optimizer, None, batch)
             finally:
                 self.allocator.__dict__.pop("run_kernel", None)
-            del model_input, targets
+            del batch
             return loss, stopwatch.stop()
 
     def _sampled(self, meter: HeapPeak):

@@ -142,19 +142,18 @@ def build_task(config: TrainConfig) -> Task:
     return task
 
 
-def train_step(task: Task, optimizer, indices: np.ndarray) -> float:
+def train_step(
+    task: Task, optimizer, indices: np.ndarray | None, batch: tuple[Any, Tensor] | None = None
+) -> float:
     """One step: forward, backward, update, then drop the gradients. Returns the loss.
+    ``batch``: the step's batch made already (``Task.batch``), instead of ``indices``.
 
     Dropping the gradients at the end (not at the start of the next step) matters
     here: a gradient is a tensor with a recipe, and its recipe holds the parameter
     values it was computed from, so keeping it would keep the old parameters resident
     next to the new ones until the next step.
     """
-    return train_on_batch(task, optimizer, *task.batch(indices))
-
-
-def train_on_batch(task: Task, optimizer, model_input: Any, targets: Tensor) -> float:
-    """``train_step`` on a batch made already (``Task.batch``)."""
+    model_input, targets = batch if batch is not None else task.batch(indices)
     loss = task.loss(model_input, targets)
     loss.backward()
     optimizer.step()
