@@ -10,7 +10,7 @@ import pytest
 import minidtr as md
 from minidtr.data import ListOpsTree, parse_listops
 from minidtr.models import MODELS, ResNet, make_task
-from minidtr.models.treelstm import TreeLSTM, schedule
+from minidtr.models.treelstm import TreeLSTM, child_slots, schedule
 from minidtr.testing import isolated_allocator
 from minidtr.training import TrainConfig, accuracy, build_task, train, train_step
 
@@ -166,6 +166,21 @@ def test_treelstm_schedule_levels_and_roots():
     assert root_level.tolist() == [2, 1]
     assert levels[2].child_level == [0, 1]  # MAX has leaf children and the MIN node
     assert sum(len(r) for r in levels[2].child_rows) == 3
+
+
+def test_treelstm_child_slots_list_each_parents_children_in_order():
+    """Row p of the slot table holds 1 + the positions of p's children in ``parent``, in
+    their order, then zeros (the zero row), on random parent lists."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n_parents = int(rng.integers(1, 12))
+        parent = rng.integers(0, n_parents, int(rng.integers(0, 30)))
+        slots = child_slots(parent, n_parents)
+        most = max([int((parent == p).sum()) for p in range(n_parents)] + [1])
+        assert slots.shape == (n_parents, most) and slots.dtype == np.int64
+        for p in range(n_parents):
+            kids = [k + 1 for k in range(parent.size) if parent[k] == p]
+            assert slots[p].tolist() == kids + [0] * (most - len(kids))
 
 
 def test_treelstm_builds_a_different_graph_per_batch():

@@ -94,10 +94,10 @@ def child_slots(parent: np.ndarray, n_parents: int) -> np.ndarray:
     zero row) where a parent has fewer children."""
     counts = np.bincount(parent, minlength=n_parents)
     slots = np.zeros((n_parents, max(int(counts.max()), 1)), dtype=np.int64)
-    position = np.zeros(n_parents, dtype=np.int64)
-    for k, p in enumerate(parent):
-        slots[p, position[p]] = k + 1
-        position[p] += 1
+    order = np.argsort(parent, kind="stable")  # each parent's children, in their order
+    firsts = np.cumsum(counts) - counts  # where each parent's run starts in ``order``
+    sorted_parents = parent[order]
+    slots[sorted_parents, np.arange(parent.size) - firsts[sorted_parents]] = order + 1
     return slots
 
 
