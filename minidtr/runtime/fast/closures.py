@@ -138,7 +138,13 @@ class CachedClosures:
         if not storages:
             return 0.0
         self._check_indices()
-        closures = [self._closure(s, side) for s in storages]
+        epoch = self.epoch
+        closures = [  # (a cached one without the call)
+            c
+            if (c := getattr(s, side)) is not None and c.epoch == epoch
+            else self._closure(s, side)
+            for s in storages
+        ]
         if len(closures) == 1:
             return closures[0].total
         members, _, total = self._merged(closures)
