@@ -269,10 +269,10 @@ class Gather(Op):
 
     name = "getitem"
 
-    def __init__(self, key: tuple, n_indices: int, shape: tuple[int, ...] | None = None):
+    def __init__(self, key: tuple, n_indices: int):
         self.key = key
         self.retain_inputs = tuple(range(1, 1 + n_indices))
-        self.shape = shape  # the result's, when ``getitem`` probed the index values already
+        self.shape: tuple[int, ...] | None = None  # the result's, once ``getitem`` probed
 
     def infer(self, x: Cell, *indices: Cell):
         for c in indices:

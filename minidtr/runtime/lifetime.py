@@ -415,22 +415,24 @@ class CycleCollection:
 
     def __init__(self) -> None:
         self.running = False
-        self.waiting: list[weakref.ref[Lifetimes]] = []
+        self.waiting: dict[int, weakref.ref[Lifetimes]] = {}  # by id: each once a pass
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
             self.running = True
             return
         self.running = False
-        waiting, self.waiting = self.waiting, []
-        for ref in waiting:
+        waiting, self.waiting = self.waiting, {}
+        for ref in waiting.values():
             lifetimes = ref()
             if lifetimes is not None:
                 lifetimes.settle()
 
     def wait(self, lifetimes: Lifetimes) -> None:
-        """Settle ``lifetimes`` when the pass ends."""
-        self.waiting.append(weakref.ref(lifetimes))
+        """Settle ``lifetimes`` when the pass ends (once, however many die meanwhile)."""
+        ref = self.waiting.get(id(lifetimes))
+        if ref is None or ref() is not lifetimes:
+            self.waiting[id(lifetimes)] = weakref.ref(lifetimes)
 
 
 COLLECTION = CycleCollection()
