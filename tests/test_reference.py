@@ -180,7 +180,7 @@ def test_the_reference_modules_never_import_the_accelerator():
                 assert "fast" not in (node.module or ""), f"{name}.py imports {node.module}"
 
 
-def run_both(fn, budget: int, heuristic: str, dealloc: str, **settings):
+def run_both(fn, budget: int, heuristic: str, dealloc: str, cost="flops", **settings):
     """``fn`` under the accelerated and under the reference policy: (outputs or the
     error's message, event log) of each (``settings``: more Runtime keywords)."""
     runs = []
@@ -189,7 +189,7 @@ def run_both(fn, budget: int, heuristic: str, dealloc: str, **settings):
             budget=budget,
             heuristic=heuristic,
             dealloc=dealloc,
-            cost="flops",
+            cost=cost,
             record_events=True,
             reference=reference,
             # the cost model's thrash guard, which both policies reach at the same op; the
@@ -232,6 +232,23 @@ def test_random_programs_decide_identically(program, heuristic, dealloc, ratio):
     between 0.3 and 0.95 of their peak, every heuristic and deallocation policy."""
     budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
     assert_same_runs(run_both(program, budget, heuristic, dealloc))
+
+
+def fractional_cost(op, in_metas, out_metas) -> float:
+    """A cost model of a user's whose costs do not add up exactly: tenths, some near 2**50,
+    so that a sum depends on its order."""
+    n = math.prod(out_metas[0][0]) if out_metas else 1
+    return (n % 7 + 1) * 0.1 + (2.0**50 if n % 2 else 0.0)
+
+
+@PROPERTY_SETTINGS
+@given(random_programs(), deallocs(), st.floats(0.3, 0.95))
+def test_random_programs_decide_identically_with_costs_that_round(program, dealloc, ratio):
+    """h_DTR's e* sums costs; the accelerator's cached closures sum them in another order,
+    which gives the same float only when they add up exactly (the built-in models'). With
+    a cost function whose sums round, the terms are the walk's, in its order."""
+    budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
+    assert_same_runs(run_both(program, budget, "dtr", dealloc, cost=fractional_cost))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,8 +10,12 @@ invalid (an invalid cache's descendants, resp. ancestors, are invalid too, so th
 walk never needs to go further). No score walks the graph.
 
 Equivalent to the walk: a closure is exactly the set the walk reaches, each member's
-cost counted once, and the built-in cost models' costs add up exactly (see
-``estar.total_cost``), so the sum is the same float whatever its order.
+cost counted once, and costs that are multiples of 1/32 (every built-in cost model's:
+``estar.total_cost``) add up exactly while their sum stays below 2**48, so the sum is
+the same float whatever its order. A cost of another kind (a cost function of the
+user's, a trace's times with fractions) makes the sums depend on their order; from the
+first such cost on (``exact``), a term is the walk's sum, in the walk's order, and the
+closures are still kept, for the rows they flag.
 
 A set of up to ``SMALL`` storages is a {storage id: cost} map; a larger one is a
 Python int used as a bitset over indices the storages in it get, so that closing
@@ -42,6 +46,8 @@ SMALL = 256  # members a closure holds as a map; past that, as a bitset
 MAX_BITS = 1 << 16  # indices handed out before they start again (a new epoch)
 FEW_BITS = 32  # up to this many new members, their costs are added one by one
 MAX_PENDING = 4096  # evictions announced late, at most (``on_evicted``)
+GRID = 32.0  # costs that are whole multiples of 1/GRID ...
+EXACT_BELOW = 2.0**48  # ... add up exactly in any order while their sum is below this
 EPOCHS = itertools.count(1)
 
 
@@ -91,6 +97,7 @@ class CachedClosures:
         self.costs = np.zeros(64)  # index -> the storage's cost when it was closed over
         self.costs_at = memoryview(self.costs)
         self.pending: dict[int, weakref.ref[Storage]] = {}  # evictions not yet announced
+        self.exact = True  # every cost closed over so far is on the grid (``cost_around``)
 
     def invalidate_all(self) -> None:
         """Make every closure stale (the indices stay: a closure being built still reads
@@ -129,10 +136,15 @@ class CachedClosures:
         return [i for c in evicted_children(storage) for i in self.closure_ids(c, "below")]
 
     def cost_around(self, parents: list[Storage], children: list[Storage]) -> float:
-        """``cost`` of a storage given its evicted parents and children."""
+        """``cost`` of a storage given its evicted parents and children: from the closures
+        while their sums are exact, else by the walks, in their order (``exact``)."""
         if self.pending:
             self.flush()
-        return self._union_cost(parents, "above") + self._union_cost(children, "below")
+        total = self._union_cost(parents, "above") + self._union_cost(children, "below")
+        if self.exact and total < EXACT_BELOW:
+            return total
+        walked = estar.walk(parents, evicted_parents), estar.walk(children, evicted_children)
+        return estar.total_cost(walked[0]) + estar.total_cost(walked[1])
 
     def _union_cost(self, storages: list[Storage], side: str) -> float:
         if not storages:
@@ -174,6 +186,7 @@ class CachedClosures:
         with an explicit stack."""
         step = evicted_parents if side == "above" else evicted_children
         epoch = self.epoch  # a closure is valid when it has this epoch
+        exact = self.exact
         stack = [storage]
         waiting: dict[int, list[Storage]] = {}  # a node's neighbours, kept while theirs build
         while stack:
@@ -195,28 +208,31 @@ class CachedClosures:
                     stack.extend(missing)
                     continue
             stack.pop()
+            cost = node.cost
+            if exact and not (cost * GRID).is_integer():
+                exact = self.exact = False
             # the node is in none of its neighbours' closures: the graph has no cycle
             if len(neighbours) == 1:  # a chain's link: its neighbour's map and the node
                 only = getattr(neighbours[0], side)
                 members = only.members
                 if members is not None and len(members) < SMALL:
                     members = members.copy()
-                    members[node.id] = node.cost
-                    total = only.total + node.cost  # (what the sum of the map gives)
+                    members[node.id] = cost
+                    total = only.total + cost  # (what the sum of the map gives, when exact)
                     setattr(node, side, Closure(epoch, members, total, None))
                     continue
             elif not neighbours:
-                setattr(node, side, Closure(epoch, {node.id: node.cost}, node.cost, None))
+                setattr(node, side, Closure(epoch, {node.id: cost}, cost, None))
                 continue
             members, bits, total = self._merged([getattr(n, side) for n in neighbours])
             if members is not None:  # the total as the sum of the map, as ``_union_cost``
-                members[node.id] = node.cost
+                members[node.id] = cost
                 total = sum(members.values())
                 if len(members) > SMALL:
                     members, bits = None, self._bits_of(members)
             else:
-                bits |= self._bit(node.id, node.cost)
-                total += node.cost
+                bits |= self._bit(node.id, cost)
+                total += cost
             setattr(node, side, Closure(self.epoch, members, total, bits))
         return getattr(storage, side)
 
