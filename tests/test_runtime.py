@@ -235,6 +235,28 @@ def test_unknown_heuristic_and_policy_names_are_clear_errors():
         md.Runtime(cost="wall")
 
 
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "fast", None])
+@pytest.mark.parametrize("budget", [None, 10**6])
+def test_a_cost_function_that_returns_no_cost_is_a_clear_error(value, budget):
+    """A negative, NaN or infinite cost would run the clock back or stop it; a value that
+    is not a number would fail in ``float``. Each is an error naming the function, the op,
+    its shapes and the value, and the op leaves nothing reserved."""
+
+    def weird_cost(op, in_metas, out_metas):
+        return value if op.name == "tanh" else 1.0
+
+    with md.Runtime(budget=budget, cost=weird_cost) as rt:
+        x = md.tensor(np.ones(4))
+        before = rt.stats()["memory"]
+        with pytest.raises(ValueError) as caught:
+            md.ops.tanh(x)
+        assert rt.stats()["memory"] == before
+        assert (x + 1.0).numpy().tolist() == [2.0] * 4  # still usable
+    message = str(caught.value)
+    assert f"cost function weird_cost returned {value!r} for tanh ((4,) -> (4,))" in message
+    assert "finite number >= 0" in message
+
+
 def test_every_ablation_name_builds():
     from minidtr.runtime import ablation_names
 

@@ -85,7 +85,8 @@ class RuntimeOptions:
         ``banish`` frees it for good and makes its children unevictable,
         ``ignore`` leaves it resident until the heuristic evicts it.
     cost: ``time`` (measured ns), ``flops`` (a deterministic estimate from
-        each op's flop and byte counts) or ``f(op, in_metas, out_metas) -> float``.
+        each op's flop and byte counts) or ``f(op, in_metas, out_metas) -> float``,
+        a finite number >= 0 (anything else is a ``ValueError`` naming the op).
     sample: score only about sqrt(n) candidates per eviction (random stride).
     min_size: skip candidates smaller than this fraction of the mean candidate size.
     record_events: keep a log of every alloc/evict/remat/free/banish (``events``);
