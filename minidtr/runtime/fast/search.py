@@ -101,7 +101,10 @@ class TableSearch:
         eviction.track(mode if mode in MODES else None)
         values = self.scores(heuristic, rows, used)
         if self.deferred:
-            order = self.settle_deferred(heuristic, values, wanted)
+            if wanted == 1:
+                order = self.settle_lowest(heuristic, values)
+            else:
+                order = self.settle_deferred(heuristic, values, wanted)
         else:
             order = lowest(values, wanted)
         scores = list(map(values.item, order)) if order else []  # lowest first
@@ -128,13 +131,13 @@ class TableSearch:
     def settle_deferred(
         self, heuristic: Heuristic, values: np.ndarray, wanted: int
     ) -> list[int] | None:
-        """``lowest(values, wanted)``, once every row that may be among them has its exact
-        score in ``values``, which holds lower bounds for the ``deferred`` rows
-        (``neighbourhood_terms``). The ``wanted`` lowest of the rows scored exactly are
-        kept as (score, row), in the order ``lowest`` gives; the deferred rows are taken
-        in the order of their bounds, each getting its term and exact score, until the
-        next bound passes the ``wanted``-th lowest: the rest cannot be among them and
-        stay bounded."""
+        """``lowest(values, wanted)`` for a shortlist (``settle_lowest`` for the lowest
+        alone), once every row that may be among them has its exact score in ``values``,
+        which holds lower bounds for the ``deferred`` rows (``neighbourhood_terms``). The
+        ``wanted`` lowest of the rows scored exactly are kept as (score, row), in the
+        order ``lowest`` gives; the deferred rows are taken in the order of their
+        bounds, each getting its term and exact score, until the next bound passes the
+        ``wanted``-th lowest: the rest cannot be among them and stay bounded."""
         deferred = np.array(self.deferred)
         bounds = values[deferred]
         exact = values.copy()  # (``values`` may be the table's ratio column itself)
@@ -163,6 +166,28 @@ class TableSearch:
         finally:
             eviction.scoring = False
         return lowest(values, wanted)
+
+    def settle_lowest(self, heuristic: Heuristic, values: np.ndarray) -> list[int] | None:
+        """``settle_deferred`` for the lowest alone: while the lowest of ``values`` (the
+        first, on a tie) is a deferred row's bound, that row gets its term and exact score.
+        Then it is a row scored exactly, and no deferred row can come before it: each
+        one's score is at least its bound, and a bound equal to it lies after it."""
+        eviction, table = self.eviction, self.table
+        table.take_flags()
+        storages, term, frontier = table.storages, table.term_at, table.frontier
+        mode = heuristic.cost
+        eviction.scoring = True
+        try:
+            first = int(values.argmin())  # the first NaN, if there is one
+            while frontier[first] == BOUNDED:
+                value = neighbourhood_term(mode, eviction, storages[first])
+                term[first] = 0.0 if value is None else value
+                frontier[first] = 0
+                self.rescore(heuristic, values, first)
+                first = int(values.argmin())
+        finally:
+            eviction.scoring = False
+        return None if math.isnan(values.item(first)) else [first]
 
     def rescore(self, heuristic: Heuristic, values: np.ndarray, row: int) -> float:
         """Write the ratio and score of ``row`` (whose term was just computed) into the
@@ -245,9 +270,10 @@ class TableSearch:
         ``ancestors``' flagged rows get 0.0 in the ``term`` column instead, and the flag
         ``BOUNDED``. A term is never negative, so their scores are lower bounds, by the
         same operations (a sum that does not decrease, divisions by the same positive
-        numbers); ``choose`` computes the terms of those whose bound could put them
-        among the lowest (``settle_deferred``), and the rest wait, bounded, for a later
-        decision, by which their closures may have changed again. Most flagged rows
+        numbers; costs are never negative: ``costs.py``); ``choose`` computes the terms
+        of those whose bound could put them among the lowest (``settle_lowest``,
+        ``settle_deferred``), and the rest wait, bounded, for a later decision, by
+        which their closures may have changed again. Most flagged rows
         border a large evicted region and score far above the victim. A bounded row
         flagged again keeps its bound (it holds for any term) and is bounded again.
 
