@@ -93,6 +93,39 @@ def zero(xp, dtype):
     return xp.zeros((), dtype=dtype)
 
 
+# NumPy's maximum against a 0-d zero runs an element loop that is not vectorized, about
+# four times slower than against an array of zeros (float32 and float64, NumPy 2.4); so
+# ``relu`` takes a large contiguous array as rows of this many against one row of zeros
+RELU_BLOCK = 1024
+_RELU_ZEROS = {np.dtype(t): np.zeros(RELU_BLOCK, t) for t in (np.float32, np.float64)}
+for _zeros in _RELU_ZEROS.values():
+    _zeros.flags.writeable = False
+
+
+def relu(xp, x, out=None):
+    """``maximum(x, 0)`` (a NaN stays NaN), into ``out`` if given (``x`` itself allowed).
+    On NumPy a float32 or float64 array of at least four blocks, C-contiguous (and ``out``
+    too), is taken by rows of ``RELU_BLOCK`` against a row of zeros, its tail against a
+    0-d zero: the same maximum of each element, so the same bits, 2.5 to 3 times faster."""
+    zeros = _RELU_ZEROS.get(x.dtype) if xp is np else None
+    if (
+        zeros is None
+        or x.size < 4 * RELU_BLOCK
+        or not x.flags.c_contiguous
+        or (out is not None and not out.flags.c_contiguous)
+    ):
+        return xp.maximum(x, zero(xp, x.dtype), out=out)
+    if out is None:
+        out = np.empty_like(x)
+    flat, into = x.reshape(-1), out.reshape(-1)
+    whole = x.size - x.size % RELU_BLOCK
+    rows = (-1, RELU_BLOCK)
+    np.maximum(flat[:whole].reshape(rows), zeros, out=into[:whole].reshape(rows))
+    if whole < x.size:
+        np.maximum(flat[whole:], zero(np, x.dtype), out=into[whole:])
+    return out
+
+
 def one(xp, dtype):
     """1.0 as an operand of a kernel on ``dtype`` arrays: on NumPy a 0-d array of that dtype,
     which it takes about 0.4 µs faster per call than a Python float (a weak scalar, first

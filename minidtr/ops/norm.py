@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import (
@@ -97,7 +98,7 @@ class Normalize(Op):
         if residual is not None:
             y += residual
         if self.relu:
-            xp.maximum(y, 0, out=y)
+            backend.relu(xp, y, out=y)
         return y, mean, var
 
     def normalize(self, xp, x, *params):

@@ -1,0 +1,49 @@
+"""``backend.relu``: NumPy's maximum against a row of zeros where a 0-d zero is slow, with
+the bits of ``maximum(x, 0)`` whatever the path (blocks, tail, small, strided, in place)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minidtr import backend
+
+SPECIALS = [np.nan, -np.nan, -0.0, 0.0, -np.inf, np.inf, 1e-45, -1e-45, 5e-324, 1.0, -1.0]
+SIZES = [0, 1, 5, 4 * backend.RELU_BLOCK - 1, 4 * backend.RELU_BLOCK, 4 * backend.RELU_BLOCK + 1]
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int8])
+@pytest.mark.parametrize("size", [*SIZES, 1438 * 48])
+def test_relu_gives_maximums_bits(dtype, size):
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 3).astype(dtype)
+    if np.dtype(dtype).kind == "f" and size:
+        where = rng.integers(0, size, size // 8 + 1)
+        x[where] = np.array(rng.choice(SPECIALS, where.size)).astype(dtype)
+    want = reference(x)
+    assert same_bits(backend.relu(np, x), want)
+    inplace = x.copy()
+    assert backend.relu(np, inplace, out=inplace) is inplace
+    assert same_bits(inplace, want)
+    if size % 2 == 0 and size:
+        grid = x.reshape(2, -1)
+        assert same_bits(backend.relu(np, grid), reference(grid))
+        assert same_bits(backend.relu(np, grid.T), reference(grid.T))  # not C-contiguous
+    assert same_bits(backend.relu(np, x[::3]), reference(x[::3]))
+
+
+def test_relu_into_a_strided_output_takes_the_plain_path():
+    x = np.arange(-8192, 8192, dtype=np.float32)
+    out = np.empty((2, x.size), np.float32)[0, ::1]
+    strided = np.empty(2 * x.size, np.float32)[::2]
+    assert same_bits(backend.relu(np, x, out=out), reference(x))
+    backend.relu(np, x, out=strided)
+    assert same_bits(strided.copy(), reference(x))
