@@ -6,10 +6,13 @@
 Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
 forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
 kernels (every ``Op.forward``), in the rest of ``apply`` (checking the inputs,
-the allocator's recipe, storage and cell, the Tensor handles, the autograd node)
-and outside any op (module code, the autograd engine's own loop, releasing
-tensors). Then the ops per step by name; with ``--by-op``, each op's kernel time and
-bookkeeping (its ``apply`` minus its kernel) per call. CPU time of this thread rather
+the allocator's recipe, storage and cell, the Tensor handles, the autograd node),
+in Python's cycle collector (``gc.callbacks``), and outside any op (module code, the
+autograd engine's own loop, releasing tensors). Then the ops per step by name; with
+``--by-op``, each op's kernel time and bookkeeping (its ``apply`` minus its kernel)
+per call, the collections that ran inside it left out: a collection runs when enough
+objects were made, at the same op of every step, and would otherwise make that op
+look several times dearer than it is. CPU time of this thread rather
 than wall time, so that other processes on a shared machine do not count; the timers
 add a few microseconds per op.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import os
 import pathlib
 import shutil
@@ -54,31 +58,41 @@ PHASES = ("batch", "forward", "backward", "step", "zero_grad")
 
 def instrument(spent: Counter, ops: Counter, by_op: Counter):
     """Count kernel and outermost-apply CPU time into ``spent``, ops by name into ``ops``,
-    and per op name into ``by_op`` (keys (name, "kernel") and (name, "apply")); returns
-    a function that undoes it."""
+    and per op name into ``by_op`` (keys (name, "kernel") and (name, "apply")), each
+    without the cycle collector's passes, whose time goes to ``spent["collector"]``;
+    returns a function that undoes it."""
     run, apply = Allocator.run_kernel, op_module.apply  # every op's kernel runs through it
     clock = time.thread_time_ns
     depth = [0]
+    collector = [0, 0]  # ns in collections so far, and when the running one started
+
+    def on_collection(phase: str, info: dict) -> None:
+        if phase == "start":
+            collector[1] = clock()
+        else:
+            elapsed = clock() - collector[1]
+            collector[0] += elapsed
+            spent["collector"] += elapsed
 
     def timed_run(self, op, device, arrays, metas):
-        started = clock()
+        started, collected = clock(), collector[0]
         try:
             return run(self, op, device, arrays, metas)
         finally:
-            elapsed = clock() - started
+            elapsed = clock() - started - (collector[0] - collected)
             spent["kernels"] += elapsed
             ops[op.name] += 1
             by_op[op.name, "kernel"] += elapsed
 
     def timed_apply(op, *inputs, **kwargs):
         depth[0] += 1
-        started = clock()
+        started, collected = clock(), collector[0]
         try:
             return apply(op, *inputs, **kwargs)
         finally:
             depth[0] -= 1
             if depth[0] == 0:
-                elapsed = clock() - started
+                elapsed = clock() - started - (collector[0] - collected)
                 spent["apply"] += elapsed
                 by_op[op.name, "apply"] += elapsed
 
@@ -87,11 +101,13 @@ def instrument(spent: Counter, ops: Counter, by_op: Counter):
     Allocator.run_kernel = timed_run
     for m in patched:
         m.apply = timed_apply
+    gc.callbacks.append(on_collection)
 
     def undo():
         Allocator.run_kernel = run
         for m in patched:
             m.apply = apply
+        gc.callbacks.remove(on_collection)
 
     return undo
 
@@ -188,6 +204,7 @@ def main() -> None:
         totals[name, "total"] += time.thread_time_ns() - started
         totals[name, "kernels"] += spent["kernels"]
         totals[name, "apply"] += spent["apply"]
+        totals[name, "collector"] += spent["collector"]
         return result
 
     try:
@@ -211,18 +228,28 @@ def main() -> None:
         return totals[name, what] / n / 1e6
 
     print(f"{args.model} ({args.size}, batch {task.batch_size}), {optimizer!r}")
-    print(f"CPU ms per step, mean of {n} steps     total  kernels  op bookkeeping  other")
+    print(
+        f"CPU ms per step, mean of {n} steps     total  kernels  op bookkeeping  collector  other"
+    )
+
+    def row(label: str, total: float, kernels: float, apply: float, collector: float) -> None:
+        other = total - apply - collector
+        print(
+            f"  {label:34s} {total:6.1f} {kernels:8.1f} {apply - kernels:15.1f} "
+            f"{collector:10.1f} {other:6.1f}"
+        )
+
     for name in PHASES:
-        total, kernels, apply = ms(name, "total"), ms(name, "kernels"), ms(name, "apply")
-        row = f"{total:6.1f} {kernels:8.1f} {apply - kernels:15.1f} {total - apply:6.1f}"
-        print(f"  {name:34s} {row}")
-    total = sum(ms(name, "total") for name in PHASES)
-    kernels = sum(ms(name, "kernels") for name in PHASES)
-    apply = sum(ms(name, "apply") for name in PHASES)
-    print(f"  {'all':34s} {total:6.1f} {kernels:8.1f} {apply - kernels:15.1f} {total - apply:6.1f}")
+        row(name, *(ms(name, what) for what in ("total", "kernels", "apply", "collector")))
+    total, kernels, apply, collector = (
+        sum(ms(name, what) for name in PHASES)
+        for what in ("total", "kernels", "apply", "collector")
+    )
+    row("all", total, kernels, apply, collector)
     per_step = sum(ops.values()) / n
     print(
-        f"bookkeeping {100 * (1 - kernels / total):.0f}% of the step; {per_step:.0f} ops per step, "
+        f"bookkeeping {100 * (1 - kernels / total):.0f}% of the step (the cycle collector "
+        f"{100 * collector / total:.0f}%); {per_step:.0f} ops per step, "
         f"{1e3 * (total - kernels) / per_step:.0f} us of bookkeeping per op"
     )
     print("ops per step: " + ", ".join(f"{name} {c / n:.0f}" for name, c in ops.most_common()))
