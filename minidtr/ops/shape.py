@@ -74,7 +74,10 @@ class Transpose(View):
         return x.transpose(self.axes)
 
     def backward(self, ctx, g):
-        return transpose(g, tuple(np.argsort(self.axes).tolist()))
+        inverse = [0] * len(self.axes)  # (np.argsort of a few axes costs 1.7 us)
+        for position, axis in enumerate(self.axes):
+            inverse[axis] = position
+        return transpose(g, tuple(inverse))
 
 
 class BroadcastTo(View):
