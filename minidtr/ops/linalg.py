@@ -25,10 +25,12 @@ class Matmul(Op):
             raise self.error("operands need at least 2 dimensions here", a, b)
         if a.shape[-1] != b.shape[-2]:
             raise self.error(f"inner dimensions differ ({a.shape[-1]} vs {b.shape[-2]})", a, b)
-        try:
-            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        except ValueError:
-            raise self.error("batch dimensions cannot be broadcast", a, b) from None
+        batch = a.shape[:-2]
+        if batch != b.shape[:-2]:  # (np.broadcast_shapes costs a microsecond)
+            try:
+                batch = np.broadcast_shapes(batch, b.shape[:-2])
+            except ValueError:
+                raise self.error("batch dimensions cannot be broadcast", a, b) from None
         return [((*batch, a.shape[-2], b.shape[-1]), dtype)]
 
     def forward(self, xp, a, b):
@@ -66,7 +68,9 @@ class MatmulGrad(Op):
         ls, rs = left.shape, right.shape
         # wrt 0: g (..., n, p) @ b^T (..., p, m); wrt 1: a^T (..., m, n) @ g (..., n, p)
         inner = (ls[-2], rs[-2]) if self.wrt == 0 else (ls[-1], rs[-1])
-        batch = np.broadcast_shapes(ls[:-2], rs[:-2])
+        batch = ls[:-2]
+        if batch != rs[:-2]:
+            batch = np.broadcast_shapes(batch, rs[:-2])
         return [((*batch, *inner), left.dtype)]
 
     def forward(self, xp, left, right):
