@@ -235,6 +235,39 @@ def test_unknown_heuristic_and_policy_names_are_clear_errors():
         md.Runtime(cost="wall")
 
 
+def test_the_flops_model_reads_the_default_estimate_from_the_cells():
+    """``model_cost`` computes ``Op.cost``'s default from the input cells (``default_cost``):
+    the same float as the method, on random shapes and dtypes; an op with its own ``cost``
+    is asked."""
+    import random
+
+    from minidtr.runtime.costs import model_cost
+
+    class Plain(Op):
+        pass
+
+    class Own(Op):
+        def cost(self, in_metas, out_metas):
+            return 3.0 * len(in_metas), 5.0
+
+    class Meta:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, dtype
+
+    assert Plain.default_cost and not Own.default_cost
+    rng = random.Random(0)
+    dtypes = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8)]
+    for _ in range(500):
+        cells = [
+            Meta(tuple(rng.randrange(50) for _ in range(rng.randrange(4))), rng.choice(dtypes))
+            for _ in range(rng.randrange(4))
+        ]
+        metas = [(tuple(rng.randrange(5000) for _ in range(rng.randrange(3))), rng.choice(dtypes))]
+        flops, nbytes = Plain().cost([(c.shape, c.dtype) for c in cells], metas)
+        assert model_cost("flops", Plain(), cells, metas) == max(flops / 32 + nbytes / 8, 1.0)
+        assert model_cost("flops", Own(), cells, metas) == max(3.0 * len(cells) / 32 + 5 / 8, 1.0)
+
+
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "fast", None])
 @pytest.mark.parametrize("budget", [None, 10**6])
 def test_a_cost_function_that_returns_no_cost_is_a_clear_error(value, budget):

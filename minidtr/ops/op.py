@@ -91,11 +91,14 @@ class Op:
     retain_inputs: tuple[int, ...] = ()
     retain_outputs: tuple[int, ...] = ()
     has_workspace = False  # set for every class that defines ``workspace`` (__init_subclass__)
+    default_cost = True  # False for every class that defines ``cost`` (runtime/costs.py)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "workspace" in vars(cls):
             cls.has_workspace = True
+        if "cost" in vars(cls):
+            cls.default_cost = False
 
     def __new__(cls, *args, **kwargs):
         op = super().__new__(cls)
@@ -118,7 +121,8 @@ class Op:
         raise RuntimeError(f"{self.name} has no gradient")
 
     def cost(self, in_metas: list[Meta], out_metas: list[Meta]) -> tuple[float, float]:
-        """Default estimate: one flop per output element; every byte read and written once."""
+        """Default estimate: one flop per output element; every byte read and written once
+        (``costs.model_cost`` computes the same from the cells, without these lists)."""
         flops = nbytes = 0
         for shape, dtype in out_metas:
             n = math.prod(shape)
