@@ -309,6 +309,34 @@ def test_garbage_in_cycles_does_not_count_against_the_next_run(collector):
     assert results[0][0] == expected
 
 
+def test_no_collection_runs_while_entering_picks_the_young_storages(monkeypatch):
+    """Entering picks this allocator's storages out of ``gc.get_objects()``, a list that
+    holds every young object, garbage included, then collects the young generations. A
+    collection set off meanwhile (by the weak references it makes) would find the garbage
+    alive and move it to the oldest generation, out of that collection's reach, to be freed
+    whenever a full one happens to run: what a run then evicts depended on it (the test
+    above failed so under ``gc.set_threshold(1)``). Such a collection is simulated here, as
+    the interpreter would start one, only while automatic collection is on."""
+    from minidtr.runtime.lifetime import older_collections
+
+    with isolated_allocator() as allocator:
+        with md.Runtime(cost="flops"):
+            tree_program(depth=3)  # its values are garbage in a reference cycle now
+        assert allocator.memory > 0
+        assert older_collections() == allocator.lifetimes.young_since  # the young path
+        get_objects = gc.get_objects
+
+        def get_objects_then_collect(generation=None):
+            objects = get_objects(generation)
+            if generation == 1 and gc.isenabled():  # while the list holds generation 1
+                gc.collect(1)
+            return objects
+
+        monkeypatch.setattr(gc, "get_objects", get_objects_then_collect)
+        with md.Runtime(budget=1 << 30, cost="flops"):
+            assert allocator.memory == 0  # the garbage's values went on entering
+
+
 def test_entering_a_budgeted_runtime_with_live_values_is_cheap():
     """In a process with a large heap (PyTorch alone brings some 170,000 objects), a full
     collection takes tens of milliseconds; entering a budgeted runtime on an allocator made

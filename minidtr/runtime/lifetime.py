@@ -94,12 +94,22 @@ class Lifetimes:
             gc.collect()
             return
         allocator = self.allocator
-        young = [
-            weakref.ref(obj)
-            for generation in (0, 1)
-            for obj in gc.get_objects(generation)
-            if type(obj) is Storage and obj.allocator is allocator
-        ]
+        # ``get_objects`` holds every young object, garbage included, while the storages
+        # are picked out: a collection the weak references' allocations set off then
+        # would find the garbage alive and move it to the oldest generation, beyond the
+        # young collection below (seen with ``gc.set_threshold(1)``)
+        automatic = gc.isenabled()
+        gc.disable()
+        try:
+            young = [
+                weakref.ref(obj)
+                for generation in (0, 1)
+                for obj in gc.get_objects(generation)
+                if type(obj) is Storage and obj.allocator is allocator
+            ]
+        finally:
+            if automatic:
+                gc.enable()
         gc.collect(1)  # which moves the survivors on: the next collection is full
         self.survivors = (allocator.next_id, young)
 
