@@ -146,25 +146,19 @@ class TableSearch:
         if order is None:
             return None  # a NaN: the loop decides
         best = [(exact.item(row), row) for row in order]
-        eviction, table = self.eviction, self.table
-        table.take_flags()
-        storages, term, frontier = table.storages, table.term_at, table.frontier
-        mode = heuristic.cost
-        eviction.scoring = True
+        self.table.take_flags()
+        self.eviction.scoring = True
         try:
             for k in np.argsort(bounds, kind="stable").tolist():
                 if len(best) == wanted and not bounds.item(k) <= best[-1][0]:
                     break
                 row = int(deferred[k])
-                value = neighbourhood_term(mode, eviction, storages[row])
-                term[row] = 0.0 if value is None else value
-                frontier[row] = 0
-                entry = (self.rescore(heuristic, values, row), row)
+                entry = (self.settle_row(heuristic, values, row), row)
                 if len(best) < wanted or entry < best[-1]:
                     bisect.insort(best, entry)
                     del best[wanted:]
         finally:
-            eviction.scoring = False
+            self.eviction.scoring = False
         return lowest(values, wanted)
 
     def settle_lowest(self, heuristic: Heuristic, values: np.ndarray) -> list[int] | None:
@@ -172,22 +166,25 @@ class TableSearch:
         first, on a tie) is a deferred row's bound, that row gets its term and exact score.
         Then it is a row scored exactly, and no deferred row can come before it: each
         one's score is at least its bound, and a bound equal to it lies after it."""
-        eviction, table = self.eviction, self.table
-        table.take_flags()
-        storages, term, frontier = table.storages, table.term_at, table.frontier
-        mode = heuristic.cost
-        eviction.scoring = True
+        frontier = self.table.frontier
+        self.table.take_flags()
+        self.eviction.scoring = True
         try:
             first = int(values.argmin())  # the first NaN, if there is one
             while frontier[first] == BOUNDED:
-                value = neighbourhood_term(mode, eviction, storages[first])
-                term[first] = 0.0 if value is None else value
-                frontier[first] = 0
-                self.rescore(heuristic, values, first)
+                self.settle_row(heuristic, values, first)
                 first = int(values.argmin())
         finally:
-            eviction.scoring = False
+            self.eviction.scoring = False
         return None if math.isnan(values.item(first)) else [first]
+
+    def settle_row(self, heuristic: Heuristic, values: np.ndarray, row: int) -> float:
+        """Give deferred ``row`` its term, clearing its flag, and its exact score (returned)."""
+        table = self.table
+        value = neighbourhood_term(heuristic.cost, self.eviction, table.storages[row])
+        table.term_at[row] = 0.0 if value is None else value
+        table.frontier[row] = 0
+        return self.rescore(heuristic, values, row)
 
     def rescore(self, heuristic: Heuristic, values: np.ndarray, row: int) -> float:
         """Write the ratio and score of ``row`` (whose term was just computed) into the
