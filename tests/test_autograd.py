@@ -65,6 +65,22 @@ def test_matmul_error_names_the_shapes_passed_not_the_promoted_ones():
     np.testing.assert_array_equal((v @ md.tensor(np.ones((4, 2), np.float32))).numpy(), [4, 4])
 
 
+def test_matmul_batches_broadcast_or_fail_by_name():
+    """Equal batch shapes skip ``np.broadcast_shapes``; different ones broadcast, or fail
+    naming the op and the shapes."""
+    a = md.tensor(np.ones((2, 3, 4), np.float32), requires_grad=True)
+    b = md.tensor(np.ones((1, 4, 5), np.float32), requires_grad=True)
+    assert (a @ b).shape == (2, 3, 5)
+    (a @ b).sum().backward()
+    assert a.grad.shape == (2, 3, 4) and b.grad.shape == (1, 4, 5)
+    with pytest.raises(
+        md.ShapeError,
+        match=r"matmul: batch dimensions cannot be broadcast "
+        r"\(input shapes \[\(2, 3, 4\), \(5, 4, 2\)\]",
+    ):
+        a @ md.tensor(np.ones((5, 4, 2), np.float32))
+
+
 def test_gradient_of_a_tensor_used_twice_accumulates():
     x = md.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
     y = (x * x + x).sum()
