@@ -255,6 +255,56 @@ def test_random_programs_decide_identically(program, heuristic, dealloc, ratio):
     assert_same_runs(run_both(program, budget, heuristic, dealloc))
 
 
+RUN_COUNTS = (
+    "ops",
+    "searches",
+    "scored",
+    "evictions",
+    "dead_evictions",
+    "banished",
+    "remats",
+    "orphan_remats",
+    "compute_cost",
+    "remat_cost",
+    "peak_memory",
+    "memory",
+)
+
+
+def stats_of_run(program, budget: int, heuristic: str, dealloc: str, reference: bool, **settings):
+    """(outputs or the error's message, the run's counts) without an event log."""
+    runtime = md.Runtime(
+        budget=budget,
+        heuristic=heuristic,
+        dealloc=dealloc,
+        cost="flops",
+        reference=reference,
+        max_slowdown=50.0,
+        max_wall_slowdown=None,
+        **settings,
+    )
+    try:
+        outputs = [(name, array.tobytes()) for name, array in run_under(program, runtime)]
+    except md.BudgetError as error:
+        outputs = str(error)
+    stats = runtime.stats()
+    return outputs, {name: stats[name] for name in RUN_COUNTS}
+
+
+@PROPERTY_SETTINGS
+@given(random_programs(), heuristics(), deallocs(), st.floats(0.3, 0.95), st.booleans())
+def test_random_programs_decide_identically_without_an_event_log(
+    program, heuristic, dealloc, ratio, sample
+):
+    """Without an event log the runtime takes its fast paths, and a decision wants the
+    lowest score alone (``TableSearch.settle_lowest``): the same outputs and counts as the
+    reference, bit for bit."""
+    budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
+    fast = stats_of_run(program, budget, heuristic, dealloc, False, sample=sample)
+    reference = stats_of_run(program, budget, heuristic, dealloc, True, sample=sample)
+    assert fast == reference
+
+
 def fractional_cost(op, in_metas, out_metas) -> float:
     """A cost model of a user's whose costs do not add up exactly: tenths, some near 2**50,
     so that a sum depends on its order."""
