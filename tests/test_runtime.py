@@ -235,13 +235,14 @@ def test_unknown_heuristic_and_policy_names_are_clear_errors():
         md.Runtime(cost="wall")
 
 
-def test_the_flops_model_reads_the_default_estimate_from_the_cells():
-    """``model_cost`` computes ``Op.cost``'s default from the input cells (``default_cost``):
-    the same float as the method, on random shapes and dtypes; an op with its own ``cost``
-    is asked."""
+def test_the_accelerator_reads_the_default_flops_estimate_from_the_cells():
+    """``fast.hotpath.estimated_cost`` computes ``Op.cost``'s default from the input cells
+    (``default_cost``): the float ``costs.model_cost`` gives, on random shapes and dtypes;
+    an op with its own ``cost``, and another cost model, go to ``model_cost``."""
     import random
 
     from minidtr.runtime.costs import model_cost
+    from minidtr.runtime.fast.hotpath import estimated_cost
 
     class Plain(Op):
         pass
@@ -263,9 +264,13 @@ def test_the_flops_model_reads_the_default_estimate_from_the_cells():
             for _ in range(rng.randrange(4))
         ]
         metas = [(tuple(rng.randrange(5000) for _ in range(rng.randrange(3))), rng.choice(dtypes))]
+        for op in (Plain(), Own()):
+            want = model_cost("flops", op, cells, metas)
+            assert estimated_cost("flops", op, cells, metas) == want
         flops, nbytes = Plain().cost([(c.shape, c.dtype) for c in cells], metas)
+        assert want == max(3.0 * len(cells) / 32 + 5 / 8, 1.0)
         assert model_cost("flops", Plain(), cells, metas) == max(flops / 32 + nbytes / 8, 1.0)
-        assert model_cost("flops", Own(), cells, metas) == max(3.0 * len(cells) / 32 + 5 / 8, 1.0)
+    assert estimated_cost(unit_cost, Plain(), cells, metas) == 1.0
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "fast", None])

@@ -91,7 +91,7 @@ class Op:
     retain_inputs: tuple[int, ...] = ()
     retain_outputs: tuple[int, ...] = ()
     has_workspace = False  # set for every class that defines ``workspace`` (__init_subclass__)
-    default_cost = True  # False for every class that defines ``cost`` (runtime/costs.py)
+    default_cost = True  # False for every class that defines ``cost`` (fast/hotpath.py)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -122,7 +122,7 @@ class Op:
 
     def cost(self, in_metas: list[Meta], out_metas: list[Meta]) -> tuple[float, float]:
         """Default estimate: one flop per output element; every byte read and written once
-        (``costs.model_cost`` computes the same from the cells, without these lists)."""
+        (``fast.hotpath.estimated_cost`` computes the same from the cells, without these lists)."""
         flops = nbytes = 0
         for shape, dtype in out_metas:
             n = math.prod(shape)

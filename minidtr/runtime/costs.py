@@ -28,23 +28,11 @@ NOMINAL_BYTES_PER_NS = 8.0
 
 
 def model_cost(model: Any, op: Any, inputs: Sequence[Any], metas: Sequence[tuple]) -> float:
-    """An op's cost in a cost model other than measured time: ``flops`` or a function.
-    An op that keeps ``Op.cost``'s default estimate (``default_cost``) has it computed
-    here from its input cells, without the lists of metas (a third of a microsecond of
-    every op, in whole numbers, so the same float)."""
-    if model == "flops":
-        if getattr(op, "default_cost", False):
-            flops = nbytes = 0
-            for shape, dtype in metas:
-                n = math.prod(shape)
-                flops += n
-                nbytes += n * dtype.itemsize
-            for cell in inputs:
-                nbytes += math.prod(cell.shape) * cell.dtype.itemsize
-        else:
-            flops, nbytes = op.cost([(c.shape, c.dtype) for c in inputs], list(metas))
-        return max(flops / NOMINAL_FLOPS_PER_NS + nbytes / NOMINAL_BYTES_PER_NS, 1.0)
+    """An op's cost in a cost model other than measured time: ``flops`` or a function."""
     in_metas = [(c.shape, c.dtype) for c in inputs]
+    if model == "flops":
+        flops, nbytes = op.cost(in_metas, list(metas))
+        return max(flops / NOMINAL_FLOPS_PER_NS + nbytes / NOMINAL_BYTES_PER_NS, 1.0)
     value = model(op, in_metas, list(metas))
     try:
         cost = float(value)
