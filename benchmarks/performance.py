@@ -2,10 +2,13 @@
 
     python benchmarks/performance.py [--quick]
 
-1. Per-op forward on 1-element float32 tensors (chains of ``--chain`` ops): add, tanh and
-   a Python scalar operand (``y * 0.5``),
+1. Per-op forward on 1-element float32 tensors (chains of ``--chain`` ops): add, tanh, and
+   mul by a Python scalar (``y * 0.5``) and by a tensor holding the same value,
    with autograd off and on; minidtr unbudgeted, minidtr under a generous budget (nothing
-   evicted), PyTorch, NumPy. Backward per node through the same chains.
+   evicted), PyTorch, NumPy. Backward per node through the same chains. Then the scalar
+   operand's cost as a ratio to the tensor operand's (target: at most 1.25), and the
+   time to enter a budgeted runtime with live values (target: 5 ms; with PyTorch loaded
+   where it is installed, as ``benchmarks/property_speed.py --torch`` measures it).
 2. Training steps: the small ResNet-32 of ``minidtr train resnet`` (with the share of the
    step spent in op kernels; the rest is bookkeeping), and the wide MLP of
    benchmarks/overhead_mlp.py against hand-written NumPy and PyTorch.
@@ -90,16 +93,20 @@ def per_op(n: int, rounds: int) -> None:
     steps = {
         "add": (lambda y: y + one_md, lambda y: y + one_t, lambda y: y + one),
         "tanh": (md.tanh, None, np.tanh),
-        # a Python scalar operand (ops/scalar.py), against a tensor operand (add's rows)
+        # a Python scalar operand (ops/scalar.py), against the same op with a tensor operand
         "mul 0.5": (lambda y: y * 0.5, lambda y: y * 0.5, lambda y: y * half),
+        "mul tensor": (lambda y: y * half_md, lambda y: y * half_t, lambda y: y * halves),
     }
     one_md = md.tensor(one)
+    halves = np.full(1, 0.5, np.float32)
+    half_md = md.tensor(halves)
     cases: dict[str, Callable[[], object]] = {}
     if HAS_TORCH:
         import torch
 
         torch.set_num_threads(1)
         one_t = torch.ones(1)
+        half_t = torch.full((1,), 0.5)
         steps["tanh"] = (md.tanh, torch.tanh, np.tanh)
     budget = md.Runtime(budget=1 << 40)  # generous: nothing is evicted
     for op, (step_md, step_t, step_np) in steps.items():
@@ -129,11 +136,30 @@ def per_op(n: int, rounds: int) -> None:
         rows.setdefault(row, {})[who] = statistics.median(values) / n * 1e6
     whos = ["minidtr", "minidtr, budget", "torch", "numpy"]
     print(f"\n1. Per op on 1-element float32 tensors (chains of {n}, {rounds} rounds), us/op")
-    print(f"{'':16}" + "".join(f"{w:>17}" for w in whos) + f"{'minidtr/torch':>15}")
+    print(f"{'':20}" + "".join(f"{w:>17}" for w in whos) + f"{'minidtr/torch':>15}")
     for row, by in rows.items():
         cells = "".join(f"{by[w]:17.2f}" if w in by else f"{'-':>17}" for w in whos)
         ratio = f"{by['minidtr'] / by['torch']:14.1f}x" if "torch" in by else f"{'-':>15}"
-        print(f"{row:16}{cells}{ratio}")
+        print(f"{row:20}{cells}{ratio}")
+    ratios = [
+        f"{what} {rows[f'mul 0.5 {what}']['minidtr'] / rows[f'mul tensor {what}']['minidtr']:.2f}"
+        for what in ("no grad", "grad", "backward")
+    ]
+    print(f"a scalar operand against a tensor one (mul 0.5 / mul tensor): {', '.join(ratios)}")
+    print("target: at most 1.25")
+
+
+def runtime_entry() -> None:
+    """Entering a budgeted runtime with live values: ``property_speed``'s measurement."""
+    from property_speed import entry_time
+
+    entry, full, objects = entry_time()
+    later, _, _ = entry_time(older=True)
+    loaded = "PyTorch loaded" if HAS_TORCH else "no PyTorch"
+    print(f"\n1b. Entering a budgeted runtime with live values ({loaded}, {objects:,} objects)")
+    print(f"{entry * 1e3:.2f} ms, best of five (a full gc.collect() takes {full * 1e3:.1f} ms)")
+    print(f"{later * 1e3:.2f} ms once an older generation was collected (then all of it is)")
+    print("target: at most 5 ms")
 
 
 def _inside(runtime: md.Runtime, fn: Callable[[], object]) -> Callable[[], object]:
@@ -297,6 +323,7 @@ def main() -> None:
     )
     if not args.decisions:
         per_op(n, rounds)
+        runtime_entry()
         resnet_step(3 if args.quick else 5)
         wide_mlp(3 if args.quick else 10)
     eviction_decision(
