@@ -25,7 +25,7 @@ from .op import (
     normalize_axis,
     numel,
 )
-from .rows import sum_last
+from .rows import max_last, sum_last
 from .shift import CHUNK_FRACTION
 
 
@@ -35,8 +35,14 @@ def sum_along(xp, a, axis: int):
     return sum_last(xp, a) if axis == a.ndim - 1 else a.sum(axis=axis, keepdims=True)
 
 
+def max_along(xp, a, axis: int, scratch):
+    """``a.max(axis=axis, keepdims=True)``; along the last axis in ``scratch`` (``rows.py``)."""
+    return max_last(xp, a, scratch) if axis == a.ndim - 1 else a.max(axis=axis, keepdims=True)
+
+
 def stable_log_softmax(xp, x, axis: int):
-    shifted = x - x.max(axis=axis, keepdims=True)
+    shifted = xp.empty_like(x)
+    xp.subtract(x, max_along(xp, x, axis, shifted), out=shifted)
     shifted -= xp.log(sum_along(xp, xp.exp(shifted), axis))
     return shifted
 
@@ -58,7 +64,8 @@ class Softmax(Op):
             return xp.empty_like(x)
         if x.dtype is HALF:  # sums in float32, as PyTorch's
             return in_float32(self.forward, xp, x)
-        e = xp.subtract(x, x.max(axis=self.axis, keepdims=True), out=xp.empty_like(x))
+        e = xp.empty_like(x)
+        xp.subtract(x, max_along(xp, x, self.axis, e), out=e)
         xp.exp(e, out=e)  # in the output's buffer
         e /= sum_along(xp, e, self.axis)
         return e
@@ -149,8 +156,9 @@ class CrossEntropy(Op):
         total = 0.0
         for r0 in range(0, n, block):
             rows = logits[r0 : r0 + block]
-            top = rows.max(axis=1)
-            exps = xp.subtract(rows, top[:, None], out=xp.empty_like(rows))
+            exps = xp.empty_like(rows)
+            top = max_last(xp, rows, exps)[:, 0]
+            xp.subtract(rows, top[:, None], out=exps)
             xp.exp(exps, out=exps)
             sums = sum_last(xp, exps)[:, 0]
             del exps
@@ -194,7 +202,7 @@ class CrossEntropyGrad(Op):
         block = row_block(n, logits.shape[1])
         for r0 in range(0, n, block):
             rows, out = logits[r0 : r0 + block], p[r0 : r0 + block]
-            xp.subtract(rows, rows.max(axis=1, keepdims=True), out=out)
+            xp.subtract(rows, max_last(xp, rows, out), out=out)
             xp.exp(out, out=out)
             out /= sum_last(xp, out)
             out[xp.arange(len(out)), targets[r0 : r0 + block]] -= 1.0
