@@ -234,36 +234,48 @@ def test_max_pool_ties_send_the_gradient_to_the_first_max_like_torch():
     np.testing.assert_array_equal(xt.grad.numpy(), tx.grad.numpy())
 
 
-@pytest.mark.parametrize("kernel", [2, (2, 3)])
+@pytest.mark.parametrize("kernel", [2, (2, 3), 3])
 @pytest.mark.parametrize("batch_last", [False, True])
-def test_max_pool_gradient_of_tiling_windows_matches_the_general_path(kernel, batch_last):
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_max_pool_gradient_of_tiling_windows_matches_the_general_path(kernel, batch_last, dtype):
     """Windows that tile the image (kernel = stride, no padding) take a shortcut in the
     image's layout; it gives the general path's bits, with sizes that leave rows and
-    columns out, infinite gradients (dropped as +0.0, not NaN), and it hands windows with
-    ties or NaN to the general path."""
+    columns out, infinite gradients (dropped as +0.0, not NaN), signed zeros, ties (ReLU's
+    zeros, plateaus, windows of -inf: the first maximum gets the gradient), in blocks of
+    channels as small as one, and it hands windows with a NaN to the general path."""
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((3, 2, 7, 8)).astype(np.float32)
+    x = rng.standard_normal((3, 4, 7, 8)).astype(dtype)
     if batch_last:
         x = np.ascontiguousarray(x.transpose(1, 2, 3, 0)).transpose(3, 0, 1, 2)
     op = MaxPool2dGrad(MaxPool2d(kernel, None, 0).window)
     oh, ow = op.window.out_hw(x.shape[2:])
-    g = rng.standard_normal((3, 2, oh, ow)).astype(np.float32)
-    g[0, 0, 0, 0], g[1, 1, 1, 1] = np.inf, -np.inf
+    g = rng.standard_normal((3, 4, oh, ow)).astype(dtype)
+    g[0, 0, 0, 0], g[1, 1, 1, 1], g[2, 3, 0, 1] = np.inf, -np.inf, -0.0
 
     class GeneralPath(MaxPool2dGrad):
-        def tiled(self, xp, x, g):
+        def tiled(self, xp, x, g, workspace):
             return None
 
     general = GeneralPath(op.window)
-    tied, with_nan = x.copy(), x.copy()
-    tied[0, 0, :2, :2] = 1.0
+    relu, plateaus, with_nan = np.maximum(x, 0), x.copy(), x.copy()
+    plateaus[0, 0, :3, :4] = 1.0
+    plateaus[1, 2, :, :] = -np.inf
+    plateaus[2, 1, 1:5, 2:6] = -0.0
     with_nan[1, 0, 2, 2] = np.nan
-    assert op.tiled(np, x, g) is not None
-    assert op.tiled(np, tied, g) is None and op.tiled(np, with_nan, g) is None
-    for values in (x, tied, with_nan):
-        ours, theirs = op.forward(np, values, g), general.forward(np, values, g)
-        assert ours.shape == theirs.shape == x.shape
-        assert np.ascontiguousarray(ours).tobytes() == np.ascontiguousarray(theirs).tobytes()
+    workspace = 1 << 20
+    per_channel = oh * ow * 3 * (x.itemsize + 2)
+    assert op.tiled(np, x, g, workspace) is not None
+    assert op.tiled(np, with_nan, g, workspace) is None
+    assert op.tiled(np, x, g, per_channel - 1) is None  # not one channel's scratch
+    for values in (x, relu, plateaus, with_nan):
+        theirs = np.ascontiguousarray(general.forward(np, values, g)).tobytes()
+        ours = op.forward(np, values, g)
+        assert ours.shape == x.shape
+        assert np.ascontiguousarray(ours).tobytes() == theirs
+        for room in (per_channel, 3 * per_channel):  # blocks of one and of three channels
+            ours = op.tiled(np, values, g, room)
+            if values is not with_nan:
+                assert np.ascontiguousarray(ours).tobytes() == theirs
     assert not np.isnan(op.forward(np, x, g)).any()
 
 

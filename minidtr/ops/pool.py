@@ -122,40 +122,62 @@ class MaxPool2dGrad(Op):
         return block_bytes(x.shape, self.per_channel(x.shape, x.dtype.itemsize), x.dtype)
 
     def forward(self, xp, x, g):
-        size = blocks(x.shape, self.per_channel(x.shape, x.itemsize), x.itemsize)
+        window = self.window
+        per_channel = self.per_channel(x.shape, x.itemsize)
+        if window.kernel == window.stride and window.padding == (0, 0):
+            workspace = block_bytes(x.shape, per_channel, x.dtype)
+            tiled = self.tiled(xp, x, g, workspace)
+            if tiled is not None:
+                return tiled
+        size = blocks(x.shape, per_channel, x.itemsize)
         return by_channels(xp, self.gradient, (x, g), x.shape, x.dtype, size)
 
     def gradient(self, xp, x, g):
         window = self.window
-        if window.kernel == window.stride and window.padding == (0, 0):
-            tiled = self.tiled(xp, x, g)
-            if tiled is not None:
-                return tiled
         out_hw = g.shape[2:]
         patches = window.window_view(xp, window.batch_last(xp, x, -math.inf), out_hw)
         passed = self.not_chosen(xp, patches, x.shape[2:])
         g = g.transpose(1, 2, 3, 0)[:, None, None]  # (C, 1, 1, OH, OW, N)
         return batch_first(xp, window.fold(xp, zero_where(xp, passed, g), x.shape[2:]))
 
-    def tiled(self, xp, x, g):
+    def tiled(self, xp, x, g, workspace: int):
         """The gradient for windows that tile the image (kernel = stride, no padding, as
-        U-Net's 2x2 pooling), in the image's own layout: x batch-last seen as
-        (C, OH, KH, OW, KW, N), so the mask and the result need no window copies or fold.
-        None when a window holds a NaN or ties for its maximum (the general path then
-        breaks the tie as PyTorch does)."""
+        U-Net's 2x2 pooling), written into a zeroed batch-last output: x seen as (C, OH,
+        KH, OW, KW, N) (a view), each window's maximum taken over its KH * KW element
+        views, and g copied to the first element (in row-major window order, PyTorch's
+        choice among ties) equal to it. Its scratch, the maxima and two masks of the
+        windows' size per block of channels, stays within the general path's
+        ``workspace``. None where a window holds a NaN (the general path gives it the
+        last NaN, as PyTorch does), or where one channel's scratch does not fit."""
         (kh, kw), (n, c, h, w), (oh, ow) = self.window.kernel, x.shape, g.shape[2:]
-        tiles = x.transpose(1, 2, 3, 0)[:, : oh * kh, : ow * kw].reshape(c, oh, kh, ow, kw, n)
-        best = tiles.max(axis=2).max(axis=3)  # KH first: about 1.5x faster than both at once
-        passed = tiles != best[:, :, None, :, None]
-        if bool(xp.isnan(best).any()) or int(xp.count_nonzero(passed)) != passed.size - best.size:
+        per_channel = oh * ow * n * (x.itemsize + 2)  # the maxima and the two masks
+        channels = min(c, workspace // max(per_channel, 1))
+        if channels < 1:
             return None
-        grad = zero_where(xp, passed, g.transpose(1, 2, 3, 0)[:, :, None, :, None])
-        grad = grad.reshape(c, oh * kh, ow * kw, n)
-        if (oh * kh, ow * kw) != (h, w):  # rows and columns past the last window get nothing
-            image = xp.zeros((c, h, w, n), dtype=grad.dtype)
-            image[:, : oh * kh, : ow * kw] = grad
-            grad = image
-        return grad.transpose(3, 0, 1, 2)
+        out = xp.zeros((c, h, w, n), dtype=x.dtype)
+        best = xp.empty((channels, oh, ow, n), dtype=x.dtype)
+        chosen = xp.empty((channels, oh, ow, n), dtype=bool)
+        unchosen = xp.empty((channels, oh, ow, n), dtype=bool)  # windows not given g yet
+        places = [(i, j) for i in range(kh) for j in range(kw)]
+        for c0 in range(0, c, channels):
+            k = min(c, c0 + channels) - c0
+            tiles = x[:, c0 : c0 + k].transpose(1, 2, 3, 0)[:, : oh * kh, : ow * kw]
+            tiles = tiles.reshape(k, oh, kh, ow, kw, n)
+            image = out[c0 : c0 + k, : oh * kh, : ow * kw].reshape(k, oh, kh, ow, kw, n)
+            grads = g[:, c0 : c0 + k].transpose(1, 2, 3, 0)
+            top, hit, rest = best[:k], chosen[:k], unchosen[:k]
+            xp.copyto(top, tiles[:, :, 0, :, 0])
+            for i, j in places[1:]:
+                xp.maximum(top, tiles[:, :, i, :, j], out=top)
+            if bool(xp.isnan(top).any()):
+                return None
+            rest.fill(True)
+            for i, j in places:
+                xp.equal(tiles[:, :, i, :, j], top, out=hit)
+                xp.logical_and(hit, rest, out=hit)
+                xp.logical_xor(rest, hit, out=rest)
+                xp.copyto(image[:, :, i, :, j], grads, where=hit)
+        return out.transpose(3, 0, 1, 2)
 
     def not_chosen(self, xp, patches, in_hw: Pair):
         """A bool mask (C, KH, KW, OH, OW, N), False at the one element of each window
