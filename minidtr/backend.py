@@ -104,26 +104,35 @@ for _zeros in _RELU_ZEROS.values():
 
 def relu(xp, x, out=None):
     """``maximum(x, 0)`` (a NaN stays NaN), into ``out`` if given (``x`` itself allowed).
-    On NumPy a float32 or float64 array of at least four blocks, C-contiguous (and ``out``
-    too), is taken by rows of ``RELU_BLOCK`` against a row of zeros, its tail against a
-    0-d zero: the same maximum of each element, so the same bits, 2.5 to 3 times faster."""
+    On NumPy a float32 or float64 array of at least four blocks whose memory is one dense
+    block (C-contiguous, or so with its axes permuted: the batch-last images of the window
+    kernels), with ``out`` laid out alike, is taken in memory order by rows of
+    ``RELU_BLOCK`` against a row of zeros, its tail against a 0-d zero: the same maximum
+    of each element, so the same bits, 2.5 to 3 times faster."""
     zeros = _RELU_ZEROS.get(x.dtype) if xp is np else None
-    if (
-        zeros is None
-        or x.size < 4 * RELU_BLOCK
-        or not x.flags.c_contiguous
-        or (out is not None and not out.flags.c_contiguous)
-    ):
+    if zeros is None or x.size < 4 * RELU_BLOCK:
         return xp.maximum(x, zero(xp, x.dtype), out=out)
     if out is None:
-        out = np.empty_like(x)
-    flat, into = x.reshape(-1), out.reshape(-1)
+        out = np.empty_like(x)  # (x's layout)
+    order = memory_order(x)
+    if order is None or not out.transpose(order).flags.c_contiguous:
+        return np.maximum(x, zero(np, x.dtype), out=out)
+    flat, into = x.transpose(order).reshape(-1), out.transpose(order).reshape(-1)
     whole = x.size - x.size % RELU_BLOCK
     rows = (-1, RELU_BLOCK)
     np.maximum(flat[:whole].reshape(rows), zeros, out=into[:whole].reshape(rows))
     if whole < x.size:
         np.maximum(flat[whole:], zero(np, x.dtype), out=into[whole:])
     return out
+
+
+def memory_order(x: np.ndarray) -> tuple[int, ...] | None:
+    """The permutation of ``x``'s axes that lists them in memory order (largest stride
+    first) when ``x`` then is C-contiguous (its memory one dense block), else None."""
+    if x.flags.c_contiguous:
+        return tuple(range(x.ndim))
+    order = tuple(sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis])))
+    return order if x.transpose(order).flags.c_contiguous else None
 
 
 def one(xp, dtype):

@@ -47,3 +47,25 @@ def test_relu_into_a_strided_output_takes_the_plain_path():
     assert same_bits(backend.relu(np, x, out=out), reference(x))
     backend.relu(np, x, out=strided)
     assert same_bits(strided.copy(), reference(x))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_of_batch_last_images_takes_the_blocks_in_memory_order(dtype):
+    """The window kernels' results are NCHW views of (C, H, W, N) memory: one dense block
+    with its axes permuted. relu takes them by blocks too, keeps their layout, and gives
+    maximum's bits; out of place, in place, and into an output laid out alike."""
+    rng = np.random.default_rng(7)
+    images = (rng.standard_normal((30, 8, 8, 128)) * 3).astype(dtype)
+    images.reshape(-1)[rng.integers(0, images.size, 500)] = rng.choice(SPECIALS, 500)
+    x = images.transpose(3, 0, 1, 2)  # (N, C, H, W), not C-contiguous
+    assert backend.memory_order(x) == (1, 2, 3, 0)
+    want = reference(x)
+    got = backend.relu(np, x)
+    assert same_bits(got, want) and got.strides == want.strides == x.strides
+    out = np.empty_like(x)
+    assert backend.relu(np, x, out=out) is out and same_bits(out, want)
+    inplace = x.copy(order="K")
+    assert backend.relu(np, inplace, out=inplace) is inplace and same_bits(inplace, want)
+    for not_dense in (x[:, ::2], x[::-1], x[..., :5]):  # gaps or a reversed axis
+        assert backend.memory_order(not_dense) is None
+        assert same_bits(backend.relu(np, not_dense), reference(not_dense))
