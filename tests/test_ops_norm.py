@@ -286,3 +286,43 @@ def test_batch_norm_argument_errors():
 def test_batch_norm_eval_with_one_sample_is_allowed():
     y = md.batch_norm(md.ones((1, 2)), None, None, md.zeros(2), md.ones(2), training=False)
     np.testing.assert_allclose(y.numpy(), 1 / np.sqrt(1 + 1e-5) * np.ones((1, 2)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, layout",
+    [((48,), "c"), ((1438, 48), "c"), ((64, 16, 16), "c"), ((16, 64), "transposed")],
+)
+@pytest.mark.parametrize("weight", [True, False])
+def test_layer_norm_gradient_kernel_matches_the_textbook_form_in_float64(
+    dtype, shape, layout, weight
+):
+    """Layer norm's gradient kernel (sums as products, five broadcast passes) against
+    dx = rstd * (dh - mean(dh) - h * mean(dh * h)) in float64: rows far from zero (an
+    offset of 1000: c = x - mean is made first, so nothing cancels), a constant row
+    (variance 0), x and g laid out column by column, no weight."""
+    from minidtr.ops.norm import Normalize, NormalizeGrad
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape) * 3 + 1000.0
+    x.reshape(-1, shape[-1])[0] = 7.0  # a constant row
+    g = rng.standard_normal(shape)
+    w = rng.standard_normal(shape[-1])
+    x, g, w = x.astype(dtype), g.astype(dtype), w.astype(dtype)
+    if layout == "transposed":  # the same values, laid out column by column
+        x, g = np.asfortranarray(x), np.asfortranarray(g)
+    axis = len(shape) - 1
+    op = Normalize("layer_norm", (axis,), axis, 1e-5, weight, False)
+    _, mean, var = op.forward(np, x, *([w] if weight else []))
+    dx, dweight, dbias = NormalizeGrad(op).forward(np, x, mean, var, *([w] if weight else []), g)
+
+    x64, g64, m64, v64 = (a.astype(np.float64) for a in (x, g, mean, var))
+    rstd = 1.0 / np.sqrt(v64 + 1e-5)
+    h = (x64 - m64) * rstd
+    dh = g64 * w.astype(np.float64) if weight else g64
+    want = rstd * (dh - dh.mean(-1, keepdims=True) - h * (dh * h).mean(-1, keepdims=True))
+    lead = tuple(range(len(shape) - 1))
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for got, expected in ((dx, want), (dweight, (g64 * h).sum(lead)), (dbias, g64.sum(lead))):
+        assert got.dtype == dtype and got.shape == expected.shape
+        assert np.abs(got - expected).max() <= tol * max(1.0, np.abs(expected).max())
