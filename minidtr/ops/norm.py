@@ -324,14 +324,6 @@ def mean_of_products(xp, a, b, axes: tuple[int, ...]):
     return (a * b).mean(axis=axes, keepdims=True)
 
 
-def sum_of_products(xp, a, b, axes: tuple[int, ...]):
-    """sum(a * b) over ``axes``; without the product array when they are all but the last."""
-    if axes == tuple(range(a.ndim - 1)) and a.ndim <= 26:
-        lead = "abcdefghijklmnopqrstuvwxyz"[: a.ndim - 1]
-        return xp.einsum(f"{lead}z,{lead}z->z", a, b)
-    return (a * b).sum(axis=axes)
-
-
 def relu_mask(xp, y, g):
     """g where the ReLU's output y is > 0, else 0 (a NaN passes, as in PyTorch's)."""
     from .activation import SMALL_WHERE, keep_mask, zero_where
