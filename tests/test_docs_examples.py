@@ -71,6 +71,7 @@ SLOW = {
 
 DOWNLOAD = "downloads from PyPI"
 PROTOTYPE = "needs the prototype's logs.zip, downloaded from GitHub as dtr.md shows"
+SIMULATOR = "needs the prototype's repository (its simulator, simrd), cloned from GitHub"
 WALL = "a wall-time benchmark of minutes; its figures are the machine's, not compared"
 FIGURE = "tests/test_doc_figures.py runs the same command and compares its output"
 # Commands never run by the tests, and why. A unit stops at its first command listed here.
@@ -85,6 +86,11 @@ NOT_RUN = {
     "python benchmarks/sim_clairvoyant.py logs/resnet32-56-*.log logs/unet-6-*.log --ratios "
     "0.6,0.5,0.4,0.3,0.2 --heuristics $H --max-nodes 0": PROTOTYPE,
     "python benchmarks/sim_reference_logs.py logs/": PROTOTYPE,
+    "git clone https://github.com/uwsampl/dtr-prototype": SIMULATOR,
+    "python benchmarks/simrd_expected.py --simrd dtr-prototype/simrd": SIMULATOR,
+    "python benchmarks/simrd_expected.py --simrd dtr-prototype/simrd resnet.log.gz --write": (
+        SIMULATOR
+    ),
     "python benchmarks/fragmentation.py logs/resnet32-56-*.log logs/unet-6-*.log": PROTOTYPE,
     "dask scheduler --port 8786": "a Dask cluster on other machines (HEAD)",
     "dask scheduler --protocol tls --port 8786 --tls-ca-file ca.pem --tls-cert head.pem "
