@@ -25,6 +25,8 @@ import math
 import pathlib
 import sys
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
+
 from minidtr import sim
 from minidtr.sim import instructions as ins
 

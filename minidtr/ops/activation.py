@@ -46,9 +46,12 @@ def zero_where(xp, drop, values):
 def keep_mask(xp, y, g):
     """``zero_where(y <= 0, g)`` for same-shaped float arrays without a bool temporary: the
     integer mask is made by the comparison itself and becomes the result (``zero_where``
-    makes the bool mask, then the integer one)."""
+    makes the bool mask, then the integer one). The result is laid out as y, the value
+    whose gradient it is: a batch-last image's gradient stays batch-last even where g
+    came in another layout (the broadcast of a global pooling's gradient), so the kernels
+    after it read both alike and need no copy to their layout."""
     bits = SAME_SIZE_INT[g.dtype.itemsize]
-    mask = xp.empty_like(g, dtype=bits)  # laid out as g (batch-last stays batch-last)
+    mask = xp.empty_like(y, dtype=bits)
     xp.less_equal(y, backend.zero(xp, y.dtype), out=mask, casting="unsafe")
     mask -= 1  # dropped 1 -> 0, kept 0 -> -1 (every bit set)
     mask &= g.view(bits)
