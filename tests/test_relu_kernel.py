@@ -69,3 +69,22 @@ def test_relu_of_batch_last_images_takes_the_blocks_in_memory_order(dtype):
     for not_dense in (x[:, ::2], x[::-1], x[..., :5]):  # gaps or a reversed axis
         assert backend.memory_order(not_dense) is None
         assert same_bits(backend.relu(np, not_dense), reference(not_dense))
+
+
+def test_a_relu_gradient_is_laid_out_as_its_value():
+    """``keep_mask`` (ReLU's backward, and batch norm's fused ReLU's) gives g where y > 0,
+    +0.0 elsewhere, laid out as y even when g comes in another layout (a global pooling's
+    NCHW gradient into batch-last images), so the kernels after it read both alike."""
+    from minidtr.ops.activation import keep_mask, zero_where
+
+    rng = np.random.default_rng(9)
+    y = np.ascontiguousarray(rng.standard_normal((16, 8, 8, 32)).astype(np.float32))
+    y = y.transpose(3, 0, 1, 2)  # (N, C, H, W) over (C, H, W, N) memory
+    g = rng.standard_normal(y.shape).astype(np.float32)  # C order
+    g[0, 0, 0, 0], g[1, 1, 1, 1] = np.nan, -np.inf
+    got = keep_mask(np, y, g)
+    assert got.strides == y.strides and got.dtype == g.dtype
+    assert same_bits(got, zero_where(np, y <= 0, g))
+    broadcast = np.broadcast_to(g[:, :, :1, :1], y.shape)  # strides of 0, as a pooling's
+    assert keep_mask(np, y, broadcast).strides == y.strides
+    assert same_bits(keep_mask(np, y, broadcast), zero_where(np, y <= 0, broadcast))
