@@ -160,6 +160,53 @@ def figure2_tables() -> str:
     return first + "\n\n" + table("h_DTR on", others, lambda k: NAMES[k[0]])
 
 
+FIT_RULES = (
+    ("bytes", "--fit bytes"),
+    ("best", "--fit contiguous --placement best"),
+    ("first", "--fit contiguous --placement first"),
+)
+FIT_COMMAND = "minidtr sim --bundled --ratios 0.5,0.3 --heuristics dtr {flags} --csv {name}.csv"
+
+
+def fit_table() -> str:
+    """The byte rule against the contiguous fit, best-fit and first-fit, on every bundled
+    trace under h_DTR at 0.5 and 0.3 (docs/memory.md): the slowdown or the failure, the
+    evictions the budget forced (not the dead values') in brackets, and for the
+    contiguous fits the extra evictions (and best-fit's mean fragmentation)."""
+    import csv
+
+    outputs = in_scratch(
+        *(
+            FIT_COMMAND.format(flags=flags, name=name) + f" >/dev/null && cat {name}.csv"
+            for name, flags in FIT_RULES
+        )
+    )
+    runs = {
+        name: {(r["trace"], r["ratio"]): r for r in csv.DictReader(out.splitlines())}
+        for (name, _), out in zip(FIT_RULES, outputs, strict=True)
+    }
+
+    def outcome(row: dict[str, str]) -> str:
+        status = row["status"]
+        shown = f"{float(row['slowdown']):.2f}" if status == "ok" else status
+        forced = int(row["evictions"]) - int(row["dead_evictions"])
+        return f"{'OOM' if shown == 'oom' else shown} ({forced})"
+
+    lines = [
+        "| trace | ratio | bytes | contiguous, best-fit | extra | fragmentation"
+        " | first-fit | extra |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(runs["bytes"], key=lambda k: (k[0], -float(k[1]))):
+        best, first = runs["best"][key], runs["first"][key]
+        lines.append(
+            f"| {key[0]} | {key[1]} | {outcome(runs['bytes'][key])} | {outcome(best)} "
+            f"| {best['extra_evictions']} | {float(best['fragmentation']):.2f} "
+            f"| {outcome(first)} | {first['extra_evictions']} |"
+        )
+    return "\n".join(lines)
+
+
 def explorer_load() -> str:
     return fenced(run("python benchmarks/explorer_load.py"))
 
@@ -269,6 +316,12 @@ FIGURES = [
             r"(?m)^(?:full redraw|zoom in|select an?).*? ([\d.]+) ms",
         ),
         slow=True,
+    ),
+    Figure(
+        "fit",
+        "docs/memory.md",
+        FIT_COMMAND.format(flags="--fit bytes|contiguous --placement best|first", name="RULE"),
+        fit_table,
     ),
     Figure("sim-info", "docs/simulator.md", "minidtr sim info transformer.log", sim_info),
     Figure(
