@@ -207,6 +207,59 @@ def fit_table() -> str:
     return "\n".join(lines)
 
 
+SQRT_N = (100, 400, 1600, 2000)
+SQRT_N_HEURISTICS = ("dtr", "dtr_eq", "dtr_local", "msps", "lru", "size", "random")
+
+
+def sqrt_n_table() -> str:
+    """Theorem 3.1's chain (docs/simulator.md): extra ops / N per heuristic, next to Chen's
+    sqrt(N) checkpointing, revolve and the paper's h_DTR."""
+    from minidtr.sim.experiments import sqrt_n_rows
+
+    def shown(value: object) -> str:
+        return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+    names = " | ".join(SQRT_N_HEURISTICS)
+    lines = [
+        f"| N | budget | {names} | Chen √N | revolve (B−3 slots) | paper's h_DTR |",
+        "|---" * (len(SQRT_N_HEURISTICS) + 5) + "|",
+    ]
+    for row in sqrt_n_rows(list(SQRT_N), list(SQRT_N_HEURISTICS)):
+        cells = [shown(row[h]) for h in SQRT_N_HEURISTICS]
+        cells += [shown(row["chen"]), shown(row["revolve"])]
+        paper = row["reference_dtr"]
+        cells.append("–" if paper is None else f"{paper:.2f}")
+        lines.append(f"| {row['N']} | {row['budget']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+ADVERSARY = (  # (heuristic, budget B, path lengths N)
+    ("dtr", 8, (200, 400, 800, 1600)),
+    ("dtr", 4, (800,)),
+    ("dtr", 16, (800,)),
+    ("lru", 8, (1600,)),
+    ("msps", 8, (1600,)),
+)
+
+
+def adversary_table() -> str:
+    """Theorem 3.2's adversary (docs/simulator.md): DTR's ops against a static plan's."""
+    from minidtr.sim.experiments import adversary_rows
+
+    lines = [
+        "| heuristic | N | B | DTR ops | static ops | ratio | N/B |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for heuristic, budget, ns in ADVERSARY:
+        for row in adversary_rows(list(ns), budget, None, [heuristic]):
+            ratio = f"{row['ratio']:.1f}" if row["status"] == "ok" else row["status"]
+            lines.append(
+                f"| {heuristic} | {row['N']} | {budget} | {row['dtr_ops']:,.0f} "
+                f"| {row['static_ops']:,.0f} | {ratio} | {row['N/B']:g} |"
+            )
+    return "\n".join(lines)
+
+
 def explorer_load() -> str:
     return fenced(run("python benchmarks/explorer_load.py"))
 
@@ -322,6 +375,20 @@ FIGURES = [
         "docs/memory.md",
         FIT_COMMAND.format(flags="--fit bytes|contiguous --placement best|first", name="RULE"),
         fit_table,
+    ),
+    Figure(
+        "sqrt-n",
+        "docs/simulator.md",
+        "minidtr sim sqrt-n --n 100,400,1600,2000 --heuristics " + ",".join(SQRT_N_HEURISTICS),
+        sqrt_n_table,
+        slow=True,
+    ),
+    Figure(
+        "adversary",
+        "docs/simulator.md",
+        "minidtr sim adversary --budget B --n N --heuristics H, for each row",
+        adversary_table,
+        slow=True,
     ),
     Figure("sim-info", "docs/simulator.md", "minidtr sim info transformer.log", sim_info),
     Figure(

@@ -2,7 +2,8 @@
 
 Theorem 3.1 (``sqrt_n_rows``): an N-layer chain of unit-cost, unit-size ops,
 forward then backward, replayed with a budget of ``ceil(2*sqrt(N))`` units:
-h_DTR needs O(N) extra ops, while h_DTR^local and h_LRU grow superlinearly.
+h_DTR needs O(N) extra ops, h_DTR^local, h_LRU and h_size more (about N^1.5 here;
+docs/simulator.md has the figures).
 The trace is the prototype's (``chain_trace``): forward tensors f_0..f_{N-1}
 (f_0 has no inputs), then gradient b_{N-1}, and b_i = g(f_{i-1}, b_{i+1}),
 each forward tensor released just before the gradient op that consumes it.
