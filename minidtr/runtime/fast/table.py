@@ -38,11 +38,9 @@ the cost term), the rows next to each storage that is evicted or leaves the evic
 the rows below (and, for ``estar``, above) it through evicted storages, whose closures
 changed with it. Under ``estar`` the closures' invalidation walk flags them all
 (``CachedClosures.flagged``); under ``ancestors`` ``evicted`` and ``mark_descendants`` do.
-A decision recomputes the term of each flagged row into ``term`` and clears the flag, so the
-other rows' terms are read from the column (or keeps a lower bound of it there:
-fast/search.py; under ``estar`` an eviction flags ``GROWN``, any other change ``CHANGED``:
-closures.py). Under ``eq`` the rows keep their evicted neighbours' classes in ``edges``
-(``borders.py``).
+A decision recomputes each flagged row's term into ``term`` (or a lower bound: fast/search.py,
+closures.py) and clears the flag, so the other rows' terms are read from the column. Under
+``eq`` the rows keep their evicted neighbours' classes in ``edges`` (``borders.py``).
 
 ``ratio`` holds each row's score before the staleness term, for the cost and size terms a
 decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
@@ -576,12 +574,9 @@ class CandidateTable:
                 frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch
 
 
-def flagged_rows(
-    table: CandidateTable, rows: np.ndarray | None, used: int, flag: int = 1
-) -> list[int]:
-    """The rows flagged in ``table.frontier`` among the scored ones (``rows``: any flag;
-    or every unblocked row flagged ``flag``: not ``BOUNDED``, fast/search.py), in row
-    order."""
+def flagged_rows(table: CandidateTable, rows: np.ndarray | None, used: int, flag=1) -> list[int]:
+    """The rows flagged in ``table.frontier`` among the scored ones (``rows``: any flag; or
+    every unblocked row flagged ``flag``: not ``BOUNDED``, fast/search.py), in row order."""
     flags = table.frontier
     if rows is None:
         blocked = table.blocked
