@@ -167,6 +167,58 @@ def test_live_training_decides_identically(heuristic):
             assert_same_events(log, ref_log)
 
 
+def conv_steps(budget: int | None, reference: bool, general: list):
+    """Two steps of a small conv net (its convolutions, batch norms and loss declare kernel
+    workspaces): the values and the statistics; ``general`` gets the names of the ops with
+    a workspace that took ``Allocator.compute_general``."""
+    from minidtr.runtime.allocator import Allocator
+
+    plain = Allocator.compute_general
+
+    def counting(self, op, *args):
+        if op.has_workspace:
+            general.append(op.name)
+        return plain(self, op, *args)
+
+    with isolated_allocator(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Allocator, "compute_general", counting)
+        md.manual_seed(0)
+        model = md.nn.Sequential(
+            md.nn.Conv2d(3, 8, 3, padding=1), md.nn.BatchNorm2d(8, relu=True),
+            md.nn.Conv2d(8, 8, 3, stride=2, padding=1), md.nn.BatchNorm2d(8, relu=True),
+            md.nn.Flatten(), md.nn.Linear(8 * 4 * 4, 10),
+        )  # fmt: skip
+        opt = md.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        rng = np.random.default_rng(0)
+        x = md.tensor(rng.standard_normal((16, 3, 8, 8)).astype(np.float32))
+        y = md.tensor(rng.integers(0, 10, 16))
+        runtime = md.Runtime(budget=budget, cost="flops", reference=reference)
+        with runtime:
+            for _ in range(2):
+                loss = md.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+        stats = runtime.stats()
+        counts = {k: stats[k] for k in ("evictions", "remats", "peak_memory", "compute_cost")}
+        return [loss.numpy(), *(p.numpy() for p in model.parameters())], counts
+
+
+@pytest.mark.parametrize("generous", [False, True])
+def test_ops_with_a_workspace_take_the_fast_path_with_the_reference_peak(generous):
+    """An op whose kernel declares a workspace takes the accelerator's ``compute`` when its
+    outputs and workspace fit: the same values, peak (the workspace counted while the
+    kernel runs) and costs as the reference, which takes the general path."""
+    budget = 10**9 if generous else None
+    fast_general: list = []
+    values, counts = conv_steps(budget, False, fast_general)
+    ref_values, ref_counts = conv_steps(budget, True, [])
+    assert counts == ref_counts and counts["remats"] == 0
+    for a, b in zip(values, ref_values, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert fast_general == []
+
+
 def test_the_reference_runs_no_accelerated_code():
     """Inside a reference runtime the allocator holds the reference pieces only, and
     leaving it brings the accelerator back, with the candidates in the same order."""

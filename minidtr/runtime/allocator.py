@@ -268,7 +268,7 @@ class Allocator:
         if not self.busy:
             if self.lifetimes.pending_error is not None:
                 self.lifetimes.raise_pending()
-            if self.fast is not None and not op.is_view and not op.has_workspace:
+            if self.fast is not None and not op.is_view:
                 outputs = self.fast.compute(op, inputs, metas, device, constant)
                 if outputs is not None:
                     return outputs

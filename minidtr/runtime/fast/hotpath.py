@@ -3,8 +3,8 @@ make up nearly every op and every death: the same steps, inlined, with nothing t
 cannot happen in those cases.
 
 ``compute``: an op that is not a view, whose inputs are all resident values of this
-allocator and whose outputs fit the budget without evicting, while nothing watches
-(no observer, no event log, no audit). Nothing can evict an
+allocator and whose outputs and kernel workspace fit the budget without evicting, while
+nothing watches (no observer, no event log, no audit). Nothing can evict an
 input meanwhile (no room is made, and deaths wait while the allocator is busy), so
 they are not even locked: no rematerialization frame, no search, no event. It makes
 the same storages, counts the same bytes and moves the clock as the general path
@@ -61,9 +61,10 @@ class FastPath:
         else:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             nbytes = sum(sizes)
+        workspace = op.workspace(*inputs) if op.has_workspace else 0
         allocator, ledger, runtime = self.allocator, self.ledger, self.allocator.runtime
         if (
-            (ledger.budget is not None and ledger.memory + nbytes > ledger.budget)
+            (ledger.budget is not None and ledger.memory + nbytes + workspace > ledger.budget)
             or allocator.observer is not None
             or allocator.addresses is not None  # a contiguous fit places every value
             or runtime.events is not None
@@ -84,20 +85,7 @@ class FastPath:
             arrays = []
             for cell in inputs:
                 arrays.append(array_of(cell) if cell.is_view else cell.buffer)
-            memory = ledger.memory = ledger.memory + nbytes  # fits: checked above
-            stats = runtime.stats_
-            if memory > stats.peak_memory:
-                stats.peak_memory = memory
-            try:
-                result, cost = allocator.run_kernel(op, device, arrays, metas)
-                if runtime.cost != "time":
-                    cost = estimated_cost(runtime.cost, op, inputs, metas)
-            except BaseException:
-                ledger.memory -= nbytes
-                raise
-            allocator.clock += cost
-            stats.ops += 1
-            stats.compute_cost += cost
+            result, cost = self.run(op, inputs, device, arrays, metas, nbytes, workspace)
             if sizes is None and not constant:
                 return [
                     self.new_evictable(op, inputs, parents, device, result, metas[0], nbytes, cost)
@@ -111,6 +99,40 @@ class FastPath:
                 allocator.done((), False)  # deaths during the op, dead storages kept meanwhile
             else:
                 allocator.busy = False
+
+    def run(
+        self,
+        op: Any,
+        inputs: tuple,
+        device: Any,
+        arrays: list,
+        metas: Sequence,
+        nbytes: int,
+        workspace: int,
+    ) -> tuple[Any, float]:
+        """Count the outputs and the kernel's workspace (they fit: ``compute`` checked), run
+        the kernel, give the workspace back and move the clock, as ``compute_general`` does
+        (``reserve``, ``Allocator.run``); the kernel's result and cost."""
+        allocator, ledger, runtime = self.allocator, self.ledger, self.allocator.runtime
+        memory = ledger.memory = ledger.memory + nbytes + workspace
+        stats = runtime.stats_
+        if memory > stats.peak_memory:
+            stats.peak_memory = memory
+        allocator.kernel_workspace = workspace
+        try:
+            result, cost = allocator.run_kernel(op, device, arrays, metas)
+            if runtime.cost != "time":
+                cost = estimated_cost(runtime.cost, op, inputs, metas)
+        except BaseException:
+            ledger.memory -= nbytes + workspace
+            raise
+        finally:
+            allocator.kernel_workspace = 0
+        ledger.memory -= workspace
+        allocator.clock += cost
+        stats.ops += 1
+        stats.compute_cost += cost
+        return result, cost
 
     def new_outputs(
         self,
