@@ -61,10 +61,10 @@ class FastPath:
         else:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             nbytes = sum(sizes)
-        workspace = op.workspace(*inputs) if op.has_workspace else 0
         allocator, ledger, runtime = self.allocator, self.ledger, self.allocator.runtime
+        budget = ledger.budget
         if (
-            (ledger.budget is not None and ledger.memory + nbytes + workspace > ledger.budget)
+            (budget is not None and ledger.memory + nbytes > budget)
             or allocator.observer is not None
             or allocator.addresses is not None  # a contiguous fit places every value
             or runtime.events is not None
@@ -75,6 +75,9 @@ class FastPath:
             return None
         if allocator.alive > 1 and not all_owned(parents, allocator):  # (``Allocator.alive``)
             return None  # another allocator's value: locked through its owner
+        workspace = op.workspace(*inputs) if op.has_workspace else 0
+        if workspace and budget is not None and ledger.memory + nbytes + workspace > budget:
+            return None
         allocator.busy = True
         clock = allocator.clock
         dirty = self.table.dirty  # the candidate table re-reads these rows (table.py)
