@@ -138,18 +138,23 @@ def mlp_steps(budget: int | None, heuristic: str, reference: bool, events: bool)
             reference=reference,
             max_slowdown=None,
         )
-        losses = []
-        with runtime:
-            for _ in range(2):
-                loss = md.cross_entropy(model(x), y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                losses.append(loss.numpy())
-        values = [*losses, *(p.numpy() for p in model.parameters())]
-        stats = runtime.stats()
-        counts = {k: stats[k] for k in ("evictions", "remats", "peak_memory", "compute_cost")}
+        values, counts = two_steps(model, opt, x, y, runtime)
         return values, counts, runtime.events
+
+
+def two_steps(model, opt, x, y, runtime: md.Runtime) -> tuple[list, dict]:
+    """Two training steps under ``runtime``: the losses and parameters, and its counts."""
+    losses = []
+    with runtime:
+        for _ in range(2):
+            loss = md.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.numpy())
+    stats = runtime.stats()
+    counts = {k: stats[k] for k in ("evictions", "remats", "peak_memory", "compute_cost")}
+    return [*losses, *(p.numpy() for p in model.parameters())], counts
 
 
 @pytest.mark.parametrize("heuristic", HEURISTIC_NAMES)
@@ -192,16 +197,9 @@ def conv_steps(budget: int | None, reference: bool, general: list):
         rng = np.random.default_rng(0)
         x = md.tensor(rng.standard_normal((16, 3, 8, 8)).astype(np.float32))
         y = md.tensor(rng.integers(0, 10, 16))
-        runtime = md.Runtime(budget=budget, cost="flops", reference=reference)
-        with runtime:
-            for _ in range(2):
-                loss = md.cross_entropy(model(x), y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-        stats = runtime.stats()
-        counts = {k: stats[k] for k in ("evictions", "remats", "peak_memory", "compute_cost")}
-        return [loss.numpy(), *(p.numpy() for p in model.parameters())], counts
+        return two_steps(
+            model, opt, x, y, md.Runtime(budget=budget, cost="flops", reference=reference)
+        )
 
 
 @pytest.mark.parametrize("generous", [False, True])
