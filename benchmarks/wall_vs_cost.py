@@ -10,7 +10,11 @@ so that the machine's load falls on all of them alike, each step in a runtime of
 time over the unbudgeted median), the cost model's slowdown ((compute + recompute) /
 compute, ``flops``, of the same steps) and their quotient, which the runtime's own work
 under a budget (the eviction search, the bookkeeping that grows with it) makes larger
-than 1 and recomputation alone would keep at 1. One thread (OPENBLAS_NUM_THREADS=1).
+than 1 and recomputation alone would keep at 1. The quotient also rises when the
+unbudgeted step gets faster, so the last column gives the policy's own time directly:
+the budgeted step's median less the unbudgeted one's and less the median time spent in
+the rematerializations' kernels (``remat.replay_kernel``, timed in the worker), in ms
+and as a share of the budgeted step. One thread (OPENBLAS_NUM_THREADS=1).
 Each model is measured in a process of its own: in one process, what the models before
 it left (the Tree-LSTM's trees, for one) makes the cycle collector's passes during its
 budgeted steps longer (the Transformer's quotient measured 1.11-1.24 after the LSTM and
@@ -40,19 +44,37 @@ import time
 import minidtr as md
 from minidtr.data import minibatch_indices
 from minidtr.host import steady_malloc
-from minidtr.runtime import HEURISTIC_NAMES
+from minidtr.runtime import HEURISTIC_NAMES, remat
 from minidtr.training import TrainConfig, build_task, measure_peak, train_step
 
 MODELS = "mlp,resnet,densenet,unet,lstm,transformer,treelstm"
 
 
+class KernelClock:
+    """``remat.replay_kernel``, timed: the seconds the rematerializations' kernels took
+    since ``seconds`` was last reset."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.plain = remat.replay_kernel
+
+    def __call__(self, *args):
+        started = time.perf_counter()
+        try:
+            return self.plain(*args)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
 def measure(
     model: str, ratios: list[float], rounds: int, heuristic: str = "dtr", steady: bool = True
 ) -> list[tuple]:
-    """(ratio, wall slowdown, cost-model slowdown) for each ratio; ``steady``: fix glibc's
-    malloc thresholds first (``minidtr.host.steady_malloc``)."""
+    """(ratio, wall slowdown, cost-model slowdown, the policy's own seconds a step, its
+    share of the budgeted step) for each ratio; ``steady``: fix glibc's malloc thresholds
+    first (``minidtr.host.steady_malloc``)."""
     if steady:
         steady_malloc()
+    clock = remat.replay_kernel = KernelClock()  # (this worker process only)
     config = TrainConfig(model)
     peak = measure_peak(config)
     task = build_task(config)
@@ -60,8 +82,9 @@ def measure(
     batches = minibatch_indices(task.n_train, task.batch_size, config.seed)
     settings = [None, *ratios]
     times: dict = {r: [] for r in settings}
+    kernels: dict = {r: [] for r in settings}
     compute = {r: 0.0 for r in settings}
-    remat = {r: 0.0 for r in settings}
+    recompute = {r: 0.0 for r in settings}
     for round_ in range(rounds + 2):  # two warm-up rounds: the optimizer's state is made
         for ratio in settings:
             budget = None if ratio is None else int(ratio * peak)
@@ -69,19 +92,24 @@ def measure(
                 budget=budget, cost="flops", max_wall_slowdown=None, heuristic=heuristic
             )
             with runtime:
+                clock.seconds = 0.0
                 started = time.perf_counter()
                 train_step(task, optimizer, next(batches))
                 elapsed = time.perf_counter() - started
             if round_ >= 2:
                 stats = runtime.stats()
                 times[ratio].append(elapsed)
+                kernels[ratio].append(clock.seconds)
                 compute[ratio] += stats["compute_cost"]
-                remat[ratio] += stats["remat_cost"]
+                recompute[ratio] += stats["remat_cost"]
     base = statistics.median(times[None])
-    return [
-        (r, statistics.median(times[r]) / base, (compute[r] + remat[r]) / compute[r])
-        for r in ratios
-    ]
+    rows = []
+    for r in ratios:
+        step = statistics.median(times[r])
+        own = step - base - statistics.median(kernels[r])
+        cost = (compute[r] + recompute[r]) / compute[r]
+        rows.append((r, step / base, cost, own, own / step))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,14 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.rounds} steps per setting, interleaved; one thread;"
         f" budgeted runs under {args.heuristic}; {memory}"
     )
-    print("| model | ratio | wall slowdown | cost-model slowdown | wall / cost model |")
-    print("|---|---|---|---|---|")
+    print(
+        "| model | ratio | wall slowdown | cost-model slowdown | wall / cost model"
+        " | the policy's own time a step |"
+    )
+    print("|---|---|---|---|---|---|")
     for model in models:
         with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
             task = (model, ratios, args.rounds, args.heuristic, not args.default_malloc)
             rows = pool.apply(measure, task)
-        for ratio, wall, cost in rows:
-            print(f"| {model} | {ratio} | {wall:.3f} | {cost:.3f} | {wall / cost:.3f} |")
+        for ratio, wall, cost, own, share in rows:
+            print(
+                f"| {model} | {ratio} | {wall:.3f} | {cost:.3f} | {wall / cost:.3f}"
+                f" | {own * 1e3:.1f} ms ({share:.0%}) |"
+            )
     return 0
 
 
