@@ -49,8 +49,6 @@ MAX_PENDING = 4096  # evictions announced late, at most (``on_evicted``)
 GRID = 32.0  # costs that are whole multiples of 1/GRID ...
 EXACT_BELOW = 2.0**48  # ... add up exactly in any order while their sum is below this
 EPOCHS = itertools.count(1)
-CHANGED = 1  # a row's flag: its term may have changed either way
-GROWN = 3  # a row's flag (set on a row not flagged): its term may only have grown
 
 
 def evicted_parents(storage: Storage) -> list[Storage]:
@@ -93,7 +91,6 @@ class CachedClosures:
         self.eviction = eviction  # whose ``tracking`` says whether the closures are kept
         self.epoch = next(EPOCHS)
         self.flagged = None  # the candidate table whose rows next to each change get flagged
-        self.mark = CHANGED  # the flag a change puts on those rows (``flush``: ``GROWN``)
         self.bit_of: dict[int, int] = {}  # storage id -> its index in the bitsets
         self.ids: list[int] = []  # index -> storage id (-1: free)
         self.free: list[int] = []  # indices given back
@@ -315,25 +312,12 @@ class CachedClosures:
 
     def flush(self) -> None:
         """Announce the evictions still pending for the storages alive (``_drop_around``,
-        both walks: the closures that stop at a newly evicted storage were valid).
-
-        An eviction only adds to the closures it reaches, so the rows it flags, when not
-        flagged already, are flagged ``GROWN``: their term in the table, the sum of a
-        subset of the storages their term sums now, is a lower bound of it (while the
-        costs are whole multiples of 1/32, ``exact``, that sum is exact; afterwards, a
-        sum of non-negative costs in any order that includes those storages is at least
-        that; fast/search.py then scores the row by the bound until it must know more).
-        A storage leaving the evicted set may shrink them: ``on_change`` flags
-        ``CHANGED``, over any flag."""
+        both walks: the closures that stop at a newly evicted storage were valid)."""
         pending, self.pending = self.pending, {}
-        self.mark = GROWN if self.exact else CHANGED
-        try:
-            for ref in pending.values():
-                storage = ref()
-                if storage is not None:
-                    self._drop_around(storage, True, True)
-        finally:
-            self.mark = CHANGED
+        for ref in pending.values():
+            storage = ref()
+            if storage is not None:
+                self._drop_around(storage, True, True)
 
     def on_change(self, storage: Storage) -> None:
         """``storage`` left the evicted set (rematerialized, banished or freed): drop the
@@ -395,15 +379,14 @@ class CachedClosures:
         table = self.flagged
         frontier = table.frontier if table is not None else None
         known = len(frontier) if frontier is not None else 0
-        mark = self.mark
         parents = []
         for parent in storage.parents:
             if parent.allocator is owner:
                 if parent.buffer is None:
                     if not parent.banished:
                         parents.append(parent)
-                elif parent.row < known and (mark == CHANGED or not frontier[parent.row]):
-                    frontier[parent.row] = mark
+                elif parent.row < known:
+                    frontier[parent.row] = 1
         return parents
 
     def _evicted_children(self, storage: Storage) -> list[Storage]:
@@ -415,7 +398,6 @@ class CachedClosures:
         table = self.flagged
         frontier = table.frontier if table is not None else None
         known = len(frontier) if frontier is not None else 0
-        mark = self.mark
         children = []
         refs = storage.children
         if type(refs) is not list:
@@ -426,6 +408,6 @@ class CachedClosures:
                 if child.buffer is None:
                     if not child.banished:
                         children.append(child)
-                elif child.row < known and (mark == CHANGED or not frontier[child.row]):
-                    frontier[child.row] = mark
+                elif child.row < known:
+                    frontier[child.row] = 1
         return children

@@ -32,7 +32,7 @@ from .. import estar
 from ..heuristics import COST_TERMS, MIN_STALENESS, NEIGHBOURHOOD_COST, Heuristic
 from ..storage import Storage
 from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
-from .closures import GROWN, evicted_children, evicted_parents
+from .closures import evicted_children, evicted_parents
 from .eqterms import eq_terms
 from .table import flagged_rows
 
@@ -48,7 +48,7 @@ BUILT_IN_COST_TERMS = dict(COST_TERMS)
 BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
 
 EAGER_TERMS = 2  # up to this many flagged rows, their terms are computed at once
-BOUNDED = 2  # a flag: the row's term is a lower bound (``neighbourhood_terms``)
+BOUNDED = 2  # a flag: the row's term is 0.0, a lower bound (``neighbourhood_terms``)
 RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 
 _FLOOR = np.full(1024, MIN_STALENESS)
@@ -265,17 +265,14 @@ class TableSearch:
 
         With every row scored and more than ``EAGER_TERMS`` flagged, ``estar``'s and
         ``ancestors``' flagged rows get 0.0 in the ``term`` column instead, and the flag
-        ``BOUNDED``; under ``estar`` a row flagged ``GROWN`` (only evictions since its
-        term was computed: closures.py, ``flush``) keeps its term as its bound. A term is
-        never negative, so their scores are lower bounds, by the
+        ``BOUNDED``. A term is never negative, so their scores are lower bounds, by the
         same operations (a sum that does not decrease, divisions by the same positive
         numbers; costs are never negative: ``costs.py``); ``choose`` computes the terms
         of those whose bound could put them among the lowest (``settle_lowest``,
         ``settle_deferred``), and the rest wait, bounded, for a later decision, by
         which their closures may have changed again. Most flagged rows
         border a large evicted region and score far above the victim. A bounded row
-        keeps its bound through evictions (``GROWN`` marks only rows not flagged) and is
-        bounded by 0.0 again once flagged ``CHANGED``.
+        flagged again keeps its bound (it holds for any term) and is bounded again.
 
         ``eq`` is computed from the table's ``edges`` and the mirrored classes
         (``eqterms.py``); ``estar`` and ``ancestors`` per storage for the flagged rows
@@ -319,20 +316,17 @@ class TableSearch:
             self.bounded = np.flatnonzero(np.frombuffer(frontier, np.uint8) == BOUNDED).tolist()
         bounded = [row for row in self.bounded if frontier[row] == BOUNDED]
         new = flagged_rows(table, None, used)
-        grown = flagged_rows(table, None, used, GROWN) if mode == "estar" else []
-        if len(bounded) + len(new) + len(grown) <= EAGER_TERMS:
+        if len(bounded) + len(new) <= EAGER_TERMS:
             self.bounded = []
-            if bounded or new or grown:
-                self.update_terms(mode, sorted(bounded + new + grown))
+            if bounded or new:
+                self.update_terms(mode, sorted(bounded + new))
             return
         term = table.term_at
         for row in new:
             term[row] = 0.0
             frontier[row] = BOUNDED
         table.rewritten += new
-        for row in grown:  # the term it has is a lower bound (closures.py, ``flush``)
-            frontier[row] = BOUNDED
-        self.bounded = self.deferred = bounded + new + grown
+        self.bounded = self.deferred = bounded + new
 
     def update_terms(self, mode: str, stale: list[int]) -> None:
         """Compute the terms of flagged rows ``stale`` into the ``term`` column, and clear

@@ -38,9 +38,9 @@ the cost term), the rows next to each storage that is evicted or leaves the evic
 the rows below (and, for ``estar``, above) it through evicted storages, whose closures
 changed with it. Under ``estar`` the closures' invalidation walk flags them all
 (``CachedClosures.flagged``); under ``ancestors`` ``evicted`` and ``mark_descendants`` do.
-A decision recomputes each flagged row's term into ``term`` (or a lower bound: fast/search.py,
-closures.py) and clears the flag, so the other rows' terms are read from the column. Under
-``eq`` the rows keep their evicted neighbours' classes in ``edges`` (``borders.py``).
+A decision recomputes the term of each flagged row into ``term`` and clears the flag, so the other
+rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
+classes in ``edges`` (``borders.py``).
 
 ``ratio`` holds each row's score before the staleness term, for the cost and size terms a
 decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
@@ -574,23 +574,23 @@ class CandidateTable:
                 frontier[neighbour.row] = 1  # row 0 (not a candidate) is scratch
 
 
-def flagged_rows(table: CandidateTable, rows: np.ndarray | None, used: int, flag=1) -> list[int]:
-    """The rows flagged in ``table.frontier`` among the scored ones (``rows``: any flag; or
-    every unblocked row flagged ``flag``: not ``BOUNDED``, fast/search.py), in row order."""
+def flagged_rows(table: CandidateTable, rows: np.ndarray | None, used: int) -> list[int]:
+    """The rows flagged in ``table.frontier`` among the scored ones (``rows``, or every
+    unblocked row: those flagged 1, not ``BOUNDED``, fast/search.py), in row order."""
     flags = table.frontier
     if rows is None:
         blocked = table.blocked
         found = []
-        row = flags.find(flag, 1)  # row 0 is scratch
+        row = flags.find(1, 1)  # row 0 is scratch
         while 0 <= row < used and len(found) < FLAGS_ONE_BY_ONE:
             if not blocked[row]:
                 found.append(row)
-            row = flags.find(flag, row + 1)
+            row = flags.find(1, row + 1)
         if not 0 <= row < used:
             return found
     frontier = np.frombuffer(flags, np.uint8)
     if rows is None:
-        stale = np.flatnonzero((frontier[:used] == flag) & ~table.blocked[:used]).tolist()
+        stale = np.flatnonzero((frontier[:used] == 1) & ~table.blocked[:used]).tolist()
     else:
         stale = rows[frontier[rows].astype(bool)].tolist()
     del frontier  # release the buffer: the bytearray may grow again
