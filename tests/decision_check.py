@@ -20,7 +20,9 @@ from collections.abc import Iterator
 
 from minidtr.runtime import window
 from minidtr.runtime.arena import shortest_runs_cheapest
+from minidtr.runtime.estar import WalkedNeighbourhood
 from minidtr.runtime.fast.search import TableSearch
+from minidtr.runtime.heuristics import ScoreContext
 from minidtr.runtime.victims import Choice, choose_victim, pool
 
 DECISIONS = {"checked": 0}
@@ -50,11 +52,14 @@ def checked_decisions() -> Iterator[dict[str, int]]:
         after = eviction.sampler.getstate()
         eviction.sampler.setstate(state)
         pooled = pool(list(self.table), runtime.min_size, runtime.sample, eviction.sampler)
+        # e* and the evicted ancestors walked (the reference's terms), not read from the
+        # accelerator's cached closures: scoring every candidate through them would build
+        # them all, and a run checked so would no longer be the run unchecked (a stale
+        # closure the table relies on would be made valid behind its back)
+        context = ScoreContext(eviction.allocator.clock, WalkedNeighbourhood(), eviction.eq_classes)
         eviction.scoring = True
         try:
-            slow = choose_victim(
-                pooled, runtime.heuristic, eviction.context, runtime.events is not None
-            )
+            slow = choose_victim(pooled, runtime.heuristic, context, runtime.events is not None)
         finally:
             eviction.scoring = False
         assert eviction.sampler.getstate() == after, "the table and the loop sampled differently"
