@@ -101,6 +101,8 @@ NOT_RUN = {
     "MINIDTR_CHECK_DECISIONS=1 python -m pytest": "the test suite itself, with every decision "
     "checked twice",
     "MINIDTR_AUDIT=1 python -m pytest": "the test suite itself, audited",
+    "python -m pytest -m slow tests/test_reference.py": "slow tests of the suite itself "
+    "(the seven models trained live both ways: minutes)",
     "cd docs/examples && python -m pytest -q test_my_model.py --hypothesis-show-statistics": (
         "tests/test_testing.py runs docs/examples/test_my_model.py (its 100 examples under -m slow)"
     ),
