@@ -29,23 +29,14 @@ CHILD_SUM_FLOPS = 35
 CHILD_SUM_GRAD_FLOPS = 52
 
 
-def _sigmoid(xp, x):
-    """tanh(x / 2) / 2 + 1/2 in one new array (the same floats as the expression)."""
-    out = xp.multiply(x, 0.5, out=xp.empty_like(x))
+def _sigmoid(xp, x, out=None):
+    """tanh(x / 2) / 2 + 1/2 in a new array, or in ``out`` (``x`` itself: in place); the
+    same floats as the expression."""
+    out = xp.multiply(x, 0.5, out=xp.empty_like(x) if out is None else out)
     xp.tanh(out, out=out)
     out *= 0.5
     out += 0.5
     return out
-
-
-def _activations(xp, gates):
-    """i, f, g, o of the (..., 4H) pre-activations in PyTorch's gate order."""
-    h = gates.shape[-1] // 4
-    i = _sigmoid(xp, gates[..., :h])
-    f = _sigmoid(xp, gates[..., h : 2 * h])
-    g = xp.tanh(gates[..., 2 * h : 3 * h])
-    o = _sigmoid(xp, gates[..., 3 * h :])
-    return i, f, g, o
 
 
 def cell_bytes(cell: Cell, times: float) -> int:
@@ -175,11 +166,8 @@ class LSTMCellGrad(Op):
         acts = xp.empty((4, rows, h), dtype=gates.dtype)
         acts[...] = gates.reshape(rows, 4, h).transpose(1, 0, 2)
         i, f, g, o = acts
-        for gate in (i, f, o):  # _sigmoid, in place
-            gate *= 0.5
-            xp.tanh(gate, out=gate)
-            gate *= 0.5
-            gate += 0.5
+        for gate in (i, f, o):
+            _sigmoid(xp, gate, out=gate)
         xp.tanh(g, out=g)
         c = c.reshape(rows, h)
         dgates = xp.empty(gates.shape, dtype=gates.dtype)
