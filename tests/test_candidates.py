@@ -263,6 +263,54 @@ def test_bounded_terms_wait_across_decisions_and_squeezes_as_the_loop_decides(
     assert seen["carried"] and seen["squeezed"] and seen["settled"], seen
 
 
+@pytest.mark.parametrize("record_events", [False, True])
+def test_tightened_bounds_stay_below_the_terms_across_decisions(monkeypatch, record_events):
+    """A bounded row that a decision gave a tighter bound (``TableSearch.tighten``: its
+    neighbours' costs and valid closures) keeps it until it is flagged again: at every
+    later decision, after the pending evictions are announced, each such bound is at most
+    the row's term walked afresh (``estar.estar_cost``), through evictions, rebuilds,
+    frees, squeezes and switches of heuristic; and the decisions are the loop's. Checks
+    that bounds were carried, so that the test covers them."""
+    from minidtr.runtime import estar
+    from minidtr.runtime.fast import search
+    from minidtr.runtime.fast import table as table_module
+
+    seen = {"tightened": 0, "carried": 0}
+    bound_terms, tighten = search.TableSearch.bound_terms, search.TableSearch.tighten
+
+    def checking_bound_terms(self, mode, used):
+        table = self.table
+        for row in range(1, used):
+            storage = table.storages[row]
+            if storage is not None and table.frontier[row] == search.BOUNDED:
+                bound = table.term_at[row]
+                if bound > 0.0:
+                    seen["carried"] += 1
+                    assert bound <= estar.estar_cost(storage), (row, storage)
+        bound_terms(self, mode, used)
+
+    def counting_tighten(self, heuristic, values, row):
+        tightened = tighten(self, heuristic, values, row)
+        seen["tightened"] += tightened
+        return tightened
+
+    monkeypatch.setattr(search.TableSearch, "bound_terms", checking_bound_terms)
+    monkeypatch.setattr(search.TableSearch, "tighten", counting_tighten)
+    monkeypatch.setattr(table_module, "COMPACT_SLACK", 2)
+    rng = random.Random(7)
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = build_graph(rng, 160)
+        for step in range(12):  # h_MSPS between: back to h_DTR, the closures are stale
+            heuristic = "msps" if step % 3 == 2 else "dtr"
+            with md.Runtime(1 << 30, heuristic, cost="flops", record_events=record_events):
+                drive(rng, tensors, 40)
+                for _ in range(6):
+                    tensors.pop(rng.randrange(len(tensors)))
+        assert counter["checked"] - before >= 150
+    assert seen["tightened"] and seen["carried"], seen
+
+
 class ScoreOnly:
     """A user's heuristic: only ``score``. It is decided by the loop."""
 

@@ -32,7 +32,7 @@ from .. import estar
 from ..heuristics import COST_TERMS, MIN_STALENESS, NEIGHBOURHOOD_COST, Heuristic
 from ..storage import Storage
 from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
-from .closures import evicted_children, evicted_parents
+from .closures import EXACT_BELOW, evicted_children, evicted_parents
 from .eqterms import eq_terms
 from .table import flagged_rows
 
@@ -48,7 +48,7 @@ BUILT_IN_COST_TERMS = dict(COST_TERMS)
 BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
 
 EAGER_TERMS = 2  # up to this many flagged rows, their terms are computed at once
-BOUNDED = 2  # a flag: the row's term is 0.0, a lower bound (``neighbourhood_terms``)
+BOUNDED = 2  # a flag: the row's term is a lower bound, 0.0 or ``tighten``'s
 RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 
 _FLOOR = np.full(1024, MIN_STALENESS)
@@ -136,8 +136,9 @@ class TableSearch:
         which holds lower bounds for the ``deferred`` rows (``neighbourhood_terms``). The
         ``wanted`` lowest of the rows scored exactly are kept as (score, row), in the
         order ``lowest`` gives; the deferred rows are taken in the order of their
-        bounds, each getting its term and exact score, until the next bound passes the
-        ``wanted``-th lowest: the rest cannot be among them and stay bounded."""
+        bounds, each getting a tighter bound (``tighten``) and, unless that passes the
+        ``wanted``-th lowest, its term and exact score, until the next bound passes
+        it: the rest cannot be among them and stay bounded."""
         deferred = np.array(self.deferred)
         bounds = values[deferred]
         exact = values.copy()  # (``values`` may be the table's ratio column itself)
@@ -149,10 +150,18 @@ class TableSearch:
         self.table.take_flags()
         self.eviction.scoring = True
         try:
+            term = self.table.term_at
             for k in np.argsort(bounds, kind="stable").tolist():
                 if len(best) == wanted and not bounds.item(k) <= best[-1][0]:
                     break
                 row = int(deferred[k])
+                if (
+                    len(best) == wanted
+                    and term[row] == 0.0
+                    and self.tighten(heuristic, values, row)
+                    and not values.item(row) <= best[-1][0]
+                ):
+                    continue  # its tighter bound puts it past the shortlist
                 entry = (self.settle_row(heuristic, values, row), row)
                 if len(best) < wanted or entry < best[-1]:
                     bisect.insort(best, entry)
@@ -163,20 +172,63 @@ class TableSearch:
 
     def settle_lowest(self, heuristic: Heuristic, values: np.ndarray) -> list[int] | None:
         """``settle_deferred`` for the lowest alone: while the lowest of ``values`` (the
-        first, on a tie) is a deferred row's bound, that row gets its term and exact score.
+        first, on a tie) is a deferred row's bound, that row gets a tighter bound
+        (``tighten``) or, when it has one, its term and exact score.
         Then it is a row scored exactly, and no deferred row can come before it: each
         one's score is at least its bound, and a bound equal to it lies after it."""
-        frontier = self.table.frontier
-        self.table.take_flags()
+        table = self.table
+        frontier, term = table.frontier, table.term_at
+        table.take_flags()
         self.eviction.scoring = True
         try:
             first = int(values.argmin())  # the first NaN, if there is one
             while frontier[first] == BOUNDED:
-                self.settle_row(heuristic, values, first)
+                if not (term[first] == 0.0 and self.tighten(heuristic, values, first)):
+                    self.settle_row(heuristic, values, first)
                 first = int(values.argmin())
         finally:
             self.eviction.scoring = False
         return None if math.isnan(values.item(first)) else [first]
+
+    def tighten(self, heuristic: Heuristic, values: np.ndarray, row: int) -> bool:
+        """Give bounded ``row`` (term 0.0) a tighter lower bound for its h_DTR term, from
+        its evicted neighbours alone, without building a closure: on each side the
+        largest of their costs and of their valid cached closures' totals (each a
+        subset of the side's union), the two sides added. True, with its score in
+        ``values``, when the bound is above 0.0; the row stays ``BOUNDED``.
+
+        A valid lower bound until the row is flagged again: the term only shrinks when a
+        storage leaves the evicted set, and one that leaves flags the row if it is a
+        neighbour (``_drop_around``) or in a valid closure the bound read (dropping that
+        closure flags the rows next to it: ``_invalidate``); a closure dropped for any
+        other reason flags them too. Closure totals are read only while the sums are
+        exact (``closures.exact``): then each is its members' exact sum, and the term, a
+        sum of more non-negative floats, cannot round below it."""
+        if heuristic.cost != "estar":
+            return False
+        closures = self.eviction.neighbourhood
+        exact, epoch = closures.exact, closures.epoch
+        storage = self.table.storages[row]
+        bound = 0.0
+        for side, neighbours in (
+            ("above", evicted_parents(storage)),
+            ("below", evicted_children(storage)),
+        ):
+            largest = 0.0
+            for neighbour in neighbours:
+                value = neighbour.cost
+                if exact:
+                    closure = getattr(neighbour, side)
+                    if closure is not None and closure.epoch == epoch:
+                        value = closure.total
+                if value > largest:
+                    largest = value
+            bound += largest
+        if not 0.0 < bound < EXACT_BELOW:
+            return False
+        self.table.term_at[row] = bound
+        self.rescore(heuristic, values, row)
+        return True
 
     def settle_row(self, heuristic: Heuristic, values: np.ndarray, row: int) -> float:
         """Give deferred ``row`` its term, clearing its flag, and its exact score (returned)."""
