@@ -244,6 +244,13 @@ def erf(xp, x, out=None):
     return cupy_erf(x) if out is None else cupy_erf(x, out=out)
 
 
+def erf_is_slow(xp, dtype) -> bool:
+    """Whether ``erf`` is SciPy's scalar loop on float32 values (about 11 ns a value on
+    the CPU), where a polynomial in array operations is several times faster at float32's
+    precision (``ops/normal.py``); float64 keeps SciPy's double-precision erf."""
+    return xp is np and dtype == np.float32
+
+
 def generator(xp, seed: int):
     """A random generator whose stream depends only on ``seed`` (and the backend), to
     draw from at once: on NumPy it is ``np.random.default_rng(seed)``'s stream, drawn

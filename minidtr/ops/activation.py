@@ -14,6 +14,7 @@ import numpy as np
 from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
+from . import normal
 from .arithmetic import div, mul
 from .op import FLOAT32, HALF, DTypeError, Op, apply, expect_tensor, float_dtype, in_float32
 from .promotion import as_float
@@ -265,7 +266,10 @@ GELU_SCRATCH = {"gelu_none": 1, "gelu_tanh": 2}
 
 def gelu_grad(xp, x, g):
     """g * (cdf + x * pdf) with cdf = (1 + erf(x / sqrt 2)) / 2, pdf = exp(-x^2 / 2) /
-    sqrt(2 pi): one scratch array besides the output."""
+    sqrt(2 pi): one scratch array besides the output. Where erf is slow (float32 on the
+    CPU), cdf without it (``normal.py``)."""
+    if backend.erf_is_slow(xp, x.dtype) and g.dtype == x.dtype:
+        return normal.gelu_grad(xp, x, g, xp.empty_like(x), xp.empty_like(x))
     out = xp.multiply(x, x, out=xp.empty_like(x))
     out *= -0.5
     xp.exp(out, out=out)
