@@ -13,6 +13,7 @@ coefficients are what this prints.
 
 from __future__ import annotations
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 P = 0.36  # t's scale: the best of those tried between 0.3 and 0.8 for ten coefficients

@@ -1,8 +1,8 @@
-"""ops/normal.py: GELU's gradient on float32 values without an error function. Its
-polynomial is the one benchmarks/fit_normal_tail.py fits, it agrees with the
-double-precision formula to a few units in float32's last place where the values are
-not subnormal (and far better than ``1 + erf`` in the left tail), and GELU's backward
-takes it exactly where erf is slow."""
+"""ops/normal.py: GELU and its gradient on float32 values without an error function.
+The polynomial is the one benchmarks/fit_normal_tail.py fits, both agree with the
+double-precision formulas to a few units in float32's last place where the values are
+not subnormal (and far better than ``1 + erf`` in the left tail), and GELU takes them
+exactly where erf is slow."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ def exact_gradient(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ndtr(wide) + wide * density, ndtr(wide) + np.abs(wide * density)
 
 
-def test_the_coefficients_are_what_the_fit_gives():
+def test_the_coefficients_are_what_the_fit_gives(monkeypatch):
     pytest.importorskip("scipy")
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # (its ``interrupts``)
     spec = importlib.util.spec_from_file_location(
         "fit_normal_tail", ROOT / "benchmarks" / "fit_normal_tail.py"
     )
@@ -73,6 +74,29 @@ def test_the_left_tail_keeps_its_digits_where_one_plus_erf_loses_them():
     assert np.max(np.abs(by_erf - exact) / scale) > 1e-3
 
 
+@pytest.mark.parametrize(("low", "high", "units"), [(-12.0, -5.0, 40.0), (-5.0, 9.0, 8.0)])
+def test_the_forward_agrees_with_double_precision(low, high, units):
+    """GELU itself, x Phi(x), in float32 epsilons of its value, on sizes that end in a
+    part of each length the halving reaches (and one below ``SMALL``)."""
+    from scipy.special import ndtr
+
+    for size in (400_001, normal.SMALL - 3, 3 * normal.SMALL + 1):
+        x = np.linspace(low, high, size, dtype=np.float32)
+        got = normal.gelu(np, x, np.empty_like(x)).astype(np.float64)
+        exact = x.astype(np.float64) * ndtr(x.astype(np.float64))
+        seen = exact != 0.0
+        assert np.max(np.abs(got - exact)[seen] / np.abs(exact[seen])) <= units * EPS32
+
+
+def test_the_forward_writes_only_its_output():
+    x = np.random.default_rng(0).standard_normal((3, 5000)).astype(np.float32)
+    kept = x.copy()
+    out = np.full_like(x, np.nan)
+    assert normal.gelu(np, x, out) is out
+    np.testing.assert_array_equal(x, kept)
+    assert np.isfinite(out).all()
+
+
 def test_special_values():
     x = np.array([0.0, -0.0, 3e38, -3e38, 1e-30, -1e-30, np.nan, np.inf, -np.inf], np.float32)
     g = np.full_like(x, 2.0)
@@ -81,20 +105,28 @@ def test_special_values():
     assert got.dtype == np.float32
     np.testing.assert_allclose(got[:6], [1.0, 1.0, 2.0, 0.0, 1.0, 1.0], rtol=2 * EPS32, atol=0)
     assert np.isnan(got[6:]).all()  # inf * phi(inf) is 0 * inf, as by the erf route
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = normal.gelu(np, x, np.empty_like(x))
+    np.testing.assert_array_equal(values[:4], np.array([0.0, -0.0, 3e38, -0.0], np.float32))
+    np.testing.assert_allclose(values[4:6], [5e-31, -5e-31], rtol=2 * EPS32)
+    assert np.isnan(values[6]) and values[7] == np.inf and np.isnan(values[8])
 
 
-def test_gelu_backward_takes_the_polynomial_where_erf_is_slow(monkeypatch):
+def test_gelu_takes_the_polynomial_where_erf_is_slow(monkeypatch):
     calls = []
-    original = normal.gelu_grad
 
-    def counted(xp, x, *rest):
-        calls.append(x.dtype)
-        return original(xp, x, *rest)
+    def counted(kernel):
+        def kernel_counted(xp, x, *rest):
+            calls.append((kernel.__name__, x.dtype))
+            return kernel(xp, x, *rest)
 
-    monkeypatch.setattr(normal, "gelu_grad", counted)
+        return kernel_counted
+
+    monkeypatch.setattr(normal, "gelu_grad", counted(normal.gelu_grad))
+    monkeypatch.setattr(normal, "gelu", counted(normal.gelu))
     for dtype in (np.float32, np.float64, np.float16):
         x = md.tensor(np.linspace(-3, 3, 50).astype(dtype), requires_grad=True)
         md.gelu(x).sum().backward()
     # float16 computes in float32 (``in_float32``); float64 keeps SciPy's erf
-    assert calls == [np.float32, np.float32]
+    assert calls == [("gelu", np.float32), ("gelu_grad", np.float32)] * 2
     assert backend.erf_is_slow(np, np.float32) and not backend.erf_is_slow(np, np.float64)

@@ -187,6 +187,8 @@ class Gelu(Unary):
             out += x
             out *= SQRT_2_OVER_PI
             xp.tanh(out, out=out)
+        elif backend.erf_is_slow(xp, x.dtype) and x.flags.c_contiguous:
+            return normal.gelu(xp, x, xp.empty_like(x))
         else:
             out = xp.multiply(x, INV_SQRT_2, out=xp.empty_like(x))
             backend.erf(xp, out, out=out)
