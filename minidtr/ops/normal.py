@@ -61,18 +61,24 @@ def gelu(xp, x, out):
     return out
 
 
-def _gelu_part(xp, x, out, t):
-    """``x * Phi(x)`` into ``out``, with ``t`` overwritten: Phi = u q + (1 - u) / 2, q =
-    erfc(z) / 2, u = +1 for a negative x and -1 for a positive one."""
+def erfcx_times(xp, x, coefficients, out, t) -> None:
+    """The fitted erfcx(z), z = |x| / sqrt 2, times the factor the ``coefficients`` carry
+    (``HALVED``, ``SCALED``), into ``out``; ``t`` overwritten."""
     xp.abs(x, out=t)
     t *= T_SCALE
     t += 1.0
     xp.reciprocal(t, out=t)
-    out.fill(HALVED[-1])
-    for coefficient in HALVED[-2::-1]:
+    out.fill(coefficients[-1])
+    for coefficient in coefficients[-2::-1]:
         out *= t
         out += coefficient
-    out *= t  # erfcx(z) / 2
+    out *= t
+
+
+def _gelu_part(xp, x, out, t):
+    """``x * Phi(x)`` into ``out``, with ``t`` overwritten: Phi = u q + (1 - u) / 2, q =
+    erfc(z) / 2, u = +1 for a negative x and -1 for a positive one."""
+    erfcx_times(xp, x, HALVED, out, t)  # erfcx(z) / 2
     xp.multiply(x, x, out=t)
     t *= -0.5
     xp.exp(t, out=t)
@@ -92,15 +98,7 @@ def gelu_grad(xp, x, g, out, scratch):
     of x's shape and dtype) overwritten. With u = +1 for a negative x and -1 for a
     positive one, Phi + x phi = (u K erfcx(z) + x) phi + (1 - u) / 2, K = sqrt(2 pi) / 2."""
     t = scratch
-    xp.abs(x, out=t)
-    t *= T_SCALE
-    t += 1.0
-    xp.reciprocal(t, out=t)
-    out.fill(SCALED[-1])
-    for coefficient in SCALED[-2::-1]:
-        out *= t
-        out += coefficient
-    out *= t  # K erfcx(z)
+    erfcx_times(xp, x, SCALED, out, t)  # K erfcx(z)
     xp.signbit(x, out=t)
     t *= 2.0
     t -= 1.0  # u
