@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def test_the_gradient_agrees_with_double_precision(low, high, units):
 
 
 def test_the_left_tail_keeps_its_digits_where_one_plus_erf_loses_them():
-    from scipy.special import erf
+    erf = pytest.importorskip("scipy.special").erf
 
     x = np.linspace(-8.0, -3.0, 50_001, dtype=np.float32)
     exact, scale = exact_gradient(x)
@@ -78,7 +79,7 @@ def test_the_left_tail_keeps_its_digits_where_one_plus_erf_loses_them():
 def test_the_forward_agrees_with_double_precision(low, high, units):
     """GELU itself, x Phi(x), in float32 epsilons of its value, on sizes that end in a
     part of each length the halving reaches (and one below ``SMALL``)."""
-    from scipy.special import ndtr
+    ndtr = pytest.importorskip("scipy.special").ndtr
 
     for size in (400_001, normal.SMALL - 3, 3 * normal.SMALL + 1):
         x = np.linspace(low, high, size, dtype=np.float32)
@@ -124,9 +125,32 @@ def test_gelu_takes_the_polynomial_where_erf_is_slow(monkeypatch):
 
     monkeypatch.setattr(normal, "gelu_grad", counted(normal.gelu_grad))
     monkeypatch.setattr(normal, "gelu", counted(normal.gelu))
+    pytest.importorskip("scipy")  # (float64's erf)
     for dtype in (np.float32, np.float64, np.float16):
         x = md.tensor(np.linspace(-3, 3, 50).astype(dtype), requires_grad=True)
         md.gelu(x).sum().backward()
     # float16 computes in float32 (``in_float32``); float64 keeps SciPy's erf
     assert calls == [("gelu", np.float32), ("gelu_grad", np.float32)] * 2
     assert backend.erf_is_slow(np, np.float32) and not backend.erf_is_slow(np, np.float64)
+
+
+def test_float32_gelu_needs_no_scipy_and_float64_says_it_does(monkeypatch):
+    """With SciPy not importable, float32 GELU runs forward and backward (the polynomial
+    route) and equals what it computes with SciPy there; float64 ends in the one-line
+    error that names the extra."""
+    x = np.linspace(-4, 4, 301, dtype=np.float32)
+
+    def forward_and_grad(values):
+        t = md.tensor(values, requires_grad=True)
+        y = md.gelu(t)
+        y.sum().backward()
+        return y.numpy(), t.grad.numpy()
+
+    with_scipy = forward_and_grad(x)
+    monkeypatch.setitem(sys.modules, "scipy", None)  # ``import scipy...`` now fails
+    monkeypatch.setitem(sys.modules, "scipy.special", None)
+    without = forward_and_grad(x)
+    np.testing.assert_array_equal(with_scipy[0], without[0])
+    np.testing.assert_array_equal(with_scipy[1], without[1])
+    with pytest.raises(Exception, match=r"needs SciPy: pip install 'minidtr\[scipy\]'"):
+        md.gelu(md.tensor(x.astype(np.float64))).numpy()

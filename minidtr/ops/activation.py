@@ -16,6 +16,7 @@ from ..runtime.storage import Cell
 from ..tensor import Tensor
 from . import normal
 from .arithmetic import div, mul
+from .normal import INV_SQRT_2PI
 from .op import FLOAT32, HALF, DTypeError, Op, apply, expect_tensor, float_dtype, in_float32
 from .promotion import as_float
 
@@ -161,7 +162,6 @@ class Tanh(Unary):
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 INV_SQRT_2 = 1.0 / math.sqrt(2.0)
-INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 class Gelu(Unary):
