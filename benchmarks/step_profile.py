@@ -2,6 +2,7 @@
 
     python benchmarks/step_profile.py [--model resnet] [--size small] [--steps 8] [--by-op]
                                       [--batch N] [--instructions [--ratio R]]
+                                      [--default-malloc]
 
 Runs steps of ``minidtr train MODEL`` (no budget) and splits each phase (batch,
 forward, backward, optimizer step, zero_grad) into thread CPU time spent in op
@@ -24,6 +25,14 @@ with callgrind, the instructions of one step (after two): load-independent, and 
 versions by). With ``--ratio``, the counted step (and the two before it) runs under a
 budget of that fraction of the step's unbounded peak (``flops`` cost model, as
 ``minidtr train``): the runtime's work under a budget, counted the same way.
+
+The timed runs fix glibc's malloc thresholds first, as the ``minidtr`` command does
+(``minidtr.host.steady_malloc``): left adaptive, a kernel whose output is a few hundred
+KB takes fresh pages from the system on every call and reads two or three times dearer
+than it is inside ``minidtr train`` (the LSTM's ``lstm_gates``: 130 µs a call against
+45). ``--default-malloc`` leaves them; the header says which. ``--instructions`` leaves
+them too: callgrind counts instructions, which the page faults do not add to, and its
+figures stay comparable with those counted before.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from collections import Counter
 import numpy as np
 
 import minidtr as md
+from minidtr.host import steady_malloc
 from minidtr.models.tasks import make_task
 from minidtr.ops import op as op_module
 from minidtr.runtime.allocator import Allocator
@@ -168,6 +178,9 @@ def main() -> None:
     p.add_argument(
         "--ratio", type=float, help="with --instructions: under this fraction of the peak"
     )
+    p.add_argument(
+        "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
+    )
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.ratio is not None and not (args.instructions or args.inside):
@@ -195,6 +208,7 @@ def main() -> None:
     ops: Counter = Counter()
     totals: Counter = Counter()
     by_op: Counter = Counter()
+    memory = "malloc as is" if args.default_malloc else steady_malloc()
     undo = instrument(spent, ops, by_op)
 
     def phase(name, fn, *args):
@@ -227,7 +241,7 @@ def main() -> None:
     def ms(name, what):
         return totals[name, what] / n / 1e6
 
-    print(f"{args.model} ({args.size}, batch {task.batch_size}), {optimizer!r}")
+    print(f"{args.model} ({args.size}, batch {task.batch_size}), {optimizer!r}; {memory}")
     print(
         f"CPU ms per step, mean of {n} steps     total  kernels  op bookkeeping  collector  other"
     )
