@@ -388,20 +388,56 @@ def _no_gradient(walk: _Walk, edge: Node | OutputEdge, following: Node | None) -
 
 def _send_to_leaf(walk: _Walk, leaf: Tensor, g: Tensor | None) -> Tensor | None:
     """Add ``g`` to a leaf's gradient; after the leaf's last use, ``finish`` it. Returns
-    the leaf's gradient as it now stands (None when ``g`` was None)."""
+    the leaf's gradient as it now stands (None when ``g`` was None).
+
+    Under ``backward`` (whose ``finish`` makes a constant), a leaf with several uses
+    (an RNN's weights, once per time step) sums its gradients as PyTorch's
+    AccumulateGrad does: the first is copied into a constant of the walk's own
+    (``_accumulator``) and the others are added into it in place (``_add_into``), not
+    as ops: no storage, recipe or backward node per use, nothing to recompute (a
+    partial sum's recipe would reach back through the whole backward chain), and no
+    new buffer per sum. The sums are ``ops.add``'s, in the same order, to the bit."""
     key = id(leaf)
     left = walk.leaf_uses[key] = walk.leaf_uses[key] - 1
     leaf_grads, finish = walk.leaf_grads, walk.finish
     if g is not None:
-        if key in leaf_grads:
-            g = ops.add(leaf_grads[key].grad, g)
-        if finish is not None and left == 0:
-            g = finish(g)
+        so_far = leaf_grads.get(key)
+        if finish is None:  # ``grad``: the sums are ops, and nothing is finished
+            if so_far is not None:
+                g = ops.add(so_far.grad, g)
+        elif so_far is None:
+            g = finish(g) if left == 0 else _accumulator(g)
+        elif _add_into(so_far.grad, g):
+            return so_far.grad
+        else:  # a sum of another shape or dtype (an op's bug): an op, then owned again
+            g = finish(ops.add(so_far.grad, g))
         leaf_grads[key] = LeafGrad(leaf, g)
         return g
     if left == 0 and finish is not None and key in leaf_grads:
         leaf_grads[key] = LeafGrad(leaf, finish(leaf_grads[key].grad))
     return None
+
+
+def _accumulator(g: Tensor) -> Tensor:
+    """A leaf's first gradient copied into a constant that nothing else holds, for its
+    later gradients to be added into (``g`` itself may be held elsewhere: an add's
+    backward sends the same tensor to both of its inputs)."""
+    with no_grad(), as_constants():
+        return ops.copy(g)
+
+
+def _add_into(total: Tensor, g: Tensor) -> bool:
+    """``total += g`` in place, ``total`` a constant made by ``_accumulator`` or
+    ``finish`` from an op's fresh output; False, with nothing done, where ``ops.add``
+    would make another shape or dtype or refuse the devices. ``g`` is read as any value
+    is (rebuilt first if it was evicted)."""
+    storage = total.cell  # a constant of its own: never evicted, never a view
+    cell = g.cell
+    if cell.shape != storage.shape or cell.dtype != storage.dtype or g.device != total.device:
+        return False
+    addend = cell.storage.allocator.read(cell)
+    storage.allocator.xp.add(storage.buffer, addend, out=storage.buffer)
+    return True
 
 
 def _freed_error(node: Node, caller: str) -> RuntimeError:

@@ -58,7 +58,7 @@ def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(
     monkeypatch, replay_slowdowns
 ):
     """A run whose slowdown so far passes the limit only inside a step (here the tiny
-    LSTM near its floor, 3.7x mid-run and 3.6x at the end) trains with a limit
+    LSTM near its floor, over 2% higher mid-run than at the end) trains with a limit
     between the two, live and replayed alike: both measure recomputation against the
     compute expected by the end of the step (the first step's from the unbounded run,
     marked ANNOTATE STEP in the trace). Without the marks the replay stops it, as the
@@ -69,7 +69,7 @@ def test_the_guard_expects_each_steps_compute_live_and_in_the_simulator(
     assert len(trace.step_costs) == 2 and trace.step_costs[0] == floors.first_step_cost
     assert sum(trace.step_costs) == trace.total_compute
     seen = replay_slowdowns
-    for share in (0.2, 0.25, 0.3, 0.35, 0.4):  # the tightest budget the replay fits
+    for share in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4):  # the tightest it fits
         seen.clear()
         budget = int((floors.floor_ratio + share * (1 - floors.floor_ratio)) * floors.peak)
         free = sim.simulate(trace, budget=budget, thrash=None, outputs=False)

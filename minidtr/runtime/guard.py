@@ -104,7 +104,9 @@ class ThrashGuard:
         expected = runtime.expected_compute
         base = compute if compute >= expected else expected
         if base > 0:
-            slowdown = 1.0 + (stats.remat_cost + recipe.run_cost) / base
+            # ``Stats.slowdown``'s expression, so that a run whose slowdown reaches the
+            # limit exactly is let through, to the last bit
+            slowdown = (base + (stats.remat_cost + recipe.run_cost)) / base
             if slowdown > limit:
                 raise ThrashError(
                     recipe.op.name,
