@@ -144,6 +144,8 @@ NOT_RUN = {
     " --rounds 7": WALL,
     "python benchmarks/vs_torch.py --steps 15": WALL + " (about 6 on two cores)",
     "python benchmarks/vs_torch.py --quick": WALL + " (a rough pass)",
+    "python benchmarks/vs_torch.py --models lstm,treelstm --steps 15": WALL,
+    "python benchmarks/wall_vs_cost.py --models lstm,treelstm --rounds 15": WALL,
     "python benchmarks/real_memory.py": FIGURE + " ('real-memory', under -m slow): 3 minutes",
     "python benchmarks/overhead_mlp.py": WALL,
     "python benchmarks/step_profile.py --by-op": WALL,
