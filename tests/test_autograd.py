@@ -437,8 +437,9 @@ def test_a_gradient_of_another_shape_is_summed_as_an_op(monkeypatch):
 
     monkeypatch.setattr(allocator, "CHECK_OPS", False)  # (which reports the op's bug)
     x = md.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
-    y = md.ops.op.apply(_BroadcastGradient(), x)
-    ((x * 2.0).sum() + (y * 5.0).sum()).backward()
+    doubled = x * 2.0
+    y = md.ops.op.apply(_BroadcastGradient(), x)  # made later, so its backward runs first:
+    ((y * 5.0).sum() + doubled.sum()).backward()  # the (1,) gradient is the leaf's first
     np.testing.assert_array_equal(x.grad.numpy(), [17.0, 17.0, 17.0])
     assert x.grad.storage.constant
 
