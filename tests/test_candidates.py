@@ -264,6 +264,67 @@ def test_bounded_terms_wait_across_decisions_and_squeezes_as_the_loop_decides(
 
 
 @pytest.mark.parametrize("record_events", [False, True])
+@pytest.mark.parametrize("heuristic", ["dtr", "msps"])
+def test_a_long_list_of_bounded_rows_read_lazily_decides_as_the_loop(
+    monkeypatch, heuristic, record_events
+):
+    """Past ``FILTER_BOUNDED`` entries the list of bounded rows is re-read only once it has
+    doubled, so decisions see entries that are no longer bounded (settled, holes) and rows
+    listed twice (flagged again and bounded again); with and without the shortlist that
+    events record (``settle_deferred``), every decision is the loop's. Checks that stale
+    and repeated entries were there, so that the test covers them."""
+    from minidtr.runtime.fast import search
+    from minidtr.runtime.fast import table as table_module
+
+    seen = {"stale": 0, "repeated": 0, "lazy": 0}
+    bound_terms = search.TableSearch.bound_terms
+
+    def counting_bound_terms(self, mode, used):
+        frontier = self.table.frontier
+        if frontier is self.bounded_in and len(self.bounded) > search.FILTER_BOUNDED:
+            seen["lazy"] += len(self.bounded) <= self.filter_at
+            seen["stale"] += sum(frontier[row] != search.BOUNDED for row in self.bounded)
+            seen["repeated"] += len(self.bounded) - len(set(self.bounded))
+        bound_terms(self, mode, used)
+
+    monkeypatch.setattr(search.TableSearch, "bound_terms", counting_bound_terms)
+    monkeypatch.setattr(search, "FILTER_BOUNDED", 4)
+    monkeypatch.setattr(table_module, "COMPACT_SLACK", 2)
+    rng = random.Random(f"{heuristic} {record_events}")
+    with isolated_allocator(), checked_decisions() as counter:
+        before = counter["checked"]
+        tensors = build_graph(rng, 120)
+        options = {"record_events": record_events}
+        with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops", **options):
+            for _ in range(10):
+                drive(rng, tensors, 40)
+                for _ in range(6):
+                    tensors.pop(rng.randrange(len(tensors)))
+        assert counter["checked"] - before >= 150
+    assert seen["lazy"] and seen["stale"] and seen["repeated"], seen
+
+
+def test_a_decision_among_rows_that_stay_bounded_does_not_reread_them():
+    """Two thousand candidates with no evicted neighbour, all bounded by the first decision
+    and none settled since (one is the victim, never evicted here): later decisions keep
+    the list of bounded rows as it is instead of reading each row's flag again."""
+    from minidtr.runtime.fast.search import BOUNDED
+
+    with isolated_allocator() as allocator:
+        base = md.tensor(np.ones(4, np.float32))
+        fan = [base * float(i) for i in range(2000)]
+        with md.Runtime(budget=1 << 40, heuristic="dtr", cost="flops"):
+            eviction = allocator.eviction
+            eviction.choose_victim()
+            listed = eviction.search.bounded
+            assert sum(eviction.search.table.frontier[row] == BOUNDED for row in listed) > 1900
+            for _ in range(5):
+                eviction.choose_victim()
+                assert eviction.search.bounded is listed
+        del fan
+
+
+@pytest.mark.parametrize("record_events", [False, True])
 def test_tightened_bounds_stay_below_the_terms_across_decisions(monkeypatch, record_events):
     """A bounded row that a decision gave a tighter bound (``TableSearch.tighten``: its
     neighbours' costs and valid closures) keeps it until it is flagged again: at every

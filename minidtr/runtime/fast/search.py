@@ -49,6 +49,7 @@ BUILT_IN_NEIGHBOURHOOD_COST = dict(NEIGHBOURHOOD_COST)
 
 EAGER_TERMS = 2  # up to this many flagged rows, their terms are computed at once
 BOUNDED = 2  # a flag: the row's term is a lower bound, 0.0 or ``tighten``'s
+FILTER_BOUNDED = 64  # up to this many listed, the bounded rows are re-read at each decision
 RATIOS_ONE_BY_ONE = 32  # up to this many rewritten rows, ``ratios`` updates them one at a time
 
 _FLOOR = np.full(1024, MIN_STALENESS)
@@ -61,8 +62,9 @@ class TableSearch:
         self.eviction = eviction
         self.table = table
         self.deferred: list[int] = []  # rows the last ``scores`` gave a lower bound
-        self.bounded: list[int] = []  # rows flagged ``BOUNDED`` (some may be flagged 1 since)
+        self.bounded: list[int] = []  # rows flagged ``BOUNDED``, and some no longer so
         self.bounded_in: bytearray | None = None  # the ``table.frontier`` they are rows of
+        self.filter_at = FILTER_BOUNDED  # ``bounded`` is re-read when it grows past this
 
     @staticmethod
     def handles(heuristic: Any) -> bool:
@@ -139,7 +141,11 @@ class TableSearch:
         bounds, each getting a tighter bound (``tighten``) and, unless that passes the
         ``wanted``-th lowest, its term and exact score, until the next bound passes
         it: the rest cannot be among them and stay bounded."""
-        deferred = np.array(self.deferred)
+        frontier = self.table.frontier
+        rows = [row for row in dict.fromkeys(self.deferred) if frontier[row] == BOUNDED]
+        if not rows:
+            return lowest(values, wanted)
+        deferred = np.array(rows)
         bounds = values[deferred]
         exact = values.copy()  # (``values`` may be the table's ratio column itself)
         exact[deferred] = math.inf
@@ -360,13 +366,27 @@ class TableSearch:
         return table.term[:used] if rows is None else table.term[rows]
 
     def bound_terms(self, mode: str, used: int) -> None:
-        """Every row scored: the flagged rows' terms, or bounds for them (``deferred``)."""
+        """Every row scored: the flagged rows' terms, or bounds for them (``deferred``).
+
+        ``bounded`` lists the rows flagged ``BOUNDED``, and rows that are no longer so
+        (settled, flagged again, holes), each perhaps twice: a short list is re-read at
+        each decision, a long one only when it has doubled since it was last re-read, so
+        that a decision among many bounded rows that stay bounded (most of them, most of
+        the time) does not read them all. Whatever it lists is ``deferred``: the search
+        reads a row's flag before taking its score for a bound (``settle_lowest``,
+        ``settle_deferred``). A long list that holds fewer bounded rows than it seems
+        only sends at most ``EAGER_TERMS`` new rows down the bounded way instead of
+        having their terms computed at once: the same decision either way."""
         table = self.table
         frontier = table.frontier
         if frontier is not self.bounded_in:  # squeezed (renumbered) or watched afresh
             self.bounded_in = frontier
             self.bounded = np.flatnonzero(np.frombuffer(frontier, np.uint8) == BOUNDED).tolist()
-        bounded = [row for row in self.bounded if frontier[row] == BOUNDED]
+            self.filter_at = FILTER_BOUNDED
+        bounded = self.bounded
+        reread = len(bounded) <= FILTER_BOUNDED or len(bounded) > self.filter_at
+        if reread:
+            bounded = [row for row in bounded if frontier[row] == BOUNDED]
         new = flagged_rows(table, None, used)
         if len(bounded) + len(new) <= EAGER_TERMS:
             self.bounded = []
@@ -378,7 +398,10 @@ class TableSearch:
             term[row] = 0.0
             frontier[row] = BOUNDED
         table.rewritten += new
-        self.bounded = self.deferred = bounded + new
+        bounded += new
+        self.bounded = self.deferred = bounded
+        if reread:
+            self.filter_at = max(FILTER_BOUNDED, 2 * len(bounded))
 
     def update_terms(self, mode: str, stale: list[int]) -> None:
         """Compute the terms of flagged rows ``stale`` into the ``term`` column, and clear
