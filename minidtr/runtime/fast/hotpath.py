@@ -88,7 +88,27 @@ class FastPath:
             arrays = []
             for cell in inputs:
                 arrays.append(array_of(cell) if cell.is_view else cell.buffer)
-            result, cost = self.run(op, inputs, device, arrays, metas, nbytes, workspace)
+            # count the outputs and the workspace (they fit), run the kernel, give the
+            # workspace back and move the clock, as compute_general does (``reserve``,
+            # ``Allocator.run``): inlined, a call less per op
+            memory = ledger.memory = ledger.memory + nbytes + workspace
+            stats = runtime.stats_
+            if memory > stats.peak_memory:
+                stats.peak_memory = memory
+            allocator.kernel_workspace = workspace
+            try:
+                result, cost = allocator.run_kernel(op, device, arrays, metas)
+                if runtime.cost != "time":
+                    cost = estimated_cost(runtime.cost, op, inputs, metas)
+            except BaseException:
+                ledger.memory -= nbytes + workspace
+                raise
+            finally:
+                allocator.kernel_workspace = 0
+            ledger.memory -= workspace
+            allocator.clock += cost
+            stats.ops += 1
+            stats.compute_cost += cost
             if sizes is None and not constant:
                 return [
                     self.new_evictable(op, inputs, parents, device, result, metas[0], nbytes, cost)
@@ -102,40 +122,6 @@ class FastPath:
                 allocator.done((), False)  # deaths during the op, dead storages kept meanwhile
             else:
                 allocator.busy = False
-
-    def run(
-        self,
-        op: Any,
-        inputs: tuple,
-        device: Any,
-        arrays: list,
-        metas: Sequence,
-        nbytes: int,
-        workspace: int,
-    ) -> tuple[Any, float]:
-        """Count the outputs and the kernel's workspace (they fit: ``compute`` checked), run
-        the kernel, give the workspace back and move the clock, as ``compute_general`` does
-        (``reserve``, ``Allocator.run``); the kernel's result and cost."""
-        allocator, ledger, runtime = self.allocator, self.ledger, self.allocator.runtime
-        memory = ledger.memory = ledger.memory + nbytes + workspace
-        stats = runtime.stats_
-        if memory > stats.peak_memory:
-            stats.peak_memory = memory
-        allocator.kernel_workspace = workspace
-        try:
-            result, cost = allocator.run_kernel(op, device, arrays, metas)
-            if runtime.cost != "time":
-                cost = estimated_cost(runtime.cost, op, inputs, metas)
-        except BaseException:
-            ledger.memory -= nbytes + workspace
-            raise
-        finally:
-            allocator.kernel_workspace = 0
-        ledger.memory -= workspace
-        allocator.clock += cost
-        stats.ops += 1
-        stats.compute_cost += cost
-        return result, cost
 
     def new_outputs(
         self,
@@ -248,10 +234,25 @@ class FastPath:
             return
         if storage.op is None:
             return  # a constant: no policy frees it; it goes with its metadata (forget)
-        if not self.plain_death(storage):
+        runtime, table, tracking = allocator.runtime, self.table, allocator.eviction.tracking
+        if not (  # a plain death: apply_policy would evict it at once, nothing else to do
+            runtime.dealloc == "eager"
+            and storage.buffer is not None
+            and not storage.pinned
+            and runtime.events is None
+            and (tracking is None or tracking == "estar")
+            and (
+                not table.listing  # else: no orphan made, no term watched but e*'s
+                or table.watching in (None, "estar")
+                and not (
+                    (table.orphans_possible or allocator.lends)
+                    and has_evicted_child(storage)
+                    and not self.evicted_at_once(storage)
+                )
+            )
+        ):
             lifetimes.died(storage)
             return
-        runtime, table, tracking = allocator.runtime, self.table, allocator.eviction.tracking
         # a plain temporary: what apply_policy would do, evict(storage, "dead"), inlined
         # with the table's pop. Dropping the buffer runs no Python code: no ``busy``.
         storage.buffer = None
@@ -269,30 +270,6 @@ class FastPath:
         stats = runtime.stats_
         stats.evictions += 1
         stats.dead_evictions += 1
-
-    def plain_death(self, storage: Storage) -> bool:
-        """Whether the death of ``storage`` is one that ``release`` inlines:
-        ``Lifetimes.apply_policy`` would evict it at once, with nothing else to do or
-        tell."""
-        allocator = self.allocator
-        runtime, table = allocator.runtime, self.table
-        tracking = allocator.eviction.tracking
-        return (
-            runtime.dealloc == "eager"
-            and storage.buffer is not None
-            and not storage.pinned
-            and runtime.events is None
-            and (tracking is None or tracking == "estar")
-            and (
-                not table.listing  # else: no orphan made, no term watched but e*'s
-                or table.watching in (None, "estar")
-                and not (
-                    (table.orphans_possible or allocator.lends)
-                    and has_evicted_child(storage)
-                    and not self.evicted_at_once(storage)
-                )
-            )
-        )
 
     def evicted_at_once(self, storage: Storage) -> bool:
         """Whether ``Lifetimes.apply_policy`` would evict a dead ``storage`` that has an
