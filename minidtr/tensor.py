@@ -263,7 +263,10 @@ class Tensor:
         """Point this handle at ``value``'s storage (copy-on-write update of a leaf).
 
         The old storage is untouched, so every recipe that read the old value still
-        recomputes it exactly. Used by optimizers and running statistics.
+        recomputes it exactly. Used by optimizers and running statistics. When the old
+        value dies, the resident values whose recipes still read it become constants
+        instead, if they hold fewer bytes (``Lifetimes.free_dead_constant``): a state
+        carried across training steps does not keep every step's old parameters.
         """
         if self.grad_fn is not None:
             raise RuntimeError("assign() is for leaf tensors (parameters, buffers)")
@@ -277,7 +280,9 @@ class Tensor:
             )
         self.cell = new
         (new.storage if new.is_view else new).allocator.add_ref(new)
-        (old.storage if old.is_view else old).allocator.release(old)
+        storage = old.storage if old.is_view else old
+        storage.allocator.lifetimes.supersede(storage)  # recipes that read it may go with it
+        storage.allocator.release(old)
 
     def __repr__(self) -> str:
         if not self.is_resident:

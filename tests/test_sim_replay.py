@@ -500,3 +500,56 @@ def test_the_live_guard_expects_each_marked_steps_compute(tmp_path):
     assert uneven.step_costs == (8.0, 4.0)
     assert _live_guarded(uneven, 1.3).status == "thrash"
     assert _live_guarded(uneven, 1.34).slowdown == pytest.approx(16 / 12)
+
+
+def carried_state_steps(steps: int = 8) -> list[float]:
+    """Truncated backpropagation through time: a state carried across SGD steps with
+    ``detach()``; each step's update supersedes the weight its recipe read, so the state
+    becomes a constant (``Lifetimes.free_dead_constant``), which a trace holds as a
+    MakeConstant."""
+    rng = np.random.default_rng(2)
+    w = md.tensor((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), requires_grad=True)
+    x = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
+    h = md.tensor(np.zeros((32, 64), np.float32))
+    opt = md.optim.SGD([w], lr=0.05)
+    losses = []
+    for _ in range(steps):
+        h = h.detach() @ w + x
+        for _ in range(4):
+            h = md.tanh(h) @ w
+        loss = (h * h).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+        del loss
+    return losses
+
+
+def test_a_state_carried_across_steps_replays_as_it_ran(tmp_path, fresh_allocator):
+    """The constants the rule makes are in the trace (MakeConstant), and a replay of it
+    at a budget decides as the live run at that budget."""
+    with md.Runtime(cost="flops"), sim.record(tmp_path / "carried.log"):
+        unbounded = carried_state_steps()
+    trace = sim.load_log(tmp_path / "carried.log")
+    made = sum(type(i).__name__ == "MakeConstant" for i in trace.instructions)
+    assert made == 16  # each of the 8 steps: the used-up loss, and the state
+    peak = baseline(trace).peak_memory
+    compared = 0
+    for ratio in (0.95, 0.9, 0.85):
+        budget = int(ratio * peak)
+        fresh_allocator()
+        runtime = md.Runtime(budget=budget, cost="flops")
+        try:
+            with runtime:
+                losses = carried_state_steps()
+        except md.BudgetError:
+            live = "oom"
+        else:
+            assert losses == unbounded
+            stats = runtime.stats()
+            live = {k: stats[k] for k in STATS}
+            compared += live["evictions"] > live["dead_evictions"]
+        result = sim.simulate(trace, budget=budget, thrash=None, outputs=False)
+        assert (sim_stats(result) if result.status == "ok" else result.status) == live, ratio
+    assert compared == 3

@@ -63,8 +63,9 @@ class Lifetimes:
     """Owns: ``dying`` (dead storages waiting for the policy, in the order they died),
     ``released`` (handles that died meanwhile, for the observer), ``dead_remats`` (dead
     storages rebuilt by the access in progress), ``kept_dead`` (dead storages kept while
-    useful), ``pending_error`` (an error met while settling deaths, raised by the next
-    access) and ``rebuilding_orphans`` (set while orphans are rebuilt, which may fail)."""
+    useful), ``superseded`` (old versions of parameters and buffers, ``supersede``),
+    ``pending_error`` (an error met while settling deaths, raised by the next access) and
+    ``rebuilding_orphans`` (set while orphans are rebuilt, which may fail)."""
 
     def __init__(self, allocator: Allocator):
         self.allocator = allocator
@@ -72,6 +73,7 @@ class Lifetimes:
         self.released: list[Cell] = []
         self.dead_remats: list[Storage] = []
         self.kept_dead: dict[Storage, None] = {}
+        self.superseded: weakref.WeakSet[Storage] = weakref.WeakSet()
         self.pending_error: BaseException | None = None
         self.rebuilding_orphans = False
         self.young_since = older_collections()  # (collect_garbage)
@@ -212,6 +214,8 @@ class Lifetimes:
         if storage.buffer is None or storage.op is None or storage.pinned:
             if runtime.as_prototype:
                 allocator.eviction.candidates.kept.append(storage)  # a constant: never freed
+            elif storage.op is None and storage.buffer is not None and storage in self.superseded:
+                self.free_dead_constant(storage)
             return  # not resident, or not evictable
         if (
             allocator.ledger.budget is not None
@@ -234,6 +238,51 @@ class Lifetimes:
                 self.kept_dead[storage] = None  # evicted ones below still need it
                 return
         allocator.eviction.evict(storage, "dead")
+
+    def supersede(self, storage: Storage) -> None:
+        """``Tensor.assign`` replaced the constant ``storage`` (a parameter or buffer an
+        update gave a new value): when it dies, ``free_dead_constant`` applies."""
+        if storage.op is None and storage.buffer is not None:
+            self.superseded.add(storage)
+
+    def free_dead_constant(self, storage: Storage) -> None:
+        """An old version of a parameter (or buffer) that an update replaced
+        (``supersede``), once nobody references it, can still be read by recipes below
+        it: its live children's, and through dead evicted ones, those of the values
+        below them. A constant cannot be evicted, so it would stay for as long as they
+        live: a state carried from step to step (``h = h.detach()``) would keep every
+        step's old parameters. So the first resident values on every path down from it
+        (through dead evicted storages) are made constants, as they would be had the
+        update been in place, when together they hold no more bytes than it: their
+        recipes go, and with them the last references to it and to the dead values
+        between. Nothing is done when an evicted value someone references, a dead
+        resident one (kept for what is below it), a locked one or another allocator's
+        lies on the way, or past ``USEFUL_SEARCH`` storages: their rebuilds may need it."""
+        self.superseded.discard(storage)
+        if not storage.children:
+            return
+        allocator = self.allocator
+        seen = {storage}
+        stack = [storage]
+        below: list[Storage] = []
+        while stack:
+            for child in stack.pop().live_children():
+                if child in seen or child.op is None:
+                    continue  # a constant (or banished) child reads nothing
+                seen.add(child)
+                if len(seen) > USEFUL_SEARCH or child.allocator is not allocator or child.locks:
+                    return
+                if child.buffer is None:
+                    if child.external_refs:
+                        return  # evicted and referenced: its rebuild may need the constant
+                    stack.append(child)
+                elif child.external_refs and not child.evict_on_unlock:
+                    below.append(child)
+                else:
+                    return  # dead and resident: kept for what is below it
+        if below and sum(child.nbytes for child in below) <= storage.nbytes:
+            for child in below:  # a trace holds each as a MakeConstant of a resident value
+                self.to_constant(child, if_resident=True)
 
     def referenced_evicted(self, storage: Storage) -> None:
         """A handle was made to an evicted value (nothing to do here; the accelerator's

@@ -52,12 +52,10 @@ class FastPath:
         self.columns = None  # the arena's blocks as arrays, for a window heuristic (addresses.py)
 
     def compute(self, op: Any, inputs: tuple, metas: Sequence, device: Any, constant: bool) -> Any:
-        """``Allocator.compute_general`` for the cases of the module docstring, else None."""
+        """``Allocator.compute_general``, all inlined, for the module docstring's cases."""
         if len(metas) == 1:
             shape, dtype = metas[0]
-            nbytes, sizes = dtype.itemsize, None
-            for d in shape:
-                nbytes *= d
+            nbytes, sizes = math.prod(shape) * dtype.itemsize, None
         else:
             sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in metas]
             nbytes = sum(sizes)
@@ -71,33 +69,27 @@ class FastPath:
             or allocator.audit is not None
             or device != allocator.device
             or (parents := resident_storages(inputs)) is None
+            or (allocator.alive > 1 and not all_owned(parents, allocator))  # its owner locks it
         ):
             return None
-        if allocator.alive > 1 and not all_owned(parents, allocator):  # (``Allocator.alive``)
-            return None  # another allocator's value: locked through its owner
         workspace = op.workspace(*inputs) if op.has_workspace else 0
         if workspace and budget is not None and ledger.memory + nbytes + workspace > budget:
             return None
         allocator.busy = True
-        clock = allocator.clock
-        dirty = self.table.dirty  # the candidate table re-reads these rows (table.py)
-        for storage in parents:
-            storage.last_access = clock  # an access counts from when it is requested
-            dirty[storage.row] = 1
+        for storage in parents:  # (the candidate table re-reads the dirty rows: table.py)
+            storage.last_access = allocator.clock  # an access counts from when it is requested
+            self.table.dirty[storage.row] = 1
+        stats = runtime.stats_
         try:
             arrays = []
             for cell in inputs:
                 arrays.append(array_of(cell) if cell.is_view else cell.buffer)
-            # count the outputs and the workspace (they fit), run the kernel, give the
-            # workspace back and move the clock, as compute_general does (``reserve``,
-            # ``Allocator.run``): inlined, a call less per op
-            memory = ledger.memory = ledger.memory + nbytes + workspace
-            stats = runtime.stats_
+            memory = ledger.memory = ledger.memory + nbytes + workspace  # outputs and workspace
             if memory > stats.peak_memory:
                 stats.peak_memory = memory
             allocator.kernel_workspace = workspace
             try:
-                result, cost = allocator.run_kernel(op, device, arrays, metas)
+                y, cost = allocator.run_kernel(op, device, arrays, metas)
                 if runtime.cost != "time":
                     cost = estimated_cost(runtime.cost, op, inputs, metas)
             except BaseException:
@@ -110,15 +102,12 @@ class FastPath:
             stats.ops += 1
             stats.compute_cost += cost
             if sizes is None and not constant:
-                return [
-                    self.new_evictable(op, inputs, parents, device, result, metas[0], nbytes, cost)
-                ]
+                return [self.new_evictable(op, inputs, parents, device, y, metas[0], nbytes, cost)]
             return self.new_outputs(
-                op, inputs, parents, device, result, metas, sizes or [nbytes], cost, constant
+                op, inputs, parents, device, y, metas, sizes or [nbytes], cost, constant
             )
         finally:
-            lifetimes = self.lifetimes
-            if lifetimes.dying or lifetimes.released or lifetimes.kept_dead:
+            if self.lifetimes.dying or self.lifetimes.released or self.lifetimes.kept_dead:
                 allocator.done((), False)  # deaths during the op, dead storages kept meanwhile
             else:
                 allocator.busy = False
@@ -211,15 +200,19 @@ class FastPath:
         """``Lifetimes.release``, with the death of a plain temporary inlined."""
         allocator, lifetimes = self.allocator, self.lifetimes
         storage = cell.storage if cell.is_view else cell
-        usefulness = self.usefulness
-        if usefulness.regions and storage.external_refs == 1 and storage.buffer is None:
-            usefulness.changed(storage)  # an evicted one's last handle: a yes may be a no
+        if self.usefulness.regions and storage.external_refs == 1 and storage.buffer is None:
+            self.usefulness.changed(storage)  # an evicted one's last handle: a yes may be a no
         if allocator.observer is not None or allocator.addresses is not None:
             lifetimes.release(cell)
             return
         storage.external_refs -= 1
         if storage.external_refs:
             return
+        if storage.op is None:  # a constant: it goes with its metadata (forget), unless
+            if storage in lifetimes.superseded and has_live_child(storage):  # an old version
+                lifetimes.died(storage)  # that recipes still read (free_dead_constant)
+            return
+        runtime, table, tracking = allocator.runtime, self.table, allocator.eviction.tracking
         if (
             allocator.busy
             or COLLECTION.running  # (``lifetime.CycleCollection``)
@@ -228,33 +221,27 @@ class FastPath:
             or storage.locks
             or lifetimes.dead_remats
             or lifetimes.kept_dead
-            or usefulness.regions  # an inline eviction would not be heard by it
-        ):
-            lifetimes.died(storage)
-            return
-        if storage.op is None:
-            return  # a constant: no policy frees it; it goes with its metadata (forget)
-        runtime, table, tracking = allocator.runtime, self.table, allocator.eviction.tracking
-        if not (  # a plain death: apply_policy would evict it at once, nothing else to do
-            runtime.dealloc == "eager"
-            and storage.buffer is not None
-            and not storage.pinned
-            and runtime.events is None
-            and (tracking is None or tracking == "estar")
-            and (
-                not table.listing  # else: no orphan made, no term watched but e*'s
-                or table.watching in (None, "estar")
-                and not (
-                    (table.orphans_possible or allocator.lends)
-                    and has_evicted_child(storage)
-                    and not self.evicted_at_once(storage)
+            or self.usefulness.regions  # an inline eviction would not be heard by it
+            or not (  # a plain death: apply_policy would evict it at once, nothing else
+                runtime.dealloc == "eager"
+                and storage.buffer is not None
+                and not storage.pinned
+                and runtime.events is None
+                and (tracking is None or tracking == "estar")
+                and (
+                    not table.listing  # else: no orphan made, no term watched but e*'s
+                    or table.watching in (None, "estar")
+                    and not (
+                        (table.orphans_possible or allocator.lends)
+                        and has_evicted_child(storage)
+                        and not self.evicted_at_once(storage)
+                    )
                 )
             )
         ):
             lifetimes.died(storage)
             return
-        # a plain temporary: what apply_policy would do, evict(storage, "dead"), inlined
-        # with the table's pop. Dropping the buffer runs no Python code: no ``busy``.
+        # evict(storage, "dead") inlined, with the table's pop (no Python runs: no ``busy``)
         storage.buffer = None
         if tracking is not None:
             allocator.eviction.neighbourhood.on_evicted(storage)  # waits for a decision
@@ -267,9 +254,8 @@ class FastPath:
             table.count -= 1
             if len(table.storages) > 2 * table.count + LAZY_SLACK:
                 table.compact()
-        stats = runtime.stats_
-        stats.evictions += 1
-        stats.dead_evictions += 1
+        runtime.stats_.evictions += 1
+        runtime.stats_.dead_evictions += 1
 
     def evicted_at_once(self, storage: Storage) -> bool:
         """Whether ``Lifetimes.apply_policy`` would evict a dead ``storage`` that has an
@@ -289,6 +275,14 @@ class FastPath:
         if orphans and sum(orphan.nbytes for orphan in orphans) <= storage.nbytes:
             return False
         return not lifetimes.is_useful(storage)
+
+
+def has_live_child(storage: Storage) -> bool:
+    """Whether a child of ``storage`` is alive (its list holds weak references)."""
+    children = storage.children
+    if type(children) is not list:
+        return bool(children) and children() is not None
+    return any(ref() is not None for ref in children)
 
 
 def all_owned(storages: tuple[Storage, ...], allocator: Allocator) -> bool:
