@@ -250,17 +250,24 @@ def test_bounded_terms_wait_across_decisions_and_squeezes_as_the_loop_decides(
     monkeypatch.setattr(search.TableSearch, "bound_terms", counting_bound_terms)
     monkeypatch.setattr(CandidateTable, "compact", counting_compact)
     monkeypatch.setattr(table_module, "COMPACT_SLACK", 2)
-    rng = random.Random(heuristic)
+    assert drive_and_drop(heuristic, heuristic) >= 150
+    assert seen["carried"] and seen["squeezed"] and seen["settled"], seen
+
+
+def drive_and_drop(seed: str, heuristic: str, **options) -> int:
+    """Ten rounds of ``drive`` over a graph of 120 values, each followed by six handles
+    dropped at random (holes, then squeezes); returns how many decisions were checked
+    against the loop."""
+    rng = random.Random(seed)
     with isolated_allocator(), checked_decisions() as counter:
         before = counter["checked"]
         tensors = build_graph(rng, 120)
-        with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops"):
+        with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops", **options):
             for _ in range(10):
                 drive(rng, tensors, 40)
                 for _ in range(6):
                     tensors.pop(rng.randrange(len(tensors)))
-        assert counter["checked"] - before >= 150
-    assert seen["carried"] and seen["squeezed"] and seen["settled"], seen
+        return counter["checked"] - before
 
 
 @pytest.mark.parametrize("record_events", [False, True])
@@ -290,17 +297,8 @@ def test_a_long_list_of_bounded_rows_read_lazily_decides_as_the_loop(
     monkeypatch.setattr(search.TableSearch, "bound_terms", counting_bound_terms)
     monkeypatch.setattr(search, "FILTER_BOUNDED", 4)
     monkeypatch.setattr(table_module, "COMPACT_SLACK", 2)
-    rng = random.Random(f"{heuristic} {record_events}")
-    with isolated_allocator(), checked_decisions() as counter:
-        before = counter["checked"]
-        tensors = build_graph(rng, 120)
-        options = {"record_events": record_events}
-        with md.Runtime(budget=1 << 30, heuristic=heuristic, cost="flops", **options):
-            for _ in range(10):
-                drive(rng, tensors, 40)
-                for _ in range(6):
-                    tensors.pop(rng.randrange(len(tensors)))
-        assert counter["checked"] - before >= 150
+    seed = f"{heuristic} {record_events}"
+    assert drive_and_drop(seed, heuristic, record_events=record_events) >= 150
     assert seen["lazy"] and seen["stale"] and seen["repeated"], seen
 
 
