@@ -265,7 +265,7 @@ class Tensor:
         The old storage is untouched, so every recipe that read the old value still
         recomputes it exactly. Used by optimizers and running statistics. When the old
         value dies, the resident values whose recipes still read it become constants
-        instead, if they hold fewer bytes (``Lifetimes.free_dead_constant``): a state
+        instead, if together no larger (``Lifetimes.free_dead_constant``): a state
         carried across training steps does not keep every step's old parameters.
         """
         if self.grad_fn is not None:

@@ -281,7 +281,7 @@ class Lifetimes:
                 else:
                     return  # dead and resident: kept for what is below it
         if below and sum(child.nbytes for child in below) <= storage.nbytes:
-            for child in below:  # a trace holds each as a MakeConstant of a resident value
+            for child in below:  # in a trace: ANNOTATE CONSTANT, IF_RESIDENT
                 self.to_constant(child, if_resident=True)
 
     def referenced_evicted(self, storage: Storage) -> None:
