@@ -209,8 +209,8 @@ class FastPath:
         if storage.external_refs:
             return
         if storage.op is None:  # a constant: it goes with its metadata (forget), unless
-            if storage in lifetimes.superseded and has_live_child(storage):  # an old version
-                lifetimes.died(storage)  # that recipes still read (free_dead_constant)
+            if storage in lifetimes.superseded:  # an old version recipes may still read
+                lifetimes.died(storage)  # (free_dead_constant)
             return
         runtime, table, tracking = allocator.runtime, self.table, allocator.eviction.tracking
         if (
@@ -275,14 +275,6 @@ class FastPath:
         if orphans and sum(orphan.nbytes for orphan in orphans) <= storage.nbytes:
             return False
         return not lifetimes.is_useful(storage)
-
-
-def has_live_child(storage: Storage) -> bool:
-    """Whether a child of ``storage`` is alive (its list holds weak references)."""
-    children = storage.children
-    if type(children) is not list:
-        return bool(children) and children() is not None
-    return any(ref() is not None for ref in children)
 
 
 def all_owned(storages: tuple[Storage, ...], allocator: Allocator) -> bool:

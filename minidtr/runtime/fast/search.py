@@ -369,8 +369,8 @@ class TableSearch:
         """Every row scored: the flagged rows' terms, or bounds for them (``deferred``).
 
         ``bounded`` lists the rows flagged ``BOUNDED``, and rows that are no longer so
-        (settled, flagged again, holes), each perhaps twice: a short list is re-read at
-        each decision, a long one only when it has doubled since it was last re-read, so
+        (settled, flagged again, holes), some twice: a short list is re-read at each
+        decision, a long one only when it has doubled since it was last re-read, so
         that a decision among many bounded rows that stay bounded (most of them, most of
         the time) does not read them all. Whatever it lists is ``deferred``: the search
         reads a row's flag before taking its score for a bound (``settle_lowest``,
@@ -385,8 +385,8 @@ class TableSearch:
             self.filter_at = FILTER_BOUNDED
         bounded = self.bounded
         reread = len(bounded) <= FILTER_BOUNDED or len(bounded) > self.filter_at
-        if reread:
-            bounded = [row for row in bounded if frontier[row] == BOUNDED]
+        if reread:  # (each row once again)
+            bounded = [row for row in dict.fromkeys(bounded) if frontier[row] == BOUNDED]
         new = flagged_rows(table, None, used)
         if len(bounded) + len(new) <= EAGER_TERMS:
             self.bounded = []
