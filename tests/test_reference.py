@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from short_chains import short_chains
 
 import minidtr as md
 from minidtr import sim
@@ -303,6 +304,16 @@ def test_random_programs_decide_identically(program, heuristic, dealloc, ratio):
     between 0.3 and 0.95 of their peak, every heuristic and deallocation policy."""
     budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
     assert_same_runs(run_both(program, budget, heuristic, dealloc))
+
+
+@PROPERTY_SETTINGS
+@given(random_programs(), heuristics(), deallocs(), st.floats(0.3, 0.95))
+def test_random_programs_cutting_dead_chains_decide_identically(program, heuristic, dealloc, ratio):
+    """The same with a dead chain cut every three recipes (tests/short_chains.py): the
+    reference and the accelerator make the same values constants at the same ops."""
+    with short_chains():
+        budget = int(ratio * unbounded_peak(program, dealloc=dealloc))
+        assert_same_runs(run_both(program, budget, heuristic, dealloc))
 
 
 RUN_COUNTS = (

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from short_chains import short_chains
 
 import minidtr as md
 from minidtr.testing import assert_remat_equivalent, isolated_allocator, run_under
@@ -53,6 +54,17 @@ def test_random_programs_are_bit_identical_under_any_budget(
     program, heuristic, dealloc, frac, rebuild_orphans
 ):
     check_between_minimal_and_peak(program, heuristic, dealloc, frac, rebuild_orphans)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(), heuristics(), deallocs(), budget_fractions(), st.booleans())
+def test_random_programs_cutting_dead_chains_are_bit_identical(
+    program, heuristic, dealloc, frac, rebuild_orphans
+):
+    """The same with a dead chain cut every three recipes (tests/short_chains.py): the
+    values made constants are those computed, and the budget still holds."""
+    with short_chains():
+        check_between_minimal_and_peak(program, heuristic, dealloc, frac, rebuild_orphans)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

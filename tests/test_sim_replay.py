@@ -553,3 +553,46 @@ def test_a_state_carried_across_steps_replays_as_it_ran(tmp_path, fresh_allocato
         result = sim.simulate(trace, budget=budget, thrash=None, outputs=False)
         assert (sim_stats(result) if result.status == "ok" else result.status) == live, ratio
     assert compared == 3
+
+
+def fed_back_states(steps: int = 700) -> tuple[list, int]:
+    """A state fed back into its own recipe under ``no_grad`` (three ops a step, 2,100
+    recipes deep in all), every 50th one also kept in a window of eight and read back
+    when it leaves: the dead chain above it is cut twice (``Lifetimes.cut_dead_chains``,
+    every 1,024 recipes deep). Returns the states read and the bytes counted as constants
+    at the end."""
+    rng = np.random.default_rng(1)
+    w = md.tensor((rng.standard_normal((32, 32)) * 0.3).astype(np.float32))
+    b = md.tensor(rng.standard_normal(32).astype(np.float32))
+    h = md.tensor(np.zeros((8, 32), np.float32))
+    window, read = [], []
+    with md.no_grad():
+        for step in range(steps):
+            h = (h @ w + b).tanh()
+            if step % 50 == 0:
+                window.append(h)
+            if len(window) > 8:
+                read.append(window.pop(0).numpy().copy())
+    return [*read, h.numpy().copy()], h.storage.allocator.ledger.constant_bytes
+
+
+def test_a_state_fed_back_replays_as_it_ran(tmp_path, fresh_allocator):
+    """The cut is not written in the trace: a replay makes it at the same ops (the same
+    recipe depths), and decides at each budget as the live run at that budget."""
+    with md.Runtime(cost="flops"), sim.record(tmp_path / "fed.log"):
+        unbounded, constants = fed_back_states()
+    assert constants > (32 * 32 + 32) * 4  # the weight, the bias, and a state the cut made
+    trace = sim.load_log(tmp_path / "fed.log")
+    peak = baseline(trace).peak_memory
+    for ratio in (0.8, 0.6):
+        budget = int(ratio * peak)
+        fresh_allocator()
+        runtime = md.Runtime(budget=budget, cost="flops")
+        with runtime:
+            states, _ = fed_back_states()
+        for got, want in zip(states, unbounded, strict=True):
+            np.testing.assert_array_equal(got, want)
+        stats = runtime.stats()
+        assert stats["remats"] > 0
+        result = sim.simulate(trace, budget=budget, thrash=None, outputs=False)
+        assert sim_stats(result) == {k: stats[k] for k in STATS}, ratio

@@ -401,9 +401,8 @@ class Allocator:
         cost: float,
         shared: Recipe | None = None,
     ) -> Storage:
-        """The storage of output ``index`` of an op that just ran (its own recipe, or one
-        of the outputs of ``shared``): a candidate for eviction and a child of each of
-        ``parents``."""
+        """The storage of output ``index`` of an op that just ran (its own recipe, or one of
+        ``shared``'s outputs): a candidate for eviction, a child of each of ``parents``."""
         self.next_id += 1
         shape, dtype = meta
         storage = Storage.new(
@@ -415,6 +414,7 @@ class Allocator:
         )  # fmt: skip
         self.eviction.candidates.add(storage)
         storage.tell_parents()
+        self.lifetimes.cut_dead_chains(storage)
         return storage
 
     def done(self, locked: Sequence[Storage], was_busy: bool) -> None:

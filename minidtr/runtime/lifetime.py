@@ -284,6 +284,43 @@ class Lifetimes:
             for child in below:  # in a trace: ANNOTATE CONSTANT, IF_RESIDENT
                 self.to_constant(child, if_resident=True)
 
+    def cut_dead_chains(self, storage: Storage) -> None:
+        """A value fed back into its own recipe step after step, with nothing updated (a
+        state carried under ``no_grad``), leaves a chain of dead values above the live
+        one: their buffers go (``eager``), but their metadata stays, since the live value
+        could be evicted and rebuilt from them, by a replay of the whole chain. So
+        every ``CHAIN_CHECK`` recipes deep (``Storage.recipe_depth``; no bundled model's
+        step is deeper than about 200) the values above a new one are walked, up to
+        ``CHAIN_WALK`` of them: when at least half are dead and evicted, the live,
+        resident ones that read a dead value become constants. Nothing is rebuilt
+        through them any more, so the chain above them goes, and each keeps its value:
+        no rebuild of anything else needs more than it did. A chain stays shorter than
+        about ``CHAIN_CHECK`` recipes, and a step's graph is walked once every
+        ``CHAIN_CHECK`` recipes deep. A replay of a trace makes the same cuts at the
+        same ops (the same depths): they are not written in the trace."""
+        allocator = self.allocator
+        if storage.recipe_depth % CHAIN_CHECK or allocator.runtime.as_prototype:
+            return  # (the paper's simulator keeps every chain)
+        seen = {storage}
+        stack = list(storage.parents)
+        dead = 0
+        reading_dead: list[Storage] = []
+        while stack and len(seen) <= CHAIN_WALK:
+            node = stack.pop()
+            if node in seen or node.op is None or node.allocator is not allocator:
+                continue
+            seen.add(node)
+            if node.buffer is None:
+                dead += not node.external_refs
+            elif node.external_refs and any(
+                parent.buffer is None and not parent.external_refs for parent in node.parents
+            ):
+                reading_dead.append(node)
+            stack.extend(node.parents)
+        if 2 * dead >= CHAIN_WALK:
+            for node in reading_dead:
+                self.to_constant(node)
+
     def referenced_evicted(self, storage: Storage) -> None:
         """A handle was made to an evicted value (nothing to do here; the accelerator's
         usefulness answers listen: fast/usefulness.py)."""
@@ -498,6 +535,8 @@ COLLECTION = CycleCollection()
 gc.callbacks.append(COLLECTION)
 
 USEFUL_SEARCH = 256  # storages visited at most when looking below a dead storage
+CHAIN_CHECK = 1024  # every this many recipes deep, a new value looks for dead chains above
+CHAIN_WALK = 256  # ... among at most this many values (cut_dead_chains)
 
 
 def useful_dead(storage: Storage) -> bool:

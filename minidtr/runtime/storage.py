@@ -134,6 +134,7 @@ class Storage:
         "op",
         "inputs",
         "parents",
+        "recipe_depth",
         "shared",
         "run_cost",
         "cost",
@@ -195,13 +196,13 @@ class Storage:
         self.op = op  # the recipe: None for a constant
         self.inputs = inputs
         self.parents = parents  # distinct_storages(inputs): the storages it is computed from
+        self.recipe_depth = 0  # 1 + its parents' largest when made (``tell_parents``)
         self.shared = shared  # the Recipe of a multi-output op, shared with the siblings
         self.run_cost = cost  # what running the op cost (``cost`` grows with its views')
         self.cost = cost
         self.last_access = last_access
         self.locks = 0
-        self.pinned = False
-        self.banished = False
+        self.pinned = self.banished = False
         self.external_refs = 0
         # () without children, the weak reference itself for one (most storages have one
         # child: no list to allocate and collect), a list of them from the second on
@@ -259,6 +260,7 @@ class Storage:
         self.op = None
         self.inputs = ()
         self.parents = ()
+        self.recipe_depth = 0
         self.shared = None
 
     @property
@@ -275,11 +277,13 @@ class Storage:
         return self.op is not None and not self.pinned
 
     def tell_parents(self) -> None:
-        """Add this storage to the children of each of its parents (a weak reference).
-        Children that died are dropped as a list grows (in order, amortized O(1)), so a
-        long-lived input (a weight read by every op of an evaluation loop) holds as many
-        entries as it has live children, not one per op it ever took part in."""
+        """Add this storage to the children of each of its parents (a weak reference), and
+        take its ``recipe_depth`` from theirs. Children that died are dropped as a list
+        grows (in order, amortized O(1)), so a long-lived input (a weight read by every op
+        of an evaluation loop) holds as many entries as it has live children, not one per
+        op it ever took part in."""
         ref = weakref.ref(self)
+        self.recipe_depth = 1 + max((parent.recipe_depth for parent in self.parents), default=0)
         for parent in self.parents:
             if parent.allocator is not self.allocator:
                 parent.allocator.lends = True  # its storages' descendants are not all its own

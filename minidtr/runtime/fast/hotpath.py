@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..costs import NOMINAL_BYTES_PER_NS, NOMINAL_FLOPS_PER_NS, model_cost
-from ..lifetime import COLLECTION, orphans_of
+from ..lifetime import CHAIN_CHECK, COLLECTION, orphans_of
 from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
 from .table import LAZY_SLACK
@@ -184,7 +184,10 @@ class FastPath:
             table.dirty.append(1)
             table.count += 1
         ref = weakref.ref(storage)
+        depth = 0
         for parent in parents:
+            if parent.recipe_depth > depth:
+                depth = parent.recipe_depth
             children = parent.children
             if not children:
                 parent.children = ref
@@ -194,6 +197,9 @@ class FastPath:
                     parent.prune_children()
             else:
                 parent.children = [children, ref]
+        storage.recipe_depth = depth = depth + 1
+        if not depth % CHAIN_CHECK:
+            self.lifetimes.cut_dead_chains(storage)
         return storage
 
     def release(self, cell: Cell) -> None:
