@@ -16,9 +16,9 @@ import os
 
 import numpy as np
 import pytest
+from chains import short_chains
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from short_chains import short_chains
 
 import minidtr as md
 from minidtr import sim

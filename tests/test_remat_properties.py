@@ -3,9 +3,9 @@ deallocation policies are bit-identical to the unbounded run and never pass the 
 
 import numpy as np
 import pytest
+from chains import short_chains
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from short_chains import short_chains
 
 import minidtr as md
 from minidtr.testing import assert_remat_equivalent, isolated_allocator, run_under

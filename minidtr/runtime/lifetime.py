@@ -291,8 +291,10 @@ class Lifetimes:
         could be evicted and rebuilt from them, by a replay of the whole chain. So
         every ``CHAIN_CHECK`` recipes deep (``Storage.recipe_depth``; no bundled model's
         step is deeper than about 200) the values above a new one are walked, up to
-        ``CHAIN_WALK`` of them: when at least half are dead and evicted, the live,
-        resident ones that read a dead value become constants. Nothing is rebuilt
+        ``CHAIN_WALK`` of them: when at least half are dead, evicted and made from dead
+        values and constants only (a backward pass's dead gradients read live
+        activations: not such a chain), the live, resident ones that read a dead value
+        become constants. Nothing is rebuilt
         through them any more, so the chain above them goes, and each keeps its value:
         no rebuild of anything else needs more than it did. A chain stays shorter than
         about ``CHAIN_CHECK`` recipes, and a step's graph is walked once every
@@ -311,10 +313,8 @@ class Lifetimes:
                 continue
             seen.add(node)
             if node.buffer is None:
-                dead += not node.external_refs
-            elif node.external_refs and any(
-                parent.buffer is None and not parent.external_refs for parent in node.parents
-            ):
+                dead += not node.external_refs and all(map(is_dead_or_constant, node.parents))
+            elif node.external_refs and not all(map(is_alive_or_constant, node.parents)):
                 reading_dead.append(node)
             stack.extend(node.parents)
         if 2 * dead >= CHAIN_WALK:
@@ -556,6 +556,15 @@ def useful_dead(storage: Storage) -> bool:
                 return True
             stack.append(child)
     return False
+
+
+def is_dead_or_constant(storage: Storage) -> bool:
+    """Dead and evicted, or a constant: nothing alive to rebuild from (``cut_dead_chains``)."""
+    return storage.op is None or (storage.buffer is None and not storage.external_refs)
+
+
+def is_alive_or_constant(storage: Storage) -> bool:
+    return storage.op is None or storage.buffer is not None or storage.external_refs > 0
 
 
 def has_evicted_child(storage: Storage) -> bool:

@@ -1,0 +1,32 @@
+"""Helpers for the tests of ``Lifetimes.cut_dead_chains``: cutting every few recipes, and
+counting the recipes above a value."""
+
+import contextlib
+
+import pytest
+
+from minidtr.runtime import lifetime
+from minidtr.runtime.fast import hotpath
+
+
+@contextlib.contextmanager
+def short_chains(every: int = 3, walk: int = 4):
+    """Dead chains looked for every ``every`` recipes deep instead of every 1,024, so that
+    the random programs of the property tests, a few dozen ops deep, meet the cut again
+    and again."""
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (lifetime, hotpath):  # (the hot path holds its own name for it)
+            patch.setattr(module, "CHAIN_CHECK", every)
+        patch.setattr(lifetime, "CHAIN_WALK", walk)
+        yield
+
+
+def recipes_above(storage) -> int:
+    """How many storages with a recipe a rebuild of ``storage`` could reach: the chain."""
+    seen, stack = set(), [storage]
+    while stack:
+        for parent in stack.pop().parents:
+            if parent.op is not None and id(parent) not in seen:
+                seen.add(id(parent))
+                stack.append(parent)
+    return len(seen)
