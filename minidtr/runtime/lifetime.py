@@ -288,18 +288,18 @@ class Lifetimes:
         """A value fed back into its own recipe step after step, with nothing updated (a
         state carried under ``no_grad``), leaves a chain of dead values above the live
         one: their buffers go (``eager``), but their metadata stays, since the live value
-        could be evicted and rebuilt from them, by a replay of the whole chain. So
-        every ``CHAIN_CHECK`` recipes deep (``Storage.recipe_depth``; no bundled model's
-        step is deeper than about 200) the values above a new one are walked, up to
+        could be evicted and rebuilt from them, by a replay of the whole chain. So every
+        ``CHAIN_CHECK`` recipes deep (``Storage.recipe_depth``; no bundled model's step
+        is deeper than about 200) the values above a new one are walked, up to
         ``CHAIN_WALK`` of them: when at least half are dead, evicted and made from dead
-        values and constants only (a backward pass's dead gradients read live
-        activations: not such a chain), the live, resident ones that read a dead value
-        become constants. Nothing is rebuilt
-        through them any more, so the chain above them goes, and each keeps its value:
-        no rebuild of anything else needs more than it did. A chain stays shorter than
-        about ``CHAIN_CHECK`` recipes, and a step's graph is walked once every
-        ``CHAIN_CHECK`` recipes deep. A replay of a trace makes the same cuts at the
-        same ops (the same depths): they are not written in the trace."""
+        values and constants only (a backward pass's used gradients read live
+        activations: no such chain), the live, resident ones that read a dead value
+        become constants. Nothing is rebuilt through them any more, so the chain above
+        them goes, and each keeps its value: no rebuild of anything else needs more than
+        it did. A chain stays shorter than about ``CHAIN_CHECK`` recipes, and a step's
+        graph is walked once every ``CHAIN_CHECK`` recipes deep. A replay of a trace
+        makes the same cuts at the same ops (the same depths): they are not written in
+        the trace."""
         allocator = self.allocator
         if storage.recipe_depth % CHAIN_CHECK or allocator.runtime.as_prototype:
             return  # (the paper's simulator keeps every chain)
@@ -312,9 +312,13 @@ class Lifetimes:
             if node in seen or node.op is None or node.allocator is not allocator:
                 continue
             seen.add(node)
-            if node.buffer is None:
-                dead += not node.external_refs and all(map(is_dead_or_constant, node.parents))
-            elif node.external_refs and not all(map(is_alive_or_constant, node.parents)):
+            if dead_evicted(node):
+                dead += all(p.op is None or dead_evicted(p) for p in node.parents)
+            elif (
+                node.buffer is not None
+                and node.external_refs
+                and any(map(dead_evicted, node.parents))
+            ):
                 reading_dead.append(node)
             stack.extend(node.parents)
         if 2 * dead >= CHAIN_WALK:
@@ -558,13 +562,9 @@ def useful_dead(storage: Storage) -> bool:
     return False
 
 
-def is_dead_or_constant(storage: Storage) -> bool:
-    """Dead and evicted, or a constant: nothing alive to rebuild from (``cut_dead_chains``)."""
-    return storage.op is None or (storage.buffer is None and not storage.external_refs)
-
-
-def is_alive_or_constant(storage: Storage) -> bool:
-    return storage.op is None or storage.buffer is not None or storage.external_refs > 0
+def dead_evicted(storage: Storage) -> bool:
+    """Evicted with no handle: kept only as metadata for what may be rebuilt from it."""
+    return storage.op is not None and storage.buffer is None and not storage.external_refs
 
 
 def has_evicted_child(storage: Storage) -> bool:
