@@ -22,11 +22,13 @@ def short_chains(every: int = 3, walk: int = 4):
 
 
 def recipes_above(storage) -> int:
-    """How many storages with a recipe a rebuild of ``storage`` could reach: the chain."""
-    seen, stack = set(), [storage]
+    """How many recipes a rebuild of ``storage`` could reach (the outputs of a multi-output
+    op counted once): the length of the chain above it."""
+    seen, recipes, stack = set(), set(), [storage]
     while stack:
         for parent in stack.pop().parents:
             if parent.op is not None and id(parent) not in seen:
                 seen.add(id(parent))
+                recipes.add(id(parent.producer))
                 stack.append(parent)
-    return len(seen)
+    return len(recipes)
