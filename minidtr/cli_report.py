@@ -27,6 +27,7 @@ class Progress:
         self.total, self.enabled = total, enabled
         self.bar = None
         self.loss: float | None = None
+        self.done = 0  # steps finished
 
     def steps(self, steps: Iterable[int]) -> Iterable[int]:
         if not self.enabled:
@@ -42,6 +43,7 @@ class Progress:
 
     def on_loss(self, bar: Any, loss: float) -> None:
         self.loss = loss
+        self.done += 1
 
     @contextmanager
     def watch(self, runtime: Any) -> Iterator[None]:
@@ -107,6 +109,23 @@ def floor_verdict(budget: int, floors: Any, dealloc: str = "eager") -> str:
     return (
         f"this budget is above {where}: the heuristic ran out of evictable memory; "
         "a larger budget (or another heuristic) may fit"
+    )
+
+
+def budget_verdict(error: Any, floors: Any, dealloc: str, steps_done: int) -> str:
+    """What a ``BudgetError`` in a training step means. A step after the measured ones
+    that needs more than their floor met a batch the measurement did not see (a
+    Tree-LSTM's trees differ from batch to batch): then say what that step needs, as a
+    ratio of the measured peak too; otherwise ``floor_verdict``."""
+    needs, measured = error.memory + error.needed, floors.measured_steps
+    if not measured or steps_done < measured or needs <= floors.floor:
+        return floor_verdict(error.budget, floors, dealloc)
+    return (
+        f"step {steps_done + 1:,} needs more than the first {measured} steps, on which "
+        f"the floor ({human_bytes(floors.floor)}) and the peak ({human_bytes(floors.peak)}) "
+        f"were measured: at least {needs:,} bytes, {needs / floors.peak:.3f} of that peak; "
+        "its batch is larger than theirs: measure more steps (--measure-steps) or raise "
+        "the budget"
     )
 
 

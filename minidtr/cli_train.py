@@ -24,7 +24,7 @@ from .cli_args import (
     usage_error,
     whole_number,
 )
-from .cli_report import Progress, floor_verdict, frontier_table, summary_table
+from .cli_report import Progress, budget_verdict, frontier_table, summary_table
 from .explain import write_event_log
 
 PROG = "minidtr train"
@@ -72,7 +72,15 @@ def _add_budget_options(p: argparse.ArgumentParser) -> None:
         type=parse_ratio,
         metavar="R",
         help="budget as a fraction of the unbounded peak (of the first two training steps, "
-        "measured first on a fresh copy of the model)",
+        "measured first on a fresh copy of the model; see --measure-steps)",
+    )
+    p.add_argument(
+        "--measure-steps",
+        type=whole_number(1),
+        default=2,  # training.MEASURE_STEPS (not imported here: it loads NumPy)
+        metavar="N",
+        help="measure the unbounded peak and the floor on the first N steps (default 2; "
+        "more where batches differ in size, as a Tree-LSTM's do)",
     )
     add_runtime_arguments(
         p,
@@ -128,7 +136,13 @@ def run(args: argparse.Namespace) -> int:
         args, max_slowdown=max_slowdown(args), record_events=bool(args.events or args.plot)
     )
     config = TrainConfig(
-        args.model, args.size, args.steps, args.batch, ratio=args.ratio, options=options
+        args.model,
+        args.size,
+        args.steps,
+        args.batch,
+        ratio=args.ratio,
+        options=options,
+        measure_steps=args.measure_steps,
     )
     if args.find_budget:
         return run_find_budget(config, args)
@@ -207,9 +221,10 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
         )
         return EXIT_FAILED
     except BudgetError as e:
+        progress.close()
         print(
             f"{PROG}: the budget is too small to train {args.model}: {e} "
-            f"({floor_verdict(e.budget, unbounded, args.dealloc)})",
+            f"({budget_verdict(e, unbounded, args.dealloc, progress.done)})",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -35,6 +35,7 @@ class Floors:
     # the compute of the run's first step in the cost model (0 when not measured): what a
     # budgeted run of the same program expects its first step to compute (the thrash guard)
     first_step_cost: float = 0.0
+    measured_steps: int = 0  # the training steps measured (0: not measured on training steps)
 
     @property
     def constant_ratio(self) -> float:

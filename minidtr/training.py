@@ -49,6 +49,9 @@ class TrainConfig:
     """What ``train`` runs: a task (``model``, ``size``, ``batch``), how many ``steps``,
     the budget as a ``ratio`` of the measured unbounded peak (or ``budget`` in bytes), and
     the runtime's settings, ``options`` (``TRAIN_OPTIONS`` by default: cost ``flops``).
+    ``measure_steps`` is how many unbounded steps the peak and the floor are measured on
+    (``MEASURE_STEPS``: enough where every batch has the same shapes; a Tree-LSTM's
+    batches differ, and a long run can meet a larger one than the first two).
 
     Every ``RuntimeOptions`` field can also be given by name and read as an attribute:
     ``TrainConfig("mlp", budget=10**6, heuristic="lru").heuristic == "lru"``; ``seed`` and
@@ -62,6 +65,7 @@ class TrainConfig:
     ratio: float | None = None
     evaluate: bool = True  # test accuracy before and after (nan when False)
     options: RuntimeOptions = TRAIN_OPTIONS
+    measure_steps: int = MEASURE_STEPS
 
     def __init__(
         self,
@@ -73,16 +77,18 @@ class TrainConfig:
         ratio: float | None = None,
         evaluate: bool = True,
         options: RuntimeOptions | None = None,
+        measure_steps: int = MEASURE_STEPS,
         **settings: Any,
     ):
         unknown = sorted(set(settings) - set(OPTION_NAMES))
         if unknown:
             raise TypeError(
                 f"TrainConfig got unexpected keyword arguments {unknown}; it takes "
-                f"ratio, evaluate, options and the RuntimeOptions fields {list(OPTION_NAMES)}"
+                f"ratio, evaluate, options, measure_steps and the RuntimeOptions fields "
+                f"{list(OPTION_NAMES)}"
             )
         self.model, self.size, self.steps, self.batch = model, size, steps, batch
-        self.ratio, self.evaluate = ratio, evaluate
+        self.ratio, self.evaluate, self.measure_steps = ratio, evaluate, measure_steps
         base = TRAIN_OPTIONS if options is None else options
         try:
             self.options = base.replace(**settings) if settings else base
@@ -161,16 +167,21 @@ def train_step(
     return loss.item()
 
 
-def measure_peak(config: TrainConfig, steps: int = MEASURE_STEPS) -> int:
+def measure_peak(config: TrainConfig, steps: int | None = None) -> int:
     """Peak bytes of the first ``steps`` training steps of a fresh copy of the task,
-    unbounded. Two steps, because the first creates the optimizer's state and so peaks
-    lower than every later one (which updates that state next to its old value)."""
+    unbounded (``config.measure_steps`` by default). At least two steps, because the
+    first creates the optimizer's state and so peaks lower than every later one (which
+    updates that state next to its old value)."""
     return measure_unbounded(config, steps).peak
 
 
-def measure_unbounded(config: TrainConfig, steps: int = MEASURE_STEPS) -> Floors:
+def measure_unbounded(config: TrainConfig, steps: int | None = None) -> Floors:
     """The peak and the floors of the first ``steps`` unbounded training steps of a fresh
-    copy of the task (see ``measure_peak``)."""
+    copy of the task (``config.measure_steps`` by default; see ``measure_peak``): the
+    batches the run's first steps train on."""
+    steps = config.measure_steps if steps is None else steps
+    if steps < 1:
+        raise ConfigError(f"the unbounded run needs at least one step, got {steps}")
     gc.collect()
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
@@ -183,7 +194,7 @@ def measure_unbounded(config: TrainConfig, steps: int = MEASURE_STEPS) -> Floors
             if i == 0:
                 first_step_cost = runtime.stats_.compute_cost
     peak = runtime.stats()["peak_memory"]
-    floors = Floors(peak, meter.constants, meter.floor, meter.floor_op, first_step_cost)
+    floors = Floors(peak, meter.constants, meter.floor, meter.floor_op, first_step_cost, steps)
     del task, optimizer
     gc.collect()
     return floors
@@ -283,6 +294,8 @@ def check_config(config: TrainConfig) -> None:
             make_heuristic(config.heuristic)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if config.measure_steps < 1:
+        raise ConfigError(f"measure_steps must be >= 1, got {config.measure_steps}")
     if config.ratio is not None and not 0.0 < config.ratio <= 1.0:
         raise ConfigError(f"ratio must be in (0, 1], got {config.ratio}")
 
