@@ -155,6 +155,12 @@ NOT_RUN = {
     + " (callgrind: 2.5 minutes)",
     "OPENBLAS_NUM_THREADS=1 python benchmarks/step_profile.py --steps 16 --by-op": WALL,
     "python benchmarks/soak.py": "12,000 training steps: minutes",
+    "python benchmarks/batch_memory.py --model treelstm --steps 5000": "5,000 steps: 8 "
+    "minutes (models.md's ten tiny steps run)",
+    "minidtr train treelstm --ratio 0.3 --steps 5000": "a minute to step 354; "
+    "tests/test_cli.py checks the same message on the tiny preset's step 8",
+    "minidtr train treelstm --ratio 0.3 --steps 5000 --measure-steps 5000": "5,000 steps "
+    "measured and 5,000 trained: 20 minutes; tests/test_cli.py runs the tiny preset so",
     "python benchmarks/models_budget.py": "every model at many ratios: minutes",
     "python benchmarks/sim_replay_speed.py": WALL,
     "python benchmarks/reference_speed.py": WALL,
