@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING
@@ -140,9 +141,10 @@ class Lifetimes:
         with the policies (``settle``), so that a trace holds it where it takes effect."""
         allocator = self.allocator
         if allocator.observer is not None:
-            if allocator.busy or COLLECTION.running:
+            collecting = COLLECTION.running and COLLECTION.here()
+            if allocator.busy or collecting:
                 self.released.append(cell)
-                if COLLECTION.running:
+                if collecting:
                     COLLECTION.wait(self)
             else:
                 allocator.observer.on_release(cell)
@@ -159,7 +161,7 @@ class Lifetimes:
         if observer is not None:
             observer.on_death(storage)
         self.dying.append(storage)
-        if COLLECTION.running:
+        if COLLECTION.running and COLLECTION.here():
             COLLECTION.wait(self)
             return
         self.settle()
@@ -507,21 +509,31 @@ class Lifetimes:
 
 
 class CycleCollection:
-    """Whether a pass of Python's cycle collector is running (``running``), kept by the
-    ``gc.callbacks`` entry this module adds once. Deaths during a pass wait in their
-    allocator's queue (``Lifetimes.died``); when the pass ends, the queues of the
-    allocators that are not busy are settled (those that are settle when their access
-    is done), so by the time ``gc.collect()`` returns the dead are freed."""
+    """Whether a pass of Python's cycle collector is running (``running``), and in which
+    thread (``here``), kept by the ``gc.callbacks`` entry this module adds once. Deaths
+    in that thread during a pass (the finalizers it runs) wait in their allocator's
+    queue (``Lifetimes.died``); when the pass ends, the queues of the allocators that
+    are not busy are settled (those that are settle when their access is done), so by
+    the time ``gc.collect()`` returns the dead are freed. A death in another thread
+    meanwhile (the pass lets other threads run between finalizers) is that thread's
+    program releasing a value, applied at once, as it would be with no pass running:
+    so a replay run in a thread pool decides what it decides alone."""
 
     def __init__(self) -> None:
         self.running = False
+        self.thread: int | None = None  # the collecting thread's ident
         self.waiting: dict[int, weakref.ref[Lifetimes]] = {}  # by id: each once a pass
+
+    def here(self) -> bool:
+        """Whether the pass running is this thread's."""
+        return self.thread == threading.get_ident()
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
+            self.thread = threading.get_ident()
             self.running = True
             return
-        self.running = False
+        self.running, self.thread = False, None
         waiting, self.waiting = self.waiting, {}
         for ref in waiting.values():
             lifetimes = ref()
