@@ -162,7 +162,7 @@ def test_a_kept_yes_is_not_given_while_its_witness_is_collected():
     before any finalizer runs: had ``y``'s death made the allocator ask about ``a`` then,
     the reference's search would no longer see ``w`` (its handle not dead yet) while the
     yes kept from before said yes. The deaths wait for the end of the pass
-    (``lifetime.CycleCollection``), when ``w``'s handle has died too: both say no."""
+    (``cycles.CycleCollection``), when ``w``'s handle has died too: both say no."""
     with asking_both() as answers, isolated_allocator() as allocator, md.Runtime(budget=1 << 30):
         x, weight = inputs(8)
         y = md.exp(x)  # made before w's handle: finalized first

@@ -48,11 +48,11 @@ from __future__ import annotations
 
 import gc
 import sys
-import threading
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING
 
+from .cycles import COLLECTION
 from .errors import BudgetError, ThrashError
 from .storage import Cell, Storage
 
@@ -507,48 +507,6 @@ class Lifetimes:
                 del kept[storage]
                 self.allocator.eviction.evict(storage, "dead")
 
-
-class CycleCollection:
-    """Whether a pass of Python's cycle collector is running (``running``), and in which
-    thread (``here``), kept by the ``gc.callbacks`` entry this module adds once. Deaths
-    in that thread during a pass (the finalizers it runs) wait in their allocator's
-    queue (``Lifetimes.died``); when the pass ends, the queues of the allocators that
-    are not busy are settled (those that are settle when their access is done), so by
-    the time ``gc.collect()`` returns the dead are freed. A death in another thread
-    meanwhile (the pass lets other threads run between finalizers) is that thread's
-    program releasing a value, applied at once, as it would be with no pass running:
-    so a replay run in a thread pool decides what it decides alone."""
-
-    def __init__(self) -> None:
-        self.running = False
-        self.thread: int | None = None  # the collecting thread's ident
-        self.waiting: dict[int, weakref.ref[Lifetimes]] = {}  # by id: each once a pass
-
-    def here(self) -> bool:
-        """Whether the pass running is this thread's."""
-        return self.thread == threading.get_ident()
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self.thread = threading.get_ident()
-            self.running = True
-            return
-        self.running, self.thread = False, None
-        waiting, self.waiting = self.waiting, {}
-        for ref in waiting.values():
-            lifetimes = ref()
-            if lifetimes is not None:
-                lifetimes.settle()
-
-    def wait(self, lifetimes: Lifetimes) -> None:
-        """Settle ``lifetimes`` when the pass ends (once, however many die meanwhile)."""
-        ref = self.waiting.get(id(lifetimes))
-        if ref is None or ref() is not lifetimes:
-            self.waiting[id(lifetimes)] = weakref.ref(lifetimes)
-
-
-COLLECTION = CycleCollection()
-gc.callbacks.append(COLLECTION)
 
 USEFUL_SEARCH = 256  # storages visited at most when looking below a dead storage
 CHAIN_CHECK = 1024  # every this many recipes deep, a new value looks for dead chains above

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..costs import NOMINAL_BYTES_PER_NS, NOMINAL_FLOPS_PER_NS, model_cost
-from ..lifetime import CHAIN_CHECK, COLLECTION, orphans_of
+from ..cycles import COLLECTION
+from ..lifetime import CHAIN_CHECK, orphans_of
 from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
 from .table import LAZY_SLACK
@@ -221,7 +222,7 @@ class FastPath:
         runtime, table, tracking = allocator.runtime, self.table, allocator.eviction.tracking
         if (
             allocator.busy
-            or COLLECTION.running  # (``lifetime.CycleCollection``)
+            or COLLECTION.running  # (``cycles.CycleCollection``)
             or lifetimes.dying
             or lifetimes.released
             or storage.locks

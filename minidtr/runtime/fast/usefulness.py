@@ -25,7 +25,7 @@ that search, 100 to 250 storages deep, was a tenth of a budgeted step. Here:
   referenced storage found (that one holds its ancestors through its recipe), so the
   search only visits fewer storages before finding it. (Deaths during a pass of
   Python's cycle collector, which clears the weak references to the garbage before
-  its finalizers run, wait until the pass is done: ``lifetime.CycleCollection``; by
+  its finalizers run, wait until the pass is done: ``cycles.CycleCollection``; by
   then every handle among the garbage has died and been heard here.) A *no* is never
   remembered: the storage is freed at once.
 - Most questions are noes (all of an LSTM's), each a full search. The one the search
