@@ -4,6 +4,7 @@ deallocation policies, copy-on-write, views, siblings, budget errors, events and
 import gc
 import json
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -595,6 +596,45 @@ def test_nested_runtimes_take_the_tighter_budget_and_merge_stats():
     with inner:  # reuse after exit accumulates
         step(fresh())
     assert inner.stats()["ops"] == 2
+
+
+def in_another_thread(work) -> list:
+    """Run ``work()`` in a thread of its own; what it raised, if anything."""
+    raised = []
+
+    def run():
+        try:
+            work()
+        except BaseException as e:  # noqa: BLE001 (the caller reads it)
+            raised.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return raised
+
+
+def test_a_runtime_of_another_thread_is_a_clear_error_and_leaves_both_usable():
+    """A device's allocator has one stack of runtimes: entering one while another thread's
+    is active would interleave the two, each leaving the other's (an IndexError or "not
+    the innermost" before). It is refused, naming both, and so is leaving a runtime from
+    a thread that did not enter it; the runtimes stay usable."""
+    mine, theirs = md.Runtime(budget=ALLOC.memory + 10**7), md.Runtime()
+    with mine:
+        [entering] = in_another_thread(theirs.__enter__)
+        [leaving] = in_another_thread(mine.leave)
+        step(fresh())
+    assert isinstance(entering, RuntimeError) and theirs.allocator is None
+    assert f"{theirs!r}: {mine!r} is active on the cpu allocator in another thread" in str(entering)
+    assert isinstance(leaving, RuntimeError) and "entered in another thread" in str(leaving)
+    assert mine.stats()["ops"] == 1
+
+    def enter_and_leave():
+        with theirs:
+            step(fresh())
+
+    assert in_another_thread(enter_and_leave) == []  # once mine has left
+    assert theirs.stats()["ops"] == 1
 
 
 def test_entering_a_runtime_with_a_lower_budget_evicts_to_meet_it():

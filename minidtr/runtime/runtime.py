@@ -7,7 +7,10 @@ parameters and optimizer state, whether created inside the ``with`` or
 before it. Runtimes nest: the effective budget is the tightest of all active
 ones, and the innermost decides heuristic, deallocation and cost. A runtime
 can be entered again after it exits (its statistics accumulate), but not
-while it is already active.
+while it is already active. A device's runtimes serve one thread at a time:
+entering one while another thread's is active on the same device is an error
+(the two stacks would interleave); ``minidtr.sim`` replays have an allocator
+each and run in any thread.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import dataclasses
 import json
 import math
 import numbers
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -165,6 +169,7 @@ class Runtime:
         self.expected_compute = 0.0
         self.allocator = None
         self._active_since = 0.0  # perf_counter() when last entered
+        self._thread: int | None = None  # the thread that entered it (while active)
 
     @property
     def options(self) -> RuntimeOptions:
@@ -211,6 +216,11 @@ class Runtime:
         device's allocator; an allocator enters its default runtime this way)."""
         if self.allocator is not None:
             raise RuntimeError(f"{self!r} is already active; a runtime cannot be re-entered")
+        thread = threading.get_ident()
+        innermost = allocator.runtimes[-1] if len(allocator.runtimes) > 1 else None
+        if innermost is not None and innermost._thread != thread:
+            raise RuntimeError(_other_thread(self, innermost, allocator))
+        self._thread = thread
         self._active_since = time.perf_counter()
         attach = getattr(self.heuristic, "attach", None)  # a heuristic that watches (learned)
         if attach is not None:
@@ -230,6 +240,8 @@ class Runtime:
 
     def leave(self) -> None:
         """Stop being active (what the end of the ``with`` does, before its checks)."""
+        if self._thread != threading.get_ident() and len(self.allocator.runtimes) > 1:
+            raise RuntimeError(f"{self!r} was entered in another thread: leave it there")
         self.allocator.pop(self)
         self._detach_heuristic(self.allocator)
         self.allocator = None
@@ -373,3 +385,15 @@ class Runtime:
 
 def now_ns() -> int:
     return time.perf_counter_ns()
+
+
+def _other_thread(runtime: Runtime, innermost: Runtime, allocator: Any) -> str:
+    """Why ``runtime`` cannot enter ``allocator`` now: a runtime of another thread is
+    active on it. A device has one allocator per process, and its runtimes are a stack:
+    two threads entering and leaving theirs in turn would each leave the other's."""
+    device = allocator.device or "a replay's"
+    return (
+        f"{runtime!r}: {innermost!r} is active on the {device} allocator in another thread, "
+        "and a device's runtimes serve one thread at a time: run the other program in a "
+        "process of its own (minidtr.sim's replays have an allocator each, any thread)"
+    )
