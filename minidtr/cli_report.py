@@ -12,6 +12,7 @@ from typing import Any
 from .explain import ORPHAN_NOTE, clock_unit, human_bytes
 
 SUMMARY_WIDTH = 22  # the label column of the summary table
+MEASURE_STEPS = 2  # training.MEASURE_STEPS: the command loads training.py only to train
 
 
 class Progress:
@@ -189,9 +190,11 @@ def summary_table(result: Any) -> str:
 
 def _summary_head(result: Any) -> list[str]:
     c, task = result.config, result.task
+    measured = f" --measure-steps {c.measure_steps}" if c.measure_steps != MEASURE_STEPS else ""
     rows = [
         f"minidtr train {c.model} --size {c.size} --steps {c.steps} --batch "
-        f"{task.batch_size} --seed {c.seed} ({task.model.num_parameters():,} parameters)"
+        f"{task.batch_size} --seed {c.seed}{measured} "
+        f"({task.model.num_parameters():,} parameters)"
     ]
     if result.interrupted:
         rows.append(

@@ -24,7 +24,7 @@ from .cli_args import (
     usage_error,
     whole_number,
 )
-from .cli_report import Progress, budget_verdict, frontier_table, summary_table
+from .cli_report import MEASURE_STEPS, Progress, budget_verdict, frontier_table, summary_table
 from .explain import write_event_log
 
 PROG = "minidtr train"
@@ -77,7 +77,7 @@ def _add_budget_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--measure-steps",
         type=whole_number(1),
-        default=2,  # training.MEASURE_STEPS (not imported here: it loads NumPy)
+        default=MEASURE_STEPS,
         metavar="N",
         help="measure the unbounded peak and the floor on the first N steps (default 2; "
         "more where batches differ in size, as a Tree-LSTM's do)",

@@ -334,6 +334,13 @@ def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys):
     code, out, err = run(capsys, *tiny_tree, "--measure-steps", "10", "--no-progress")
     assert code == 0, err
     assert "= 0.50 x unbounded peak 115.8 KiB" in out and "floor: 57.8 KiB" in out
+    assert "--seed 0 --measure-steps 10 (2,506 parameters)" in out
+
+
+def test_the_measured_steps_agree_between_the_command_and_the_training_loop():
+    from minidtr import cli_report, training
+
+    assert cli_report.MEASURE_STEPS == training.MEASURE_STEPS
 
 
 def test_measure_steps_below_one_is_refused(capsys):
