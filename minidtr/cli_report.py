@@ -201,6 +201,11 @@ def _summary_head(result: Any) -> list[str]:
             f"interrupted (Ctrl-C) after {len(result.losses)} of {c.steps} steps: "
             "what follows is of the steps done"
         )
+    elif result.stopped_by:
+        rows.append(
+            f"stopped by a {result.stopped_by} after {len(result.losses)} of {c.steps} "
+            "steps (the message below): what follows is of the steps done"
+        )
     policy = f"(heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})"
     if result.budget is None:
         rows.append(f"budget: none {policy}")
@@ -217,17 +222,24 @@ def _summary_head(result: Any) -> list[str]:
     return rows
 
 
+def _steps(n: int) -> str:
+    return f"{n:,} step{'s' if n != 1 else ''}"
+
+
 def _summary_learning(result: Any) -> list[str]:
     w = SUMMARY_WIDTH
     if not result.losses:
         return [f"{'loss':<{w}}no step finished"]
     tail = min(10, len(result.losses))
     end_loss = sum(result.losses[-tail:]) / tail
-    unmeasured = "   (end: not measured, the run was interrupted)" if result.interrupted else ""
+    unmeasured = ""
+    if result.interrupted or result.stopped_by:
+        how = "was interrupted" if result.interrupted else "stopped"
+        unmeasured = f"   (end: not measured, the run {how})"
     return [
         f"{'':<{w}}{'start':>12}{'end':>12}",
         f"{'loss':<{w}}{result.losses[0]:>12.4f}{end_loss:>12.4f}"
-        f"   (end: mean of the last {tail} steps)",
+        f"   (end: {f'mean of the last {tail} steps' if tail > 1 else 'the only step'})",
         f"{'test ' + result.task.metric:<{w}}{_percent(result.accuracy_start)}"
         f"{_percent(result.accuracy_end)}{unmeasured}",
     ]
@@ -254,7 +266,7 @@ def _summary_costs(result: Any) -> list[str]:
         remats += f"  ({s['orphan_remats']:,} of them rebuilt orphans, see below)"
     return [
         f"{'steps/s':<{w}}{result.steps_per_second:.2f}"
-        f"  ({result.seconds:.1f} s for {len(result.losses)} steps)",
+        f"  ({result.seconds:.1f} s for {_steps(len(result.losses))})",
         f"{'peak memory':<{w}}{human_bytes(peak)}{of_budget}",
         *_summary_addresses(s, result.budget),
         f"{'evictions':<{w}}{s['evictions']:,}  ({forced:,} forced by the budget, "

@@ -209,11 +209,12 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
         )
     except TrainingInterrupted as stop:
         progress.close()
-        keep_interrupted(stop.result, args)
+        keep_steps_done(stop.result, args)
         raise KeyboardInterrupt from None
     except ConfigError as e:
         usage_error(PROG, str(e))
     except ThrashError as e:
+        keep_steps_done(getattr(e, "result", None), args, progress)
         print(
             f"{PROG}: stopped {args.model}, it was thrashing: {e} In this command: "
             "--budget/--ratio, --max-slowdown, --max-wall-slowdown.",
@@ -221,7 +222,7 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
         )
         return EXIT_FAILED
     except BudgetError as e:
-        progress.close()
+        keep_steps_done(getattr(e, "result", None), args, progress)
         print(
             f"{PROG}: the budget is too small to train {args.model}: {e} "
             f"({budget_verdict(e, unbounded, args.dealloc, progress.done)})",
@@ -242,15 +243,23 @@ def max_slowdown(args: argparse.Namespace) -> float | None:
     return FIND_BUDGET_SLOWDOWN if args.find_budget else DEFAULT_MAX_SLOWDOWN
 
 
-def keep_interrupted(result: Any, args: argparse.Namespace) -> None:
-    """What an interrupted run keeps: the summary of the steps done, the event log (its
-    header says it was interrupted, and after how many steps) and the memory timeline.
-    Not the trace: a trace is a whole run, recorded only when the run ends."""
+def keep_steps_done(
+    result: Any, args: argparse.Namespace, progress: Progress | None = None
+) -> None:
+    """What a run stopped by Ctrl-C or an error keeps: the summary of the steps done,
+    the event log (its header says how it ended, and after how many steps) and the
+    memory timeline. Not the trace: a trace is a whole run, recorded only when the run
+    ends. Nothing when the error came before the steps (``result`` None)."""
+    if progress is not None:
+        progress.close()
+    if result is None:
+        return
     if result.losses:
         print(summary_table(result))
     finish_outputs(result, args.events, args.plot)
     if args.trace:
-        print(f"trace: not written to {args.trace} (the run was interrupted)")
+        how = "was interrupted" if result.interrupted else "stopped"
+        print(f"trace: not written to {args.trace} (the run {how})")
 
 
 def run_find_budget(config: Any, args: argparse.Namespace) -> int:
@@ -297,7 +306,8 @@ def finish_outputs(
 
 def write_events(result: Any, path: str) -> None:
     """The event log of ``result`` at ``path``, after its header (the budget, the policy,
-    the model and, for an interrupted run, ``interrupted`` and ``steps_done``). Removed
+    the model and, for a run that stopped early, ``interrupted`` or ``stopped_by`` and
+    ``steps_done``). Removed
     if a second Ctrl-C stops the writing, rather than left cut."""
     c, events = result.config, result.runtime.events
     if not events:
@@ -306,6 +316,8 @@ def write_events(result: Any, path: str) -> None:
     header: dict[str, Any] = {"model": c.model, "size": c.size}
     if result.interrupted:
         header.update(interrupted=True, steps_done=len(result.losses))
+    elif result.stopped_by:
+        header.update(stopped_by=result.stopped_by, steps_done=len(result.losses))
     try:
         write_event_log(path, result.runtime, **header)
     except KeyboardInterrupt:

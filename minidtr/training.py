@@ -26,7 +26,7 @@ from .data import minibatch_indices
 from .floors import Floors, measure_floors
 from .models.tasks import Task, make_task
 from .ops.random import manual_seed
-from .runtime import Runtime
+from .runtime import BudgetError, Runtime
 from .runtime.heuristics import make_heuristic
 from .runtime.options import OPTION_NAMES, RuntimeOptions
 from .tensor import Tensor
@@ -118,6 +118,7 @@ class TrainResult:
     stats: dict[str, Any] = field(default_factory=dict)
     floors: Floors | None = None  # of the unbounded run the budget was measured against
     interrupted: bool = False  # Ctrl-C stopped the steps: ``losses`` are those done
+    stopped_by: str = ""  # the error that stopped the steps (BudgetError, ThrashError...)
 
     @property
     def steps_per_second(self) -> float:
@@ -236,7 +237,10 @@ def train(
     reports the budgeted runtime's statistics while the steps run); ``unbounded`` is the
     ``measure_unbounded`` of this config when the caller has it already. Under a budget
     the unbounded run is measured first (for the ratio, and to report the floor).
-    Ctrl-C during the steps raises ``TrainingInterrupted`` with what they did.
+    Ctrl-C during the steps raises ``TrainingInterrupted`` with what they did; a
+    ``BudgetError`` (``ThrashError`` among them) during the steps is raised as it is,
+    with what they did as its ``result`` (``stopped_by`` set), so that a long run
+    stopped by a larger batch keeps its summary and event log.
     """
     check_config(config)
     if unbounded is None and (config.ratio is not None or config.budget is not None):
@@ -253,7 +257,7 @@ def train(
     losses: list[float] = []
     started = time.perf_counter()
 
-    def result(interrupted: bool = False) -> TrainResult:
+    def result(interrupted: bool = False, stopped_by: str = "") -> TrainResult:
         """What the steps did so far (the end accuracy is measured after)."""
         return TrainResult(
             config=config,
@@ -268,6 +272,7 @@ def train(
             stats=runtime.stats(),
             floors=unbounded,
             interrupted=interrupted,
+            stopped_by=stopped_by,
         )
 
     try:
@@ -275,6 +280,9 @@ def train(
             _run_steps(task, optimizer, batches, steps, losses, on_loss, runtime, unbounded)
     except KeyboardInterrupt:
         raise TrainingInterrupted(result(interrupted=True)) from None
+    except BudgetError as error:
+        error.result = result(stopped_by=type(error).__name__)
+        raise
     finished = result()
     if config.evaluate:
         finished.accuracy_end = accuracy(task, cost=config.cost)

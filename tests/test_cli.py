@@ -322,12 +322,18 @@ def test_export_events_writes_the_header_minidtr_train_writes(tmp_path):
     assert "budget is not known" not in text and "2,600" in text
 
 
-def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys):
+def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path):
     """The tiny Tree-LSTM's eighth batch needs more than the two measured steps' floor:
     the failure says which step, and what it needs as a fraction of the measured peak."""
     tiny_tree = ("train", "treelstm", "--size", "tiny", "--steps", "10", "--ratio", "0.5")
-    code, out, err = run(capsys, *tiny_tree, "--no-progress")
+    events = tmp_path / "ev.jsonl"
+    code, out, err = run(capsys, *tiny_tree, "--no-progress", "--events", str(events))
     assert code == 1 and "budget is too small" in err and len(err.strip().splitlines()) == 1
+    # what the seven steps did is kept: the summary, and the event log, saying how it ended
+    assert "stopped by a BudgetError after 7 of 10 steps" in out
+    assert "(end: not measured, the run stopped)" in out
+    header = json.loads(events.read_text().splitlines()[0])
+    assert header["stopped_by"] == "BudgetError" and header["steps_done"] == 7
     assert "(step 8 needs more than the first 2 steps" in err
     assert "at least 59,196 bytes, 0.510 of that peak" in err and "--measure-steps" in err
     # measured on all ten steps, the same ratio is of a larger peak, above every floor
