@@ -162,6 +162,8 @@ _NONES = _Nones()
 
 def _saved(tensors: tuple[Tensor, ...], retain: tuple[int, ...]) -> tuple:
     """New handles (without a grad_fn, so no cycle) on the retained values, None elsewhere."""
+    if len(tensors) == 1:  # an activation's output, a unary op's input: the common case
+        return (Tensor(tensors[0].cell),)
     saved: list = [None] * len(tensors)
     for i in retain:
         saved[i] = Tensor(tensors[i].cell)
