@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from .explain import ORPHAN_NOTE, clock_unit, human_bytes
+from .training import MEASURE_STEPS
 
 SUMMARY_WIDTH = 22  # the label column of the summary table
-MEASURE_STEPS = 2  # training.MEASURE_STEPS: the command loads training.py only to train
 
 
 class Progress:
@@ -28,7 +28,6 @@ class Progress:
         self.total, self.enabled = total, enabled
         self.bar = None
         self.loss: float | None = None
-        self.done = 0  # steps finished
 
     def steps(self, steps: Iterable[int]) -> Iterable[int]:
         if not self.enabled:
@@ -44,7 +43,6 @@ class Progress:
 
     def on_loss(self, bar: Any, loss: float) -> None:
         self.loss = loss
-        self.done += 1
 
     @contextmanager
     def watch(self, runtime: Any) -> Iterator[None]:
@@ -113,11 +111,12 @@ def floor_verdict(budget: int, floors: Any, dealloc: str = "eager") -> str:
     )
 
 
-def budget_verdict(error: Any, floors: Any, dealloc: str, steps_done: int) -> str:
-    """What a ``BudgetError`` in a training step means. A step after the measured ones
+def budget_verdict(error: Any, floors: Any, dealloc: str) -> str:
+    """What a ``BudgetError`` raised by ``train`` means. A step after the measured ones
     that needs more than their floor met a batch the measurement did not see (a
     Tree-LSTM's trees differ from batch to batch): then say what that step needs, as a
     ratio of the measured peak too; otherwise ``floor_verdict``."""
+    steps_done = len(error.result.losses) if getattr(error, "result", None) else 0
     needs, measured = error.memory + error.needed, floors.measured_steps
     if not measured or steps_done < measured or needs <= floors.floor:
         return floor_verdict(error.budget, floors, dealloc)

@@ -24,8 +24,16 @@ from .cli_args import (
     usage_error,
     whole_number,
 )
-from .cli_report import MEASURE_STEPS, Progress, budget_verdict, frontier_table, summary_table
+from .cli_report import Progress, budget_verdict, frontier_table, summary_table
 from .explain import write_event_log
+from .training import (
+    MEASURE_STEPS,
+    ConfigError,
+    TrainConfig,
+    TrainingInterrupted,
+    measure_unbounded,
+    train,
+)
 
 PROG = "minidtr train"
 DEFAULT_STEPS = 50
@@ -122,8 +130,6 @@ def _add_run_options(p: argparse.ArgumentParser, sizes: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``minidtr train`` on parsed ``args``; returns the exit status."""
-    from .training import TrainConfig
-
     if args.steps is None:
         args.steps = FIND_BUDGET_STEPS if args.find_budget else DEFAULT_STEPS
     check_arguments(args)
@@ -194,7 +200,6 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
     """Train ``config`` as ``args`` say; print the summary and write the outputs. On
     Ctrl-C, print and write what the steps done recorded, then stop (exit 130)."""
     from .runtime import BudgetError, ThrashError
-    from .training import ConfigError, TrainingInterrupted, measure_unbounded, train
 
     progress = Progress(args.steps, not args.no_progress)
     try:
@@ -214,7 +219,8 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
     except ConfigError as e:
         usage_error(PROG, str(e))
     except ThrashError as e:
-        keep_steps_done(getattr(e, "result", None), args, progress)
+        progress.close()
+        keep_steps_done(getattr(e, "result", None), args)
         print(
             f"{PROG}: stopped {args.model}, it was thrashing: {e} In this command: "
             "--budget/--ratio, --max-slowdown, --max-wall-slowdown.",
@@ -222,10 +228,11 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
         )
         return EXIT_FAILED
     except BudgetError as e:
-        keep_steps_done(getattr(e, "result", None), args, progress)
+        progress.close()
+        keep_steps_done(getattr(e, "result", None), args)
         print(
             f"{PROG}: the budget is too small to train {args.model}: {e} "
-            f"({budget_verdict(e, unbounded, args.dealloc, progress.done)})",
+            f"({budget_verdict(e, unbounded, args.dealloc)})",
             file=sys.stderr,
         )
         return EXIT_FAILED
@@ -243,15 +250,11 @@ def max_slowdown(args: argparse.Namespace) -> float | None:
     return FIND_BUDGET_SLOWDOWN if args.find_budget else DEFAULT_MAX_SLOWDOWN
 
 
-def keep_steps_done(
-    result: Any, args: argparse.Namespace, progress: Progress | None = None
-) -> None:
+def keep_steps_done(result: Any, args: argparse.Namespace) -> None:
     """What a run stopped by Ctrl-C or an error keeps: the summary of the steps done,
     the event log (its header says how it ended, and after how many steps) and the
     memory timeline. Not the trace: a trace is a whole run, recorded only when the run
     ends. Nothing when the error came before the steps (``result`` None)."""
-    if progress is not None:
-        progress.close()
     if result is None:
         return
     if result.losses:

@@ -343,12 +343,6 @@ def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path):
     assert "--seed 0 --measure-steps 10 (2,506 parameters)" in out
 
 
-def test_the_measured_steps_agree_between_the_command_and_the_training_loop():
-    from minidtr import cli_report, training
-
-    assert cli_report.MEASURE_STEPS == training.MEASURE_STEPS
-
-
 def test_measure_steps_below_one_is_refused(capsys):
     from minidtr.training import ConfigError, TrainConfig, measure_unbounded, train
 

@@ -35,8 +35,8 @@ class CycleCollection:
         self.waiting: dict[int, weakref.ref[Lifetimes]] = {}  # by id: each once a pass
 
     def here(self) -> bool:
-        """Whether the pass running is this thread's."""
-        return self.thread == threading.get_ident()
+        """Whether a pass is running, in this thread."""
+        return self.running and self.thread == threading.get_ident()
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":

@@ -141,7 +141,7 @@ class Lifetimes:
         with the policies (``settle``), so that a trace holds it where it takes effect."""
         allocator = self.allocator
         if allocator.observer is not None:
-            collecting = COLLECTION.running and COLLECTION.here()
+            collecting = COLLECTION.here()
             if allocator.busy or collecting:
                 self.released.append(cell)
                 if collecting:
@@ -161,7 +161,7 @@ class Lifetimes:
         if observer is not None:
             observer.on_death(storage)
         self.dying.append(storage)
-        if COLLECTION.running and COLLECTION.here():
+        if COLLECTION.here():
             COLLECTION.wait(self)
             return
         self.settle()
