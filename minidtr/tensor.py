@@ -95,7 +95,8 @@ class Tensor:
         storage.external_refs += 1  # Allocator.add_ref, inlined: this runs for every op
         allocator = storage.allocator
         if storage.buffer is None:
-            allocator.lifetimes.referenced_evicted(storage)
+            with allocator.lock:
+                allocator.lifetimes.referenced_evicted(storage)
         if allocator.observer is not None:
             allocator.observer.on_add_ref(cell)
 
@@ -107,7 +108,12 @@ class Tensor:
             if storage.external_refs > 1 and allocator.observer is None:
                 storage.external_refs -= 1  # another handle lives on: Allocator.release, inlined
             else:
-                allocator.release(cell)
+                lock = allocator.lock  # (a death in another thread waits for the op under way)
+                lock.acquire()
+                try:
+                    allocator.release(cell)
+                finally:
+                    lock.release()
         except Exception:  # interpreter shutdown, or a half-built tensor
             pass
 
@@ -281,8 +287,9 @@ class Tensor:
         self.cell = new
         (new.storage if new.is_view else new).allocator.add_ref(new)
         storage = old.storage if old.is_view else old
-        storage.allocator.lifetimes.supersede(storage)  # recipes that read it may go with it
-        storage.allocator.release(old)
+        with storage.allocator.lock:
+            storage.allocator.lifetimes.supersede(storage)  # recipes that read it may go with it
+            storage.allocator.release(old)
 
     def __repr__(self) -> str:
         if not self.is_resident:

@@ -24,7 +24,10 @@ protocol*: ``busy`` is set while an op, a read or a search is under way, and
 deaths then wait (``Lifetimes.settle``) until ``done`` ends the access, so that
 nothing changes under a running kernel; ``accesses`` counts the ops and reads
 under way; ``interrupt_requested`` asks for a ``KeyboardInterrupt`` at the next
-consistent point (``deferred_interrupts``).
+consistent point (``deferred_interrupts``). Every entry (an op, a read, a death, a
+runtime entering or leaving) holds the allocator's ``lock``: threads that share a
+device take turns, a whole op or death at a time, and the nested entries of one
+thread (a death during an op) pass through it.
 
 With ``Runtime(reference=True)`` innermost the allocator runs the reference
 policy only (``fast`` is None, the candidates are a plain ordered set, e* is
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from time import perf_counter_ns
@@ -53,6 +56,7 @@ from .eviction import Eviction
 from .guard import ThrashGuard
 from .ledger import Ledger
 from .lifetime import Lifetimes, raising
+from .outputs import new_outputs
 from .realmem import RealMemory
 from .remat import Rematerializer, with_workspace
 from .runtime import Runtime, Stats
@@ -79,6 +83,7 @@ class Allocator:
         self.clock = 0.0
         self.next_id = 0
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
+        self.lock = threading.RLock()  # held by every entry: one thread's work at a time
         self.busy = False
         self.accesses = 0
         self.interrupt_requested = False
@@ -211,39 +216,42 @@ class Allocator:
         """Register a buffer with no recipe (an input, a parameter): counted, never
         evicted. Room is made before ``make_array`` allocates, so the budget holds.
         The value's ``shape`` and ``dtype`` default to ``nbytes`` bytes."""
-        self.check_pending()
-        if shape is None:
-            shape, dtype = (nbytes,), np.dtype(np.uint8)
-        self.next_id += 1
-        storage = Storage.new(
-            allocator=self, id=self.next_id, name=name, nbytes=nbytes, shape=shape,
-            dtype=dtype, device=self.device,
-        )  # fmt: skip
-        was_busy, self.busy = self.busy, True
-        ledger = self.ledger
-        try:
-            self.reserve(nbytes, name)
+        with self.lock:
+            self.check_pending()
+            if shape is None:
+                shape, dtype = (nbytes,), np.dtype(np.uint8)
+            self.next_id += 1
+            storage = Storage.new(
+                allocator=self, id=self.next_id, name=name, nbytes=nbytes, shape=shape,
+                dtype=dtype, device=self.device,
+            )  # fmt: skip
+            was_busy, self.busy = self.busy, True
+            ledger = self.ledger
             try:
-                array = (
-                    make_array() if self.meter is None else self.meter.measure(make_array, nbytes)
-                )
-            except BaseException:
-                self.unreserve(nbytes)
-                raise
-            if int(array.nbytes) != nbytes:
-                self.unreserve(nbytes)
-                raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
-            storage.buffer = array
-            if self.addresses is not None:
-                self.addresses.bind([storage])
-            storage.last_access = self.clock
-            ledger.constant_bytes += nbytes
-            if self.observer is not None:
-                self.observer.on_constant(storage)
-        finally:
-            self.done((), was_busy)
-        self.record("alloc", storage)
-        return storage
+                self.reserve(nbytes, name)
+                try:
+                    array = (
+                        make_array()
+                        if self.meter is None
+                        else self.meter.measure(make_array, nbytes)
+                    )
+                except BaseException:
+                    self.unreserve(nbytes)
+                    raise
+                if int(array.nbytes) != nbytes:
+                    self.unreserve(nbytes)
+                    raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
+                storage.buffer = array
+                if self.addresses is not None:
+                    self.addresses.bind([storage])
+                storage.last_access = self.clock
+                ledger.constant_bytes += nbytes
+                if self.observer is not None:
+                    self.observer.on_constant(storage)
+            finally:
+                self.done((), was_busy)
+            self.record("alloc", storage)
+            return storage
 
     # ---- running ops -----------------------------------------------------------------------
 
@@ -263,16 +271,21 @@ class Allocator:
         running statistics), so no chain of recipes grows from step to step. The
         accelerator takes the ops it can (``fast.FastPath.compute``); the others,
         and every op under the reference policy, take ``compute_general``."""
-        if self.interrupt_requested:
-            raise KeyboardInterrupt
-        if not self.busy:
-            if self.lifetimes.pending_error is not None:
-                self.lifetimes.raise_pending()
-            if self.fast is not None and not op.is_view:
-                outputs = self.fast.compute(op, inputs, metas, device, constant)
-                if outputs is not None:
-                    return outputs
-        return self.compute_general(op, inputs, metas, device, constant)
+        lock = self.lock  # (acquire and release: a ``with`` costs twice as much)
+        lock.acquire()
+        try:
+            if self.interrupt_requested:
+                raise KeyboardInterrupt
+            if not self.busy:
+                if self.lifetimes.pending_error is not None:
+                    self.lifetimes.raise_pending()
+                if self.fast is not None and not op.is_view:
+                    outputs = self.fast.compute(op, inputs, metas, device, constant)
+                    if outputs is not None:
+                        return outputs
+            return self.compute_general(op, inputs, metas, device, constant)
+        finally:
+            lock.release()
 
     def compute_general(
         self,
@@ -308,8 +321,8 @@ class Allocator:
             finally:
                 self.kernel_workspace = 0
             self.ledger.memory -= workspace
-            cells = self.new_outputs(
-                op, inputs, parents, device, results, metas, sizes, cost, constant, workspace
+            cells = new_outputs(
+                self, op, inputs, parents, device, results, metas, sizes, cost, constant, workspace
             )
             if self.audit is not None and not constant:
                 self.audit.computed(op, cells)
@@ -317,105 +330,6 @@ class Allocator:
         finally:
             self.accesses -= 1
             self.done(locked, was_busy)
-
-    def new_outputs(
-        self,
-        op: Any,
-        inputs: tuple[Cell, ...],
-        parents: tuple[Storage, ...],
-        device: str | None,
-        results: Any,
-        metas: Sequence[tuple],
-        sizes: list[int],
-        cost: float,
-        constant: bool,
-        workspace: int = 0,
-    ) -> list[Storage]:
-        """Record the outputs of an op that just ran (what its ``forward`` returned) as
-        new storages, which are also the outputs' cells: a constant, its own recipe (one
-        output) or one of the outputs that share a ``Recipe``. Their alloc events carry
-        the ``workspace`` the kernel had besides them (the first output's event)."""
-        if op.n_outputs == 1:
-            results = (results,)
-        recipe: Storage | Recipe
-        if len(metas) == 1 and not constant:
-            output = self.new_evictable(
-                op, inputs, parents, device, 0, results[0], metas[0], sizes[0], cost
-            )
-            cells, recipe = [output], output  # its own recipe
-        else:
-            # shared by the outputs; for constants, only the observer's record of the op
-            recipe = Recipe(op, inputs, parents, device)
-            recipe.run_cost = cost
-            recipe.out_nbytes = tuple(sizes)
-            if constant:
-                cells = [
-                    self.new_constant(op.name, results[i], meta, sizes[i], device, i)
-                    for i, meta in enumerate(metas)
-                ]
-            else:
-                cells = [
-                    self.new_evictable(
-                        op, inputs, parents, device, i, results[i], meta, sizes[i], cost, recipe
-                    )
-                    for i, meta in enumerate(metas)
-                ]
-                recipe.outputs = tuple([weakref.ref(storage) for storage in cells])
-        if self.addresses is not None:
-            self.addresses.bind(cells)
-        if self.runtime.events is not None:
-            for storage in cells:
-                if workspace:
-                    self.record("alloc", storage, cost=cost, workspace=workspace)
-                    workspace = 0
-                else:
-                    self.record("alloc", storage, cost=cost)
-        if self.observer is not None:
-            self.observer.on_compute(recipe, cells)
-        return cells
-
-    def new_constant(
-        self, name: str, result: Any, meta: tuple, nbytes: int, device: str | None, index: int
-    ) -> Storage:
-        """The storage of an op's output computed under ``as_constants``: no recipe."""
-        self.next_id += 1
-        shape, dtype = meta
-        self.ledger.constant_bytes += nbytes
-        return Storage.new(
-            allocator=self, id=self.next_id, name=name, nbytes=nbytes, shape=shape,
-            dtype=dtype, device=device, index=index,
-            contiguous=True if device is None else result.flags.c_contiguous,
-            buffer=result, last_access=self.clock,
-        )  # fmt: skip
-
-    def new_evictable(
-        self,
-        op: Any,
-        inputs: tuple[Cell, ...],
-        parents: tuple[Storage, ...],
-        device: str | None,
-        index: int,
-        result: Any,
-        meta: tuple,
-        nbytes: int,
-        cost: float,
-        shared: Recipe | None = None,
-    ) -> Storage:
-        """The storage of output ``index`` of an op that just ran (its own recipe, or one of
-        ``shared``'s outputs): a candidate for eviction, a child of each of ``parents``."""
-        self.next_id += 1
-        shape, dtype = meta
-        storage = Storage.new(
-            allocator=self, id=self.next_id, name=op.name, nbytes=nbytes, shape=shape,
-            dtype=dtype, device=device, index=index,
-            contiguous=True if device is None else result.flags.c_contiguous,  # placeholders
-            buffer=result, cost=cost, last_access=self.clock, op=op, inputs=inputs,
-            parents=parents, shared=shared,
-        )  # fmt: skip
-        self.eviction.candidates.add(storage)
-        storage.tell_parents()
-        self.lifetimes.cut_dead_chains(storage)
-        return storage
 
     def done(self, locked: Sequence[Storage], was_busy: bool) -> None:
         """The end of an access: unlock, free what only it needed, settle what died
@@ -495,26 +409,28 @@ class Allocator:
     @contextmanager
     def holding(self, storage: Storage) -> Iterator[None]:
         """Keep ``storage`` resident and locked for the body (rematerializing it first)."""
-        self.check_pending()
-        was_busy, self.busy = self.busy, True
-        locked: Sequence[Storage] = ()
-        self.accesses += 1
-        try:
-            locked = self.remat.lock([storage])
-            yield
-        finally:
-            self.accesses -= 1
-            self.done(locked, was_busy)
+        with self.lock:
+            self.check_pending()
+            was_busy, self.busy = self.busy, True
+            locked: Sequence[Storage] = ()
+            self.accesses += 1
+            try:
+                locked = self.remat.lock([storage])
+                yield
+            finally:
+                self.accesses -= 1
+                self.done(locked, was_busy)
 
     def lock_for_another(self, storage: Storage) -> None:
         """Lock one of this allocator's storages for an access of another allocator,
         rebuilding it here first if it was evicted; the other unlocks it."""
-        self.check_pending()
-        was_busy, self.busy = self.busy, True
-        try:
-            self.remat.lock([storage], "read by another allocator")
-        finally:
-            self.done((), was_busy)
+        with self.lock:
+            self.check_pending()
+            was_busy, self.busy = self.busy, True
+            try:
+                self.remat.lock([storage], "read by another allocator")
+            finally:
+                self.done((), was_busy)
 
     # ---- making room -----------------------------------------------------------------------
 
@@ -566,27 +482,35 @@ class Allocator:
 
     def evict(self, storage: Storage, reason: str = "budget") -> None:
         """Free a resident storage's buffer, keeping its recipe (``Eviction.evict``)."""
-        self.eviction.evict(storage, reason)
+        with self.lock:
+            self.eviction.evict(storage, reason)
 
     def release(self, cell: Cell) -> None:
         """A Tensor handle to ``cell`` died (``Lifetimes.release``). While accelerated, the
-        allocator's ``release`` is ``FastPath.release`` instead (``fast.install``)."""
+        allocator's ``release`` is ``FastPath.release`` instead (``fast.install``). The
+        one entry whose callers hold the lock (``Tensor.__del__``, which is on every
+        op's path, takes it without a call more)."""
         self.lifetimes.release(cell)
 
     def add_ref(self, cell: Cell) -> None:
-        self.lifetimes.add_ref(cell)
+        with self.lock:
+            self.lifetimes.add_ref(cell)
 
     def pin(self, storage: Storage) -> None:
-        self.lifetimes.pin(storage)
+        with self.lock:
+            self.lifetimes.pin(storage)
 
     def unpin(self, storage: Storage) -> None:
-        self.lifetimes.unpin(storage)
+        with self.lock:
+            self.lifetimes.unpin(storage)
 
     def make_constant(self, storage: Storage, if_resident: bool = False) -> None:
-        self.lifetimes.make_constant(storage, if_resident)
+        with self.lock:
+            self.lifetimes.make_constant(storage, if_resident)
 
     def forget(self, storage: Storage) -> None:
-        self.lifetimes.forget(storage)
+        with self.lock:
+            self.lifetimes.forget(storage)
 
     @property
     def pending_error(self) -> BaseException | None:

@@ -48,7 +48,8 @@ class CycleCollection:
         for ref in waiting.values():
             lifetimes = ref()
             if lifetimes is not None:
-                lifetimes.settle()
+                with lifetimes.allocator.lock:
+                    lifetimes.settle()
 
     def wait(self, lifetimes: Lifetimes) -> None:
         """Settle ``lifetimes`` when the pass ends (once, however many die meanwhile)."""

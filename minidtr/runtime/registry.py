@@ -21,13 +21,17 @@ from .allocator import Allocator
 # device -> its allocator. ``ops.op.apply`` reads it directly on every op; everything
 # else goes through the functions below.
 ALLOCATORS: dict[str, Allocator] = {}
+_CREATING = threading.Lock()  # two threads' first ops on a device make one allocator
 
 
 def allocator_for(device: str) -> Allocator:
     """The allocator of a device (created on first use)."""
     allocator = ALLOCATORS.get(device)
     if allocator is None:
-        allocator = ALLOCATORS[device] = Allocator(device)
+        with _CREATING:
+            allocator = ALLOCATORS.get(device)
+            if allocator is None:
+                allocator = ALLOCATORS[device] = Allocator(device)
     return allocator
 
 

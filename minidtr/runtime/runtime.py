@@ -10,7 +10,8 @@ can be entered again after it exits (its statistics accumulate), but not
 while it is already active. A device's runtimes serve one thread at a time:
 entering one while another thread's is active on the same device is an error
 (the two stacks would interleave); ``minidtr.sim`` replays have an allocator
-each and run in any thread.
+each and run in any thread. Ops, reads and deaths may come from any thread: they
+take turns on the allocator's lock, and count against the budget in force.
 """
 
 from __future__ import annotations
@@ -193,13 +194,17 @@ class Runtime:
     def budget(self, value: int | None) -> None:
         """Change the budget; when active, evicts at once to meet a lower one."""
         value = check_budget(value)
-        old, self._budget = self._budget, value
-        if self.allocator is not None:
+        allocator = self.allocator
+        if allocator is None:
+            self._budget = value
+            return
+        with allocator.lock:
+            old, self._budget = self._budget, value
             try:
-                self.allocator.apply_budget()
+                allocator.apply_budget()
             except BudgetError:
                 self._budget = old
-                self.allocator.apply_budget()
+                allocator.apply_budget()
                 raise
 
     @property
@@ -216,22 +221,23 @@ class Runtime:
         device's allocator; an allocator enters its default runtime this way)."""
         if self.allocator is not None:
             raise RuntimeError(f"{self!r} is already active; a runtime cannot be re-entered")
-        thread = threading.get_ident()
-        innermost = allocator.runtimes[-1] if len(allocator.runtimes) > 1 else None
-        if innermost is not None and innermost._thread != thread:
-            raise RuntimeError(_other_thread(self, innermost, allocator))
-        self._thread = thread
-        self._active_since = time.perf_counter()
-        attach = getattr(self.heuristic, "attach", None)  # a heuristic that watches (learned)
-        if attach is not None:
-            attach(allocator)
-        try:
-            allocator.push(self)
-        except BaseException:
-            self._detach_heuristic(allocator)
-            raise
-        self.allocator = allocator
-        return self
+        with allocator.lock:  # (another thread's op waits, and so does its runtime)
+            thread = threading.get_ident()
+            innermost = allocator.runtimes[-1] if len(allocator.runtimes) > 1 else None
+            if innermost is not None and innermost._thread != thread:
+                raise RuntimeError(_other_thread(self, innermost, allocator))
+            self._thread = thread
+            self._active_since = time.perf_counter()
+            attach = getattr(self.heuristic, "attach", None)  # a heuristic that watches (learned)
+            if attach is not None:
+                attach(allocator)
+            try:
+                allocator.push(self)
+            except BaseException:
+                self._detach_heuristic(allocator)
+                raise
+            self.allocator = allocator
+            return self
 
     def _detach_heuristic(self, allocator: Any) -> None:
         detach = getattr(self.heuristic, "detach", None)
@@ -242,7 +248,8 @@ class Runtime:
         """Stop being active (what the end of the ``with`` does, before its checks)."""
         if self._thread != threading.get_ident() and len(self.allocator.runtimes) > 1:
             raise RuntimeError(f"{self!r} was entered in another thread: leave it there")
-        self.allocator.pop(self)
+        with self.allocator.lock:
+            self.allocator.pop(self)
         self._detach_heuristic(self.allocator)
         self.allocator = None
         self.stats_.wall_time += time.perf_counter() - self._active_since

@@ -324,7 +324,7 @@ class Storage:
         try:
             allocator = self.allocator
             if self.buffer is not None or allocator.eviction.tracking is not None:
-                allocator.lifetimes.forget(self)  # otherwise there is nothing to forget
+                allocator.forget(self)  # otherwise there is nothing to forget
         except Exception:  # interpreter shutdown
             pass
 

@@ -386,7 +386,7 @@ class Replayer:
             name = ins.args[i]
             old = self.cells[name]
             self._define(name, cell)
-            self.allocator.release(old)
+            self._drop(old)
 
     def _copy(self, ins: Copy) -> None:
         self._define(ins.dst, self.cells[ins.src])
@@ -394,7 +394,7 @@ class Replayer:
     def _copy_from(self, ins: CopyFrom) -> None:
         old = self.cells[ins.dst]
         self._define(ins.dst, self.cells[ins.src])
-        self.allocator.release(old)
+        self._drop(old)
 
     def _make_constant(self, ins: MakeConstant) -> None:
         storage = self.cells[ins.name].storage
@@ -411,7 +411,12 @@ class Replayer:
             self.runtime.mark_step(expected_cost=expected)
 
     def _release(self, ins: Release) -> None:
-        self.allocator.release(self.cells.pop(ins.name))
+        self._drop(self.cells.pop(ins.name))
+
+    def _drop(self, cell: Cell) -> None:
+        """A handle to ``cell`` dies (``Allocator.release``, whose callers hold its lock)."""
+        with self.allocator.lock:
+            self.allocator.release(cell)
 
 
 def baseline(trace: Trace) -> Baseline:

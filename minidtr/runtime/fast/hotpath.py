@@ -125,7 +125,7 @@ class FastPath:
         cost: float,
         constant: bool,
     ) -> list[Storage]:
-        """``Allocator.new_outputs`` with nothing watching (no observer, no event log):
+        """``outputs.new_outputs`` with nothing watching (no observer, no event log):
         several outputs sharing a ``Recipe``, or constants (optimizer updates, running
         statistics), made as ``new_evictable`` makes one."""
         results = (results,) if op.n_outputs == 1 else results
@@ -166,7 +166,7 @@ class FastPath:
         index: int = 0,
         shared: Recipe | None = None,
     ) -> Storage:
-        """``Allocator.new_evictable``, with ``CandidateTable.add`` of a new storage and
+        """``outputs.new_evictable``, with ``CandidateTable.add`` of a new storage and
         ``Storage.tell_parents`` inlined."""
         allocator = self.allocator
         allocator.next_id += 1
@@ -204,7 +204,7 @@ class FastPath:
         return storage
 
     def release(self, cell: Cell) -> None:
-        """``Lifetimes.release``, with the death of a plain temporary inlined."""
+        """``Lifetimes.release``, a plain temporary's death inlined (callers hold the lock)."""
         allocator, lifetimes = self.allocator, self.lifetimes
         storage = cell.storage if cell.is_view else cell
         if self.usefulness.regions and storage.external_refs == 1 and storage.buffer is None:

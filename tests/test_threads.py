@@ -1,0 +1,116 @@
+"""Threads sharing a device: each op, read and death holds the allocator's lock, so two
+threads' programs interleave a whole op at a time and every count stays exact.
+
+Before the lock, two threads making tensors on the CPU at once left the allocator
+``busy`` for good (each saved the other's flag and put it back) and every later death
+waited in its queue: 1.2 MB counted after both threads had dropped everything.
+"""
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import minidtr as md
+
+N_THREADS = 3
+
+
+@pytest.fixture(autouse=True)
+def often_switching(fresh_allocator):
+    """Switch threads every microsecond, so that their ops interleave within each op."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(interval)
+
+
+def program(seed: int, steps: int) -> list[float]:
+    """A small training loop of this thread's own: a chain of ten layers whose outputs
+    backward reads (what a budget evicts), reads, updates, deaths."""
+    rng = np.random.default_rng(seed)
+    w = md.tensor(rng.standard_normal((32, 32)).astype(np.float32) / 6, requires_grad=True)
+    x = md.tensor(rng.standard_normal((16, 32)).astype(np.float32))
+    losses = []
+    for _ in range(steps):
+        h = x
+        for _ in range(10):
+            h = (h @ w).tanh() * 0.5 + 1.0
+        loss = (h * h).mean()
+        loss.backward()
+        losses.append(float(loss.numpy()))
+        w = md.tensor(w.numpy() - 0.1 * w.grad.numpy(), requires_grad=True)
+    return losses
+
+
+def run_in_threads(work, args: list) -> list:
+    """``work(*a)`` for each ``a`` of ``args``, each in a thread of its own, all at once;
+    what each returned (or raised)."""
+    results: list = [None] * len(args)
+    start = threading.Barrier(len(args))
+
+    def run(i):
+        start.wait()
+        try:
+            results[i] = work(*args[i])
+        except BaseException as e:  # noqa: BLE001 (the test reads it)
+            results[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    return results
+
+
+def settled(allocator) -> None:
+    """Nothing counted, nothing waiting: what one thread's program leaves behind."""
+    assert not allocator.busy and allocator.accesses == 0
+    assert not allocator.lifetimes.dying and not allocator.lifetimes.released
+    assert allocator.memory == 0 and allocator.constant_bytes == 0
+
+
+def test_threads_computing_at_once_get_their_own_results_and_leave_nothing(fresh_allocator):
+    alone = [program(seed, 10) for seed in range(N_THREADS)]
+    settled(fresh_allocator)
+    together = run_in_threads(program, [(seed, 10) for seed in range(N_THREADS)])
+    assert together == alone
+    settled(fresh_allocator)
+
+
+def test_a_budget_holds_while_another_thread_computes(fresh_allocator):
+    """Two threads run under one budget (a device has one), below what either needs
+    alone without evicting: each evicts and rebuilds values of both, and gets exactly
+    its unbudgeted results."""
+    alone = [program(seed, 10) for seed in range(2)]
+    with md.Runtime(budget=50_000) as runtime:
+        together = run_in_threads(program, [(seed, 10) for seed in range(2)])
+    assert together == alone
+    stats = runtime.stats()
+    assert stats["peak_memory"] <= 50_000 and stats["remats"] > 0
+    settled(fresh_allocator)
+
+
+def test_values_dropped_in_another_thread_are_freed(fresh_allocator):
+    """Handles made in one thread and dropped in another (a queue between a producer
+    and a consumer) are released there, while the first goes on computing."""
+    made = [md.tensor(np.full(256, i, np.float32)) * 2.0 for i in range(2000)]
+    total = sum(t.nbytes for t in made)
+    assert fresh_allocator.memory >= total
+
+    def drop_all():
+        while made:
+            made.pop()
+
+    def compute():
+        y = md.tensor(np.ones(64, np.float32))
+        for _ in range(2000):
+            y = (y * 1.0001).tanh()
+        return float(y.numpy()[0])
+
+    dropped, value = run_in_threads(lambda job: job(), [(drop_all,), (compute,)])
+    assert dropped is None and value == compute()
+    settled(fresh_allocator)
