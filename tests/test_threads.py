@@ -6,8 +6,11 @@ Before the lock, two threads making tensors on the CPU at once left the allocato
 waited in its queue: 1.2 MB counted after both threads had dropped everything.
 """
 
+import os
+import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -114,3 +117,40 @@ def test_values_dropped_in_another_thread_are_freed(fresh_allocator):
     dropped, value = run_in_threads(lambda job: job(), [(drop_all,), (compute,)])
     assert dropped is None and value == compute()
     settled(fresh_allocator)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (fork with threads, 3.12+)
+def test_a_fork_while_another_thread_computes_gives_a_child_that_computes(fresh_allocator):
+    """A fork waits until no thread is inside an allocator: the child neither inherits a
+    lock held by a thread it does not have (its first op would wait forever: half of
+    twenty forks did before ``register_at_fork``) nor an op half done."""
+    stop = threading.Event()
+
+    def compute():
+        y = md.tensor(np.ones(64, np.float32))
+        while not stop.is_set():
+            y = (y * 1.0).tanh()
+
+    thread = threading.Thread(target=compute)
+    thread.start()
+    outcomes = []
+    try:
+        for _ in range(10):
+            pid = os.fork()
+            if pid == 0:  # the child: one op, then out without running the parent's code
+                x = md.tensor(np.ones(4, np.float32)) * 2.0
+                os._exit(0 if float(x.numpy()[0]) == 2.0 else 3)
+            deadline = time.monotonic() + 20
+            while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not done[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                outcomes.append("hung")
+            else:
+                outcomes.append(os.waitstatus_to_exitcode(done[1]))
+    finally:
+        stop.set()
+        thread.join(30)
+    assert outcomes == [0] * 10

@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from time import perf_counter_ns
@@ -78,6 +80,7 @@ class Allocator:
 
     def __init__(self, device: str | None = "cpu", default: Runtime | None = None):
         Allocator.alive += 1
+        EVERY.add(self)
         self.device = device
         self.xp = backend.xp_for(device) if device is not None else None
         self.clock = 0.0
@@ -522,3 +525,24 @@ class Allocator:
     def discard_pending(self) -> None:
         """Drop an error met while settling deaths (the run already fails with its own)."""
         self.lifetimes.pending_error = None
+
+
+# Every allocator alive, for ``os.fork``: a fork waits until no thread is inside one, so
+# that the child does not start with a lock held by a thread it does not have (its first
+# op would wait forever) or with an op half done.
+EVERY: weakref.WeakSet[Allocator] = weakref.WeakSet()
+_held_over_fork: list[Allocator] = []
+
+
+def _before_fork() -> None:
+    for allocator in sorted(EVERY, key=id):
+        allocator.lock.acquire()
+        _held_over_fork.append(allocator)
+
+
+def _after_fork() -> None:
+    while _held_over_fork:
+        _held_over_fork.pop().lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)

@@ -11,6 +11,7 @@ its whole life).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,9 @@ from .allocator import Allocator
 # else goes through the functions below.
 ALLOCATORS: dict[str, Allocator] = {}
 _CREATING = threading.Lock()  # two threads' first ops on a device make one allocator
+os.register_at_fork(  # (taken before the allocators' locks: allocator.py)
+    before=_CREATING.acquire, after_in_parent=_CREATING.release, after_in_child=_CREATING.release
+)
 
 
 def allocator_for(device: str) -> Allocator:
