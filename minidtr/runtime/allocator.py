@@ -3,9 +3,10 @@
 Every op goes through ``compute``: lock its inputs (rematerializing evicted ones
 first), make room for its outputs (evicting the lowest-scoring unlocked storages
 until they fit the budget), run the kernel, record the outputs with their
-recipe (``outputs.py``), unlock. Reading a value (``read``) takes the same path. The kernel is whatever
-the recipe's op does, so the simulator drives this same class with ops that only return
-placeholders: the live runtime and the simulator share every policy decision.
+recipe (``outputs.py``), unlock. Reading a value (``read``) takes the same path. The
+kernel is whatever the recipe's op does, so the simulator drives this same class with
+ops that only return placeholders: the live runtime and the simulator share every
+policy decision.
 
 The allocator is composed of parts, each owning its state:
 
