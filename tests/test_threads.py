@@ -8,6 +8,7 @@ waited in its queue: 1.2 MB counted after both threads had dropped everything.
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -154,3 +155,41 @@ def test_a_fork_while_another_thread_computes_gives_a_child_that_computes(fresh_
         stop.set()
         thread.join(30)
     assert outcomes == [0] * 10
+
+
+EXITING_WITH_A_DAEMON = """
+import gc, threading, time
+import numpy as np
+import minidtr as md
+
+gc.disable()  # (the cycles below wait for the collection the exit runs)
+
+
+def compute():
+    y = md.tensor(np.ones(1_000_000, np.float32))
+    while True:
+        y = (y * 1.0).tanh()
+
+
+threading.Thread(target=compute, daemon=True).start()
+for _ in range(50):
+    holder = {"tensor": md.tensor(np.ones(64, np.float32)) * 2.0}
+    holder["me"] = holder
+del holder
+time.sleep(0.05)
+print("done")
+"""
+
+
+def test_a_program_ends_while_a_daemon_thread_computes(tmp_path):
+    """At exit the interpreter stops a daemon thread wherever it is, perhaps inside an op
+    with its allocator's lock; the garbage the exit then collects holds tensors whose
+    deaths wait for that lock. The main thread takes the locks first (at exit): such a
+    program hung every time before."""
+    script = tmp_path / "daemon.py"
+    script.write_text(EXITING_WITH_A_DAEMON)
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+        )
+        assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr[-2000:]

@@ -38,6 +38,7 @@ pieces with code that decides the same, faster.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import math
 import os
@@ -547,3 +548,17 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+def _hold_at_exit() -> None:
+    """At exit, once the threads that are not daemons have ended: the main thread takes
+    every allocator's lock for good. The interpreter then stops the daemon threads
+    wherever they are, perhaps inside an op with its lock held, and the deaths that the
+    shutdown runs (garbage in reference cycles, module globals) would wait for that lock
+    forever (a daemon computing while the program ended hung every such exit)."""
+    for allocator in sorted(EVERY, key=id):
+        allocator.lock.acquire(timeout=EXIT_WAIT)
+
+
+EXIT_WAIT = 10.0  # seconds an exit waits for a daemon thread's op under way
+atexit.register(_hold_at_exit)
