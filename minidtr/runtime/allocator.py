@@ -529,11 +529,12 @@ class Allocator:
         self.lifetimes.pending_error = None
 
 
-# Every allocator alive, for ``os.fork``: a fork waits until no thread is inside one, so
-# that the child does not start with a lock held by a thread it does not have (its first
-# op would wait forever) or with an op half done.
+# Every allocator alive, for ``os.fork`` and the exit. A fork waits until no thread is
+# inside one, so that the child does not start with a lock held by a thread it does not
+# have (its first op would wait forever) or with an op half done; the exit, below.
 EVERY: weakref.WeakSet[Allocator] = weakref.WeakSet()
 _held_over_fork: list[Allocator] = []
+EXIT_WAIT = 10.0  # seconds an exit waits for a daemon thread's op under way
 
 
 def _before_fork() -> None:
@@ -560,5 +561,4 @@ def _hold_at_exit() -> None:
         allocator.lock.acquire(timeout=EXIT_WAIT)
 
 
-EXIT_WAIT = 10.0  # seconds an exit waits for a daemon thread's op under way
 atexit.register(_hold_at_exit)
