@@ -233,6 +233,41 @@ class Tensor:
             return np.array(array, copy=True)
         return backend.to_host(array)
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(x)``: a host copy of the value, as ``numpy()``. A value on a GPU is
+        not copied implicitly (as CuPy refuses to): call ``numpy()``."""
+        if copy is False:
+            raise ValueError("np.asarray(tensor, copy=False): a tensor's value is always copied")
+        if self.device != "cpu":
+            raise TypeError(
+                f"np.asarray: the tensor is on {self.device!r}; copy it to the host with .numpy()"
+            )
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __reduce_ex__(self, protocol):
+        """``pickle``, ``copy.copy`` and ``copy.deepcopy`` of a leaf: a new tensor with the
+        same value, dtype, device, ``requires_grad`` and gradient. A computed tensor has a
+        recipe that reads other storages, which a copy cannot carry: detach it first."""
+        if self.grad_fn is not None:
+            raise TypeError(
+                f"cannot copy or pickle a tensor computed by {self.grad_fn.op.name!r} (shape "
+                f"{self.shape}); copy its value with .detach(), or keep the tensor itself: "
+                "values are never changed in place"
+            )
+        grad = None if self._grad is None else self._grad.numpy()
+        return _rebuild_leaf, (self.numpy(), self.device, self.requires_grad, grad)
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` formats a single-element tensor's value."""
+        if not spec:
+            return str(self)
+        if self.size != 1:
+            raise ValueError(
+                f"format spec {spec!r} needs a single-element tensor, got shape {self.shape}"
+            )
+        return format(self.item(), spec)
+
     def item(self) -> float | int | bool:
         if self.size != 1:
             raise ValueError(f"item() needs a single-element tensor, got shape {self.shape}")
@@ -415,6 +450,16 @@ class Tensor:
 
 
 # ---- creation ------------------------------------------------------------------------------
+
+
+def _rebuild_leaf(
+    value: np.ndarray, device: str, requires_grad: bool, grad: np.ndarray | None
+) -> Tensor:
+    """A copied or unpickled leaf tensor (``Tensor.__reduce_ex__``), in the current runtime."""
+    copied = tensor(value, requires_grad=requires_grad, device=device)
+    if grad is not None:
+        copied.grad = tensor(grad, device=device)
+    return copied
 
 
 def _python_data(data: Any, dtype) -> np.ndarray:
