@@ -658,6 +658,18 @@ def test_a_budget_below_the_constants_says_so_when_entering():
     assert f"at least {info.value.memory:,} bytes" in message
 
 
+def test_a_budget_set_below_the_constants_says_so_and_keeps_the_old_one():
+    x = md.tensor(np.ones((100, 100)))
+    gc.collect()
+    with md.Runtime(budget=10**6) as rt:
+        with pytest.raises(md.BudgetError) as info:
+            rt.budget = 1024
+        assert str(info.value).startswith("setting the budget: the budget is 1,024 bytes and ")
+        assert info.value.constant >= x.nbytes
+        assert rt.budget == 10**6
+        assert (md.tensor(np.ones(3)) * 2).numpy().tolist() == [2.0, 2.0, 2.0]
+
+
 def test_sampling_and_min_size_filter_still_give_exact_results():
     from minidtr.testing import assert_remat_equivalent
     from minidtr.testing.programs import lstm_unrolled

@@ -148,7 +148,7 @@ class Allocator:
         if self.device == "cuda":
             backend.install_cuda_oom_handler(self.eviction.free_device_memory)
         try:
-            self.apply_budget()
+            self.apply_budget("entering the runtime")
         except BudgetError:
             self.pop(runtime)
             raise
@@ -176,7 +176,7 @@ class Allocator:
             for storage in self.eviction.candidates:
                 if not storage.external_refs and storage.buffer is not None and not storage.locks:
                     self.lifetimes.died(storage)
-        self.apply_budget()
+        self.apply_budget("leaving a runtime")
 
     def _select_policy_code(self) -> None:
         """Run the reference policy while the innermost runtime asks for it
@@ -190,8 +190,9 @@ class Allocator:
         else:
             fast.install(self, order)
 
-    def apply_budget(self) -> None:
-        """Recompute the budget in force (the tightest active one) and evict to meet it."""
+    def apply_budget(self, reason: str) -> None:
+        """Recompute the budget in force (the tightest active one) and evict to meet it;
+        ``reason`` names the change in a ``BudgetError``."""
         budgets = [rt.budget for rt in self.runtimes if rt.budget is not None]
         ledger = self.ledger
         ledger.budget = min(budgets) if budgets else None
@@ -202,10 +203,10 @@ class Allocator:
         if ledger.budget is not None and ledger.memory > ledger.budget:
             was_busy, self.busy = self.busy, True
             try:
-                self.eviction.make_room(ledger.budget, "entering the runtime", 0)
+                self.eviction.make_room(ledger.budget, reason, 0)
             finally:
                 self.done((), was_busy)
-        placement.apply_fit(self)  # fit="contiguous": the arena at the budget's size
+        placement.apply_fit(self, reason)  # fit="contiguous": the arena at the budget's size
         self.note_peak()
 
     # ---- constants -----------------------------------------------------------------------

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .allocator import Allocator
 
 
-def apply_fit(allocator: Allocator) -> None:
+def apply_fit(allocator: Allocator, reason: str) -> None:
     """Give the allocator the fit the innermost runtime asks for, at the budget in force
     (``Allocator.apply_budget``, after a runtime enters or leaves, or a budget changes):
     under ``bytes`` no placement; under ``contiguous`` the one it has (same policy) or a
@@ -62,7 +62,7 @@ def apply_fit(allocator: Allocator) -> None:
     if current is None or current.arena.policy != runtime.placement:
         current = ContiguousFit(allocator, arena_size(allocator.budget), runtime.placement)
         allocator.addresses = current
-    current.apply(allocator.budget)
+    current.apply(allocator.budget, reason)
 
 
 def arena_size(budget: int | None) -> int:
@@ -262,7 +262,7 @@ class ContiguousFit:
 
     # ---- the budget ---------------------------------------------------------------------
 
-    def apply(self, budget: int | None) -> None:
+    def apply(self, budget: int | None, reason: str) -> None:
         """The budget in force is ``budget``: lay the arena out again at that size when it
         changed, and place the storages still unplaced (evicting as a request does)."""
         size = arena_size(budget)
@@ -272,7 +272,7 @@ class ContiguousFit:
             allocator = self.allocator
             was_busy, allocator.busy = allocator.busy, True
             try:
-                self.reserve((), "entering the runtime", 0)  # places them, or evicts
+                self.reserve((), reason, 0)  # places them, or evicts
                 self.drop()
             finally:
                 allocator.done((), was_busy)

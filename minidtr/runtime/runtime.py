@@ -201,10 +201,10 @@ class Runtime:
         with allocator.lock:
             old, self._budget = self._budget, value
             try:
-                allocator.apply_budget()
+                allocator.apply_budget("setting the budget")
             except BudgetError:
                 self._budget = old
-                allocator.apply_budget()
+                allocator.apply_budget("setting the budget back")
                 raise
 
     @property
