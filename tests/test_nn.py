@@ -393,8 +393,9 @@ def test_dropout_eval_is_identity_and_training_masks_replay():
     assert np.array_equal(drop(x).numpy(), a)  # reproducible from the default generator
     own = [nn.Dropout(0.5, rng=11)(x).numpy() for _ in range(2)]
     assert np.array_equal(*own)
-    with pytest.raises(ValueError, match="p must be in"):
-        nn.Dropout(1.5)
+    for p in (1.5, 1.0):  # refused when made, not at the first forward
+        with pytest.raises(ValueError, match=r"Dropout: p must be in \[0, 1\)"):
+            nn.Dropout(p)
 
 
 @needs_torch
