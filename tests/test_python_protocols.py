@@ -121,3 +121,36 @@ def test_format_strings_format_a_single_value():
         ValueError, match=r"format spec '.2f' needs a single-element tensor, got shape \(2,\)"
     ):
         f"{x:.2f}"
+
+
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [lambda p: md.optim.Adam(p, lr=0.01), lambda p: md.optim.SGD(p, lr=0.1, momentum=0.9)],
+    ids=["adam", "sgd"],
+)
+def test_a_pickled_model_and_optimizer_resume_training_bit_for_bit(make_optimizer):
+    """Pickled together, the optimizer's parameters stay the model's own and its state
+    (Adam's moments and step counts, SGD's momentum) carries over."""
+    rng = np.random.default_rng(1)
+    model = md.nn.Sequential(md.nn.Linear(4, 16), md.nn.ReLU(), md.nn.Linear(16, 3))
+    opt = make_optimizer(model.parameters())
+    x = md.tensor(rng.random((8, 4)), dtype=md.float32)
+    y = md.tensor(rng.integers(0, 3, 8))
+
+    def train(model, opt, steps):
+        losses = []
+        for _ in range(steps):
+            loss = md.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+    train(model, opt, 3)
+    saved = pickle.dumps((model, opt))
+    expected = train(model, opt, 3)
+    model2, opt2 = pickle.loads(saved)
+    assert all(p is q for p, q in zip(opt2.params, model2.parameters(), strict=True))
+    with md.Runtime(budget=20_000, cost="flops"):  # and under a budget, the same
+        assert train(model2, opt2, 3) == expected
