@@ -161,6 +161,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
+        if self.grad_fn is not None and not flag:
+            raise RuntimeError("requires_grad: use detach() on a non-leaf tensor")
         if flag and self.cell.dtype.kind != "f":
             raise TypeError(
                 f"only floating-point tensors can require grad, not {self.cell.dtype} "
@@ -190,8 +192,14 @@ class Tensor:
 
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
-        if value is not None and not isinstance(value, Tensor):
-            raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
+            if (value.shape, value.dtype, value.device) != (self.shape, self.dtype, self.device):
+                raise ValueError(
+                    f".grad must match its tensor: shape {self.shape} {self.dtype} on "
+                    f"{self.device!r}, got {value.shape} {value.dtype} on {value.device!r}"
+                )
         self._grad = value
 
     def retain_grad(self) -> None:
@@ -281,8 +289,6 @@ class Tensor:
         return Tensor(self.cell)
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
-        if self.grad_fn is not None and not flag:
-            raise RuntimeError("requires_grad_: use detach() on a non-leaf tensor")
         self.requires_grad = flag
         return self
 

@@ -154,3 +154,24 @@ def test_a_pickled_model_and_optimizer_resume_training_bit_for_bit(make_optimize
     assert all(p is q for p, q in zip(opt2.params, model2.parameters(), strict=True))
     with md.Runtime(budget=20_000, cost="flops"):  # and under a budget, the same
         assert train(model2, opt2, 3) == expected
+
+
+def test_a_gradient_assigned_by_hand_must_match_its_tensor():
+    """A mismatched ``.grad`` was once taken silently, and the next backward broadcast
+    the accumulated gradient to another shape."""
+    x = md.tensor([1.0, 2.0], requires_grad=True)
+    for wrong in (md.tensor([1.0]), md.tensor([1.0, 2.0], dtype=md.float64)):
+        with pytest.raises(ValueError, match=r"\.grad must match its tensor: shape \(2,\) float32"):
+            x.grad = wrong
+    assert x.grad is None
+    x.grad = md.tensor([0.5, 0.5])
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.5, 4.5])
+
+
+def test_requires_grad_cannot_be_turned_off_on_a_computed_tensor():
+    y = md.tensor([1.0], requires_grad=True) * 2
+    for turn_off in (lambda: setattr(y, "requires_grad", False), lambda: y.requires_grad_(False)):
+        with pytest.raises(RuntimeError, match="use detach"):
+            turn_off()
+    assert y.requires_grad
