@@ -341,7 +341,7 @@ def _run_node(node: Node, incoming: Tensor | list, caller: str) -> tuple[Iterabl
         pairs = ((edges[0], result),)
     else:
         raise _count_error((result,), edges, op, caller)
-    if allocator_module.CHECK_OPS:
+    if allocator_module.CHECK_OPS or op.check_results:
         check_gradients(node, result if type(result) is tuple else (result,))
     return pairs, result
 
@@ -511,6 +511,11 @@ def check_gradients(node: Node, result: tuple) -> None:
     shapes, dtypes = node.in_shapes, node.in_dtypes
     for i, (edge, g) in enumerate(zip(node.edges, result, strict=True)):
         shape, dtype = shapes[i], dtypes[i]
+        if g is not None and not isinstance(g, Tensor):
+            raise TypeError(
+                f"{node.op.name}: backward returned a {type(g).__name__} as the gradient of "
+                f"input {i}: return Tensors, computed with minidtr ops (or None)"
+            )
         if edge is not None and g is not None and (g.shape != shape or g.dtype != dtype):
             raise AssertionError(
                 f"{node.op.name}: gradient of input {i} has shape {g.shape} {g.dtype}, the "

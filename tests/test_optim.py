@@ -214,10 +214,14 @@ def test_a_bad_gradient_names_the_update_op_and_leaves_the_runtime_usable():
     p = md.tensor([1.0, 2.0, 3.0], requires_grad=True)
     for opt, name in ((optim.SGD([p], lr=0.1, momentum=0.9), "sgd_update"),
                       (optim.Adam([p]), "adam_update")):  # fmt: skip
-        p.grad = md.tensor([1.0, 2.0])
+        wrong_shape, wrong_dtype = md.tensor([1.0, 2.0]), md.tensor([1.0, 2, 3], dtype=md.float64)
+        for wrong in (wrong_shape, wrong_dtype):  # refused when assigned
+            with pytest.raises(ValueError, match=r"\.grad must match its tensor"):
+                p.grad = wrong
+        p._grad = wrong_shape  # (the slot behind .grad: as a faulty backward could leave it)
         with pytest.raises(ValueError, match=rf"{name}: .*\(3,\), \(2,\)"):
             opt.step()
-        p.grad = md.tensor([1.0, 2.0, 3.0], dtype=md.float64)
+        p._grad = wrong_dtype
         with pytest.raises(TypeError, match=rf"{name}: .*float32, float64"):
             opt.step()
         p.grad = md.tensor([1.0, 1.0, 1.0])

@@ -69,15 +69,52 @@ MACHINERY = (
 )
 
 
-def check_outputs(op: Any, metas: Sequence[tuple], results: Sequence[Any]) -> None:
-    """Raise if a kernel's results differ from the (shape, dtype) its op declared
-    (``allocator.CHECK_OPS``: the test suite checks every kernel so)."""
-    for i, ((shape, dtype), r) in enumerate(zip(metas, results, strict=True)):
+def check_outputs(op: Any, metas: Sequence[tuple], results: Any) -> None:
+    """Raise if what a kernel returned (an array, or a tuple of ``op.n_outputs``) differs
+    from the (shape, dtype) its op declared (``allocator.CHECK_OPS``: the test suite checks
+    every kernel so; ``Op.check_results``: ops defined outside minidtr, always)."""
+    n = op.n_outputs
+    if n != 1 and not (type(results) in (tuple, list) and len(results) == n):
+        raise TypeError(
+            f"{op.name}: forward returned {_returned(results)}, not a tuple of its "
+            f"{n} outputs (n_outputs = {n})"
+        )
+    outputs = (results,) if n == 1 else results
+    if len(metas) != n:
+        check_metas(op, metas)
+    for i, ((shape, dtype), r) in enumerate(zip(metas, outputs, strict=True)):
+        if not (hasattr(r, "shape") and hasattr(r, "dtype") and hasattr(r, "flags")):
+            raise TypeError(
+                f"{op.name}: forward returned {_returned(r)} as output {i}, not an array "
+                "of the array module it was given (xp)"
+            )
         if r.shape != shape or r.dtype != dtype:
+            check_metas(op, metas)
             raise AssertionError(
                 f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
                 f"{shape} {dtype} (a bug in the op)"
             )
+
+
+def check_metas(op: Any, metas: Any) -> None:
+    """Raise a clear error if ``infer`` returned anything but a list of ``op.n_outputs``
+    (shape, dtype) pairs (a tuple of ints and a NumPy dtype each)."""
+    n = op.n_outputs
+    fine = type(metas) in (list, tuple) and len(metas) == n
+    for meta in metas if fine else ():
+        fine = fine and type(meta) in (list, tuple) and len(meta) == 2
+        fine = fine and type(meta[0]) is tuple and all(type(d) is int for d in meta[0])
+        fine = fine and isinstance(meta[1], np.dtype)
+    if not fine:
+        raise TypeError(
+            f"{op.name}: infer must return a list of {n} (shape, dtype) pair(s), one per "
+            f"output, as [((2, 3), np.dtype('float32'))]; it returned {metas!r}"
+        ) from None
+
+
+def _returned(value: Any) -> str:
+    kind = type(value).__name__
+    return f"a {kind} of {len(value)}" if type(value) in (tuple, list) else f"a {kind}"
 
 
 IMPURE_HINT = (
