@@ -91,10 +91,10 @@ class Optimizer:
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
                 raise TypeError(f"{name}: params[{i}] is a {type(p).__name__}, not a Tensor")
-            if p.grad_fn is not None or not p.requires_grad:
+            if p.grad_fn is not None or p.dtype.kind != "f":
                 raise ValueError(
-                    f"{name}: params[{i}] (shape {p.shape}) must be a leaf tensor "
-                    "with requires_grad=True"
+                    f"{name}: params[{i}] (shape {p.shape}, {p.dtype}) must be a leaf "
+                    "floating-point tensor (a parameter, not a value computed from one)"
                 )
             if id(p) not in seen:
                 seen.add(id(p))
@@ -109,7 +109,8 @@ class Optimizer:
             p._grad = None  # (the slot behind ``Tensor.grad``: parameters are leaves)
 
     def step(self) -> None:
-        """Update every parameter that has a gradient; skip those whose grad is None.
+        """Update every parameter that has a gradient; skip those whose grad is None (a
+        parameter frozen with ``requires_grad = False`` gets none, as in PyTorch).
         Within a group, parameters whose state differs (a first step, say) are updated
         by separate ops, one per kind of state (``state_key``)."""
         params = self.params
