@@ -847,7 +847,7 @@ class WrongGradient(WrongShape):
         return x * 2
 
 
-def test_check_ops_catches_op_bugs_and_ordinary_runs_skip_the_check(monkeypatch):
+def test_check_ops_catches_op_bugs_and_ordinary_runs_check_only_ops_of_ones_own(monkeypatch):
     from minidtr.runtime import allocator as allocator_module
 
     assert allocator_module.CHECK_OPS  # the suite runs with the checks on (conftest.py)
@@ -859,5 +859,8 @@ def test_check_ops_catches_op_bugs_and_ordinary_runs_skip_the_check(monkeypatch)
         y.backward()
     assert ALLOC.memory == x.nbytes + y.nbytes  # the failed op left nothing behind
     monkeypatch.setattr(allocator_module, "CHECK_OPS", False)
+    with pytest.raises(AssertionError, match=r"wrong_shape: output 0"):
+        apply(WrongShape(), x)  # an op defined outside minidtr: checked in every run
+    monkeypatch.setattr(WrongShape, "check_results", False)  # as minidtr's own ops
     z = apply(WrongShape(), x)  # unchecked: the declared shape is believed
     assert z.shape == (3,) and ALLOC.memory == x.nbytes + y.nbytes + 12
