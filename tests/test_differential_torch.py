@@ -231,6 +231,7 @@ CASES: list[Case] = [
     binary("pow", md.pow, torch.pow, ("positive", "normal")),
     binary("pow at 0", md.pow, torch.pow, ("zero_or_positive", "exponent")),
     binary("maximum", md.maximum, torch.maximum, ("ties", "ties")),
+    binary("minimum", md.minimum, torch.minimum, ("ties", "ties")),
     binary("operators", lambda a, b: (a + b) * a - b / 2.0, lambda a, b: (a + b) * a - b / 2.0),
     binary(
         "reflected",
@@ -239,6 +240,7 @@ CASES: list[Case] = [
     ),
     *[binary(n, f, t, ("ties", "ties")) for n, f, t in COMPARISONS],
     binary("maximum special", md.maximum, torch.maximum, ("special", "special"), BINARY_SHAPES[:3]),
+    binary("minimum special", md.minimum, torch.minimum, ("special", "special"), BINARY_SHAPES[:3]),
     binary("mul special", md.mul, torch.mul, ("special", "special"), BINARY_SHAPES[:3]),
     binary("div special", md.div, torch.div, ("special", "special"), BINARY_SHAPES[:3]),
     binary("pow special", md.pow, torch.pow, ("special", "exponent"), BINARY_SHAPES[:3]),
@@ -256,6 +258,9 @@ CASES: list[Case] = [
             ("sqrt", md.sqrt, torch.sqrt),
             ("log", md.log, torch.log),
             ("max", md.max, torch.amax),
+            ("min", md.min, torch.amin),
+            ("abs", md.abs, torch.abs),
+            ("clip", lambda x: md.clip(x, -1.0, 1.0), lambda x: x.clamp(-1.0, 1.0)),
             ("sum", md.sum, torch.sum),
             ("softmax", md.softmax, lambda x: torch.softmax(x, -1)),
         )
@@ -275,6 +280,12 @@ CASES: list[Case] = [
         ("bool", "normal", "normal"),
     ),
     unary("neg", md.neg, torch.neg),
+    unary("abs", md.abs, torch.abs),
+    unary("abs at 0", md.abs, torch.abs, "ties"),
+    unary("clip", lambda x: md.clip(x, -0.5, 0.75), lambda x: x.clamp(-0.5, 0.75)),
+    unary("clip at its bounds", lambda x: md.clip(x, -1, 2), lambda x: x.clamp(-1, 2), "ties"),
+    unary("clip above", lambda x: md.clip(x, max=0.25), lambda x: x.clamp(max=0.25)),
+    unary("clip crossed", lambda x: md.clip(x, 1, -1), lambda x: x.clamp(1, -1), "ties"),
     unary("exp", md.exp, torch.exp),
     unary("log", md.log, torch.log, "positive"),
     unary("sqrt", md.sqrt, torch.sqrt, "positive"),
@@ -307,6 +318,11 @@ CASES: list[Case] = [
         for axis, keepdims in ((None, False), (0, False), (-1, True))
     ],
     unary("max of 0-d", md.max, lambda x: torch.amax(x, dim=()), shapes=[((),)]),
+    *[
+        reduction("min", md.min, torch.amin, axis, keepdims, [((2, 3, 4),), ((3,),), ((1,),)])
+        for axis, keepdims in ((None, False), (0, False), (-1, True))
+    ],
+    reduction("min with ties", md.min, torch.amin, -1, False, [((3, 4),)]),
     Case(
         "sum_to",
         lambda x: md.sum_to(x, (3, 1)),

@@ -21,6 +21,22 @@ def distinct(rng, shapes, dtype):
     return out
 
 
+def avoiding(*kinks):
+    """Normal values at least 0.05 from each kink (where the gradient jumps)."""
+
+    def make(rng, shapes, dtype):
+        out = []
+        for s in shapes:
+            x = rng.standard_normal(s)
+            for k in kinks:
+                near = np.abs(x - k) < 0.05
+                x = np.where(near, k + np.where(x >= k, 0.05, -0.05), x)
+            out.append(x.astype(dtype))
+        return out
+
+    return make
+
+
 def with_bool(rng, shapes, dtype):
     cond, *rest = shapes
     return [rng.random(cond) > 0.5, *(rng.standard_normal(s).astype(dtype) for s in rest)]
@@ -74,7 +90,41 @@ CASES = [
         make=distinct,
         torch_fn=lambda t, a, b: t.maximum(a, b),
     ),
+    OpCase(
+        "minimum",
+        md.minimum,
+        np.minimum,
+        [((3, 4), (3, 4)), ((2, 3), (3,))],
+        make=distinct,
+        torch_fn=lambda t, a, b: t.minimum(a, b),
+    ),
     OpCase("neg", md.neg, np.negative, [((3, 4),), ((),)], torch_fn=lambda t, a: -a),
+    OpCase(
+        "abs",
+        md.abs,
+        np.abs,
+        [((3, 4),), ((),)],
+        make=avoiding(0.0),
+        torch_fn=lambda t, a: a.abs(),
+        bad=[[np.array([True, False])]],
+    ),
+    OpCase(
+        "clip",
+        lambda a: md.clip(a, -0.5, 0.7),
+        lambda a: np.clip(a, -0.5, 0.7),
+        [((3, 4),), ((2, 3, 4),)],
+        make=avoiding(-0.5, 0.7),
+        torch_fn=lambda t, a: a.clamp(-0.5, 0.7),
+        bad=[[np.array([True, False])]],
+    ),
+    OpCase(
+        "clip[max]",
+        lambda a: md.clip(a, max=0.3),
+        lambda a: np.minimum(a, 0.3),
+        [((3, 4),)],
+        make=avoiding(0.3),
+        torch_fn=lambda t, a: a.clamp(max=0.3),
+    ),
     OpCase("exp", md.exp, np.exp, [((3, 4),), ((2, 2, 2),)], torch_fn=lambda t, a: a.exp()),
     OpCase("log", md.log, np.log, [((3, 4),)], make=positive, torch_fn=lambda t, a: a.log()),
     OpCase("sqrt", md.sqrt, np.sqrt, [((3, 4),)], make=positive, torch_fn=lambda t, a: a.sqrt()),
@@ -159,6 +209,15 @@ CASES = [
         [((3, 4),), ((2, 3, 4),)],
         make=distinct,
         torch_fn=lambda t, a: a.amax(),
+    ),
+    OpCase(
+        "min",
+        lambda a: md.min(a, axis=-1, keepdims=True),
+        lambda a: a.min(axis=-1, keepdims=True),
+        [((3, 4),), ((2, 3, 4),)],
+        make=distinct,
+        torch_fn=lambda t, a: a.amin(dim=-1, keepdim=True),
+        bad=[((3, 0),)],
     ),
     OpCase(
         "matmul",

@@ -379,6 +379,9 @@ def test_dtypes_tensors_cannot_hold(dtype):
         (lambda v: md.relu(v), "relu"),
         (lambda v: md.sum(v), "sum"),
         (lambda v: md.mean(v), "mean"),
+        (lambda v: md.min(v), "min"),
+        (lambda v: md.abs(v), "abs"),
+        (lambda v: md.clip(v, 0.0, 1.0), "clip"),
         (lambda v: md.softmax(v), "softmax"),
         (lambda v: md.matmul(v, md.zeros((2, 2))), "matmul"),
         (lambda v: md.reshape(v, (2,)), "reshape"),
@@ -570,3 +573,30 @@ def test_a_convolution_with_no_output_channels_gives_an_empty_result():
     assert y.shape == (1, 0, 2, 2)
     y.sum().backward()
     assert x.grad.numpy().tolist() == np.zeros((1, 2, 4, 4)).tolist()
+
+
+def test_clip_bounds_are_numbers_of_the_tensors_kind():
+    x, ints = md.tensor([-2.0, 0.5, 3.0]), md.tensor([-2, 0, 3])
+    assert values(md.clip(x, 0, 1)) == [0.0, 0.5, 1.0]  # int bounds on a float tensor
+    assert values(md.clip(ints, max=1)) == [-2, 0, 1] and md.clip(ints, -1).dtype == md.int64
+    assert values(md.clip(md.tensor(np.array([-100, 100], np.int8)), -1000, 7)) == [-100, 7]
+    assert values(md.clip(x, 1, -1)) == [-1.0, -1.0, -1.0]  # min > max: max, as NumPy and PyTorch
+    with pytest.raises(ValueError, match="clip: give min, max or both"):
+        md.clip(x)
+    with pytest.raises(
+        md.DTypeError, match=r"clip: a int64 tensor takes integer bounds, got min=0.5"
+    ):
+        md.clip(ints, 0.5)
+    with pytest.raises(ValueError, match="clip: max must not be NaN"):
+        md.clip(x, max=float("nan"))
+    with pytest.raises(TypeError, match="clip: min must be a number or None, got True"):
+        md.clip(x, True)
+    with pytest.raises(md.DTypeError, match="clip: needs a numeric input, got bool"):
+        md.clip(md.tensor([True]), 0)
+
+
+def test_abs_min_and_clip_are_tensor_methods_too():
+    x = md.tensor([[-2.0, 1.0], [0.5, -0.25]])
+    assert values(abs(x)) == values(x.abs()) == [[2.0, 1.0], [0.5, 0.25]]
+    assert values(x.min(axis=1)) == [-2.0, -0.25] and x.min().item() == -2.0
+    assert values(x.clip(-1, 0.75)) == [[-1.0, 0.75], [0.5, -0.25]]

@@ -3,7 +3,7 @@
 
 from ..tensor import Tensor
 from .activation import exp, gelu, log, relu, sigmoid, sqrt, tanh
-from .arithmetic import add, div, maximum, mul, neg, pow, sub
+from .arithmetic import abs, add, clip, div, maximum, minimum, mul, neg, pow, sub
 from .compare import equal, greater, greater_equal, less, less_equal, not_equal, where
 from .conv import conv2d
 from .embedding import embedding
@@ -14,7 +14,7 @@ from .op import DTypeError, Op, ShapeError, apply, as_constants
 from .pool import avg_pool2d, global_avg_pool2d, max_pool2d, upsample_nearest2d
 from .promotion import astype
 from .random import dropout, rand, randn
-from .reduce import max, mean, sum, sum_to
+from .reduce import max, mean, min, sum, sum_to
 from .rnn import child_sum_cell, lstm_cell, lstm_gates
 from .shape import broadcast_to, concat, copy, flatten, getitem, reshape, split, stack, transpose
 
@@ -28,3 +28,7 @@ Tensor.__pow__ = pow
 Tensor.__matmul__ = matmul
 Tensor.__neg__ = neg
 Tensor.__getitem__ = getitem
+Tensor.__abs__ = abs
+Tensor.abs = abs
+Tensor.clip = clip
+Tensor.min = min

@@ -1,5 +1,6 @@
-"""Arithmetic: + - * / ** with NumPy-style broadcasting, maximum, negation, and
-``scale`` (a product by a constant, the gradient of a mean).
+"""Arithmetic: + - * / ** with NumPy-style broadcasting, maximum and minimum, negation,
+absolute values, ``clip`` (to constant bounds), and ``scale`` (a product by a constant,
+the gradient of a mean).
 
 Binary ops broadcast NumPy-style; their gradients are summed back to each input's
 shape (``sum_to``). Operands that are not tensors of one dtype go through the
@@ -211,7 +212,35 @@ class MaximumGrad(Op):
         mine, other = (a, b) if self.wrt == 0 else (b, a)
         zero = backend.zero(xp, g.dtype)
         share = xp.where(mine == other, g * g.dtype.type(0.5), g)
-        return xp.where(mine < other, zero, share)
+        return xp.where(self.loses(mine, other), zero, share)
+
+    @staticmethod
+    def loses(mine, other):
+        return mine < other
+
+
+class Minimum(Maximum):
+    """Elementwise min; where a == b each input gets half the gradient (as PyTorch)."""
+
+    name = "minimum"
+
+    def forward(self, xp, a, b):
+        return xp.minimum(a, b)
+
+    def backward(self, ctx, g):
+        a, b = ctx.inputs
+        return tuple(
+            sum_to(apply(MinimumGrad(i), a, b, g), shape) if ctx.needs_grad[i] else None
+            for i, shape in enumerate(ctx.in_shapes)
+        )
+
+
+class MinimumGrad(MaximumGrad):
+    name = "minimum_grad"
+
+    @staticmethod
+    def loses(mine, other):
+        return mine > other
 
 
 class Neg(Op):
@@ -227,6 +256,78 @@ class Neg(Op):
 
     def backward(self, ctx, g):
         return neg(g)
+
+
+class Abs(Op):
+    """|x|; its gradient is g * sign(x): 0 at 0 and at NaN, as in PyTorch."""
+
+    name = "abs"
+    retain_inputs = (0,)
+
+    def infer(self, x: Cell):
+        if x.dtype == np.bool_:
+            raise self.error(
+                "the absolute value of a bool tensor is not supported", x, kind=DTypeError
+            )
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return xp.abs(x)
+
+    def backward(self, ctx, g):
+        return apply(_ABS_GRAD, ctx.inputs[0], g)
+
+
+class AbsGrad(Op):
+    name = "abs_grad"
+    differentiable = False
+
+    def infer(self, x: Cell, g: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, x, g):
+        sign = xp.where(xp.isnan(x), backend.zero(xp, x.dtype), xp.sign(x))  # (0 at NaN)
+        return g * sign
+
+
+class Clip(Op):
+    """x limited to [low, high] (either bound may be None), constants of the op. The
+    gradient passes where low <= x <= high, bounds included, as PyTorch's ``clamp``."""
+
+    name = "clip"
+    retain_inputs = (0,)
+
+    def __init__(self, low: int | float | None, high: int | float | None):
+        self.low = low
+        self.high = high
+
+    def infer(self, x: Cell):
+        if x.dtype.kind not in "iuf":
+            raise self.error(f"needs a numeric input, got {x.dtype}", x, kind=DTypeError)
+        return [(x.shape, x.dtype)]
+
+    def forward(self, xp, x):
+        return xp.clip(x, self.low, self.high)
+
+    def backward(self, ctx, g):
+        return apply(ClipGrad(self.low, self.high), ctx.inputs[0], g)
+
+
+class ClipGrad(Clip):
+    name = "clip_grad"
+    differentiable = False
+    retain_inputs = ()
+
+    def infer(self, x: Cell, g: Cell):
+        return [(g.shape, g.dtype)]
+
+    def forward(self, xp, x, g):
+        inside = xp.ones(x.shape, dtype=bool)
+        if self.low is not None:
+            inside &= x >= self.low
+        if self.high is not None:
+            inside &= x <= self.high
+        return xp.where(inside, g, backend.zero(xp, g.dtype))
 
 
 class Scale(Op):
@@ -259,6 +360,9 @@ _MUL = Mul()
 _DIV = Div()
 _POW = Pow()
 _MAXIMUM = Maximum()
+_MINIMUM = Minimum()
+_ABS = Abs()
+_ABS_GRAD = AbsGrad()
 _NEG = Neg()
 _DIV_GRAD = DivisorGrad()
 
@@ -336,5 +440,42 @@ def maximum(a, b) -> Tensor:
     return apply(_MAXIMUM, *operands("maximum", a, b))
 
 
+def minimum(a, b) -> Tensor:
+    return apply(_MINIMUM, *operands("minimum", a, b))
+
+
 def neg(x: Tensor) -> Tensor:
     return apply(_NEG, expect_tensor("neg", x))
+
+
+def abs(x: Tensor) -> Tensor:
+    return apply(_ABS, expect_tensor("abs", x))
+
+
+def clip(x: Tensor, min: int | float | None = None, max: int | float | None = None) -> Tensor:
+    """``x`` limited to [min, max] (NumPy's ``clip``, PyTorch's ``clamp``), the bounds
+    Python numbers: floats or ints for a float tensor, ints for an integer one. Where
+    min > max every value becomes max."""
+    expect_tensor("clip", x)
+    if min is None and max is None:
+        raise ValueError("clip: give min, max or both")
+    kind = x.dtype.kind
+    bounds = []
+    for what, bound in (("min", min), ("max", max)):
+        if bound is not None:
+            if isinstance(bound, bool | np.bool_) or not isinstance(bound, int | float | np.number):
+                raise TypeError(f"clip: {what} must be a number or None, got {bound!r}")
+            if bound != bound:
+                raise ValueError(f"clip: {what} must not be NaN")
+            if kind in "iu":
+                if not float(bound).is_integer() or isinstance(bound, float | np.floating):
+                    raise DTypeError(
+                        f"clip: a {x.dtype} tensor takes integer bounds, got {what}={bound!r}; "
+                        "convert the tensor with astype(md.float32) first"
+                    )
+                info = np.iinfo(x.dtype)  # (a bound past the dtype's range limits nothing)
+                bound = int(np.clip(int(bound), info.min, info.max))
+            else:
+                bound = float(bound)
+        bounds.append(bound)
+    return apply(Clip(*bounds), x)

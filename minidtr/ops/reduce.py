@@ -125,7 +125,7 @@ class Max(Reduce):
         metas = super().infer(x)
         empty = [a for a in self.axes if x.shape[a] == 0]
         if empty:
-            raise self.error(f"cannot take the max over empty axis {empty[0]}", x)
+            raise self.error(f"cannot take the {self.name} over empty axis {empty[0]}", x)
         return metas
 
     def forward(self, xp, x):
@@ -135,6 +135,15 @@ class Max(Reduce):
         shape = ctx.in_shapes[0]
         x, y = ctx.inputs[0], ctx.outputs[0]
         return apply(MaxGrad(self.axes), x, self.expand(y, shape), self.expand(g, shape))
+
+
+class Min(Max):
+    """Min over axes. The gradient is shared evenly among tied minima (as torch.amin)."""
+
+    name = "min"
+
+    def forward(self, xp, x):
+        return xp.min(x, axis=self.axes, keepdims=self.keepdims)
 
 
 class MaxGrad(Op):
@@ -165,6 +174,10 @@ def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 
 def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     return apply(Max(axis, keepdims), expect_tensor("max", x))
+
+
+def min(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return apply(Min(axis, keepdims), expect_tensor("min", x))
 
 
 def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
