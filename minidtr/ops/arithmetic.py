@@ -190,9 +190,12 @@ class Maximum(Binary):
     def backward(self, ctx, g):
         a, b = ctx.inputs
         return tuple(
-            sum_to(apply(MaximumGrad(i), a, b, g), shape) if ctx.needs_grad[i] else None
+            sum_to(apply(self.share(i), a, b, g), shape) if ctx.needs_grad[i] else None
             for i, shape in enumerate(ctx.in_shapes)
         )
+
+    def share(self, wrt: int) -> Op:
+        return MaximumGrad(wrt)
 
 
 class MaximumGrad(Op):
@@ -227,12 +230,8 @@ class Minimum(Maximum):
     def forward(self, xp, a, b):
         return xp.minimum(a, b)
 
-    def backward(self, ctx, g):
-        a, b = ctx.inputs
-        return tuple(
-            sum_to(apply(MinimumGrad(i), a, b, g), shape) if ctx.needs_grad[i] else None
-            for i, shape in enumerate(ctx.in_shapes)
-        )
+    def share(self, wrt: int) -> Op:
+        return MinimumGrad(wrt)
 
 
 class MinimumGrad(MaximumGrad):
