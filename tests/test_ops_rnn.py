@@ -13,6 +13,32 @@ from minidtr.testing.strategies import budget_fractions, deallocs, heuristics
 from op_harness import HAS_TORCH, OpCase, define_tests
 
 
+def rows_and_indices(rng, shapes, dtype):
+    """Float sources, then for each an int32 index of its rows (with repeats)."""
+    n = len(shapes) // 2
+    sources = [rng.standard_normal(s).astype(dtype) for s in shapes[:n]]
+    rows = [
+        rng.integers(0, s.shape[0], shape).astype(np.int32)
+        for s, shape in zip(sources, shapes[n:], strict=True)
+    ]
+    return [*sources, *rows]
+
+
+def rows_and_slots(rng, shapes, dtype):
+    """Rows (C, ...) and a (P, K) slot table holding each row once (1 + its index), in
+    random parents and positions, zeros elsewhere; a child may also sit twice."""
+    rows_shape, (parents, k) = shapes
+    rows = rng.standard_normal(rows_shape).astype(dtype)
+    slots = np.zeros((parents, k), np.int64)
+    cells = rng.permutation(parents * k)[: rows_shape[0]] if rows_shape else []
+    for child, cell in enumerate(cells):
+        slots.flat[cell] = child + 1
+    if rows_shape and parents * k > rows_shape[0]:
+        free = np.flatnonzero(slots == 0)
+        slots.flat[free[0]] = 1  # row 0 twice: its gradient adds both
+    return [rows, slots]
+
+
 def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -123,6 +149,47 @@ CASES = [
         [((4, 6), (4, 2))],
         grad_inputs=(0,),
         torch_fn=lambda t, iou, c_in: torch_child_sum(t, iou, c_in)[1],
+    ),
+    OpCase(
+        "gather_rows",
+        lambda a, b, ra, rb: md.gather_rows([a, b], [ra, rb]),
+        lambda a, b, ra, rb: np.concatenate([a[ra], b[rb]]),
+        [((5, 3), (4, 3), (3,), (6,)), ((6, 2, 2), (2, 2, 2), (4,), (1,))],
+        make=rows_and_indices,
+        torch_fn=lambda t, a, b, ra, rb: t.cat([a[ra], b[rb]]),
+        bad=[
+            ((5, 3), (4, 2), (3,), (6,)),
+            ((5, 3), (4, 3), (3, 1), (6,)),
+            [np.ones((5, 3), np.float32), np.ones((4, 3)), np.zeros(2, np.int32), np.zeros(1, int)],
+            [
+                np.ones((5, 3), np.float32),
+                np.ones((4, 3), np.float32),
+                np.array([5]),
+                np.zeros(1, int),
+            ],
+        ],
+    ),
+    OpCase(
+        "gather_rows[one source]",
+        lambda a, ra: md.gather_rows([a], [ra]),
+        lambda a, ra: a[ra],
+        [((5, 3), (7,))],
+        make=rows_and_indices,
+        torch_fn=lambda t, a, ra: a[ra],
+    ),
+    OpCase(
+        "sum_children",
+        md.sum_children,
+        lambda rows, slots: np.concatenate([np.zeros_like(rows[:1]), rows])[slots].sum(axis=1),
+        [((7, 3), (4, 3)), ((5, 2, 2), (6, 2))],
+        make=rows_and_slots,
+        torch_fn=lambda t, rows, slots: t.cat([t.zeros_like(rows[:1]), rows])[slots].sum(1),
+        bad=[
+            [np.ones((7, 3), np.float32), np.ones(4, np.int64)],
+            [np.ones((7, 3), np.float32), np.ones((4, 3), np.float32)],
+            [np.ones((2, 3), np.float32), np.array([[1, 3]])],  # row 2 of two
+            [np.float32(1.0), np.ones((4, 3), np.int64)],
+        ],
     ),
     OpCase(
         "lstm_gates",

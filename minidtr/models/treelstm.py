@@ -16,10 +16,10 @@ The graph follows the trees: a batch of differently shaped trees gives a
 different graph every step, which static checkpointing cannot plan for. For
 speed the nodes of a tree at the same height are computed together: level 0
 is every leaf, level L every node whose tallest child is at level L - 1. A
-node's children may sit at any lower level; they are gathered by index and
-summed into their parent by a gather into a (parents, most children, hidden)
-array padded with a zero row, then a sum: memory linear in the nodes. The
-root's h is classified.
+node's children may sit at any lower level; ``gather_rows`` gathers them from
+their levels in one op, and ``sum_children`` sums them into their parents
+through a (parents, most children) table of slots: memory linear in the
+nodes (``ops/gather.py``). The root's h is classified.
 
 ``forward`` encodes the trees of a batch in groups of ``group`` trees (one,
 by default: each tree its own graph, as the paper's Tree-LSTM does): many
@@ -40,7 +40,7 @@ from .. import nn
 from .. import ops as F
 from ..data.listops import ListOpsTree
 from ..nn.init import Rng
-from ..tensor import Tensor, tensor, zeros
+from ..tensor import Tensor, tensor
 from .build import Build
 
 
@@ -101,12 +101,6 @@ def child_slots(parent: np.ndarray, n_parents: int) -> np.ndarray:
     return slots
 
 
-def sum_children(rows: Tensor, slots: Tensor) -> Tensor:
-    """(n_children, hidden) -> (n_parents, hidden): each parent's children summed."""
-    zero = zeros((1, rows.shape[1]), rows.dtype, device=rows.device)
-    return F.sum(F.concat([zero, rows])[slots], axis=1)
-
-
 class TreeLSTM(nn.Module):
     def __init__(
         self,
@@ -159,21 +153,19 @@ class TreeLSTM(nn.Module):
             x = self.embedding(tensor(level.tokens, device=device))
             if level.child_level:
                 f = self.input_f(x)
-                pairs = [
-                    (g, index(r)) for g, r in zip(level.child_level, level.child_rows, strict=True)
-                ]
-                h_kids = F.concat([states[g][0][r] for g, r in pairs])
-                c_kids = F.concat([states[g][1][r] for g, r in pairs])
+                rows = [index(r) for r in level.child_rows]
+                h_kids = F.gather_rows([states[g][0] for g in level.child_level], rows)
+                c_kids = F.gather_rows([states[g][1] for g in level.child_level], rows)
                 slots = index(child_slots(level.child_parent, len(level.tokens)))
                 iou = F.lstm_gates(
                     x,
-                    sum_children(h_kids, slots),
+                    F.sum_children(h_kids, slots),
                     self.input_iou.weight,
                     self.hidden_iou.weight,
                     self.input_iou.bias,
                 )
                 forget = F.sigmoid(f[index(level.child_parent)] + self.hidden_f(h_kids))
-                c_in = sum_children(forget * c_kids, slots)
+                c_in = F.sum_children(forget * c_kids, slots)
             else:
                 iou, c_in = self.input_iou(x), None
             states.append(F.child_sum_cell(iou, c_in))
@@ -181,5 +173,7 @@ class TreeLSTM(nn.Module):
             return states[int(root_level[0])][0][int(root_row[0]) : int(root_row[0]) + 1]
         order = np.argsort(np.lexsort((root_row, root_level)), kind="stable")
         used = sorted(set(root_level.tolist()))
-        roots = F.concat([states[lv][0][root_row[root_level == lv]] for lv in used])
+        roots = F.gather_rows(
+            [states[lv][0] for lv in used], [index(root_row[root_level == lv]) for lv in used]
+        )
         return roots[order]

@@ -7,6 +7,7 @@ from .arithmetic import abs, add, clip, div, maximum, minimum, mul, neg, pow, su
 from .compare import equal, greater, greater_equal, less, less_equal, not_equal, where
 from .conv import conv2d
 from .embedding import embedding
+from .gather import gather_rows, sum_children
 from .linalg import linear, matmul
 from .loss import cross_entropy, log_softmax, mse_loss, softmax
 from .norm import batch_norm, layer_norm
