@@ -630,6 +630,20 @@ CASES: list[Case] = [
         ("normal", "int:6"),
     ),
     Case(
+        "gather_rows",
+        lambda a, b, ra, rb: md.gather_rows([a, b], [ra, rb]),
+        lambda a, b, ra, rb: torch.cat([a[ra], b[rb]]),
+        [((5, 3), (4, 3), (6,), (2,)), ((5, 2, 2), (4, 2, 2), (0,), (3,))],
+        ("normal", "normal", "int:5", "int:4"),
+    ),
+    Case(
+        "sum_children",
+        md.sum_children,
+        lambda rows, slots: torch.cat([torch.zeros_like(rows[:1]), rows])[slots].sum(1),
+        [((5, 3), (4, 2)), ((6, 2, 2), (3, 4)), ((5, 0), (2, 2))],
+        ("normal", "int:6"),
+    ),
+    Case(
         "embedding of no columns",
         md.embedding,
         lambda w, i: TF.embedding(i, w),
@@ -660,6 +674,9 @@ METHODS = [
     ("rsub rtruediv", lambda x: 1.0 - 3.0 / (x * x + 1.0), lambda x: 1.0 - 3.0 / (x * x + 1.0)),
     ("compare", lambda x: md.where(x < 0.2, x, -x), lambda x: torch.where(x < 0.2, x, -x)),
     ("getitem", lambda x: x[1:, :2], lambda x: x[1:, :2]),
+    ("abs", lambda x: abs(x) + x.abs(), lambda x: abs(x) + x.abs()),
+    ("min", lambda x: x.min(0), lambda x: x.amin(0)),
+    ("clip", lambda x: x.clip(-0.5, 0.5), lambda x: x.clamp(-0.5, 0.5)),
 ]
 CASES += [
     Case(f"Tensor.{name}", md_fn, torch_fn, [((3, 4),), ((2, 2),)], ("normal",))
