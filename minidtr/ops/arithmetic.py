@@ -9,6 +9,8 @@ promotion rules of ``promotion.py`` first.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import backend
@@ -278,6 +280,8 @@ class Abs(Op):
 
 
 class AbsGrad(Op):
+    """g * sign(x), computed in the output's buffer; sign 0 at NaN, as in PyTorch."""
+
     name = "abs_grad"
     differentiable = False
 
@@ -285,8 +289,14 @@ class AbsGrad(Op):
         return [(g.shape, g.dtype)]
 
     def forward(self, xp, x, g):
-        sign = xp.where(xp.isnan(x), backend.zero(xp, x.dtype), xp.sign(x))  # (0 at NaN)
-        return g * sign
+        out = xp.sign(x, out=xp.empty(g.shape, dtype=g.dtype))
+        out[xp.isnan(x)] = 0
+        out *= g
+        return out
+
+    def workspace(self, x: Cell, g: Cell) -> int:
+        """The NaN mask."""
+        return math.prod(x.shape)
 
 
 class Clip(Op):
@@ -312,13 +322,20 @@ class Clip(Op):
         return apply(ClipGrad(self.low, self.high), ctx.inputs[0], g)
 
 
-class ClipGrad(Clip):
+class ClipGrad(Op):
     name = "clip_grad"
     differentiable = False
-    retain_inputs = ()
+
+    def __init__(self, low: int | float | None, high: int | float | None):
+        self.low = low
+        self.high = high
 
     def infer(self, x: Cell, g: Cell):
         return [(g.shape, g.dtype)]
+
+    def workspace(self, x: Cell, g: Cell) -> int:
+        """The mask and a comparison's result."""
+        return 2 * math.prod(x.shape)
 
     def forward(self, xp, x, g):
         inside = xp.ones(x.shape, dtype=bool)

@@ -100,16 +100,22 @@ def check_metas(op: Any, metas: Any) -> None:
     """Raise a clear error if ``infer`` returned anything but a list of ``op.n_outputs``
     (shape, dtype) pairs (a tuple of ints and a NumPy dtype each)."""
     n = op.n_outputs
-    fine = type(metas) in (list, tuple) and len(metas) == n
-    for meta in metas if fine else ():
-        fine = fine and type(meta) in (list, tuple) and len(meta) == 2
-        fine = fine and type(meta[0]) is tuple and all(type(d) is int for d in meta[0])
-        fine = fine and isinstance(meta[1], np.dtype)
-    if not fine:
+    sequence = (list, tuple)
+    if not (
+        type(metas) in sequence
+        and len(metas) == n
+        and all(type(m) in sequence and len(m) == 2 and _is_meta(*m) for m in metas)
+    ):
         raise TypeError(
             f"{op.name}: infer must return a list of {n} (shape, dtype) pair(s), one per "
             f"output, as [((2, 3), np.dtype('float32'))]; it returned {metas!r}"
         ) from None
+
+
+def _is_meta(shape: Any, dtype: Any) -> bool:
+    return (
+        type(shape) is tuple and all(type(d) is int for d in shape) and isinstance(dtype, np.dtype)
+    )
 
 
 def _returned(value: Any) -> str:
