@@ -163,6 +163,10 @@ class MaxGrad(Op):
         count = mask.sum(axis=self.axes, keepdims=True).astype(x.dtype)
         return (mask * (g / count)).astype(x.dtype, copy=False)
 
+    def workspace(self, x: Cell, y: Cell, g: Cell) -> int:
+        """The mask of the positions equal to the max."""
+        return math.prod(x.shape)
+
 
 def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     return apply(Sum(axis, keepdims), expect_tensor("sum", x))
