@@ -226,8 +226,8 @@ class Lifetimes:
             and self.pending_error is None
             and has_evicted_child(storage)  # otherwise it has no orphans and is not useful
         ):
-            orphans = orphans_of(storage)
-            if orphans and sum(orphan.nbytes for orphan in orphans) <= storage.nbytes:
+            orphans = orphans_to_rebuild(storage)
+            if orphans:
                 try:
                     self.rebuild_orphans(storage, orphans)
                 except BaseException as error:  # noqa: BLE001 (kept, raised at a safe point)
@@ -540,6 +540,15 @@ def dead_evicted(storage: Storage) -> bool:
 def has_evicted_child(storage: Storage) -> bool:
     """Whether a live child of ``storage`` is evicted: what orphans and usefulness need."""
     return any(child.buffer is None for child in storage.live_children())
+
+
+def orphans_to_rebuild(storage: Storage) -> list[Storage]:
+    """The orphans of a dead ``storage`` to rebuild before it is evicted: none when
+    together they hold more bytes than it (it is kept instead, while useful)."""
+    orphans = orphans_of(storage)
+    if sum(orphan.nbytes for orphan in orphans) > storage.nbytes:
+        return []
+    return orphans
 
 
 def orphans_of(storage: Storage) -> list[Storage]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..costs import NOMINAL_BYTES_PER_NS, NOMINAL_FLOPS_PER_NS, model_cost
 from ..cycles import COLLECTION
-from ..lifetime import CHAIN_CHECK, orphans_of
+from ..lifetime import CHAIN_CHECK, orphans_to_rebuild
 from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
 from .table import LAZY_SLACK
@@ -278,8 +278,7 @@ class FastPath:
             or lifetimes.pending_error is not None
         ):
             return True
-        orphans = orphans_of(storage)
-        if orphans and sum(orphan.nbytes for orphan in orphans) <= storage.nbytes:
+        if orphans_to_rebuild(storage):
             return False
         return not lifetimes.is_useful(storage)
 
