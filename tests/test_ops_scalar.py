@@ -114,3 +114,26 @@ def test_scalar_ops_rematerialize_under_a_budget():
 
     reports = assert_remat_equivalent(step, budgets=[0.6, 0.45], heuristics=["dtr", "dtr_eq"])
     assert all(r["status"] == "ok" for r in reports) and sum(r["remats"] for r in reports) > 0
+
+
+@pytest.mark.parametrize("name, fn", [("x ** s", lambda x, s: x**s), ("s / x", lambda x, s: s / x)])
+def test_a_gradient_does_not_depend_on_another_dtype_used_first(name, fn):
+    """Gradient ops are shared per scalar: a float16 tensor's gradient computed in float16
+    after a float64 tensor used the same scalar (``np.float64(3) == np.float16(3)``), as
+    in a fresh process, not in float64 (a different rounding)."""
+    data = np.linspace(-4.0, 4.0, 101).astype(np.float16)
+    data[data == 0] = 0.25
+
+    def gradient():
+        x = md.tensor(data, requires_grad=True)
+        fn(x, 3).sum().backward()
+        return x.grad.numpy()
+
+    with np.errstate(all="ignore"):
+        md.ops.op.shared_op.cache_clear()  # as in a fresh process
+        fresh = gradient()
+        md.ops.op.shared_op.cache_clear()
+        wide = md.tensor(data.astype(np.float64), requires_grad=True)
+        fn(wide, 3).sum().backward()
+        after_float64 = gradient()
+    assert after_float64.tobytes() == fresh.tobytes()

@@ -17,7 +17,17 @@ from ..tensor import Tensor
 from . import normal
 from .arithmetic import div, mul
 from .normal import INV_SQRT_2PI
-from .op import FLOAT32, HALF, DTypeError, Op, apply, expect_tensor, float_dtype, in_float32
+from .op import (
+    FLOAT32,
+    HALF,
+    DTypeError,
+    Op,
+    apply,
+    expect_tensor,
+    float32_copies,
+    float_dtype,
+    in_float32,
+)
 from .promotion import as_float
 
 # elements up to which ``zero_where`` uses ``where``, and the activations and their
@@ -144,6 +154,9 @@ class Sigmoid(Unary):
         out += 0.5
         return out
 
+    def workspace(self, x: Cell) -> int:
+        return float32_copies(x)
+
     def backward(self, ctx, g):
         return apply(ACTIVATION_GRADS["sigmoid"], ctx.outputs[0], g)
 
@@ -197,6 +210,9 @@ class Gelu(Unary):
         out *= 0.5
         return out
 
+    def workspace(self, x: Cell) -> int:
+        return float32_copies(x)
+
     def backward(self, ctx, g):
         return apply(ACTIVATION_GRADS["gelu_" + self.approximate], ctx.inputs[0], g)
 
@@ -206,19 +222,22 @@ class ActivationGrad(Op):
     (gelu): one op per backward node, where the chain rule in ops would take two to four
     (and a scalar constant). Each computes in its output's buffer, without temporaries
     of the gradient's size, but GELU's, which declares its scratch arrays as its
-    workspace (for float16: in float32, rounded once, see ``in_float32``)."""
+    workspace. Float16 values are computed in float32 and rounded once (``in_float32``),
+    but relu's and sqrt's: their float32 copies are declared too."""
 
     name = "activation_grad"
     differentiable = False
 
     def __init__(self, kind: str):
         self.kind = kind
-        # GELU's derivative needs scratch arrays of the gradient's size; the others
-        # compute in their output's buffer (and keep the fast path)
-        self.has_workspace = kind in GELU_SCRATCH
+        # GELU's derivative needs scratch arrays of the gradient's size, and float16
+        # values their float32 copies; relu and sqrt compute in their output's buffer
+        self.has_workspace = kind not in ("relu", "sqrt")
 
     def workspace(self, y: Cell, g: Cell) -> int:
-        return GELU_SCRATCH.get(self.kind, 0) * math.prod(y.shape) * y.dtype.itemsize
+        widened = float32_copies(y, g)
+        itemsize = 4 if widened else y.dtype.itemsize
+        return widened + GELU_SCRATCH.get(self.kind, 0) * math.prod(y.shape) * itemsize
 
     def infer(self, y: Cell, g: Cell):
         if y.shape != g.shape:

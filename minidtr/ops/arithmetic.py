@@ -171,13 +171,27 @@ class PowGrad(Op):
         return [(g.shape, g.dtype)]
 
     def forward(self, xp, a, b, g, *y):
-        zero = backend.zero(xp, g.dtype)
+        """In the output's buffer, with one mask of g's size: the same products as
+        ``g * where(mask, 0, d)``."""
+        out = xp.empty(g.shape, dtype=g.dtype)
+        mask = xp.empty(g.shape, dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.wrt == 0:
-                d = xp.where(b == 0, zero, b * a ** (b - 1))
+                xp.subtract(b, b.dtype.type(1), out=out)
+                xp.power(a, out, out=out)
+                xp.multiply(b, out, out=out)
+                xp.equal(b, b.dtype.type(0), out=mask)
             else:
-                d = xp.where((a == 0) & (b >= 0), zero, y[0] * xp.log(a))
-            return xp.asarray(g * d, dtype=g.dtype)
+                xp.log(a, out=out)
+                xp.multiply(y[0], out, out=out)
+                xp.equal(a, a.dtype.type(0), out=mask)
+                mask &= b >= b.dtype.type(0)
+            xp.copyto(out, backend.zero(xp, g.dtype), where=mask)
+            return xp.multiply(g, out, out=out)
+
+    def workspace(self, a: Cell, b: Cell, g: Cell, *y: Cell) -> int:
+        """The mask, and for the exponent's gradient a comparison of b."""
+        return math.prod(g.shape) + (math.prod(b.shape) if self.wrt else 0)
 
 
 class Maximum(Binary):

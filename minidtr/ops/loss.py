@@ -20,6 +20,7 @@ from .op import (
     apply,
     check_in_range,
     expect_tensor,
+    float32_copies,
     float_dtype,
     in_float32,
     normalize_axis,
@@ -74,12 +75,20 @@ class Softmax(Op):
         _, nbytes = super().cost(in_metas, out_metas)
         return 12.0 * numel(in_metas[0]), nbytes
 
+    def workspace(self, x: Cell) -> int:
+        return float32_copies(x)
+
     def backward(self, ctx, g):
         return apply(SoftmaxGrad(self.name, self.axis), ctx.outputs[0], g)
 
 
 class LogSoftmax(Softmax):
     name = "log_softmax"
+
+    def workspace(self, x: Cell) -> int:
+        """The exponentials of ``stable_log_softmax`` (in float32 for float16)."""
+        widened = float32_copies(x)
+        return widened + math.prod(x.shape) * (4 if widened else x.dtype.itemsize)
 
     def forward(self, xp, x):
         if x.size == 0:
@@ -102,6 +111,9 @@ class SoftmaxGrad(Op):
 
     def infer(self, y: Cell, g: Cell):
         return [(y.shape, y.dtype)]
+
+    def workspace(self, y: Cell, g: Cell) -> int:
+        return float32_copies(y, g)
 
     def forward(self, xp, y, g):
         if y.dtype is HALF:

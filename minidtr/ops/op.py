@@ -251,6 +251,17 @@ def in_float32(forward: Callable, xp, *arrays):
     return out.astype(HALF)
 
 
+def float32_copies(*cells: Cell) -> int:
+    """The bytes ``in_float32`` allocates for ``cells``, a kernel's inputs, the first the
+    size of its result: a float32 copy of each float16 one and the float32 result before
+    it is rounded; 0 when none is float16 (part of the ``workspace`` of an op that runs
+    float16 through ``in_float32``)."""
+    if not any(c.dtype is HALF for c in cells):
+        return 0
+    widened = sum(math.prod(c.shape) for c in cells if c.dtype is HALF)
+    return 4 * (widened + math.prod(cells[0].shape))
+
+
 def same_dtype(op: Op, *cells: Cell) -> np.dtype:
     dtype = cells[0].dtype
     for c in cells:
@@ -366,9 +377,12 @@ def normalize_axes(op: Op, axis, ndim: int, *cells: Cell) -> tuple[int, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256, typed=True)
 def shared_op(cls: type[Op], *args: Hashable) -> Op:
     """One op object per class and arguments: ops hold static attributes only, so a
     layer's every call can share one (and skip checking its arguments again), and so
-    can the gradient op it makes. Bounded (LRU): a network uses a few configurations."""
+    can the gradient op it makes. Bounded (LRU): a network uses a few configurations.
+    Arguments equal in value but not in type are different ops (``typed``): a float16
+    scalar's gradient computes in float16, a float64 one's in float64, and
+    ``np.float16(3) == np.float64(3)``."""
     return cls(*args)

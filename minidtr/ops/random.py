@@ -78,8 +78,14 @@ class Dropout(Op):
         return [(x.shape, float_dtype(self, x))]
 
     def forward(self, xp, x):
-        keep = backend.generator(xp, self.seed).random(x.shape, dtype=np.float32) >= self.p
-        return xp.where(keep, x * (1.0 / (1.0 - self.p)), xp.zeros((), dtype=x.dtype))
+        drop = backend.generator(xp, self.seed).random(x.shape, dtype=np.float32) < self.p
+        out = xp.multiply(x, 1.0 / (1.0 - self.p), out=xp.empty_like(x))
+        xp.copyto(out, xp.zeros((), dtype=x.dtype), where=drop)
+        return out
+
+    def workspace(self, x: Cell) -> int:
+        """The float32 uniforms and the mask drawn from them."""
+        return 5 * math.prod(x.shape)
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)

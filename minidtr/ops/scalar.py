@@ -113,7 +113,11 @@ class ScalarPowGrad(Op):
         if s == 0:
             return xp.zeros_like(g)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return xp.asarray(g * (s * x ** (s - 1)), dtype=g.dtype)
+            out = x ** (s - 1)
+            if not g.ndim or out.dtype != g.dtype or out.shape != g.shape:
+                return xp.asarray(g * (s * out), dtype=g.dtype)
+            xp.multiply(s, out, out=out)  # in the power's buffer: the same products
+            return xp.multiply(g, out, out=out)
 
 
 def scalar_op(kind: str, x: Tensor, value) -> Tensor:
