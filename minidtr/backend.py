@@ -278,6 +278,25 @@ def generator(xp, seed: int):
     return np.random.Generator(bits)
 
 
+UNIFORM_CHUNK = 16384  # float32 uniforms drawn at once on NumPy
+
+
+def uniform_chunks(xp, seed: int, size: int):
+    """The first ``size`` float32 uniforms of ``generator(xp, seed)``'s stream, as
+    arrays of ``UNIFORM_CHUNK`` at most (dropout's mask, a chunk at a time: scratch of
+    64 KB, not of the tensor's size). NumPy's stream splits: each draw goes on where the
+    last stopped, so the chunks are the stream. CuPy's is drawn at once."""
+    rng = generator(xp, seed)
+    step = UNIFORM_CHUNK if xp is np else max(size, 1)
+    for start in range(0, size, step):
+        yield rng.random(min(step, size - start), dtype=np.float32)
+
+
+def uniform_chunk_size(device: str, size: int) -> int:
+    """How many uniforms ``uniform_chunks`` draws at once on ``device``."""
+    return min(size, UNIFORM_CHUNK) if device == "cpu" else size
+
+
 _SEED_SLOTS = 64
 _seed_states: list[tuple[int, int, int] | None] = [None] * _SEED_SLOTS  # seed, state, inc
 _thread_bits = threading.local()

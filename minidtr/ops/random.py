@@ -78,14 +78,19 @@ class Dropout(Op):
         return [(x.shape, float_dtype(self, x))]
 
     def forward(self, xp, x):
-        drop = backend.generator(xp, self.seed).random(x.shape, dtype=np.float32) < self.p
-        out = xp.multiply(x, 1.0 / (1.0 - self.p), out=xp.empty_like(x))
-        xp.copyto(out, xp.zeros((), dtype=x.dtype), where=drop)
+        """In the output's buffer (C order, as the uniforms), a chunk of the mask at a
+        time (``backend.uniform_chunks``)."""
+        out = xp.multiply(x, 1.0 / (1.0 - self.p), out=xp.empty(x.shape, dtype=x.dtype))
+        values, zero, start = out.reshape(-1), xp.zeros((), dtype=x.dtype), 0
+        for uniforms in backend.uniform_chunks(xp, self.seed, values.size):
+            part = values[start : start + uniforms.size]
+            xp.copyto(part, zero, where=uniforms < self.p)
+            start += uniforms.size
         return out
 
     def workspace(self, x: Cell) -> int:
-        """The float32 uniforms and the mask drawn from them."""
-        return 5 * math.prod(x.shape)
+        """A chunk of float32 uniforms and the mask drawn from them."""
+        return 5 * backend.uniform_chunk_size(x.device, math.prod(x.shape))
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
