@@ -293,3 +293,17 @@ def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads(monk
     for thread in threads:
         thread.join()
     assert mismatches == []
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_a_mask_drawn_in_chunks_is_the_whole_draws(dtype):
+    """Past ``UNIFORM_CHUNK`` elements the mask is drawn a chunk at a time: still the
+    i-th uniform of the seed's stream for element i, in C order whatever x's layout."""
+    from minidtr.backend import UNIFORM_CHUNK
+
+    x = np.random.default_rng(0).standard_normal((3, UNIFORM_CHUNK + 77)).astype(dtype)
+    for data in (x, np.asfortranarray(x)):
+        out = md.dropout(md.tensor(data), 0.3, seed=5).numpy()
+        keep = np.random.default_rng(5).random(x.shape, dtype=np.float32) >= 0.3
+        assert np.array_equal(out != 0, keep & (x != 0))
+        np.testing.assert_allclose(out, dropout_reference(x, 0.3, 5), rtol=1e-3)
