@@ -600,3 +600,13 @@ def test_abs_min_and_clip_are_tensor_methods_too():
     assert values(abs(x)) == values(x.abs()) == [[2.0, 1.0], [0.5, 0.25]]
     assert values(x.min(axis=1)) == [-2.0, -0.25] and x.min().item() == -2.0
     assert values(x.clip(-1, 0.75)) == [[-1.0, 0.75], [0.5, -0.25]]
+
+
+def test_item_assignment_is_refused_and_augmented_assignment_rebinds():
+    x = md.ones((2, 3))
+    with pytest.raises(TypeError, match=r"item assignment .*shape \(2, 3\).*md\.where"):
+        x[0, 1] = 2.0
+    assert x.tolist() == [[1.0] * 3] * 2
+    y = x
+    x += 1
+    assert x is not y and y.tolist() == [[1.0] * 3] * 2 and x.tolist() == [[2.0] * 3] * 2

@@ -33,3 +33,17 @@ Tensor.__abs__ = abs
 Tensor.abs = abs
 Tensor.clip = clip
 Tensor.min = min
+
+
+def _refuse_item_assignment(self: Tensor, key, value) -> None:
+    """``x[i] = v``: a value is never changed in place, so that every recipe that read it
+    recomputes the same bits. ``x += y`` rebinds ``x`` to a new tensor (other names of
+    the old one keep the old value, unlike PyTorch's in-place add)."""
+    raise TypeError(
+        f"a Tensor does not support item assignment (x[{key!r}] = ..., shape {self.shape}): "
+        "values never change in place, so that they can be recomputed; build a new "
+        "tensor instead, e.g. md.where(mask, v, x) or md.concat of slices"
+    )
+
+
+Tensor.__setitem__ = _refuse_item_assignment
