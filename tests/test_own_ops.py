@@ -79,6 +79,48 @@ def test_a_forward_unlike_its_infer_is_an_error_naming_both(forward, error, mess
     still_usable(memory)
 
 
+@pytest.mark.parametrize(
+    ("forward", "message"),
+    [
+        (lambda xp, x: x, r"double: output 0 \(\(2, 3\) float32\) shares memory with input 0"),
+        (lambda xp, x: x.T.T, "shares memory with input 0"),
+    ],
+    ids=["the input", "a view of it"],
+)
+@pytest.mark.parametrize("budget", [None, 10**6])
+def test_an_output_that_is_its_input_is_refused(forward, message, budget):
+    """It would be counted twice, and freed or changed with the other's buffer."""
+
+    class Returns(Double):
+        pass
+
+    Returns.forward = lambda self, xp, x: forward(xp, x)
+    x, memory = x_and_memory()
+    refused = pytest.raises(AssertionError, match=message + ".*return a new array")
+    with md.Runtime(budget=budget), refused:
+        apply(Returns(), x)
+    del x
+    still_usable(memory)
+
+
+def test_two_outputs_over_one_buffer_are_refused():
+    class Twice(Double):
+        n_outputs = 2
+
+        def infer(self, x):
+            return [(x.shape, x.dtype)] * 2
+
+        def forward(self, xp, x):
+            y = x * 2
+            return y, y
+
+    x, memory = x_and_memory()
+    with pytest.raises(AssertionError, match="output 1 .* shares memory with output 0"):
+        apply(Twice(), x)
+    del x
+    still_usable(memory)
+
+
 def test_an_op_with_several_outputs_returns_a_tuple_of_them():
     class Halves(Double):
         n_outputs = 2

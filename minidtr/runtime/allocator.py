@@ -401,7 +401,7 @@ class Allocator:
             backend.synchronize(xp)
         elapsed = perf_counter_ns() - started
         if xp is not None and (CHECK_OPS or op.check_results):
-            check_outputs(op, metas, results)
+            check_outputs(op, metas, results, arrays, xp)
         return results, (float(elapsed) if elapsed > 1 else 1.0)
 
     # ---- reading values ------------------------------------------------------------------

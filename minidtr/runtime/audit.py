@@ -69,10 +69,13 @@ MACHINERY = (
 )
 
 
-def check_outputs(op: Any, metas: Sequence[tuple], results: Any) -> None:
+def check_outputs(
+    op: Any, metas: Sequence[tuple], results: Any, inputs: Sequence = (), xp: Any = None
+) -> None:
     """Raise if what a kernel returned (an array, or a tuple of ``op.n_outputs``) differs
-    from the (shape, dtype) its op declared (``allocator.CHECK_OPS``: the test suite checks
-    every kernel so; ``Op.check_results``: ops defined outside minidtr, always)."""
+    from the (shape, dtype) its op declared, or if an output shares memory with an input
+    or another output (``allocator.CHECK_OPS``: the test suite checks every kernel so;
+    ``Op.check_results``: ops defined outside minidtr, always)."""
     n = op.n_outputs
     if n != 1 and not (type(results) in (tuple, list) and len(results) == n):
         raise TypeError(
@@ -94,6 +97,25 @@ def check_outputs(op: Any, metas: Sequence[tuple], results: Any) -> None:
                 f"{op.name}: output {i} is {r.shape} {r.dtype}, but the op declared "
                 f"{shape} {dtype} (a bug in the op)"
             )
+    if xp is not None and not op.is_view:
+        check_own_memory(op, outputs, inputs, xp)
+
+
+def check_own_memory(op: Any, outputs: Sequence, inputs: Sequence, xp: Any) -> None:
+    """Each output must own its memory: an output that is an input (or a view of one, or
+    of another output) would be counted twice, freed with the other's eviction, or
+    changed through it. (Views are ops of their own, ``Op.is_view``.)"""
+    for i, r in enumerate(outputs):
+        others = [("input", j, a) for j, a in enumerate(inputs)]
+        others += [("output", j, o) for j, o in enumerate(outputs[:i])]
+        for what, j, other in others:
+            if r.size and other.size and xp.may_share_memory(r, other):
+                raise AssertionError(
+                    f"{op.name}: output {i} ({r.shape} {r.dtype}) shares memory with {what} "
+                    f"{j} ({other.shape} {other.dtype}): forward returned it, or a view "
+                    "of it; return a new array (a copy: xp.array(x)), so that each value "
+                    "owns its memory (a bug in the op)"
+                )
 
 
 def check_metas(op: Any, metas: Any) -> None:
