@@ -96,8 +96,10 @@ def test_an_output_that_is_its_input_is_refused(forward, message, budget):
 
     Returns.forward = lambda self, xp, x: forward(xp, x)
     x, memory = x_and_memory()
-    refused = pytest.raises(AssertionError, match=message + ".*return a new array")
-    with md.Runtime(budget=budget), refused:
+    with (
+        md.Runtime(budget=budget),
+        pytest.raises(AssertionError, match=message + ".*return a new array"),
+    ):
         apply(Returns(), x)
     del x
     still_usable(memory)
