@@ -129,3 +129,33 @@ def test_op_kernels_and_their_gradients_declare_what_they_allocate(name, dtype):
             make().sum().backward()
     over = [r for r in watched.records if r.extra > r.declared + KERNEL_SLACK]
     assert not over, "\n".join(map(repr, over))
+
+
+OPTIMIZERS = {
+    "sgd": lambda params: md.optim.SGD(params, lr=0.1),
+    "sgd, momentum and weight decay": lambda params: md.optim.SGD(
+        params, lr=0.1, momentum=0.9, weight_decay=1e-4
+    ),
+    "adam": lambda params: md.optim.Adam(params, lr=1e-3),
+    "adam, weight decay": lambda params: md.optim.Adam(params, lr=1e-3, weight_decay=1e-2),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizer_updates_declare_what_they_allocate(name, dtype):
+    """The fused updates of a 0.5-million-value parameter, first and second step: SGD in
+    its outputs' buffers, Adam with its declared scratch."""
+    rng = np.random.default_rng(0)
+    with isolated_allocator() as allocator:
+        p = md.tensor(rng.standard_normal((1000, 500)).astype(dtype), requires_grad=True)
+        optimizer = OPTIMIZERS[name]([p])
+        with watch_kernels(allocator) as watched, np.errstate(all="ignore"):
+            for _ in range(2):
+                optimizer.zero_grad()
+                (p * p).sum().backward()
+                optimizer.step()
+    updates = [r for r in watched.records if r.op.endswith("_update")]
+    assert len(updates) == 2
+    over = [r for r in watched.records if r.extra > r.declared + KERNEL_SLACK]
+    assert not over, "\n".join(map(repr, over))

@@ -10,15 +10,19 @@ floating-point operations in the same order as those separate ops did (for SGD)
 or as ``torch.optim`` does (for Adam), scalars rounded to the parameter's dtype
 first, so results are deterministic and match PyTorch's single-tensor CPU path.
 
-The ops run under ``updating()`` (no graph, constant outputs); their
-intermediate values live only inside the kernel, so the allocator counts the
-outputs only.
+The ops run under ``updating()`` (no graph, constant outputs). They compute in
+their outputs' buffers: SGD needs no other, Adam a scratch of at most ``SCRATCH``
+values, its declared workspace.
 """
 
 from __future__ import annotations
 
+import math
+
 from ..ops.op import Op, ShapeError, describe, float_dtype
 from ..runtime.storage import Cell
+
+SCRATCH = 16384  # values of Adam's one scratch product at a time
 
 
 def _check_like(op: Op, cells: tuple[Cell, ...]) -> None:
@@ -86,31 +90,34 @@ class SGDUpdate(Op):
 
     def forward(self, xp, *arrays):
         k = self.per_param
-        if self.count == 1:
-            return self.update(*arrays)
         out: list = []
         for start in range(0, len(arrays), k):
-            result = self.update(*arrays[start : start + k])
-            if self.momentum:
-                out += result
+            chunk = arrays[start : start + k]
+            if chunk[0].ndim == 0:  # (as AdamUpdate's)
+                out += [a.reshape(()) for a in self.update(xp, *[a.reshape(1) for a in chunk])]
             else:
-                out.append(result)
-        return tuple(out)
+                out += self.update(xp, *chunk)
+        return out[0] if len(out) == 1 else tuple(out)
 
-    def update(self, p, grad, buf=None):
+    def update(self, xp, p, grad, buf=None) -> list:
+        """One parameter's step, in its outputs' buffers (no scratch): the new parameter's
+        holds g until it is not needed."""
         scalar = p.dtype.type
+        new_p = xp.empty_like(p)
         g = grad
         if self.weight_decay:
-            g = p * scalar(self.weight_decay)
+            g = xp.multiply(p, scalar(self.weight_decay), out=new_p)
             g += grad  # grad + weight_decay * p: one rounding of the product, one of the sum
         if not self.momentum:
-            return p - g * scalar(self.lr)
+            step = xp.multiply(g, scalar(self.lr), out=new_p)
+            return [xp.subtract(p, step, out=new_p)]
         if self.first:
-            buf = g.copy() if g is grad else g
+            new_buf = xp.array(g, copy=True)
         else:
-            buf = buf * scalar(self.momentum)
-            buf += g
-        return p - buf * scalar(self.lr), buf
+            new_buf = xp.multiply(buf, scalar(self.momentum), out=xp.empty_like(p))
+            new_buf += g
+        xp.multiply(new_buf, scalar(self.lr), out=new_p)
+        return [xp.subtract(p, new_p, out=new_p), new_buf]
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
@@ -170,37 +177,59 @@ class AdamUpdate(Op):
 
     def update(self, xp, p, grad, m=None, v=None):
         """One parameter's step; its arrays have at least one axis (NumPy's arithmetic on
-        0-d arrays returns scalars, which cannot take ``out=``)."""
+        0-d arrays returns scalars, which cannot take ``out=``). In the outputs' buffers,
+        the new parameter's holding g, then v * beta2, then the denominator; the one
+        product that needs a buffer of its own, m's over the bias correction, is made
+        ``SCRATCH`` values at a time. m = v = 0 at the first step: the zeros written
+        where they are read, with the same roundings."""
         scalar = p.dtype.type
         beta1, beta2 = self.betas
         t = self.step
+        new_p = xp.empty(p.shape, dtype=p.dtype)  # C order: its flat view is a view
+        new_m = xp.empty(p.shape, dtype=p.dtype)
+        new_v = xp.empty(p.shape, dtype=p.dtype)
         g = grad
         if self.weight_decay:
-            g = p * scalar(self.weight_decay)
+            g = xp.multiply(p, scalar(self.weight_decay), out=new_p)
             g += grad
-        if m is None:
-            m = v = xp.zeros_like(p)
         weight = 1.0 - beta1
         # lerp_: start + w * (end - start) for w < 0.5, else end - (end - start) * (1 - w)
-        new_m = g - m
+        if m is None:
+            new_m.fill(0)
+            xp.subtract(g, new_m, out=new_m)
+        else:
+            xp.subtract(g, m, out=new_m)
         if weight < 0.5:
             new_m *= scalar(weight)
-            new_m += m
+            new_m += scalar(0) if m is None else m
         else:
             new_m *= scalar(1.0) - scalar(weight)  # in the parameter's dtype, as torch's opmath
             xp.subtract(g, new_m, out=new_m)
-        new_v = v * scalar(beta2)
-        square = g * scalar(1.0 - beta2)  # addcmul_: self + value * t1 * t2
-        square *= g
-        new_v += square
-        del square
-        denom = xp.sqrt(new_v)
+        xp.multiply(g, scalar(1.0 - beta2), out=new_v)  # addcmul_: self + value * t1 * t2
+        new_v *= g
+        if v is None:
+            new_p.fill(0)
+        else:
+            xp.multiply(v, scalar(beta2), out=new_p)
+        xp.add(new_p, new_v, out=new_v)  # v * beta2 + the product, in that order
+        denom = xp.sqrt(new_v, out=new_p)
         denom /= scalar((1.0 - beta2**t) ** 0.5)
         denom += scalar(self.eps)
-        new_p = new_m * scalar(-self.lr / (1.0 - beta1**t))  # addcdiv_: self + value * t1 / t2
-        new_p /= denom
+        step = scalar(-self.lr / (1.0 - beta1**t))  # addcdiv_: self + value * t1 / t2
+        flat_m, flat_p = new_m.reshape(-1), new_p.reshape(-1)
+        scratch = xp.empty(min(flat_m.size, SCRATCH), dtype=p.dtype)
+        for start in range(0, flat_m.size, SCRATCH):
+            part = slice(start, start + SCRATCH)
+            product = xp.multiply(flat_m[part], step, out=scratch[: flat_m[part].size])
+            xp.divide(product, flat_p[part], out=flat_p[part])
         new_p += p
         return new_p, new_m, new_v
+
+    def workspace(self, *cells: Cell) -> int:
+        """The scratch of the largest parameter (``SCRATCH`` values at most)."""
+        return max(
+            min(math.prod(c.shape), SCRATCH) * c.dtype.itemsize for c in cells[:: self.per_param]
+        )
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
