@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000, help="unbudgeted steps")
     parser.add_argument("--budgeted-steps", type=int, default=2_000)
     parser.add_argument("--every", type=int, default=500, help="steps between samples")
-    parser.add_argument("--ratio", type=float, default=0.75, help="budget: share of a step's peak")
+    parser.add_argument("--ratio", type=float, default=0.95, help="budget: share of a step's peak")
     args = parser.parse_args()
     if args.steps < 2 * args.every + 10 or args.budgeted_steps < 2 * args.every + 10:
         parser.error("each phase needs at least 2 * --every + 10 steps (two samples)")

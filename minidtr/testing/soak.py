@@ -57,7 +57,7 @@ def small_mlp(rng: np.random.Generator) -> nn.Module:
 def soak(
     unbudgeted_steps: int,
     budgeted_steps: int,
-    budget_ratio: float = 0.75,
+    budget_ratio: float = 0.95,
     every: int = 50,
     warmup: int = 10,
     batch: int = 128,
