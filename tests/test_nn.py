@@ -471,3 +471,30 @@ def test_wrong_input_shapes_raise_clear_errors():
         nn.Linear(4, 3)(np.zeros((2, 4)))
     with pytest.raises(TypeError, match="Sequential: expected a Module"):
         nn.Sequential(nn.ReLU(), lambda x: x)
+
+
+def test_requires_grad_freezes_a_module_and_apply_visits_every_submodule():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 2)))
+    visited = []
+    assert model.apply(lambda m: visited.append(type(m).__name__)) is model
+    assert visited == ["Linear", "ReLU", "Linear", "Sequential", "Sequential"]  # children first
+
+    def zero_weights(module):
+        if isinstance(module, nn.Linear):
+            module.weight.assign(md.zeros_like(module.weight))
+
+    model.apply(zero_weights)
+    assert all(not p.numpy().any() for n, p in model.named_parameters() if "weight" in n)
+
+    first = model[0]
+    assert first.requires_grad_(False) is first
+    assert [p.requires_grad for p in model.parameters()] == [False, False, True, True]
+    before = [p.numpy().copy() for p in first.parameters()]
+    optimizer = md.optim.SGD(model.parameters(), lr=0.1)
+    model(md.ones((3, 4))).sum().backward()
+    assert all(p.grad is None for p in first.parameters())
+    optimizer.step()
+    after = [p.numpy() for p in first.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    model.requires_grad_()
+    assert all(p.requires_grad for p in model.parameters())

@@ -14,7 +14,7 @@ running statistics) rebind a tensor handle to a new storage with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -153,6 +153,21 @@ class Module:
     def zero_grad(self) -> None:
         for p in self.parameters():
             p._grad = None  # (the slot behind ``Tensor.grad``: parameters are leaves)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set ``requires_grad`` of every parameter (``False`` freezes the module: its
+        parameters get no gradient, and an optimizer given them leaves them as they are)."""
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call ``fn`` on every submodule, children before their parent, then on this one
+        (as PyTorch's: for an initialization of one's own, say)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
 
     # ---- saving and loading -----------------------------------------------------------------
 
