@@ -158,7 +158,8 @@ class Sigmoid(Unary):
         return float32_copies(x)
 
     def backward(self, ctx, g):
-        return apply(ACTIVATION_GRADS["sigmoid"], ctx.outputs[0], g)
+        y = ctx.outputs[0]
+        return apply(activation_grad("sigmoid", y), y, g)
 
 
 class Tanh(Unary):
@@ -170,7 +171,8 @@ class Tanh(Unary):
         return xp.tanh(x)
 
     def backward(self, ctx, g):
-        return apply(ACTIVATION_GRADS["tanh"], ctx.outputs[0], g)
+        y = ctx.outputs[0]
+        return apply(activation_grad("tanh", y), y, g)
 
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -214,7 +216,8 @@ class Gelu(Unary):
         return float32_copies(x)
 
     def backward(self, ctx, g):
-        return apply(ACTIVATION_GRADS["gelu_" + self.approximate], ctx.inputs[0], g)
+        x = ctx.inputs[0]
+        return apply(activation_grad("gelu_" + self.approximate, x), x, g)
 
 
 class ActivationGrad(Op):
@@ -223,21 +226,20 @@ class ActivationGrad(Op):
     (and a scalar constant). Each computes in its output's buffer, without temporaries
     of the gradient's size, but GELU's, which declares its scratch arrays as its
     workspace. Float16 values are computed in float32 and rounded once (``in_float32``),
-    but relu's and sqrt's: their float32 copies are declared too."""
+    but relu's and sqrt's: the float16 instances (``half``) declare their float32 copies
+    too, and the others need not call ``workspace`` on every backward node."""
 
     name = "activation_grad"
     differentiable = False
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, half: bool = False):
         self.kind = kind
-        # GELU's derivative needs scratch arrays of the gradient's size, and float16
-        # values their float32 copies; relu and sqrt compute in their output's buffer
-        self.has_workspace = kind not in ("relu", "sqrt")
+        self.scratch = GELU_SCRATCH.get(kind, 0)  # arrays of the gradient's size
+        self.has_workspace = bool(self.scratch) or half
 
     def workspace(self, y: Cell, g: Cell) -> int:
         widened = float32_copies(y, g)
-        itemsize = 4 if widened else y.dtype.itemsize
-        return widened + GELU_SCRATCH.get(self.kind, 0) * math.prod(y.shape) * itemsize
+        return widened + self.scratch * math.prod(y.shape) * (4 if widened else y.dtype.itemsize)
 
     def infer(self, y: Cell, g: Cell):
         if y.shape != g.shape:
@@ -332,11 +334,20 @@ def gelu_tanh_grad(xp, x, g):
     return out
 
 
-# one instance per kind serves every application (an op holds only static attributes)
+# one instance per kind serves every application (an op holds only static attributes),
+# and for float16 one that declares its float32 copies (relu and sqrt make none)
 ACTIVATION_GRADS = {
     kind: ActivationGrad(kind)
     for kind in ("relu", "sigmoid", "tanh", "sqrt", "gelu_none", "gelu_tanh")
 }
+HALF_ACTIVATION_GRADS = {
+    kind: ActivationGrad(kind, half=True) for kind in ("sigmoid", "tanh", "gelu_none", "gelu_tanh")
+}
+
+
+def activation_grad(kind: str, value: Tensor) -> ActivationGrad:
+    """The shared gradient op of ``kind`` for the dtype of ``value``."""
+    return (HALF_ACTIVATION_GRADS if value.cell.dtype is HALF else ACTIVATION_GRADS)[kind]
 
 
 # ---- functional API ----------------------------------------------------------------------------

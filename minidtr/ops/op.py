@@ -256,7 +256,10 @@ def float32_copies(*cells: Cell) -> int:
     size of its result: a float32 copy of each float16 one and the float32 result before
     it is rounded; 0 when none is float16 (part of the ``workspace`` of an op that runs
     float16 through ``in_float32``)."""
-    if not any(c.dtype is HALF for c in cells):
+    for cell in cells:  # (a loop: a generator's ``any`` costs more than the rest)
+        if cell.dtype is HALF:
+            break
+    else:
         return 0
     widened = sum(math.prod(c.shape) for c in cells if c.dtype is HALF)
     return 4 * (widened + math.prod(cells[0].shape))

@@ -216,8 +216,12 @@ class AdamUpdate(Op):
         denom /= scalar((1.0 - beta2**t) ** 0.5)
         denom += scalar(self.eps)
         step = scalar(-self.lr / (1.0 - beta1**t))  # addcdiv_: self + value * t1 / t2
+        if new_m.size <= SCRATCH:  # the scratch is the product itself
+            xp.divide(new_m * step, new_p, out=new_p)
+            new_p += p
+            return new_p, new_m, new_v
         flat_m, flat_p = new_m.reshape(-1), new_p.reshape(-1)
-        scratch = xp.empty(min(flat_m.size, SCRATCH), dtype=p.dtype)
+        scratch = xp.empty(SCRATCH, dtype=p.dtype)
         for start in range(0, flat_m.size, SCRATCH):
             part = slice(start, start + SCRATCH)
             product = xp.multiply(flat_m[part], step, out=scratch[: flat_m[part].size])
