@@ -225,9 +225,9 @@ class ActivationGrad(Op):
     (gelu): one op per backward node, where the chain rule in ops would take two to four
     (and a scalar constant). Each computes in its output's buffer, without temporaries
     of the gradient's size, but GELU's, which declares its scratch arrays as its
-    workspace. Float16 values are computed in float32 and rounded once (``in_float32``),
-    but relu's and sqrt's: the float16 instances (``half``) declare their float32 copies
-    too, and the others need not call ``workspace`` on every backward node."""
+    workspace. Sigmoid's, tanh's and GELU's compute float16 values in float32 and round
+    once (``in_float32``); their float16 instances (``half``, ``activation_grad``)
+    declare those float32 copies, so the others call no ``workspace`` at every node."""
 
     name = "activation_grad"
     differentiable = False

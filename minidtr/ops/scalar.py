@@ -114,7 +114,7 @@ class ScalarPowGrad(Op):
             return xp.zeros_like(g)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = x ** (s - 1)
-            if not g.ndim or out.dtype != g.dtype or out.shape != g.shape:
+            if not g.ndim or out.dtype != g.dtype:  # a 0-d power is a scalar, not a buffer
                 return xp.asarray(g * (s * out), dtype=g.dtype)
             xp.multiply(s, out, out=out)  # in the power's buffer: the same products
             return xp.multiply(g, out, out=out)

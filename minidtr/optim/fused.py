@@ -223,9 +223,9 @@ class AdamUpdate(Op):
         flat_m, flat_p = new_m.reshape(-1), new_p.reshape(-1)
         scratch = xp.empty(SCRATCH, dtype=p.dtype)
         for start in range(0, flat_m.size, SCRATCH):
-            part = slice(start, start + SCRATCH)
-            product = xp.multiply(flat_m[part], step, out=scratch[: flat_m[part].size])
-            xp.divide(product, flat_p[part], out=flat_p[part])
+            part_m, part_p = flat_m[start : start + SCRATCH], flat_p[start : start + SCRATCH]
+            product = xp.multiply(part_m, step, out=scratch[: part_m.size])
+            xp.divide(product, part_p, out=part_p)
         new_p += p
         return new_p, new_m, new_v
 
