@@ -1,4 +1,4 @@
-"""The generic op-test harness: every op goes through the same five checks.
+"""The generic op-test harness: every op goes through the same six checks.
 
 An ``OpCase`` names an op's minidtr function, a NumPy reference, optionally the
 PyTorch equivalent, and the input shapes to try. ``run_checks`` then verifies,
@@ -10,7 +10,12 @@ for each shape set and dtype:
 3. where torch imports: forward and gradients against PyTorch;
 4. recompute-from-recipe: each output and each gradient, evicted and
    recomputed from its recipe, is bit-identical;
-5. bad inputs (``OpCase.bad``) raise an error naming the op.
+5. bad inputs (``OpCase.bad``) raise an error naming the op;
+6. every byte counted: on inputs grown to a megabyte or more (``large_shapes``), each
+   kernel of the forward and the backward allocates, beyond its outputs, at most its
+   op's declared workspace plus NumPy's iterator buffers (``watch_kernels``). A case
+   whose function fixes its shapes gives ``large`` itself, or says in ``unwatched`` why
+   it cannot be watched.
 
 A test module declares ``CASES = [...]`` and calls ``parametrize_cases(CASES)``.
 """
@@ -18,6 +23,7 @@ A test module declares ``CASES = [...]`` and calls ``parametrize_cases(CASES)``.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +32,8 @@ import numpy as np
 import pytest
 
 import minidtr as md
-from minidtr.testing import recompute
+from minidtr.runtime.realmem import KERNEL_SLACK, watch_kernels
+from minidtr.testing import isolated_allocator, recompute
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 DEVICE = "cpu"
@@ -52,6 +59,8 @@ class OpCase:
     bad_error: type[Exception] | tuple = (ValueError, TypeError, IndexError)
     grad_tol: float = 1e-6
     forward_tol: dict = field(default_factory=lambda: dict(FORWARD_TOL))
+    large: tuple | None = None  # input shapes for the memory check (default: grown)
+    unwatched: str = ""  # why the memory check cannot run on this case, if it cannot
 
     def inputs(self, shapes, dtype, seed: int = 0) -> list[np.ndarray]:
         return self.make(np.random.default_rng(seed), shapes, np.dtype(dtype))
@@ -205,6 +214,52 @@ def check_bad_inputs(case: OpCase) -> None:
         )
 
 
+LARGE_BYTES = 1 << 20  # the memory check's inputs: the largest is at least this (float32)
+
+
+def large_shapes(case: OpCase) -> tuple:
+    """``case.large``, or its largest shape variant with every dimension above 1 grown by
+    the smallest factor that makes its largest input ``LARGE_BYTES`` in float32: far
+    past ``KERNEL_SLACK``, so an undeclared temporary of an input's or an output's size
+    shows."""
+    if case.large is not None:
+        return case.large
+
+    def largest(shapes) -> int:
+        return max((4 * math.prod(s) for s in shapes), default=0)
+
+    shapes = max(case.shapes, key=largest)
+    factor = 2
+    while True:
+        grown = tuple(tuple(d * factor if d > 1 else d for d in s) for s in shapes)
+        if largest(grown) >= LARGE_BYTES:
+            return grown
+        factor += 1
+
+
+def check_memory(case: OpCase) -> None:
+    """Every kernel of the forward and the backward on ``large_shapes`` allocates at most
+    its declared workspace plus NumPy's iterator buffers beyond its outputs (watched on
+    the second run: the first may fill caches)."""
+    shapes = large_shapes(case)
+    arrays = case.inputs(shapes, np.float32)
+    assert max(a.nbytes for a in arrays) >= LARGE_BYTES, (case.name, shapes)
+
+    def run() -> None:
+        if case.grad_indices(arrays):
+            analytic_grads(case, arrays)
+        else:
+            case.fn(*to_tensors(arrays))
+
+    with isolated_allocator() as allocator:
+        run()  # first uses (imports, caches) before the watched run
+        with watch_kernels(allocator) as watched:
+            run()
+    assert watched.records, f"{case.name}: no kernel ran"
+    over = [r for r in watched.records if r.extra > r.declared + KERNEL_SLACK]
+    assert not over, f"{case.name} on {shapes}:\n" + "\n".join(map(repr, over))
+
+
 def parametrize_cases(cases: Sequence[OpCase]):
     """pytest parameters (case, shapes, dtype) for every variant of every case."""
     params = []
@@ -220,7 +275,7 @@ def parametrize_cases(cases: Sequence[OpCase]):
 
 
 def define_tests(cases: Sequence[OpCase]):
-    """The five checks as pytest test functions over ``cases``; a test module does
+    """The six checks as pytest test functions over ``cases``; a test module does
     ``test_forward, test_gradient, ... = define_tests(CASES)``."""
     variants = parametrize_cases(cases)
     grad_variants = [p for p in variants if p.values[2] == np.float64]
@@ -248,4 +303,8 @@ def define_tests(cases: Sequence[OpCase]):
     def test_bad_inputs(case):
         check_bad_inputs(case)
 
-    return test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs
+    @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in cases if not c.unwatched])
+    def test_memory(case):
+        check_memory(case)
+
+    return test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs, test_memory

@@ -263,6 +263,7 @@ CASES = [
         [((3, 1),), ((4,),)],
         torch_fn=lambda t, a: a.expand(2, 3, 4),
         bad=[((5,),)],
+        unwatched="a view of a fixed small shape",
     ),
     OpCase(
         "getitem",
@@ -316,6 +317,7 @@ CASES = [
         [((2, 4),)],
         torch_fn=lambda t, a: t.split(a, [1, 3], dim=1),
         bad=[((2, 5),)],
+        large=((262144, 4),),
     ),
     OpCase(
         "split[partial]",
@@ -325,7 +327,14 @@ CASES = [
     ),
 ]
 
-test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs = define_tests(CASES)
+(
+    test_forward,
+    test_gradient,
+    test_torch,
+    test_recompute,
+    test_bad_inputs,
+    test_memory,
+) = define_tests(CASES)
 
 LINEAR_CASES = [
     OpCase(
@@ -351,4 +360,5 @@ LINEAR_CASES = [
     test_linear_torch,
     test_linear_recompute,
     test_linear_bad_inputs,
+    test_linear_memory,
 ) = define_tests(LINEAR_CASES)

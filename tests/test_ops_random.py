@@ -19,6 +19,8 @@ def no_inputs(rng, shapes, dtype):
     return []
 
 
+NO_INPUTS = "no inputs to grow: the case fixes the output's shape"
+
 CASES = [
     OpCase(
         "dropout",
@@ -40,6 +42,7 @@ CASES = [
         [()],
         make=no_inputs,
         dtypes=(np.float32,),
+        unwatched=NO_INPUTS,
     ),
     OpCase(
         "randn[float64]",
@@ -48,6 +51,7 @@ CASES = [
         [()],
         make=no_inputs,
         dtypes=(np.float64,),
+        unwatched=NO_INPUTS,
     ),
     OpCase(
         "rand",
@@ -56,10 +60,18 @@ CASES = [
         [()],
         make=no_inputs,
         dtypes=(np.float32,),
+        unwatched=NO_INPUTS,
     ),
 ]
 
-test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs = define_tests(CASES)
+(
+    test_forward,
+    test_gradient,
+    test_torch,
+    test_recompute,
+    test_bad_inputs,
+    test_memory,
+) = define_tests(CASES)
 
 
 def ramp(shape=(8, 9)):
