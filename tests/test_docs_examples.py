@@ -67,6 +67,12 @@ SLOW = {
     "python benchmarks/worst_cases.py": "16 s: 100 programs for each of the seven heuristics",
     "python benchmarks/fragmentation.py": "30 s: frontiers of the seven traces, three runs each",
     "python benchmarks/fragmentation.py --placement best": "30 s, as the line above",
+    "minidtr sim bound traces/treelstm.log.gz": "28 s: the LP on the Tree-LSTM's 2,000 nodes "
+    "(tests/test_sim_bound.py runs smaller traces)",
+    "python benchmarks/untrusted_files.py": "24 s: tests/test_untrusted_files.py checks each "
+    "crafted file's one-line error",
+    "minidtr animate ev.jsonl ev.gif --limit 120": "11 s: 120 frames (tests/test_animate.py "
+    "animates shorter logs)",
 }
 
 DOWNLOAD = "downloads from PyPI"
@@ -139,13 +145,9 @@ NOT_RUN = {
     "python benchmarks/window_kernels.py --models": WALL,
     "python benchmarks/vs_torch_checkpoint.py": WALL,
     "python benchmarks/malloc_faults.py --ratio 1": WALL,
-    "python benchmarks/wall_vs_cost.py --rounds 15": WALL,
-    "python benchmarks/wall_vs_cost.py --models lstm,treelstm,transformer --heuristic dtr_eq"
-    " --rounds 7": WALL,
     "python benchmarks/vs_torch.py --steps 15": WALL + " (about 6 on two cores)",
     "python benchmarks/vs_torch.py --quick": WALL + " (a rough pass)",
     "python benchmarks/vs_torch.py --models lstm,treelstm --steps 15": WALL,
-    "python benchmarks/wall_vs_cost.py --models lstm,treelstm --rounds 15": WALL,
     "python benchmarks/real_memory.py": FIGURE + " ('real-memory', under -m slow): 3 minutes",
     "python benchmarks/overhead_mlp.py": WALL,
     "python benchmarks/step_profile.py --by-op": WALL,
@@ -172,6 +174,8 @@ NOT_RUN_PREFIXES = {
     "the same figures and compares",
     "python benchmarks/op_instructions.py": "runs under valgrind's callgrind: minutes",
     "PYTHONPATH=$PWD python benchmarks/op_instructions.py": "runs under valgrind: minutes",
+    "OPENBLAS_NUM_THREADS=1 python benchmarks/op_instructions.py": "runs under valgrind: minutes",
+    "python benchmarks/wall_vs_cost.py": WALL,
 }
 
 

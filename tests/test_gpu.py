@@ -14,7 +14,9 @@ pytestmark = [
 ]
 
 
-def small_mlp_step(device):
+def small_mlp_step(device, p=0.1):
+    """An MLP step with dropout (``p``; 0: none) after each layer."""
+
     def run():
         rng = np.random.default_rng(0)
         ws = [
@@ -23,7 +25,9 @@ def small_mlp_step(device):
         ]
         h = md.tensor(rng.standard_normal((32, 64)), device=device)
         for i, w in enumerate(ws):
-            h = md.dropout(md.tanh(h @ w), p=0.1, seed=i)
+            h = md.tanh(h @ w)
+            if p:
+                h = md.dropout(h, p=p, seed=i)
         loss = (h * h).mean()
         loss.backward()
         return {"loss": loss, "grads": [w.grad for w in ws]}
@@ -32,11 +36,20 @@ def small_mlp_step(device):
 
 
 def test_ops_match_the_cpu():
-    cpu = small_mlp_step("cpu")()
-    gpu = small_mlp_step("cuda")()
+    """Without dropout: a seed's stream is CuPy's on the GPU, not NumPy's (docs/ops.md)."""
+    cpu = small_mlp_step("cpu", p=0)()
+    gpu = small_mlp_step("cuda", p=0)()
     np.testing.assert_allclose(gpu["loss"].numpy(), cpu["loss"].numpy(), rtol=1e-10)
     for a, b in zip(gpu["grads"], cpu["grads"], strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-12)
+
+
+def test_dropout_on_the_gpu_depends_on_its_seed_alone():
+    x = md.ones((1000, 1000), device="cuda")
+    a, b, c = (md.dropout(x, 0.3, seed=s).numpy() for s in (5, 5, 6))
+    assert a.tobytes() == b.tobytes() and a.tobytes() != c.tobytes()
+    assert set(np.unique(a).tolist()) == {0.0, np.float32(1 / 0.7)}
+    assert abs((a > 0).mean() - 0.7) < 0.005
 
 
 def test_budgeted_gpu_runs_are_bit_identical():

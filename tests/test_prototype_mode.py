@@ -82,14 +82,21 @@ def test_bundled_traces_replay_as_the_simulator(bundled, name, heuristic, ratio)
     check(bundled[name], name, heuristic, ratio)
 
 
+@pytest.mark.parametrize(
+    "heuristics,ratios",
+    [
+        pytest.param(NAMED, FAST_RATIOS, id="named"),
+        pytest.param(HEURISTICS, RATIOS, id="every", marks=pytest.mark.slow),
+    ],
+)
 @pytest.mark.parametrize("name", PROTOTYPE_LOGS)
-def test_the_prototypes_logs_replay_as_the_simulator(shared_traces, name):
-    """Every heuristic at every ratio (the named six and eleven ablation points: 136 cells
-    a log, a few seconds each)."""
+def test_the_prototypes_logs_replay_as_the_simulator(shared_traces, name, heuristics, ratios):
+    """The six named heuristics at two ratios; under -m slow every heuristic at every
+    ratio (the named six and eleven ablation points: 136 cells a log, 20 s)."""
     trace = sim.load_log(shared_traces / name)
     assert prototype_peak(trace) == EXPECTED[name]["peak"]
-    for heuristic in HEURISTICS:
-        for ratio in RATIOS:
+    for heuristic in heuristics:
+        for ratio in ratios:
             check(trace, name, heuristic, ratio)
 
 

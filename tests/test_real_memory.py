@@ -124,9 +124,11 @@ def test_op_kernels_and_their_gradients_declare_what_they_allocate(name, dtype):
             x = md.tensor(x0, requires_grad=True)
             y = md.tensor(y0.astype(dtype), requires_grad=True)
             make = lambda: ON_MATRICES[name](x, y)  # noqa: E731
-        make().sum().backward()  # first uses (imports, caches) before the watched run
-        with watch_kernels(allocator) as watched:
-            make().sum().backward()
+        # a float16 sum of a million values may overflow to inf: what is counted is bytes
+        with np.errstate(over="ignore"):
+            make().sum().backward()  # first uses (imports, caches) before the watched run
+            with watch_kernels(allocator) as watched:
+                make().sum().backward()
     over = [r for r in watched.records if r.extra > r.declared + KERNEL_SLACK]
     assert not over, "\n".join(map(repr, over))
 
