@@ -5,7 +5,8 @@ from the command that measures it; these tests measure each again and compare, l
 out only what varies from run to run (wall times, a time-limited solver's incumbents,
 losses and accuracies that depend on the processor's kernels). A failure means that a
 change moved a figure: run ``python docs/refresh_figures.py NAME``, then reread the prose
-around the block. The slow figures (minutes each) run under ``-m slow``.
+around the block. The slow figures (minutes each) run under ``-m slow``, with those in
+``SLOW_HERE``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,17 @@ sys.modules[spec.name] = refresh  # its dataclasses look their module up
 spec.loader.exec_module(refresh)
 
 
+# Quick to refresh but long for the default run; what they show is checked there otherwise.
+SLOW_HERE = {
+    "models-readme": "11 s: seven scripts (tests/test_model_scripts.py trains each one)",
+}
+
+
 def _params():
     return [
-        pytest.param(f.name, id=f.name, marks=[pytest.mark.slow] if f.slow else [])
+        pytest.param(
+            f.name, id=f.name, marks=[pytest.mark.slow] if f.slow or f.name in SLOW_HERE else []
+        )
         for f in refresh.FIGURES
     ]
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from doc_commands import ROOT, Unit, options, placeholders, program, python_blocks, units
@@ -67,6 +68,8 @@ SLOW = {
     "python benchmarks/worst_cases.py": "16 s: 100 programs for each of the seven heuristics",
     "python benchmarks/fragmentation.py": "30 s: frontiers of the seven traces, three runs each",
     "python benchmarks/fragmentation.py --placement best": "30 s, as the line above",
+    "python benchmarks/gc_share.py": "7 s: a timed benchmark",
+    "python benchmarks/window_decision.py": "6 s: a timed benchmark",
     "minidtr sim bound traces/treelstm.log.gz": "28 s: the LP on the Tree-LSTM's 2,000 nodes "
     "(tests/test_sim_bound.py runs smaller traces)",
     "python benchmarks/untrusted_files.py": "24 s: tests/test_untrusted_files.py checks each "
@@ -304,8 +307,8 @@ def _help(words: tuple[str, ...]) -> str:
 
 def test_every_option_in_the_docs_is_one_the_command_takes():
     """Every ``--option`` a command of the docs passes (synopses and commands not run
-    included) is listed by that program's ``--help``."""
-    missing = []
+    included) is listed by that program's ``--help`` (asked two programs at a time)."""
+    checked = []  # (where, program's words, the command's text)
     for unit in UNITS:
         for command in unit.commands:
             text = command.split("&& ")[-1]
@@ -316,10 +319,15 @@ def test_every_option_in_the_docs_is_one_the_command_takes():
                 continue  # python -m pytest, python -m zipfile
             if placeholders(" ".join(words)) or not options(text):
                 continue  # python models/NAME.py; nothing to check
-            listed = _help(tuple(words))
-            for option in options(text):
-                if option != "--help" and not re.search(rf"{re.escape(option)}\b", listed):
-                    missing.append(f"{unit.where}: {' '.join(words)} has no {option}")
+            checked.append((unit.where, tuple(words), text))
+    with ThreadPoolExecutor(2) as pool:
+        helps = {words: pool.submit(_help, words) for words in {c[1] for c in checked}}
+    missing = []
+    for where, words, text in checked:
+        listed = helps[words].result()
+        for option in options(text):
+            if option != "--help" and not re.search(rf"{re.escape(option)}\b", listed):
+                missing.append(f"{where}: {' '.join(words)} has no {option}")
     assert not missing, "\n".join(missing)
 
 

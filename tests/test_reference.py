@@ -74,7 +74,13 @@ def traces():
     return {path.name.split(".")[0]: sim.load_log(path) for path in sim.bundled_traces()}
 
 
-@pytest.mark.parametrize("model", sorted(LOWEST))
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param(m, marks=pytest.mark.slow) if m == "treelstm" else m  # 10 s
+        for m in sorted(LOWEST)
+    ],
+)
 def test_bundled_traces_replay_identically_with_the_reference_policy(traces, model):
     """Every heuristic at the model's lowest trainable ratio and at 0.5: the same events,
     the same statistics (thrashing or running out included)."""
