@@ -298,11 +298,11 @@ class Tensor:
         backward(self, grad, retain_graph)
 
     def pin(self) -> Tensor:
-        """Never evict this value's storage (rematerializing it now if needed)."""
+        """Never evict this value's storage (rematerializing it now) until ``unpin``."""
         self.cell.storage.allocator.pin(self.cell.storage)
         return self
 
-    def unpin(self) -> Tensor:
+    def unpin(self) -> Tensor:  # undoes one pin: pins are counted per storage
         self.cell.storage.allocator.unpin(self.cell.storage)
         return self
 

@@ -550,6 +550,23 @@ def test_pinned_storages_are_never_evicted():
     assert y.numpy()[0] == 1
 
 
+def test_pins_are_counted_per_storage():
+    """A value and a view of it, pinned by two pieces of code: one unpin leaves the
+    storage pinned, the second frees it, a third is an error that leaves it usable."""
+    x = fresh(1000)
+    y = step(x)
+    view = y[:10]
+    y.pin(), view.pin()
+    view.unpin()
+    with pytest.raises(ValueError, match="pinned"):
+        ALLOC.evict(y.storage)
+    y.unpin()
+    with pytest.raises(RuntimeError, match=r"unpin: storage #\d+ \(8,000 bytes\) is not pinned"):
+        view.unpin()
+    ALLOC.evict(y.storage)
+    assert view.numpy()[0] == 1 and not y.storage.pinned
+
+
 # ---- budgets, nesting, errors ----------------------------------------------------------------
 
 

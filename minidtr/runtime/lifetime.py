@@ -394,7 +394,7 @@ class Lifetimes:
             allocator.eviction.left_evicted(storage)
         storage.drop_recipe()
         storage.banished = True
-        storage.pinned = False
+        storage.pinned, storage.pins = False, 0
         allocator.stats.banished += 1
         allocator.record("banish", storage)
         if allocator.addresses is not None:
@@ -410,7 +410,7 @@ class Lifetimes:
         ledger = allocator.ledger
         allocator.eviction.candidates.discard(storage)
         if storage.pinned:
-            storage.pinned = False
+            storage.pinned, storage.pins = False, 0
             ledger.pinned_bytes -= storage.nbytes
         ledger.constant_bytes += storage.nbytes
         observer = allocator.observer
@@ -421,21 +421,37 @@ class Lifetimes:
                 observer.on_make_constant(storage)
 
     def pin(self, storage: Storage) -> None:
-        """Make a storage unevictable (rematerializing it first if it was evicted)."""
-        if storage.pinned or storage.op is None:
+        """Make a storage unevictable (rematerializing it first if it was evicted) until
+        as many ``unpin`` calls as ``pin`` calls: pins are counted, so two handles (a
+        value and a view of it) pinned by two pieces of code stay pinned until both
+        unpin. A constant is never evicted: pinning it does nothing."""
+        if storage.op is None:
+            return
+        if storage.pinned:
+            storage.pins += 1
             return
         allocator = self.allocator
         with allocator.holding(storage):
             storage.pinned = True
+            storage.pins = 1
             allocator.eviction.candidates.discard(storage)
             allocator.ledger.pinned_bytes += storage.nbytes
 
     def unpin(self, storage: Storage) -> None:
+        """Undo one ``pin``; the storage is evictable again when every pin is undone."""
+        if storage.op is None:
+            return
         if not storage.pinned:
+            raise RuntimeError(
+                f"unpin: storage #{storage.id} ({storage.nbytes:,} bytes) is not pinned "
+                "(each unpin() undoes one pin())"
+            )
+        storage.pins -= 1
+        if storage.pins:
             return
         storage.pinned = False
         self.allocator.ledger.pinned_bytes -= storage.nbytes
-        if storage.buffer is not None and storage.op is not None:
+        if storage.buffer is not None:
             self.allocator.eviction.candidates.add(storage)
 
     def make_constant(self, storage: Storage, if_resident: bool = False) -> None:

@@ -141,6 +141,7 @@ class Storage:
         "last_access",
         "locks",
         "pinned",
+        "pins",
         "banished",
         "external_refs",
         "children",
@@ -201,7 +202,7 @@ class Storage:
         self.run_cost = cost  # what running the op cost (``cost`` grows with its views')
         self.cost = cost
         self.last_access = last_access
-        self.locks = 0
+        self.locks = self.pins = 0  # pins: pin() calls not undone by unpin() yet
         self.pinned = self.banished = False
         self.external_refs = 0
         # () without children, the weak reference itself for one (most storages have one
