@@ -1,5 +1,8 @@
 """The dataset generators: seeded, well-formed, and the labels mean what the docs say."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -29,18 +32,33 @@ def test_digits_split_shapes_and_range():
 
 
 def test_digits_without_sklearn_says_how_to_install(monkeypatch):
-    import builtins
+    from minidtr.data import digits
 
-    real_import = builtins.__import__
+    real_find_spec = digits.importlib.util.find_spec
 
     def no_sklearn(name, *args, **kwargs):
-        if name.startswith("sklearn"):
-            raise ImportError("no sklearn here")
-        return real_import(name, *args, **kwargs)
+        return None if name == "sklearn" else real_find_spec(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_sklearn)
+    monkeypatch.setattr(digits.importlib.util, "find_spec", no_sklearn)
     with pytest.raises(ImportError, match="scikit-learn"):
         load_digits()
+
+
+def test_digits_are_sklearns_read_without_importing_it(monkeypatch):
+    """The file scikit-learn ships, read directly: the same values as its loader gives,
+    without the import (a subprocess, as this one may have imported it); where the
+    file is not, scikit-learn's loader reads it."""
+    datasets = pytest.importorskip("sklearn.datasets")
+    from minidtr.data import digits
+
+    bunch = datasets.load_digits()
+    table = digits.digits_table()
+    assert np.array_equal(table[:, :64], bunch.data) and np.array_equal(table[:, 64], bunch.target)
+    code = "import sys, minidtr.data as d; d.load_digits(); print('sklearn' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    monkeypatch.setattr(digits.pathlib.Path, "is_file", lambda path: False)
+    assert np.array_equal(digits.digits_table(), table)
 
 
 @pytest.mark.parametrize(
