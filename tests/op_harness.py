@@ -17,7 +17,7 @@ for each shape set and dtype:
    whose function fixes its shapes gives ``large`` itself, or says in ``unwatched`` why
    it cannot be watched.
 
-A test module declares ``CASES = [...]`` and calls ``parametrize_cases(CASES)``.
+A test module declares ``CASES = [...]`` and does ``globals().update(define_tests(CASES))``.
 """
 
 from __future__ import annotations
@@ -274,9 +274,10 @@ def parametrize_cases(cases: Sequence[OpCase]):
     return params
 
 
-def define_tests(cases: Sequence[OpCase]):
-    """The six checks as pytest test functions over ``cases``; a test module does
-    ``test_forward, test_gradient, ... = define_tests(CASES)``."""
+def define_tests(cases: Sequence[OpCase], prefix: str = "test") -> dict[str, Callable]:
+    """The six checks as pytest test functions over ``cases``, by name
+    (``{prefix}_forward``, ``{prefix}_gradient``, ...): a test module does
+    ``globals().update(define_tests(CASES))``."""
     variants = parametrize_cases(cases)
     grad_variants = [p for p in variants if p.values[2] == np.float64]
 
@@ -307,4 +308,5 @@ def define_tests(cases: Sequence[OpCase]):
     def test_memory(case):
         check_memory(case)
 
-    return test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs, test_memory
+    checks = (test_forward, test_gradient, test_torch, test_recompute, test_bad_inputs, test_memory)
+    return {prefix + check.__name__.removeprefix("test"): check for check in checks}

@@ -484,6 +484,20 @@ CASES: list[Case] = [
         [((5, 9), (5, 3)), ((6,), (2,))],
         ("normal", "normal"),
     ),
+    Case(
+        "scaled_dot_product_attention",
+        md.scaled_dot_product_attention,
+        TF.scaled_dot_product_attention,
+        [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((1, 4), (3, 4), (3, 2))],
+        ("normal", "normal", "normal"),
+    ),
+    Case(
+        "scaled_dot_product_attention causal",
+        lambda q, k, v: md.scaled_dot_product_attention(q, k, v, causal=True),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [((2, 5, 4), (2, 5, 4), (2, 5, 3))],
+        ("normal", "normal", "normal"),
+    ),
     Case("conv2d", md.conv2d, TF.conv2d, CONV_SHAPES, ("normal", "normal", "normal")),
     Case(
         "conv2d stride 2 padding 1",

@@ -188,14 +188,7 @@ CASES = [
     ),
 ]
 
-(
-    test_forward,
-    test_gradient,
-    test_torch,
-    test_recompute,
-    test_bad_inputs,
-    test_memory,
-) = define_tests(CASES)
+globals().update(define_tests(CASES))
 
 
 @pytest.mark.parametrize("fn", [md.max_pool2d, md.avg_pool2d])

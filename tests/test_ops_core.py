@@ -327,14 +327,7 @@ CASES = [
     ),
 ]
 
-(
-    test_forward,
-    test_gradient,
-    test_torch,
-    test_recompute,
-    test_bad_inputs,
-    test_memory,
-) = define_tests(CASES)
+globals().update(define_tests(CASES))
 
 LINEAR_CASES = [
     OpCase(
@@ -354,11 +347,4 @@ LINEAR_CASES = [
     ),
 ]
 
-(
-    test_linear_forward,
-    test_linear_gradient,
-    test_linear_torch,
-    test_linear_recompute,
-    test_linear_bad_inputs,
-    test_linear_memory,
-) = define_tests(LINEAR_CASES)
+globals().update(define_tests(LINEAR_CASES, prefix="test_linear"))

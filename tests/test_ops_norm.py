@@ -184,14 +184,7 @@ CASES = [
     ),
 ]
 
-(
-    test_forward,
-    test_gradient,
-    test_torch,
-    test_recompute,
-    test_bad_inputs,
-    test_memory,
-) = define_tests(CASES)
+globals().update(define_tests(CASES))
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")

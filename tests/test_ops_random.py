@@ -64,14 +64,7 @@ CASES = [
     ),
 ]
 
-(
-    test_forward,
-    test_gradient,
-    test_torch,
-    test_recompute,
-    test_bad_inputs,
-    test_memory,
-) = define_tests(CASES)
+globals().update(define_tests(CASES))
 
 
 def ramp(shape=(8, 9)):

@@ -224,14 +224,7 @@ CASES = [
     ),
 ]
 
-(
-    test_forward,
-    test_gradient,
-    test_torch,
-    test_recompute,
-    test_bad_inputs,
-    test_memory,
-) = define_tests(CASES)
+globals().update(define_tests(CASES))
 
 
 def test_lstm_cell_errors_name_the_op_and_shapes():

@@ -4,6 +4,7 @@
 from ..tensor import Tensor
 from .activation import exp, gelu, log, relu, sigmoid, sqrt, tanh
 from .arithmetic import abs, add, clip, div, maximum, minimum, mul, neg, pow, sub
+from .attention import scaled_dot_product_attention
 from .compare import equal, greater, greater_equal, less, less_equal, not_equal, where
 from .conv import conv2d
 from .embedding import embedding

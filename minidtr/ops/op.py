@@ -143,8 +143,9 @@ class Op:
     def workspace(self, *inputs: Cell) -> int:
         """The bytes of scratch memory ``forward`` allocates besides its outputs, at its
         worst, for inputs of these shapes and dtypes (metadata only: an evicted input is not
-        rebuilt for it). At least what the kernel really allocates: tests/test_workspace.py
-        measures every op's kernel with tracemalloc against it. The default, 0, is for
+        rebuilt for it). At least what the kernel really allocates: the op-test harness
+        (tests/op_harness.py) and tests/test_real_memory.py measure the kernels with
+        tracemalloc against it. The default, 0, is for
         kernels that allocate nothing but their outputs."""
         return 0
 

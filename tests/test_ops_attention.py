@@ -1,0 +1,122 @@
+"""scaled_dot_product_attention through the generic harness, against a NumPy reference
+and PyTorch's ``scaled_dot_product_attention``; and what it keeps for backward."""
+
+import numpy as np
+import pytest
+
+import minidtr as md
+from minidtr.testing import assert_remat_equivalent, isolated_allocator
+from op_harness import OpCase, define_tests
+
+SHAPES = [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((4, 3), (4, 3), (4, 2))]
+
+
+def reference(q, k, v, mask=None, causal=False, scale=None):
+    """The formula in float64, rounded to q's dtype."""
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q64 @ np.swapaxes(k64, -1, -2) * scale
+    if mask is not None and mask.dtype == np.bool_:
+        scores = np.where(mask, scores, -np.inf)
+    elif mask is not None:
+        scores = scores + mask
+    if causal:
+        scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True) @ v64).astype(q.dtype)
+
+
+def with_mask(kind):
+    """q, k, v and a (L, S) mask: boolean (most True, every row some), or additive."""
+
+    def make(rng, shapes, dtype):
+        q, k, v = (rng.standard_normal(s).astype(dtype) for s in shapes[:3])
+        keep = rng.random(shapes[3]) < 0.7
+        keep[..., 0] = True
+        mask = keep if kind == "bool" else np.where(keep, 0.0, -2.0).astype(dtype)
+        return [q, k, v, mask]
+
+    return make
+
+
+def torch_sdpa(**kwargs):
+    return lambda t, q, k, v, *mask: t.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask[0] if mask else None, **kwargs
+    )
+
+
+SDPA = md.scaled_dot_product_attention
+MASKED = [(*s, (s[0][-2], s[1][-2])) for s in SHAPES]
+
+CASES = [
+    OpCase("scaled_dot_product_attention", SDPA, reference, SHAPES, torch_fn=torch_sdpa(),
+           bad=[((2, 5, 4), (2, 6, 3), (2, 6, 7)), ((2, 5, 4), (3, 6, 4), (3, 6, 7)),
+                ((5, 4), (6, 4), (5, 7)), ((5, 4), (0, 4), (0, 7))]),
+    OpCase("scaled_dot_product_attention[causal]", lambda q, k, v: SDPA(q, k, v, causal=True),
+           lambda q, k, v: reference(q, k, v, causal=True), SHAPES,
+           torch_fn=torch_sdpa(is_causal=True)),
+    OpCase("scaled_dot_product_attention[scale]", lambda q, k, v: SDPA(q, k, v, scale=0.3),
+           lambda q, k, v: reference(q, k, v, scale=0.3), SHAPES, torch_fn=torch_sdpa(scale=0.3)),
+    OpCase("scaled_dot_product_attention[bool mask]",
+           lambda q, k, v, m: SDPA(q, k, v, mask=m), reference, MASKED, make=with_mask("bool"),
+           grad_inputs=(0, 1, 2), torch_fn=torch_sdpa(),
+           bad=[[np.ones((2, 5, 4), np.float32), np.ones((2, 6, 4), np.float32),
+                 np.ones((2, 6, 3), np.float32), np.ones((5, 5), bool)]]),
+    OpCase("scaled_dot_product_attention[float mask]",
+           lambda q, k, v, m: SDPA(q, k, v, mask=m), reference, MASKED, make=with_mask("float"),
+           grad_inputs=(0, 1, 2), torch_fn=torch_sdpa()),
+]  # fmt: skip
+
+globals().update(define_tests(CASES))
+
+
+def test_only_the_inputs_are_kept_for_backward():
+    """Between the forward and the backward the fused op holds its inputs and its output
+    only; the unfused form also holds the (..., L, S) probabilities for its backward."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((4, 64, 16)).astype(np.float32) for _ in range(3)]
+
+    def held_after_forward(fused: bool) -> int:
+        with isolated_allocator() as allocator, md.Runtime():
+            q, k, v = (md.tensor(a, requires_grad=True) for a in arrays)
+            if fused:
+                out = md.scaled_dot_product_attention(q, k, v)
+            else:
+                out = md.softmax((q @ md.transpose(k, (0, 2, 1))) * 0.25, axis=-1) @ v
+            held = allocator.ledger.memory
+            out.sum().backward()
+            return held
+
+    inputs_and_output = 4 * 4 * 64 * 16 * 4
+    probabilities = 4 * 64 * 64 * 4
+    assert held_after_forward(fused=True) == inputs_and_output
+    assert held_after_forward(fused=False) >= inputs_and_output + probabilities
+
+
+def test_bad_arguments_name_the_op():
+    q = md.ones((2, 3))
+    with pytest.raises(ValueError, match="scaled_dot_product_attention: the mask gets no"):
+        md.scaled_dot_product_attention(q, q, q, mask=md.zeros((2, 2), requires_grad=True))
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        md.scaled_dot_product_attention(q, q, q, causal=1)
+    with pytest.raises(ValueError, match="scale must be a positive number"):
+        md.scaled_dot_product_attention(q, q, q, scale=-1.0)
+    with pytest.raises(TypeError, match="scaled_dot_product_attention: k must be a Tensor"):
+        md.scaled_dot_product_attention(q, np.ones((2, 3)), q)
+
+
+def test_budgeted_runs_are_bit_identical():
+    """Six attention layers and their backward under budgets that evict: the same bits."""
+
+    def program():
+        rng = np.random.default_rng(0)
+        x = md.tensor(rng.standard_normal((2, 4, 32, 8)).astype(np.float32), requires_grad=True)
+        w = md.tensor(rng.standard_normal((8, 8)).astype(np.float32) / 3, requires_grad=True)
+        h = x
+        for _ in range(6):
+            h = md.tanh(md.scaled_dot_product_attention(h @ w, h, h, causal=True))
+        (h * h).sum().backward()
+        return {"h": h, "grads": [x.grad, w.grad]}
+
+    reports = assert_remat_equivalent(program, budgets=[0.8, 0.6], heuristics=["dtr", "lru"])
+    assert any(r["remats"] > 0 for r in reports)
