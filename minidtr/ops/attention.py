@@ -12,8 +12,9 @@ layer then holds its inputs and its output, and rebuilding its output is one op.
 The arguments are PyTorch's ``scaled_dot_product_attention``'s: q (..., L, E), k
 (..., S, E), v (..., S, Ev), the same leading dimensions; ``mask`` broadcastable to
 (..., L, S), boolean (True: may attend) or added to the scores; ``causal`` lets position
-i attend to positions 0..i only. A row with nothing to attend to gives NaN, as in
-PyTorch. float16 is computed in float32 and rounded once.
+i attend to positions 0..i only (with a mask, both apply; PyTorch refuses the pair). A
+row with nothing to attend to gives NaN, as in PyTorch. There is no dropout inside (no
+``dropout_p``). float16 is computed in float32 and rounded once.
 """
 
 from __future__ import annotations
