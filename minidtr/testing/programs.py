@@ -22,7 +22,7 @@ from ..ops.op import as_constants
 from ..tensor import Tensor, tensor
 
 UNARY = ("tanh", "sigmoid", "relu", "neg", "transpose", "reshape_roundtrip", "dropout", "row_sum")
-BINARY = ("add", "sub", "mul", "matmul", "maximum")
+BINARY = ("add", "sub", "mul", "matmul", "maximum", "attention")
 
 
 @dataclass
@@ -90,6 +90,8 @@ def apply_named(name: str, args: list[Tensor], seed: int) -> Tensor:
         return a + a.sum(axis=1, keepdims=True) * 0.1
     if name == "matmul":
         return ops.matmul(a, args[1]) * (1.0 / a.shape[-1])
+    if name == "attention":  # the first value's rows attend to the second's
+        return ops.scaled_dot_product_attention(a, args[1], args[1])
     return getattr(ops, name)(*args)
 
 
