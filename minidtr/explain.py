@@ -361,9 +361,11 @@ def explain(summary: Summary, top: int = 5) -> str:
     if not s.budget_evictions_by_op:
         lines.append("None: everything fit.")
     else:
-        for op, n in s.budget_evictions_by_op.most_common(top):
+        shown = s.budget_evictions_by_op.most_common(top)
+        width = max(22, *(len(printable(op)) for op, _ in shown))
+        for op, n in shown:
             lines.append(
-                f"  {printable(op):<22} evicted {n:>6,} times, "
+                f"  {printable(op):<{width}} evicted {n:>6,} times, "
                 f"{human_bytes(s.evicted_bytes_by_op[op])} in all"
             )
         lines.extend(_more_ops(s.budget_evictions_by_op, top))
@@ -389,10 +391,12 @@ def explain(summary: Summary, top: int = 5) -> str:
                 f"{s.orphan_remats:,} of the recomputations rebuilt orphans ({ORPHAN_NOTE})."
             )
         lines.append("Costliest, by op:")
-        for op, cost in s.remat_cost_by_op.most_common(top):
+        shown = s.remat_cost_by_op.most_common(top)
+        width = max(22, *(len(printable(op)) for op, _ in shown))
+        for op, cost in shown:
             n = s.remats_by_op[op]
             lines.append(
-                f"  {printable(op):<22} {n:>6,} recomputations, cost {cost:>12,.0f} "
+                f"  {printable(op):<{width}} {n:>6,} recomputations, cost {cost:>12,.0f} "
                 f"({_share(cost, s.remat_cost)} of all recomputation)"
             )
         lines.extend(_more_ops(s.remat_cost_by_op, top))

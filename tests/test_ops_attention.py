@@ -120,3 +120,30 @@ def test_budgeted_runs_are_bit_identical():
 
     reports = assert_remat_equivalent(program, budgets=[0.8, 0.6], heuristics=["dtr", "lru"])
     assert any(r["remats"] > 0 for r in reports)
+
+
+def test_explain_keeps_its_columns_for_the_long_names():
+    """``minidtr explain``'s tables by op widen to the longest name shown."""
+    from minidtr.explain import explain, summarize
+
+    rng = np.random.default_rng(0)
+    x = md.tensor(rng.standard_normal((2, 2, 32, 8)).astype(np.float32), requires_grad=True)
+
+    def step():
+        h = x
+        for _ in range(6):
+            h = md.tanh(md.scaled_dot_product_attention(h * 0.5, h, h, causal=True))
+        (h * h).sum().backward()
+
+    with isolated_allocator():
+        with md.Runtime() as unbounded:
+            step()
+        with md.Runtime(
+            budget=int(0.7 * unbounded.stats()["peak_memory"]), record_events=True
+        ) as rt:
+            step()
+        text = explain(summarize([rt.header(), *rt.events]))
+    for title, word in (("Evictions forced", " evicted "), ("Costliest, by op", " recomputations")):
+        rows = text.split(title, 1)[1].split("\n\n")[0].splitlines()
+        starts = {row.index(word) for row in rows if word in row and row.startswith("  ")}
+        assert len(starts) == 1, rows
