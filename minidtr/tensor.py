@@ -500,7 +500,7 @@ def constant(
     """A tensor over a new constant storage whose buffer ``make_array()`` creates
     (after the allocator has made room for it)."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(map(int, shape)) * dtype.itemsize
     storage = allocator_for(device).add_constant(make_array, nbytes, name, tuple(shape), dtype)
     return Tensor(storage, requires_grad)
 
