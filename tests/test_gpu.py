@@ -44,6 +44,23 @@ def test_ops_match_the_cpu():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_matches_the_cpu(causal):
+    """The fused attention's chunked kernels through CuPy: the CPU's values and gradients
+    to rounding."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s) for s in [(4, 2, 48, 8), (4, 2, 64, 8), (4, 2, 64, 5)]]
+
+    def run(device):
+        q, k, v = (md.tensor(a, requires_grad=True, device=device) for a in arrays)
+        out = md.scaled_dot_product_attention(q, k, v, causal=causal)
+        (out * out).sum().backward()
+        return [t.numpy() for t in (out, q.grad, k.grad, v.grad)]
+
+    for gpu, cpu in zip(run("cuda"), run("cpu"), strict=True):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-10, atol=1e-12)
+
+
 def test_dropout_on_the_gpu_depends_on_its_seed_alone():
     x = md.ones((1000, 1000), device="cuda")
     a, b, c = (md.dropout(x, 0.3, seed=s).numpy() for s in (5, 5, 6))
