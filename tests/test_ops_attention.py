@@ -11,8 +11,10 @@ from op_harness import OpCase, define_tests
 SHAPES = [((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7)), ((4, 3), (4, 3), (4, 2))]
 
 
-def reference(q, k, v, mask=None, causal=False, scale=None):
-    """The formula in float64, rounded to q's dtype."""
+def reference(q, k, v, mask=None, causal=False, scale=None, dropout=None):
+    """The formula in float64, rounded to q's dtype; ``dropout`` (chance, seed): the
+    probabilities dropped where the seed's float32 uniforms, in the scores' C order, are
+    below the chance."""
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = q64 @ np.swapaxes(k64, -1, -2) * scale
@@ -23,7 +25,12 @@ def reference(q, k, v, mask=None, causal=False, scale=None):
     if causal:
         scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (p / p.sum(axis=-1, keepdims=True) @ v64).astype(q.dtype)
+    p = p / p.sum(axis=-1, keepdims=True)
+    if dropout is not None:
+        chance, seed = dropout
+        uniforms = np.random.default_rng(seed).random(p.size, dtype=np.float32)
+        p = p * (uniforms.reshape(p.shape) >= chance) / (1 - chance)
+    return (p @ v64).astype(q.dtype)
 
 
 def with_mask(kind):
@@ -62,6 +69,9 @@ CASES = [
            grad_inputs=(0, 1, 2), torch_fn=torch_sdpa(),
            bad=[[np.ones((2, 5, 4), np.float32), np.ones((2, 6, 4), np.float32),
                  np.ones((2, 6, 3), np.float32), np.ones((5, 5), bool)]]),
+    OpCase("scaled_dot_product_attention[dropout]",
+           lambda q, k, v: SDPA(q, k, v, dropout_p=0.3, causal=True, seed=11),
+           lambda q, k, v: reference(q, k, v, causal=True, dropout=(0.3, 11)), SHAPES),
     OpCase("scaled_dot_product_attention[float mask]",
            lambda q, k, v, m: SDPA(q, k, v, mask=m), reference, MASKED, make=with_mask("float"),
            grad_inputs=(0, 1, 2), torch_fn=torch_sdpa()),
@@ -101,6 +111,10 @@ def test_bad_arguments_name_the_op():
         md.scaled_dot_product_attention(q, q, q, causal=1)
     with pytest.raises(ValueError, match="scale must be a positive number"):
         md.scaled_dot_product_attention(q, q, q, scale=-1.0)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.0"):
+        md.scaled_dot_product_attention(q, q, q, dropout_p=1.0)
+    with pytest.raises(TypeError, match="dropout_p must be a number"):
+        md.scaled_dot_product_attention(q, q, q, dropout_p="0.1")
     with pytest.raises(TypeError, match="scaled_dot_product_attention: k must be a Tensor"):
         md.scaled_dot_product_attention(q, np.ones((2, 3)), q)
 
@@ -147,3 +161,18 @@ def test_explain_keeps_its_columns_for_the_long_names():
         rows = text.split(title, 1)[1].split("\n\n")[0].splitlines()
         starts = {row.index(word) for row in rows if word in row and row.startswith("  ")}
         assert len(starts) == 1, rows
+
+
+def test_dropout_is_its_seeds():
+    """The same seed drops the same probabilities (forward and backward alike: the harness
+    checks the gradient and every recompute); another seed others; no seed draws one."""
+    rng = np.random.default_rng(0)
+    q, k, v = (md.tensor(rng.standard_normal((2, 16, 4)).astype(np.float32)) for _ in range(3))
+    a, b, c = (
+        md.scaled_dot_product_attention(q, k, v, dropout_p=0.5, seed=s).numpy() for s in (1, 1, 2)
+    )
+    assert a.tobytes() == b.tobytes() != c.tobytes()
+    md.manual_seed(3)
+    d = md.scaled_dot_product_attention(q, k, v, dropout_p=0.5).numpy()
+    md.manual_seed(3)
+    assert d.tobytes() == md.scaled_dot_product_attention(q, k, v, dropout_p=0.5).numpy().tobytes()

@@ -13,8 +13,11 @@ The arguments are PyTorch's ``scaled_dot_product_attention``'s: q (..., L, E), k
 (..., S, E), v (..., S, Ev), the same leading dimensions; ``mask`` broadcastable to
 (..., L, S), boolean (True: may attend) or added to the scores; ``causal`` lets position
 i attend to positions 0..i only (with a mask, both apply; PyTorch refuses the pair). A
-row with nothing to attend to gives NaN, as in PyTorch. There is no dropout inside (no
-``dropout_p``). float16 is computed in float32 and rounded once.
+row with nothing to attend to gives NaN, as in PyTorch. ``dropout_p`` zeroes each
+probability with that chance and scales the rest by 1 / (1 - dropout_p), from a seed kept in
+the recipe (float32 uniforms in the scores' C order, as ``dropout`` draws them), so the
+backward and every recompute draw the same mask. float16 is computed in float32 and
+rounded once.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import math
 
 import numpy as np
 
+from .. import backend
 from ..runtime.storage import Cell
 from ..tensor import Tensor
 from .op import HALF, Op, apply, expect_tensor, float_dtype, in_float32
+from .random import Seed, next_seed
 
 
 def _sizes(in_metas) -> tuple[int, int, int]:
@@ -48,16 +53,20 @@ def _rows(q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
     return max(1, largest // max(per_row, 1))
 
 
-def _scratch(q: Cell, k: Cell, v: Cell, rest, results, grad: bool, causal: bool) -> int:
+def _scratch(
+    q: Cell, k: Cell, v: Cell, rest, results, grad: bool, causal: bool, dropout: bool
+) -> int:
     """The bytes a kernel allocates besides its outputs: a chunk's probabilities (and,
-    for the gradient, its scores' gradient) and their rows' maxima and sums, a boolean
-    mask's negation, the causal mask, and in float16 a float32 copy of each float16 input
-    and of each result before rounding."""
+    for the gradient, its scores' gradient) and their rows' maxima and sums, a chunk's
+    uniforms and dropout mask, a boolean mask's negation, the causal mask, and in float16
+    a float32 copy of each float16 input and of each result before rounding."""
     rows = min(_rows(q.shape, k.shape, v.shape), q.shape[0] if len(q.shape) > 2 else 1)
     chunk = rows * math.prod(q.shape[1:-1] if len(q.shape) > 2 else q.shape[:-1]) * k.shape[-2]
     half = q.dtype is HALF
     itemsize = 4 if half else q.dtype.itemsize
     total = chunk * itemsize * (2 if grad else 1)
+    if dropout:  # the uniforms and the mask; the gradient also the dropped probabilities
+        total += chunk * (5 + (itemsize if grad else 0))
     total += 2 * (chunk // max(k.shape[-2], 1)) * itemsize  # the rows' maxima and sums
     total += sum(math.prod(c.shape) for c in rest if c.dtype == np.bool_)
     if causal:
@@ -84,10 +93,14 @@ def _chunks(q, k, v, mask):
 class Attention(Op):
     name = "scaled_dot_product_attention"
 
-    def __init__(self, scale: float, causal: bool, mask_kind: str | None):
+    def __init__(
+        self, scale: float, causal: bool, mask_kind: str | None, dropout: float = 0.0, seed=None
+    ):
         self.scale = scale
         self.causal = causal
         self.mask_kind = mask_kind  # None, "bool" or "float"
+        self.dropout = dropout  # the chance of zeroing a probability
+        self.seed = seed  # of the dropout mask (None without dropout)
         self.retain_inputs = (0, 1, 2, 3) if mask_kind else (0, 1, 2)
 
     def infer(self, q: Cell, k: Cell, v: Cell, *mask: Cell):
@@ -142,28 +155,54 @@ class Attention(Op):
             return in_float32(self.forward, xp, q, k, v, *mask)
         out = xp.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
         future = self.future(xp, q, k)
+        uniforms = self.uniforms(xp)
         for index, m in _chunks(q, k, v, mask[0] if mask else None):
             p = self.probabilities(xp, q[index], k[index], m, future)
+            if uniforms is not None:
+                self.drop(xp, p, self.kept(xp, uniforms, p))
             xp.matmul(p, v[index], out=out[index])
             del p  # before the next chunk's is made
         return out
+
+    def uniforms(self, xp):
+        """The generator of the dropout mask's uniforms, at the start of its stream (None
+        without dropout)."""
+        return None if not self.dropout else backend.generator(xp, self.seed)
+
+    def kept(self, xp, uniforms, p):
+        """The next ``p.size`` uniforms of the stream: where they are at least the
+        dropout chance, the probability is kept."""
+        return uniforms.random(p.size, dtype=np.float32).reshape(p.shape) >= self.dropout
+
+    def drop(self, xp, p, kept) -> None:
+        """``p`` (in place) zeroed where not ``kept``, the rest scaled by 1 / (1 - chance)."""
+        p *= kept
+        p *= p.dtype.type(1.0 / (1.0 - self.dropout))
 
     def workspace(self, q: Cell, k: Cell, v: Cell, *mask: Cell) -> int:
         """The probabilities, a boolean mask's negation, the causal mask (two arrays of
         the scores' shape, bool), and float16's float32 copies."""
         return _scratch(
-            q, k, v, mask, results=((*q.shape[:-1], v.shape[-1]),), grad=False, causal=self.causal
+            q,
+            k,
+            v,
+            mask,
+            results=((*q.shape[:-1], v.shape[-1]),),
+            grad=False,
+            causal=self.causal,
+            dropout=bool(self.dropout),
         )
 
     def cost(self, in_metas, out_metas):
         """q kᵀ and p v (two flops a multiply-add), and the softmax's 12 a score."""
         scores, e, ev = _sizes(in_metas)
         _, nbytes = super().cost(in_metas, out_metas)
-        return scores * (2.0 * (e + ev) + 12.0), nbytes
+        return scores * (2.0 * (e + ev) + 12.0 + (4.0 if self.dropout else 0.0)), nbytes
 
     def backward(self, ctx, g):
         mask = ctx.inputs[3:]
-        dq, dk, dv = apply(AttentionGrad(self.scale, self.causal, self.mask_kind), *ctx.inputs, g)
+        grad_op = AttentionGrad(self.scale, self.causal, self.mask_kind, self.dropout, self.seed)
+        dq, dk, dv = apply(grad_op, *ctx.inputs, g)
         need = ctx.needs_grad
         return (
             dq if need[0] else None,
@@ -182,8 +221,10 @@ class AttentionGrad(Op):
     n_outputs = 3
     differentiable = False
 
-    def __init__(self, scale: float, causal: bool, mask_kind: str | None):
-        self.forward_op = Attention(scale, causal, mask_kind)
+    def __init__(
+        self, scale: float, causal: bool, mask_kind: str | None, dropout: float = 0.0, seed=None
+    ):
+        self.forward_op = Attention(scale, causal, mask_kind, dropout, seed)
 
     def infer(self, q: Cell, k: Cell, v: Cell, *rest: Cell):
         return [(q.shape, q.dtype), (k.shape, k.dtype), (v.shape, v.dtype)]
@@ -195,10 +236,20 @@ class AttentionGrad(Op):
         dq, dk, dv = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v)
         attention = self.forward_op
         future = attention.future(xp, q, k)
+        uniforms = attention.uniforms(xp)
         for i, m in _chunks(q, k, v, mask[0] if mask else None):
             p = attention.probabilities(xp, q[i], k[i], m, future)
-            xp.matmul(xp.swapaxes(p, -1, -2), g[i], out=dv[i])
-            ds = xp.matmul(g[i], xp.swapaxes(v[i], -1, -2))
+            ds = xp.matmul(g[i], xp.swapaxes(v[i], -1, -2))  # the dropped ones' gradient
+            if uniforms is None:
+                xp.matmul(xp.swapaxes(p, -1, -2), g[i], out=dv[i])
+            else:
+                kept = attention.kept(xp, uniforms, p)
+                dropped = p.copy()
+                attention.drop(xp, dropped, kept)
+                xp.matmul(xp.swapaxes(dropped, -1, -2), g[i], out=dv[i])
+                del dropped
+                attention.drop(xp, ds, kept)  # now the probabilities' gradient
+                del kept
             ds *= p
             p *= ds.sum(axis=-1, keepdims=True)
             ds -= p
@@ -219,13 +270,15 @@ class AttentionGrad(Op):
             results=(q.shape, k.shape, v.shape),
             grad=True,
             causal=self.forward_op.causal,
+            dropout=bool(self.forward_op.dropout),
         )
 
     def cost(self, in_metas, out_metas):
         """The probabilities again, and four products."""
         scores, e, ev = _sizes(in_metas)
         _, nbytes = super().cost(in_metas, out_metas)
-        return scores * (2.0 * (2 * e + 2 * ev + e) + 16.0), nbytes
+        dropout = 8.0 if self.forward_op.dropout else 0.0
+        return scores * (2.0 * (2 * e + 2 * ev + e) + 16.0 + dropout), nbytes
 
 
 def scaled_dot_product_attention(
@@ -233,13 +286,17 @@ def scaled_dot_product_attention(
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
+    dropout_p: float = 0.0,
     causal: bool = False,
     scale: float | None = None,
+    seed: Seed = None,
 ) -> Tensor:
     """``softmax(q kᵀ · scale + mask) v`` as one op, with PyTorch's conventions (module
     docstring): q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev); ``scale``
-    1 / sqrt(E) by default. Keeps q, k and v for backward, never the (..., L, S)
-    probabilities. The mask gets no gradient (a mask that requires one is refused)."""
+    1 / sqrt(E) by default; ``dropout_p`` drops probabilities (pass 0 when evaluating, as
+    with PyTorch's), the mask's seed drawn from minidtr's default generator when None.
+    Keeps q, k and v for backward, never the (..., L, S) probabilities. The mask gets no
+    gradient (a mask that requires one is refused)."""
     name = Attention.name
     tensors = [expect_tensor(name, t, what) for t, what in ((q, "q"), (k, "k"), (v, "v"))]
     kind = None
@@ -255,4 +312,9 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape and q.shape[-1] else 1.0
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"{name}: scale must be a positive number, got {scale!r}")
-    return apply(Attention(float(scale), causal, kind), *tensors)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"{name}: dropout_p must be a number, got {dropout_p!r}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{name}: dropout_p must be in [0, 1), got {dropout_p}")
+    seed = next_seed(seed, name) if dropout_p else None
+    return apply(Attention(float(scale), causal, kind, float(dropout_p), seed), *tensors)
