@@ -176,3 +176,24 @@ def test_dropout_is_its_seeds():
     d = md.scaled_dot_product_attention(q, k, v, dropout_p=0.5).numpy()
     md.manual_seed(3)
     assert d.tobytes() == md.scaled_dot_product_attention(q, k, v, dropout_p=0.5).numpy().tobytes()
+
+
+def test_chunks_give_the_bits_of_one_batched_product(monkeypatch):
+    """The kernels take a few indices of the first axis at a time: the values and the
+    gradients are those of taking all of them at once (dropout's stream included)."""
+    from minidtr.ops import attention
+
+    rng = np.random.default_rng(0)
+    shapes = [(8, 4, 96, 32), (8, 4, 128, 32), (8, 4, 128, 48)]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    assert attention._rows(*shapes) < shapes[0][0]
+
+    def run():
+        q, k, v = (md.tensor(a, requires_grad=True) for a in arrays)
+        out = md.scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.1, seed=3)
+        (out * out).sum().backward()
+        return [t.numpy().tobytes() for t in (out, q.grad, k.grad, v.grad)]
+
+    chunked = run()
+    monkeypatch.setattr(attention, "_rows", lambda *shapes: 10**9)
+    assert run() == chunked
