@@ -1,7 +1,7 @@
 """The generic op-test harness: every op goes through the same six checks.
 
 An ``OpCase`` names an op's minidtr function, a NumPy reference, optionally the
-PyTorch equivalent, and the input shapes to try. ``run_checks`` then verifies,
+PyTorch equivalent, and the input shapes to try. ``define_tests`` then verifies,
 for each shape set and dtype:
 
 1. forward against the NumPy reference;
