@@ -273,6 +273,16 @@ def _share(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole > 0 else "-"
 
 
+NAME_COLUMN_MAX = 60
+
+
+def _name_width(shown: list[tuple[str, Any]]) -> int:
+    """The column of op names in a table by op: 22 characters, or the longest shown up to
+    ``NAME_COLUMN_MAX`` (a name from a crafted log may be megabytes long: it overflows
+    its column rather than pad every other row to its length)."""
+    return min(max([22, *(len(printable(op)) for op, _ in shown)]), NAME_COLUMN_MAX)
+
+
 def explain(summary: Summary, top: int = 5) -> str:
     """The summary as paragraphs of plain text; ``top`` (>= 1) items per list."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
@@ -362,7 +372,7 @@ def explain(summary: Summary, top: int = 5) -> str:
         lines.append("None: everything fit.")
     else:
         shown = s.budget_evictions_by_op.most_common(top)
-        width = max(22, *(len(printable(op)) for op, _ in shown))
+        width = _name_width(shown)
         for op, n in shown:
             lines.append(
                 f"  {printable(op):<{width}} evicted {n:>6,} times, "
@@ -392,7 +402,7 @@ def explain(summary: Summary, top: int = 5) -> str:
             )
         lines.append("Costliest, by op:")
         shown = s.remat_cost_by_op.most_common(top)
-        width = max(22, *(len(printable(op)) for op, _ in shown))
+        width = _name_width(shown)
         for op, cost in shown:
             n = s.remats_by_op[op]
             lines.append(

@@ -138,7 +138,7 @@ def test_budgeted_runs_are_bit_identical():
 
 def test_explain_keeps_its_columns_for_the_long_names():
     """``minidtr explain``'s tables by op widen to the longest name shown."""
-    from minidtr.explain import explain, summarize
+    from minidtr.explain import NAME_COLUMN_MAX, _name_width, explain, summarize
 
     rng = np.random.default_rng(0)
     x = md.tensor(rng.standard_normal((2, 2, 32, 8)).astype(np.float32), requires_grad=True)
@@ -161,6 +161,8 @@ def test_explain_keeps_its_columns_for_the_long_names():
         rows = text.split(title, 1)[1].split("\n\n")[0].splitlines()
         starts = {row.index(word) for row in rows if word in row and row.startswith("  ")}
         assert len(starts) == 1, rows
+    # a name from a crafted log overflows its column instead of widening every row to it
+    assert _name_width([("x" * 10**6, 1), ("tanh", 1)]) == NAME_COLUMN_MAX
 
 
 def test_dropout_is_its_seeds():

@@ -40,17 +40,24 @@ def _sizes(in_metas) -> tuple[int, int, int]:
 
 
 def _rows(q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
-    """How many indices of the first axis a kernel takes at a time (all of them for 2-d
-    inputs): as many as keep the probabilities within the size of the largest operand
-    (q, k, v or the output), at least one. Each index's products are separate matrix
-    products in NumPy's batched matmul too, so the chunks give the same bits."""
-    if len(q_shape) == 2:
-        return 1
+    """How many indices of the first axis of 3-d or larger inputs a kernel takes at a time
+    (``_chunks``; 2-d inputs are one chunk): as many as keep the probabilities within
+    the size of the largest operand (q, k, v or the output), at least one. Each index's
+    products are separate matrix products in NumPy's batched matmul too, so the chunks
+    give the same bits (tested)."""
     length, s = q_shape[-2], k_shape[-2]
     largest = max(math.prod(q_shape), math.prod(k_shape), math.prod(v_shape))
     largest = max(largest, math.prod(q_shape[:-1]) * v_shape[-1])
     per_row = math.prod(q_shape[1:-2]) * length * s
     return max(1, largest // max(per_row, 1))
+
+
+def _chunk_scores(q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
+    """How many scores (probabilities) one chunk of a kernel holds."""
+    if len(q_shape) == 2:
+        return q_shape[0] * k_shape[0]
+    rows = min(_rows(q_shape, k_shape, v_shape), q_shape[0])
+    return rows * math.prod(q_shape[1:-1]) * k_shape[-2]
 
 
 def _scratch(
@@ -60,8 +67,7 @@ def _scratch(
     for the gradient, its scores' gradient) and their rows' maxima and sums, a chunk's
     uniforms and dropout mask, a boolean mask's negation, the causal mask, and in float16
     a float32 copy of each float16 input and of each result before rounding."""
-    rows = min(_rows(q.shape, k.shape, v.shape), q.shape[0] if len(q.shape) > 2 else 1)
-    chunk = rows * math.prod(q.shape[1:-1] if len(q.shape) > 2 else q.shape[:-1]) * k.shape[-2]
+    chunk = _chunk_scores(q.shape, k.shape, v.shape)
     half = q.dtype is HALF
     itemsize = 4 if half else q.dtype.itemsize
     total = chunk * itemsize * (2 if grad else 1)
@@ -159,7 +165,7 @@ class Attention(Op):
         for index, m in _chunks(q, k, v, mask[0] if mask else None):
             p = self.probabilities(xp, q[index], k[index], m, future)
             if uniforms is not None:
-                self.drop(xp, p, self.kept(xp, uniforms, p))
+                self.drop(p, self.kept(uniforms, p))
             xp.matmul(p, v[index], out=out[index])
             del p  # before the next chunk's is made
         return out
@@ -169,19 +175,19 @@ class Attention(Op):
         without dropout)."""
         return None if not self.dropout else backend.generator(xp, self.seed)
 
-    def kept(self, xp, uniforms, p):
+    def kept(self, uniforms, p):
         """The next ``p.size`` uniforms of the stream: where they are at least the
         dropout chance, the probability is kept."""
         return uniforms.random(p.size, dtype=np.float32).reshape(p.shape) >= self.dropout
 
-    def drop(self, xp, p, kept) -> None:
+    def drop(self, p, kept) -> None:
         """``p`` (in place) zeroed where not ``kept``, the rest scaled by 1 / (1 - chance)."""
         p *= kept
         p *= p.dtype.type(1.0 / (1.0 - self.dropout))
 
     def workspace(self, q: Cell, k: Cell, v: Cell, *mask: Cell) -> int:
-        """The probabilities, a boolean mask's negation, the causal mask (two arrays of
-        the scores' shape, bool), and float16's float32 copies."""
+        """A chunk's probabilities (and its dropout uniforms and mask), a boolean mask's
+        negation, the causal mask, and float16's float32 copies (``_scratch``)."""
         return _scratch(
             q,
             k,
@@ -243,12 +249,12 @@ class AttentionGrad(Op):
             if uniforms is None:
                 xp.matmul(xp.swapaxes(p, -1, -2), g[i], out=dv[i])
             else:
-                kept = attention.kept(xp, uniforms, p)
+                kept = attention.kept(uniforms, p)
                 dropped = p.copy()
-                attention.drop(xp, dropped, kept)
+                attention.drop(dropped, kept)
                 xp.matmul(xp.swapaxes(dropped, -1, -2), g[i], out=dv[i])
                 del dropped
-                attention.drop(xp, ds, kept)  # now the probabilities' gradient
+                attention.drop(ds, kept)  # now the probabilities' gradient
                 del kept
             ds *= p
             p *= ds.sum(axis=-1, keepdims=True)
