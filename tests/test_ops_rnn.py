@@ -240,6 +240,36 @@ def test_lstm_cell_errors_name_the_op_and_shapes():
         md.lstm_gates(md.zeros((5, 3)), md.zeros((5, 2)), md.zeros((8, 4)), md.zeros((8, 2)))
 
 
+def test_fused_cells_keep_saturated_gates_small():
+    """Gates far below zero: the fused cells' sigmoids keep their small values (as PyTorch's
+    1 / (1 + exp(-x))), in the forward and in the backward's recomputed activations."""
+    rng = np.random.default_rng(0)
+    gates = rng.uniform(-25.0, -15.0, size=(3, 8)).astype(np.float32)
+    c = rng.standard_normal((3, 2)).astype(np.float32)
+    g64 = gates.astype(np.float64)
+    sig = 1.0 / (1.0 + np.exp(-g64))
+    i, f, g, o = sig[:, 0:2], sig[:, 2:4], np.tanh(g64[:, 4:6]), sig[:, 6:8]
+    c_want = f * c + i * g
+    h_want = o * np.tanh(c_want)
+    gates_t = md.tensor(gates, requires_grad=True)
+    h, c_new = md.lstm_cell(gates_t, md.tensor(c))
+    np.testing.assert_allclose(c_new.numpy(), c_want, rtol=1e-5)
+    np.testing.assert_allclose(h.numpy(), h_want, rtol=1e-5)
+    (h.sum() + c_new.sum()).backward()
+    tanh_c = np.tanh(c_want)
+    dc = 1.0 + o * (1.0 - tanh_c**2)
+    dgates = np.concatenate(
+        [dc * g * i * (1 - i), dc * c * f * (1 - f), dc * i * (1 - g**2), tanh_c * o * (1 - o)],
+        axis=1,
+    )
+    np.testing.assert_allclose(gates_t.grad.numpy(), dgates, rtol=1e-4, atol=1e-20)
+    iou = md.tensor(gates[:, :6])
+    h_leaf, c_leaf = md.child_sum_cell(iou)
+    want_c = sig[:, 0:2] * np.tanh(g64[:, 4:6])
+    np.testing.assert_allclose(c_leaf.numpy(), want_c, rtol=1e-5)
+    np.testing.assert_allclose(h_leaf.numpy(), sig[:, 2:4] * np.tanh(want_c), rtol=1e-5)
+
+
 def test_lstm_cell_keeps_only_its_inputs_for_backward():
     """The point of fusing: no activation or output is saved, only the pre-activations and
     the previous cell state."""

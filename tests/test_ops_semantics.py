@@ -7,6 +7,8 @@ are checked against PyTorch across every op in test_differential_torch.py.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -199,6 +201,24 @@ def test_division_denominator_gradient_is_stable_at_extreme_magnitudes():
     gb = b.grad.numpy()
     assert np.isfinite(gb).all(), gb
     np.testing.assert_allclose(gb, [0.0, -1e-30 / 1e-23 / 1e-23], rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [7, 4096])  # the expression and the in-place path
+def test_sigmoid_keeps_its_small_values_and_saturates_quietly(dtype, n):
+    """1 / (1 + exp(-x)): relative error of a rounding or two down to where exp(-x)
+    overflows, then 0 without a warning (tanh(x/2)/2 + 1/2 gave 0 at -20 and 44% off at
+    -17); exactly 1 where 1 - sigmoid is below half a rounding."""
+    points = np.array([-1000.0, -100.0, -30.0, -20.0, -17.0, -5.0, 0.0, 5.0, 20.0, 1000.0])
+    x = np.resize(points, n).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = md.sigmoid(md.tensor(x)).numpy()
+    with np.errstate(over="ignore"):
+        want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    representable = want > np.finfo(dtype).tiny
+    np.testing.assert_allclose(y[representable], want[representable], rtol=4 * np.finfo(dtype).eps)
+    assert (y[x <= -1000] == 0).all() and (y[x >= 1000] == 1).all()
 
 
 def test_maximum_splits_the_gradient_on_ties():

@@ -138,6 +138,20 @@ class Relu(Unary):
         return apply(ACTIVATION_GRADS["relu"], ctx.outputs[0], g)
 
 
+def sigmoid_values(xp, x, out=None):
+    """1 / (1 + exp(-x)), PyTorch's formula, in a new array or in ``out`` (``x`` itself: in
+    place). Where exp(-x) overflows (x below about -88 in float32) the value is 0, as
+    PyTorch's, without NumPy's overflow warning. (tanh(x/2)/2 + 1/2, used before, rounds
+    near 1/2 and so loses the small values: 0 at x = -20, where the sigmoid is 2.1e-9.)"""
+    with np.errstate(over="ignore"):
+        if out is None and x.size <= SMALL_WHERE:  # tiny temporaries, cheaper calls
+            return 1.0 / (1.0 + xp.exp(-x))
+        out = xp.negative(x, out=xp.empty_like(x) if out is None else out)
+        xp.exp(out, out=out)
+        out += 1.0
+        return xp.divide(1.0, out, out=out)
+
+
 class Sigmoid(Unary):
     name = "sigmoid"
     flops = 8
@@ -146,13 +160,7 @@ class Sigmoid(Unary):
     def forward(self, xp, x):
         if x.dtype is HALF:  # rounded once, as PyTorch's
             return in_float32(self.forward, xp, x)
-        if x.size <= SMALL_WHERE:  # the expression: its temporaries are tiny, its calls cheaper
-            return xp.tanh(x * 0.5) * 0.5 + 0.5
-        out = xp.multiply(x, 0.5, out=xp.empty_like(x))  # tanh(x/2)/2 + 1/2, in place
-        xp.tanh(out, out=out)
-        out *= 0.5
-        out += 0.5
-        return out
+        return sigmoid_values(xp, x)
 
     def workspace(self, x: Cell) -> int:
         return float32_copies(x)

@@ -16,6 +16,7 @@ import math
 
 from ..runtime.storage import Cell
 from ..tensor import Tensor
+from .activation import sigmoid_values
 from .linalg import LinearWeightGrad
 from .op import Op, apply, expect_tensor, float_dtype, numel
 
@@ -27,16 +28,6 @@ CELL_GRAD_FLOPS = 66
 # the child-sum cell: two sigmoids and two tanh, the update; its backward likewise
 CHILD_SUM_FLOPS = 35
 CHILD_SUM_GRAD_FLOPS = 52
-
-
-def _sigmoid(xp, x, out=None):
-    """tanh(x / 2) / 2 + 1/2 in a new array, or in ``out`` (``x`` itself: in place); the
-    same floats as the expression."""
-    out = xp.multiply(x, 0.5, out=xp.empty_like(x) if out is None else out)
-    xp.tanh(out, out=out)
-    out *= 0.5
-    out += 0.5
-    return out
 
 
 def cell_bytes(cell: Cell, times: float) -> int:
@@ -65,16 +56,16 @@ class LSTMCell(Op):
 
     def forward(self, xp, gates, c):
         h = c.shape[-1]  # the gates one at a time: two of them alive at once
-        f = _sigmoid(xp, gates[..., h : 2 * h])
+        f = sigmoid_values(xp, gates[..., h : 2 * h])
         c_new = f * c
         del f
-        i = _sigmoid(xp, gates[..., :h])
+        i = sigmoid_values(xp, gates[..., :h])
         g = xp.tanh(gates[..., 2 * h : 3 * h])
         i *= g
         c_new += i
         del i, g
         h_new = xp.tanh(c_new)
-        h_new *= _sigmoid(xp, gates[..., 3 * h :])
+        h_new *= sigmoid_values(xp, gates[..., 3 * h :])
         return h_new, c_new
 
     def cost(self, in_metas, out_metas):
@@ -167,7 +158,7 @@ class LSTMCellGrad(Op):
         acts[...] = gates.reshape(rows, 4, h).transpose(1, 0, 2)
         i, f, g, o = acts
         for gate in (i, f, o):
-            _sigmoid(xp, gate, out=gate)
+            sigmoid_values(xp, gate, out=gate)
         xp.tanh(g, out=g)
         c = c.reshape(rows, h)
         dgates = xp.empty(gates.shape, dtype=gates.dtype)
@@ -232,14 +223,14 @@ class ChildSumCell(Op):
 
     def forward(self, xp, iou, *c_in):
         h = iou.shape[-1] // 3  # the gates one at a time: two of them alive at once
-        i = _sigmoid(xp, iou[..., :h])
+        i = sigmoid_values(xp, iou[..., :h])
         c_new = xp.tanh(iou[..., 2 * h :])
         c_new *= i
         del i
         if c_in:
             c_new += c_in[0]
         h_new = xp.tanh(c_new)
-        h_new *= _sigmoid(xp, iou[..., h : 2 * h])
+        h_new *= sigmoid_values(xp, iou[..., h : 2 * h])
         return h_new, c_new
 
     def cost(self, in_metas, out_metas):
@@ -267,8 +258,8 @@ class ChildSumCell(Op):
 
 def _child_sum_activations(xp, iou):
     h = iou.shape[-1] // 3
-    i = _sigmoid(xp, iou[..., :h])
-    o = _sigmoid(xp, iou[..., h : 2 * h])
+    i = sigmoid_values(xp, iou[..., :h])
+    o = sigmoid_values(xp, iou[..., h : 2 * h])
     u = xp.tanh(iou[..., 2 * h :])
     return i, o, u
 
