@@ -24,8 +24,10 @@ def reference(q, k, v, mask=None, causal=False, scale=None, dropout=None):
         scores = scores + mask
     if causal:
         scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
-    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    p = p / p.sum(axis=-1, keepdims=True)
+    top = scores.max(axis=-1, keepdims=True)
+    empty = top == -np.inf  # nothing to attend to: 0 (PyTorch since 2.5)
+    p = np.exp(scores - np.where(empty, 0.0, top))
+    p = p / np.where(empty, 1.0, p.sum(axis=-1, keepdims=True))
     if dropout is not None:
         chance, seed = dropout
         uniforms = np.random.default_rng(seed).random(p.size, dtype=np.float32)
@@ -33,14 +35,18 @@ def reference(q, k, v, mask=None, causal=False, scale=None, dropout=None):
     return (p @ v64).astype(q.dtype)
 
 
-def with_mask(kind):
-    """q, k, v and a (L, S) mask: boolean (most True, every row some), or additive."""
+def with_mask(kind, empty_row=False):
+    """q, k, v and a (L, S) mask: boolean (most True, every row some), or additive; with
+    ``empty_row`` the second row masks out everything (False, or -inf)."""
 
     def make(rng, shapes, dtype):
         q, k, v = (rng.standard_normal(s).astype(dtype) for s in shapes[:3])
         keep = rng.random(shapes[3]) < 0.7
         keep[..., 0] = True
-        mask = keep if kind == "bool" else np.where(keep, 0.0, -2.0).astype(dtype)
+        if empty_row:
+            keep[1] = False
+        hidden = -np.inf if empty_row else -2.0
+        mask = keep if kind == "bool" else np.where(keep, 0.0, hidden).astype(dtype)
         return [q, k, v, mask]
 
     return make
@@ -75,6 +81,12 @@ CASES = [
     OpCase("scaled_dot_product_attention[float mask]",
            lambda q, k, v, m: SDPA(q, k, v, mask=m), reference, MASKED, make=with_mask("float"),
            grad_inputs=(0, 1, 2), torch_fn=torch_sdpa()),
+    OpCase("scaled_dot_product_attention[empty row, bool]",
+           lambda q, k, v, m: SDPA(q, k, v, mask=m), reference, MASKED,
+           make=with_mask("bool", empty_row=True), grad_inputs=(0, 1, 2), torch_fn=torch_sdpa()),
+    OpCase("scaled_dot_product_attention[empty row, -inf]",
+           lambda q, k, v, m: SDPA(q, k, v, mask=m), reference, MASKED,
+           make=with_mask("float", empty_row=True), grad_inputs=(0, 1, 2), torch_fn=torch_sdpa()),
 ]  # fmt: skip
 
 globals().update(define_tests(CASES))

@@ -13,7 +13,8 @@ The arguments are PyTorch's ``scaled_dot_product_attention``'s: q (..., L, E), k
 (..., S, E), v (..., S, Ev), the same leading dimensions; ``mask`` broadcastable to
 (..., L, S), boolean (True: may attend) or added to the scores; ``causal`` lets position
 i attend to positions 0..i only (with a mask, both apply; PyTorch refuses the pair). A
-row with nothing to attend to gives NaN, as in PyTorch. ``dropout_p`` zeroes each
+row with nothing to attend to (every score masked out) gives 0, and passes no gradient, as
+in PyTorch since 2.5 (NaN before). ``dropout_p`` zeroes each
 probability with that chance and scales the rest by 1 / (1 - dropout_p), from a seed kept in
 the recipe (float32 uniforms in the scores' C order, as ``dropout`` draws them), so the
 backward and every recompute draw the same mask. float16 is computed in float32 and
@@ -64,16 +65,18 @@ def _scratch(
     q: Cell, k: Cell, v: Cell, rest, results, grad: bool, causal: bool, dropout: bool
 ) -> int:
     """The bytes a kernel allocates besides its outputs: a chunk's probabilities (and,
-    for the gradient, its scores' gradient) and their rows' maxima and sums, a chunk's
-    uniforms and dropout mask, a boolean mask's negation, the causal mask, and in float16
-    a float32 copy of each float16 input and of each result before rounding."""
+    for the gradient, its scores' gradient), their rows' maxima and sums and which rows
+    have nothing to attend to, a chunk's uniforms and dropout mask, a boolean mask's
+    negation, the causal mask, and in float16 a float32 copy of each float16 input and
+    of each result before rounding."""
     chunk = _chunk_scores(q.shape, k.shape, v.shape)
     half = q.dtype is HALF
     itemsize = 4 if half else q.dtype.itemsize
     total = chunk * itemsize * (2 if grad else 1)
     if dropout:  # the uniforms and the mask; the gradient also the dropped probabilities
         total += chunk * (5 + (itemsize if grad else 0))
-    total += 2 * (chunk // max(k.shape[-2], 1)) * itemsize  # the rows' maxima and sums
+    rows = chunk // max(k.shape[-2], 1)
+    total += rows * (2 * itemsize + 1)  # the rows' maxima, sums and which are empty
     total += sum(math.prod(c.shape) for c in rest if c.dtype == np.bool_)
     if causal:
         total += 2 * q.shape[-2] * k.shape[-2]
@@ -145,9 +148,14 @@ class Attention(Op):
             xp.copyto(p, -xp.inf, where=~mask)
         if future is not None:
             xp.copyto(p, -xp.inf, where=future)
-        p -= p.max(axis=-1, keepdims=True)
+        top = p.max(axis=-1, keepdims=True)
+        empty = top == -xp.inf  # rows with nothing to attend to: 0, as PyTorch's
+        xp.copyto(top, 0.0, where=empty)
+        p -= top
         xp.exp(p, out=p)
-        p /= p.sum(axis=-1, keepdims=True)
+        total = p.sum(axis=-1, keepdims=True)
+        xp.copyto(total, 1.0, where=empty)
+        p /= total
         return p
 
     def future(self, xp, q, k):
