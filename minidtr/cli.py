@@ -151,6 +151,6 @@ def run_command(argv: list[str]) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         raise
-    except (ValueError, ImportError, OSError) as e:
+    except (ValueError, ImportError, OSError, MemoryError) as e:
         print(f"minidtr {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILED

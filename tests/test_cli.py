@@ -86,6 +86,20 @@ def test_train_with_an_infeasible_budget_fails_cleanly(capsys):
     assert "below the model's floor" in err and "no policy can fit it" in err
 
 
+def test_the_machine_running_out_is_one_line(capsys, monkeypatch):
+    """A command whose work needs more than the machine has ends with the allocation's
+    message on one line and status 1, not a traceback."""
+
+    def too_big(args):
+        md.zeros((10**10, 10**10))
+
+    monkeypatch.setitem(cli.HANDLERS, "demo", too_big)
+    code, out, err = run(capsys, "demo")
+    assert code == 1
+    assert err.startswith("minidtr demo: constant: could not allocate (10000000000, 10000000000)")
+    assert err.count("\n") == 1
+
+
 def test_find_budget_prints_the_probes_and_the_lowest_ratio(capsys):
     code, out, err = run(capsys, "train", "mlp", "--size", "tiny", "--steps", "2", "--find-budget")
     assert code == 0, err

@@ -589,6 +589,51 @@ def test_budget_error_names_op_bytes_and_leaves_the_runtime_usable():
         np.testing.assert_array_equal(md.tanh(x @ x).numpy(), expected)
 
 
+def test_the_machine_running_out_names_the_op_shapes_and_bytes_and_leaves_the_runtime_usable(
+    monkeypatch,
+):
+    """Without a budget the machine's memory is the limit: NumPy's allocation failures
+    (a MemoryError, or a ValueError past its index range) come out as a MemoryError naming
+    minidtr's op or constant, what it was making and its bytes; other errors pass as they
+    are."""
+    from minidtr.ops.linalg import Matmul
+
+    with isolated_allocator() as allocator:
+        x = md.ones((2, 3))
+        before = allocator.ledger.memory
+        with pytest.raises(
+            MemoryError,
+            match=r"^constant: could not allocate \(10000000000, "
+            r"10000000000\) float32 \(400,000,000,000,000,000,000 bytes\) on "
+            r"cpu: array is too big\. A budget",
+        ) as info:
+            md.zeros((10**10, 10**10))
+        assert not isinstance(info.value, md.BudgetError)
+        with pytest.raises(MemoryError, match=r"^randn: could not allocate \(10000000000, 10"):
+            md.randn((10**10, 10**10))
+
+        def out_of_memory(self, xp, a, b):
+            raise MemoryError("Unable to allocate 16 bytes")
+
+        monkeypatch.setattr(Matmul, "forward", out_of_memory)
+        with pytest.raises(
+            MemoryError,
+            match=r"^matmul: could not allocate \(2, 2\) float32 "
+            r"\(16 bytes\) on cpu: Unable to allocate 16 bytes\.",
+        ):
+            x @ x.T
+
+        def broken(self, xp, a, b):
+            raise ValueError("a kernel's own error")
+
+        monkeypatch.setattr(Matmul, "forward", broken)
+        with pytest.raises(ValueError, match="^a kernel's own error$"):
+            x @ x.T
+        monkeypatch.undo()
+        assert allocator.ledger.memory == before
+        assert (x @ x.T).numpy()[0, 0] == 3.0
+
+
 def test_raising_the_budget_inside_the_runtime_continues_the_work():
     x = md.tensor(np.ones((50, 50)))
     gc.collect()

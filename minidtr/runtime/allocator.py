@@ -55,7 +55,7 @@ from .. import backend
 from . import fast, placement, realmem
 from .audit import Audit, audit_for, check_outputs
 from .costs import model_cost
-from .errors import BudgetError
+from .errors import BudgetError, allocation_error
 from .eviction import Eviction
 from .guard import ThrashGuard
 from .ledger import Ledger
@@ -242,9 +242,12 @@ class Allocator:
                         if self.meter is None
                         else self.meter.measure(make_array, nbytes)
                     )
-                except BaseException:
+                except BaseException as error:
                     self.unreserve(nbytes)
-                    raise
+                    failure = allocation_error(error, name, [(shape, dtype)], self.device)
+                    if failure is None:
+                        raise
+                    raise failure from error
                 if int(array.nbytes) != nbytes:
                     self.unreserve(nbytes)
                     raise AssertionError(f"{name}: made {array.nbytes} bytes, declared {nbytes}")
@@ -391,12 +394,18 @@ class Allocator:
             xp = backend.xp_for(device) if device is not None else None
         started = perf_counter_ns()
         n = len(arrays)  # one and two inputs without *args: see ops.op.apply
-        if n == 1:
-            results = op.forward(xp, arrays[0])
-        elif n == 2:
-            results = op.forward(xp, arrays[0], arrays[1])
-        else:
-            results = op.forward(xp, *arrays)
+        try:
+            if n == 1:
+                results = op.forward(xp, arrays[0])
+            elif n == 2:
+                results = op.forward(xp, arrays[0], arrays[1])
+            else:
+                results = op.forward(xp, *arrays)
+        except (MemoryError, ValueError) as error:
+            failure = allocation_error(error, op.name, metas, device or self.device)
+            if failure is None:
+                raise
+            raise failure from error
         if device == "cuda":
             backend.synchronize(xp)
         elapsed = perf_counter_ns() - started

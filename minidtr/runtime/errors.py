@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
 
 class BudgetError(MemoryError):
     """The budget cannot hold what an op needs, even after evicting everything evictable.
@@ -127,6 +133,28 @@ class ThrashError(BudgetError):
             f"{what} ({budget_text}). The budget is too small to train at an acceptable "
             "cost: raise it, or raise the limit (None disables the guard).",
         )
+
+
+def allocation_error(
+    error: BaseException, what: str, values: Sequence[tuple[Any, Any]], device: str
+) -> MemoryError | None:
+    """The backend's failure to allocate (a MemoryError, or NumPy's ValueError for a size
+    past its index range) as a MemoryError naming ``what`` (an op, a constant), the
+    ``values`` ((shape, dtype) pairs) it was making and their bytes; None for any other
+    error, and for a BudgetError (minidtr's own already)."""
+    if isinstance(error, BudgetError):
+        return None
+    too_big = isinstance(error, ValueError) and str(error).startswith("array is too big")
+    if not isinstance(error, MemoryError) and not too_big:
+        return None
+    nbytes = sum(math.prod(map(int, shape)) * np.dtype(dtype).itemsize for shape, dtype in values)
+    made = ", ".join(f"{tuple(shape)} {np.dtype(dtype)}" for shape, dtype in values)
+    reason = str(error).split(";")[0] or type(error).__name__
+    return MemoryError(
+        f"{what}: could not allocate {made} ({nbytes:,} bytes) on {device}: {reason}. "
+        "A budget below the free memory (md.Runtime(budget=...)) has values evicted "
+        "instead, or a BudgetError that says what was needed."
+    )
 
 
 def _remake(cls: type, args: tuple, kwargs: dict) -> BudgetError:
