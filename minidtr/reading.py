@@ -230,7 +230,10 @@ def json_line(text: str, number: int, error: ErrorFactory) -> Any:
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as e:
-        raise error(number, f"not valid JSON ({e.msg}); truncated?") from None
+        cut = e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated")
+        hint = "; truncated?" if cut else ""
+        at = "" if e.msg.endswith(" at") else " at"  # "Unterminated string starting at"
+        raise error(number, f"not valid JSON ({e.msg}{at} column {e.colno}){hint}") from None
     except RecursionError:
         raise error(number, "JSON nested too deeply to read") from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts

@@ -121,12 +121,18 @@ def test_numbers_may_be_json_numbers(tmp_path):
 @pytest.mark.parametrize(
     "rows, line, fragment",
     [
-        ([*const("c", 8), "{not json"], 3, "not valid JSON"),
+        (
+            [*const("c", 8), "{not json"],
+            3,
+            "not valid JSON (Expecting property name enclosed in double quotes at column 2)",
+        ),
+        (["# a markdown file"], 1, "not valid JSON (Expecting value at column 1)"),
         (
             [*const("c", 8), '{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["c"], "RES'],
             3,
-            "not valid JSON",
+            "not valid JSON (Unterminated string starting at column 53); truncated?",
         ),
+        ([*const("c", 8), '{"INSTRUCTION": "CALL"'], 3, "delimiter at column 23); truncated?"),
         ([*const("c", 8), *call("f", ["c"], [("r", 8, -1)])[:2]], 4, "truncated"),
         ([{"INSTRUCTION": "CONSTANT", "NAME": "c"}], 1, "truncated"),
         (
