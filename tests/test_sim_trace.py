@@ -171,6 +171,7 @@ def test_numbers_may_be_json_numbers(tmp_path):
             "MUTATE must list",
         ),
         (["[1, 2]"], 1, "INSTRUCTION key"),
+        ([{"event": "runtime", "budget": 10}], 1, "INSTRUCTION key: this is an event log"),
     ],
 )
 def test_malformed_logs_name_the_line(tmp_path, rows, line, fragment):

@@ -150,7 +150,13 @@ class _Lines:
             ) from None
         row = json_line(text, line, self.error)
         if not isinstance(row, dict) or "INSTRUCTION" not in row:
-            raise self.error(line, "expected a JSON object with an INSTRUCTION key")
+            hint = ""
+            if isinstance(row, dict) and "event" in row:
+                hint = (
+                    ": this is an event log (minidtr train --events), read it with minidtr "
+                    "explain; traces are written by minidtr train --trace"
+                )
+            raise self.error(line, f"expected a JSON object with an INSTRUCTION key{hint}")
         if self.announced is None and row.get("ANNOTATION") == "START" and "LINES" in row:
             self.announced = (line, _int(self, line, row, "LINES", 1))
         self.taken += 1
