@@ -9,8 +9,10 @@ smallest budget the simulator replays it under) and its peak, runs it under that
 with the event log on, and steers its search with ``hypothesis.target`` towards the
 largest *cascade* (the replays one access needed: an op whose inputs were evicted, whose
 inputs' inputs were, ...) and the largest *recompute ratio* (ops replayed per op run).
-Every run is also checked bit for bit against the unbounded run, under the audit. Prints,
-per heuristic, the worst of each found and the program that made it.
+A budget above the floor that the heuristic still cannot meet is skipped: feasibility is
+not monotonic in the budget (``minidtr.testing.floor``). Every run is also checked bit
+for bit against the unbounded run, under the audit. Prints, per heuristic, the worst of
+each found and the program that made it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ def measure(program, heuristic: str, fraction: float) -> dict | None:
     if floor.minimal is None:
         return None
     budget = int(floor.minimal + fraction * (floor.peak - floor.minimal))
-    assert_remat_equivalent(program, budgets=[budget], heuristics=[heuristic])
+    reports = assert_remat_equivalent(
+        program, budgets=[budget], heuristics=[heuristic], on_budget_error="record"
+    )
+    if reports[0]["status"] == "infeasible":
+        return None  # above the floor, and yet it fails: feasibility is not monotonic
     runtime = md.Runtime(
         budget=budget, heuristic=heuristic, cost="flops", record_events=True, max_slowdown=None
     )

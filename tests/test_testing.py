@@ -233,6 +233,46 @@ def test_raise_names_the_configuration_and_the_floor():
     assert f"the largest single op needs {floor.largest_op:,}" in message
 
 
+def test_a_budget_above_the_floor_can_fail_and_the_error_says_so():
+    """Feasibility is not monotonic in the budget: under ``random`` this program replays at
+    its floor and fails at some budgets above it (the simulator and the live run agree),
+    and the error says that, not "give budgets at or above the floor"."""
+    from minidtr import sim
+    from minidtr.testing.floor import record_reference
+    from minidtr.testing.programs import Instruction, RandomProgram
+
+    program = RandomProgram(
+        n_inputs=1,
+        size=4,
+        instructions=[
+            Instruction(op="sub", args=(0, 0), drop=(), read=True),
+            Instruction(op="attention", args=(0, 1), drop=(), read=False),
+            Instruction(op="tanh", args=(1,), drop=(), read=False),
+            Instruction(op="reshape_roundtrip", args=(2,), drop=(), read=True),
+            Instruction(op="matmul", args=(4, 2), drop=(1, 2), read=False),
+            Instruction(op="maximum", args=(5, 3), drop=(3, 4), read=False),
+        ],
+        outputs=(0, 5, 6),
+        seed=22,
+        dtype=np.float64,
+        reads=[],
+    )
+    floor = budget_floor(program, "random")
+    trace, _ = record_reference(program, "flops", "cpu")
+    failing = [
+        budget
+        for budget in range(floor.minimal, floor.peak, 4)
+        if sim.simulate(trace, budget=budget, heuristic="random", outputs=False).status != "ok"
+    ]
+    assert failing, floor
+    with pytest.raises(InfeasibleBudget) as info:
+        assert_remat_equivalent(program, budgets=[failing[0]], heuristics=["random"])
+    message = str(info.value)
+    assert info.value.budget == failing[0] > floor.minimal
+    assert "This budget is above that one: under heuristic=random a larger budget" in message
+    assert "Give budgets at or above the floor" not in message
+
+
 def test_the_floor_is_the_live_minimal_budget():
     fn = mlp_training(depth=4, width=12, steps=2, seed=3)
     for heuristic in ("dtr", "lru"):

@@ -451,9 +451,17 @@ class Checker:
         reason = str(error).rstrip(".")
         message = f"{label}: infeasible: {reason}. Floor: {floor.describe()}."
         if self.on_budget_error == "raise":
+            budget = getattr(error, "budget", None)
+            if floor.minimal is not None and budget is not None and budget >= floor.minimal:
+                advice = (
+                    f" This budget is above that one: under heuristic={heuristic} a larger "
+                    "budget can fail where a smaller one runs (its choices lead elsewhere; "
+                    "minidtr.testing.floor says more). Pass"
+                )
+            else:
+                advice = " Give budgets at or above the floor, or pass"
             raise InfeasibleBudget(
-                f"{message} Give budgets at or above the floor, or pass "
-                "on_budget_error='record' or 'skip' to accept infeasible ones.",
+                f"{message}{advice} on_budget_error='record' or 'skip' to accept infeasible ones.",
                 error,
                 label,
                 floor,

@@ -24,6 +24,11 @@ search for ``minimal`` starts from zero, not from ``largest_op``.
   too (up to the bisection's tolerance, and the thrash limit, which the live run
   checks as it goes and the replay against the whole trace's compute). Between
   ``largest_op`` and ``minimal`` it is the heuristic, not the program, that runs out.
+  Feasibility need not be monotonic in the budget: a heuristic's choices under a larger
+  budget can lead to a point where an op's inputs and outputs no longer fit, so a budget
+  above ``minimal`` can still fail (a six-op random program under ``random`` replays at
+  1,357 bytes, not from 1,445 to 1,477, and again from 1,485). The bisection finds a
+  budget that replays with one within its tolerance below that does not.
 """
 
 from __future__ import annotations
