@@ -194,8 +194,7 @@ class Attention(Op):
         p *= p.dtype.type(1.0 / (1.0 - self.dropout))
 
     def workspace(self, q: Cell, k: Cell, v: Cell, *mask: Cell) -> int:
-        """A chunk's probabilities (and its dropout uniforms and mask), a boolean mask's
-        negation, the causal mask, and float16's float32 copies (``_scratch``)."""
+        """A chunk's probabilities and what goes with them (``_scratch`` lists it)."""
         return _scratch(
             q,
             k,
