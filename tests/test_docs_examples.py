@@ -47,6 +47,9 @@ SLOW = {
     "python benchmarks/sim_clairvoyant.py": "33 s: records three steps of the seven models",
     "python benchmarks/learned_live.py": "100 s: 28 live runs, each in a process of its own",
     "python benchmarks/sim_clairvoyant.py --heuristics dtr,learned,learned+estar+size+ops": "30 s",
+    "python benchmarks/learned_weight.py": "90 s: 672 replays of seven three-step traces",
+    "python benchmarks/learned_weight.py --steps 5 --weights 0.3 --ratios 0.3,0.2": "13 s: "
+    "records five steps of the seven models",
     "H=dtr,belady,belady+estar+size+time,belady+none+nosize+ops": "the next line records "
     "three steps of the seven models (33 s)",
     "python benchmarks/sim_optimal.py --models mlp --keep optimal-traces": "HiGHS, 5 s",

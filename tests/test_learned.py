@@ -1,12 +1,10 @@
 """``learned``: next uses predicted from the step before, live and in the simulator."""
 
-import math
-
 import pytest
 
 import minidtr as md
 from minidtr import sim
-from minidtr.runtime.learned import Learned, parse_learned
+from minidtr.runtime.learned import PREDICTED, Learned, parse_learned
 from minidtr.runtime.observers import Observer, Observers, add_observer, remove_observer
 from minidtr.sim.simulator import Replayer, baseline
 from minidtr.sim.trace import Annotate, Call, Constant, Release, Result
@@ -42,9 +40,19 @@ def repeated_steps(steps: int):
 
 
 def test_names():
-    assert parse_learned("learned") == ("estar", True, "time")
-    assert parse_learned("learned+local+nosize+time") == ("local", False, "time")
-    for bad in ("learned+x+size+time", "learned+none+size", "learnt"):
+    assert parse_learned("learned") == ("estar", True, "time", PREDICTED)
+    assert parse_learned("learned+local+nosize+time") == ("local", False, "time", PREDICTED)
+    assert parse_learned("learned+estar+size+ops+0.7").weight == 0.7
+    assert Learned("learned+estar+size+time+1").weight == 1.0
+    for bad in (
+        "learned+x+size+time",
+        "learned+none+size",
+        "learnt",
+        "learned+estar+size+time+2",
+        "learned+estar+size+time+nan",
+        "learned+estar+size+time+x",
+        "learned+estar+size",
+    ):
         with pytest.raises(ValueError, match="unknown heuristic"):
             parse_learned(bad)
     assert isinstance(md.Runtime(heuristic="learned").heuristic, Learned)
@@ -88,7 +96,10 @@ def test_a_single_step_has_nothing_to_predict_from():
         replayer.close()
 
 
-def test_past_its_last_use_a_storage_goes_first():
+def test_past_its_last_use_a_storage_is_a_period_away():
+    """Past the last use of its profile, the predicted distance is the time between the
+    creations of its signature's last two storages (a step's compute: 32 here), and the
+    score weighs it with the staleness (``PREDICTED``)."""
     trace = repeated_steps(2)
     replayer = Replayer(None, "learned", trace=trace)
     learned = replayer.runtime.heuristic
@@ -97,8 +108,25 @@ def test_past_its_last_use_a_storage_goes_first():
     while replayer.position <= at_f_grad:
         replayer.step(ins[replayer.position])
     a = replayer.cells["a1"].storage  # g_grad, its last use, has run
-    assert learned.predicted_distance(a) == math.inf
-    assert learned.score(a, replayer.allocator.eviction.context) == 0.0
+    assert learned.predicted_distance(a) == 32.0
+    staleness = learned.staleness(a)
+    assert staleness == 10.0  # g_grad (stamped as it starts) and f_grad ran since
+    context = replayer.allocator.eviction.context
+    distance = 32.0**PREDICTED * staleness ** (1 - PREDICTED)
+    assert learned.look_ahead(a, context) == (distance, True)
+    assert learned.score(a, context) == learned.cost_term(a, context) / a.nbytes / distance
+    terms = learned.terms(a, context)
+    assert terms["predicted distance"] == 32.0 and terms["distance"] == distance
+    replayer.close()
+
+
+def test_a_signature_seen_once_has_no_period():
+    trace = repeated_steps(1)
+    replayer = Replayer(None, "learned", trace=trace)
+    learned = replayer.runtime.heuristic
+    for ins in trace.instructions:
+        replayer.step(ins)
+    assert learned.profile and not learned.period
     replayer.close()
 
 

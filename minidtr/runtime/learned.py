@@ -16,23 +16,34 @@ storage as an age on that clock, counted from the storage's creation; when the l
 handle of a storage dies its ages are complete and become its signature's *profile*.
 A later storage with that signature is then scored
 
-    score(t) = C(t) / (M(t) * D(t))
+    score(t) = C(t) / (M(t) * D(t)),   D(t) = d(t)**w * s(t)**(1 - w)
 
-with C and M as in ``minidtr.runtime.heuristics`` and D(t) the distance from now to
-the next age in the profile, or infinity (a score of 0, evicted first) past the last
-one: nothing but a rebuild will need it again, as ``belady`` scores it. A storage with
-no profile (everything in the first step) is scored by its staleness on the same
-clock (since its last access by the program), so that predicted and guessed
-distances compare; a dead storage (resident only because a rebuild needed it) by
-its staleness as h_DTR measures it. So on a single step ``learned`` is h_DTR with
+with C and M as in ``minidtr.runtime.heuristics``, d(t) the distance from now to the
+next age in the profile, s(t) the storage's staleness on the same clock (the time
+since its last access by the program) and w the weight of the prediction
+(``PREDICTED``, unless the name gives another). Past the last age of its profile
+nothing but a rebuild needs the storage; d(t) is then its signature's *period*, the time between
+the creations of its last two storages (one training step, in a training loop): the
+next storage like it is needed then, and until then only rebuilds of its evicted
+descendants read it. Why not the prediction alone: with d(t) alone (``belady``'s rule)
+and 0 past the last age, the ResNet at 0.2 of its peak paid 1.53 against h_DTR's 1.61,
+but the U-Net thrashed at 0.2 where h_DTR runs, rebuilding its whole encoder (dead by
+then, and evicted first when it was past its last use) for each gradient below it.
+The staleness in D(t) keeps what h_DTR learned of the run so far, and ``PREDICTED``
+(0.3) was chosen on the bundled models' three-step traces at ratios 0.15-0.3
+(heuristics.md gives the figures). A storage with no profile (everything in the
+first step) is scored by s(t) alone, so that predicted and guessed distances
+compare; a dead storage (resident only because a rebuild needed it) by its
+staleness as h_DTR measures it. So on a single step ``learned`` is h_DTR with
 staleness measured on the program's clock, and from the second step on it looks
 ahead. ``time`` is the default: with ``ops`` an op of a few additions counts as
 much as a convolution, and on the seven bundled models it did worse.
 
 Live and replayed runs see the same allocator events, so a replay of a recorded
-trace makes the same decisions. Variants: ``learned+<cost>+<size|nosize>+<ops|time>``;
-``learned`` is ``learned+estar+size+time``. What it keeps (a few numbers per live
-storage, one profile per signature, at most ``MAX_SIGNATURES``) is Python memory that no
+trace makes the same decisions. Variants:
+``learned+<cost>+<size|nosize>+<ops|time>[+<w>]``; ``learned`` is
+``learned+estar+size+time+0.3``. What it keeps (a few numbers per live storage, a
+profile and two clocks per signature, at most ``MAX_SIGNATURES``) is Python memory that no
 budget counts; attaching an observer also turns off the runtime's fast path for plain
 ops (``fast/hotpath.py``), so a step costs more wall time than under h_DTR.
 """
@@ -41,34 +52,56 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from typing import Any
+from typing import Any, NamedTuple
 
 from .heuristics import COST_TERMS, MIN_STALENESS, ScoreContext
 from .observers import Observer, add_observer, remove_observer
 from .storage import Cell, Recipe, Storage
 
-DEFAULT = ("estar", True, "time")
+PREDICTED = 0.3  # the weight of the predicted distance against the staleness in D(t)
 MAX_SIGNATURES = 1 << 18  # past this many, everything learned is forgotten (a program
 # that never repeats itself, such as one tree after another, has nothing to learn)
 
 
-def parse_learned(name: str) -> tuple[str, bool, str]:
-    """``learned`` or ``learned+<cost>+<size|nosize>+<ops|time>`` -> (cost, size, distance)."""
+class LearnedSettings(NamedTuple):
+    """What a ``learned`` name says: the cost term, whether the score divides by the size,
+    the clock (``time`` or ``ops``) and the weight of the prediction in D(t)."""
+
+    cost: str = "estar"
+    size: bool = True
+    distance: str = "time"
+    weight: float = PREDICTED
+
+
+def parse_learned(name: str) -> LearnedSettings:
+    """``learned`` or ``learned+<cost>+<size|nosize>+<ops|time>[+<weight>]``, the weight
+    of the prediction in [0, 1] (``PREDICTED`` when left out)."""
     parts = name.split("+")
     if parts == ["learned"]:
-        return DEFAULT
+        return LearnedSettings()
     if (
-        len(parts) == 4
+        len(parts) in (4, 5)
         and parts[0] == "learned"
         and parts[1] in COST_TERMS
         and parts[2] in ("size", "nosize")
         and parts[3] in ("ops", "time")
     ):
-        return parts[1], parts[2] == "size", parts[3]
+        weight = PREDICTED if len(parts) == 4 else _weight(parts[4])
+        if weight is not None:
+            return LearnedSettings(parts[1], parts[2] == "size", parts[3], weight)
     raise ValueError(
         f"unknown heuristic {name!r}; expected 'learned' or "
-        f"'learned+<cost>+<size|nosize>+<ops|time>' with cost in {list(COST_TERMS)}"
+        f"'learned+<cost>+<size|nosize>+<ops|time>[+<weight in 0..1>]' with cost in "
+        f"{list(COST_TERMS)}"
     )
+
+
+def _weight(text: str) -> float | None:
+    try:
+        weight = float(text)
+    except ValueError:
+        return None
+    return weight if 0.0 <= weight <= 1.0 else None
 
 
 class Learned(Observer):
@@ -77,7 +110,7 @@ class Learned(Observer):
 
     def __init__(self, name: str = "learned"):
         self.name = name
-        self.cost, self.size, self.distance = parse_learned(name)
+        self.cost, self.size, self.distance, self.weight = parse_learned(name)
         self.cost_term = COST_TERMS[self.cost]
         self.allocator: Any = None
         self.forget()
@@ -90,6 +123,8 @@ class Learned(Observer):
         self.born: dict[int, float] = {}  # storage id -> clock at creation
         self.ages: dict[int, list[float]] = {}  # storage id -> its accesses so far
         self.profile: dict[int, list[float]] = {}  # signature -> a finished storage's ages
+        self.made: dict[int, float] = {}  # signature -> clock at its last storage's creation
+        self.period: dict[int, float] = {}  # signature -> clock between its last two
         self.ops = 0  # ops run (first computations and reads)
         self.compute = 0.0  # their cost
         self.predicted = self.fallbacks = 0  # scores given each way
@@ -97,7 +132,9 @@ class Learned(Observer):
     @property
     def formula(self) -> str:
         top = "c" if self.cost == "local" else f"C[{self.cost}]"
-        return f"{top} / ({'m * ' if self.size else ''}predicted distance, else staleness)"
+        w = f"{self.weight:g}"
+        distance = f"d^{w} * s^(1-{w}) where d is predicted, else staleness s"
+        return f"{top} / ({'m * ' if self.size else ''}{distance})"
 
     @property
     def clock(self) -> float:
@@ -162,6 +199,8 @@ class Learned(Observer):
             if len(numbers) >= MAX_SIGNATURES:
                 numbers.clear()
                 self.profile.clear()
+                self.made.clear()
+                self.period.clear()
             self.last_number += 1
             number = numbers[recipe] = self.last_number
         return number
@@ -172,8 +211,13 @@ class Learned(Observer):
         return self.signature.get(storage.id, 0)
 
     def _created(self, storage: Storage, signature: int) -> None:
+        clock = self.clock
+        last = self.made.get(signature)
+        if last is not None and clock > last:
+            self.period[signature] = clock - last
+        self.made[signature] = clock
         self.signature[storage.id] = signature
-        self.born[storage.id] = self.clock
+        self.born[storage.id] = clock
         self.ages[storage.id] = []
 
     def _accessed(self, storage: Storage) -> None:
@@ -184,27 +228,38 @@ class Learned(Observer):
     # ---- scoring -----------------------------------------------------------------------------
 
     def predicted_distance(self, storage: Storage) -> float | None:
-        """Compute (or ops) from now until the predicted next use of a live storage; inf
-        when past every age of its profile; None without a profile."""
-        profile = self.profile.get(self.signature.get(storage.id, 0))
+        """d(t): compute (or ops) from now until the predicted next use of a live storage,
+        its signature's period when past every age of its profile (inf if it has none:
+        one storage of it so far); None without a profile."""
+        signature = self.signature.get(storage.id, 0)
+        profile = self.profile.get(signature)
         if profile is None:
             return None
         age = self.clock - self.born[storage.id]
         i = bisect_left(profile, age)
-        return profile[i] - age if i < len(profile) else math.inf
+        if i < len(profile):
+            return profile[i] - age
+        return self.period.get(signature, math.inf)
+
+    def staleness(self, storage: Storage) -> float:
+        """s(t): the program's clock since its last access of a storage made while this
+        heuristic watched."""
+        ages = self.ages[storage.id]
+        return self.clock - self.born[storage.id] - (ages[-1] if ages else 0.0)
 
     def look_ahead(self, storage: Storage, context: ScoreContext) -> tuple[float, bool]:
-        """(D(t), whether it was predicted): the predicted distance, or the staleness on
-        this clock (h_DTR's for a storage made before this heuristic watched, or dead)."""
+        """(D(t), whether it was predicted): the predicted distance weighed with the
+        staleness, or the staleness alone on this clock (h_DTR's for a storage made
+        before this heuristic watched, or dead)."""
+        if storage.id not in self.born:
+            return context.clock - storage.last_access, False
+        staleness = self.staleness(storage)
         if storage.external_refs:
             distance = self.predicted_distance(storage)
             if distance is not None:
-                return distance, True
-        born = self.born.get(storage.id)
-        if born is not None:
-            ages = self.ages[storage.id]
-            return self.clock - born - (ages[-1] if ages else 0.0), False
-        return context.clock - storage.last_access, False
+                distance = max(distance, MIN_STALENESS) ** self.weight
+                return distance * max(staleness, MIN_STALENESS) ** (1.0 - self.weight), True
+        return staleness, False
 
     def score(self, storage: Storage, context: ScoreContext) -> float:
         value = self.cost_term(storage, context)
@@ -220,8 +275,11 @@ class Learned(Observer):
     def terms(self, storage: Storage, context: ScoreContext) -> dict[str, float]:
         """The parts of the score, for the event log."""
         distance, predicted = self.look_ahead(storage, context)
-        return {
-            "cost": storage.cost,
-            "nbytes": storage.nbytes,
-            "predicted distance" if predicted else "staleness": distance,
-        }
+        terms = {"cost": storage.cost, "nbytes": storage.nbytes}
+        if predicted:
+            terms["predicted distance"] = self.predicted_distance(storage)
+            terms["staleness"] = self.staleness(storage)
+            terms["distance"] = distance
+        else:
+            terms["staleness"] = distance
+        return terms
