@@ -24,6 +24,7 @@ import math
 import tempfile
 import time
 
+import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 from sim_clairvoyant import MODELS, log_paths, record_models
 
 from minidtr import sim
