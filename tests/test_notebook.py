@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+import tempfile
+import time
 
 import pytest
 
@@ -20,7 +22,14 @@ def test_tutorial_notebook_executes():
         kernel_name="python3",  # ipykernel's own kernel, installed with the test extra
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     )
+    started = time.time()
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on failure
+    left = [  # the chain cell's logs and GIF live in a directory that goes when it is done
+        path
+        for path in pathlib.Path(tempfile.gettempdir()).glob("*/chain_plain.jsonl")
+        if path.stat().st_mtime >= started
+    ]
+    assert not left, f"the notebook left {left} behind"
     printed = "".join(
         output.get("text", "")
         for cell in notebook.cells
