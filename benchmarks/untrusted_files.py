@@ -72,8 +72,15 @@ def main() -> None:
     parser.add_argument("--line-mb", type=int, default=1000, help="MB of the one-line log")
     parser.add_argument("--keep", metavar="DIR", help="write the files here and keep them")
     args = parser.parse_args()
-    folder = args.keep or tempfile.mkdtemp(prefix="minidtr-crafted-")
-    os.makedirs(folder, exist_ok=True)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        run(args, args.keep)
+    else:  # removed however the run ends (Ctrl-C included): the files are large
+        with tempfile.TemporaryDirectory(prefix="minidtr-crafted-") as folder:
+            run(args, folder)
+
+
+def run(args: argparse.Namespace, folder: str) -> None:
     files = {
         "zeros.log.gz": lambda p: member_bomb(p, b"\0", args.gib),
         "lines.log.gz": lambda p: member_bomb(p, TRACE_LINE, args.gib, TRACE_HEAD),
@@ -101,10 +108,6 @@ def main() -> None:
         setting = " ".join(f"{k}={v}" for k, v in (env or {}).items())
         print(f"{name} ({size:,.1f} MiB) {setting}".rstrip())
         print(f"  {seconds:.2f} s, {peak:.0f} MB resident, exit {status}: {line}")
-    if not args.keep:
-        for name in os.listdir(folder):
-            os.remove(os.path.join(folder, name))
-        os.rmdir(folder)
 
 
 if __name__ == "__main__":
