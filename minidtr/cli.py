@@ -31,6 +31,7 @@ from .cli_args import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     UsageParser,
+    os_error_text,
     parse_bytes,
     runtime_options,
     usage_error,
@@ -151,6 +152,9 @@ def run_command(argv: list[str]) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         raise
-    except (ValueError, ImportError, OSError, MemoryError) as e:
+    except OSError as e:
+        print(f"minidtr {args.command}: {os_error_text(e)}", file=sys.stderr)
+        return EXIT_FAILED
+    except (ValueError, ImportError, MemoryError) as e:
         print(f"minidtr {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -322,6 +322,15 @@ def check_output(path: str) -> str | None:
     return None
 
 
+def os_error_text(error: OSError) -> str:
+    """An ``OSError`` as its one line says it (``x.csv: No such file or directory``), for
+    a file that passed ``check_output`` and still could not be written or read (a
+    special file system, a full disk)."""
+    if error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return str(error)
+
+
 def check_outputs(prog: str, paths: dict[str, str | None], inputs: Sequence[str] = ()) -> None:
     """Usage error (exit 2) naming the option (or argument) of the first output path that
     cannot be written, or that is another output's path or an input's (``inputs``):

@@ -2,6 +2,7 @@
 error did not list, options that would be silently ignored, outputs that would fail only
 after the work. Each ends in one line, with the right exit status, before any work."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,26 @@ def test_sim_frontier_checks_its_tolerance_before_loading_traces(capsys):
     )
     assert code == 2 and out == ""
     assert "--tolerance (0.5) must be at most --step (0.1)" in one_line(err)
+
+
+@pytest.mark.skipif(
+    not (Path("/proc/self").is_dir() and os.access("/proc", os.W_OK | os.X_OK)),
+    reason="needs /proc (Linux), writable as access() sees it (root)",
+)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("sim", "TRACE", "--ratios", "0.5", "--csv", "/proc/minidtr.csv"),
+        ("train", "mlp", "--size", "tiny", "--steps", "1", "--events", "/proc/minidtr.jsonl"),
+    ],
+)
+def test_an_output_the_checks_let_through_that_cannot_be_written_is_one_line(
+    capsys, trace_file, argv
+):
+    """/proc looks writable to ``check_output`` (it exists, and root may write there) but
+    takes no new file: the open's error is one line naming the file, not a traceback."""
+    argv = [trace_file if a == "TRACE" else a for a in argv]
+    code, _, err = run(capsys, *argv)
+    path = argv[-1]
+    assert code == 1
+    assert one_line(err) == f"minidtr {argv[0]}: {path}: No such file or directory"

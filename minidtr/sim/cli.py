@@ -26,6 +26,7 @@ from ..cli_args import (
     check_input,
     check_outputs,
     number,
+    os_error_text,
     require_plotting,
     runtime_options,
     whole_number,
@@ -192,6 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # minidtr.cli's: the reader stopped reading
+    except OSError as e:  # an output that passed check_output and still failed
+        print(f"{prog}: {os_error_text(e)}", file=sys.stderr)
+        return 1
 
 
 def _solver_command(name: str):
