@@ -35,6 +35,9 @@ def test_options_check_and_normalize_as_the_runtime_did():
         RuntimeOptions(cost="ops")
     with pytest.raises(ValueError, match="min_size is a fraction"):
         RuntimeOptions(min_size=1.0)
+    for heuristic in (None, 3):  # neither a name nor an object with score()
+        with pytest.raises(TypeError, match="heuristic must be a name .* got (NoneType|int)"):
+            md.Runtime(heuristic=heuristic)
     with pytest.raises(ValueError, match="budget must be >= 0"):
         options.replace(budget=-5)  # a copy is checked again
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -200,6 +200,12 @@ class RuntimeOptions:
             raise ValueError(
                 f'placement must be "best", "first" or "split", got {self.placement!r}'
             )
+        if not isinstance(self.heuristic, str) and not hasattr(self.heuristic, "score"):
+            raise TypeError(
+                "heuristic must be a name (such as 'dtr') or an object with a "
+                f"score(storage, context) method, got {type(self.heuristic).__name__} "
+                f"{self.heuristic!r}"
+            )
         if self.heuristic == "window" and self.fit != "contiguous":
             raise ValueError(
                 "heuristic 'window' evicts a run of adjacent blocks of the arena: it needs "
