@@ -48,6 +48,7 @@ SLOW = {
     "python benchmarks/learned_live.py": "100 s: 28 live runs, each in a process of its own",
     "python benchmarks/sim_clairvoyant.py --heuristics dtr,learned,learned+estar+size+ops": "30 s",
     "python benchmarks/learned_weight.py": "90 s: 672 replays of seven three-step traces",
+    "minidtr train unet --ratio 0.2 --steps 20 --heuristic learned": "5 s: 20 steps",
     "python benchmarks/learned_weight.py --steps 5 --weights 0.3 --ratios 0.3,0.2": "13 s: "
     "records five steps of the seven models",
     "H=dtr,belady,belady+estar+size+time,belady+none+nosize+ops": "the next line records "

@@ -45,7 +45,9 @@ trace makes the same decisions. Variants:
 ``learned+estar+size+time+0.3``. What it keeps (a few numbers per live storage, a
 profile and two clocks per signature, at most ``MAX_SIGNATURES``) is Python memory that no
 budget counts; attaching an observer also turns off the runtime's fast path for plain
-ops (``fast/hotpath.py``), so a step costs more wall time than under h_DTR.
+ops (``fast/hotpath.py``), so a step costs more wall time than under h_DTR. The
+accelerated search (``fast/learned_search.py``) computes e* only for the candidates that
+can win, as h_DTR's does.
 """
 
 from __future__ import annotations

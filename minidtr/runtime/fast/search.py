@@ -32,6 +32,7 @@ from .. import estar
 from ..heuristics import COST_TERMS, MIN_STALENESS, NEIGHBOURHOOD_COST, Heuristic
 from ..storage import Storage
 from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
+from . import learned_search
 from .closures import EXACT_BELOW, evicted_children, evicted_parents
 from .eqterms import eq_terms
 from .table import flagged_rows
@@ -69,9 +70,9 @@ class TableSearch:
     @staticmethod
     def handles(heuristic: Any) -> bool:
         """Whether the arrays give ``heuristic``'s scores: a ``Heuristic`` whose cost term
-        is built in."""
+        is built in, or ``learned`` with h_DTR's (``learned_search.py``)."""
         if type(heuristic) is not Heuristic:
-            return False
+            return learned_search.handles(heuristic, BUILT_IN_COST_TERMS)
         cost = heuristic.cost
         return (
             COST_TERMS.get(cost) is BUILT_IN_COST_TERMS.get(cost)
@@ -90,6 +91,8 @@ class TableSearch:
         """The unlocked candidate with the lowest score, as ``victims.choose_victim``."""
         eviction, table = self.eviction, self.table
         heuristic: Heuristic = runtime.heuristic
+        if type(heuristic) is not Heuristic:
+            return learned_search.choose_learned(self, runtime)
         # the runner-up is read only by the ``evict`` event: without events, the lowest alone
         wanted = SHORTLIST if runtime.events is not None else 1
         table.sync()
