@@ -8,6 +8,8 @@ the reference loop.
     table.py     the candidate set as NumPy columns, rows in insertion order
                  (``candidates.Candidates``)
     search.py    the victim search as array operations (``victims.choose_victim``)
+    learned_search.py  ``learned``'s search, e* only where it can decide
+                 (``victims.choose_victim``)
     eqterms.py   h_DTR^eq's term for many rows at once (``EquivalenceClasses.cost``)
     borders.py   each row's evicted neighbours, kept as columns for ``eqterms.py``
     mirror.py    the union-find classes as arrays (``eqclasses``)
