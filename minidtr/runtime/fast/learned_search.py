@@ -56,7 +56,7 @@ def choose_learned(search: TableSearch, runtime: Any) -> Choice:
 
 
 def lowest(learned: Learned, pooled: list, context: Any) -> Choice:
-    divisors = []  # (m or 1, D) per candidate: Learned.score's operations
+    divisors = []  # (m, None without the size term; D) per candidate: as Learned.score
     bounds = []
     for storage in pooled:
         distance, predicted = learned.look_ahead(storage, context)
