@@ -264,15 +264,17 @@ class Learned(Observer):
         return staleness, False
 
     def score(self, storage: Storage, context: ScoreContext) -> float:
-        value = self.cost_term(storage, context)
-        if self.size:
-            value /= max(storage.nbytes, 1)
+        return divided(self.cost_term(storage, context), self.divisors(storage, context))
+
+    def divisors(self, storage: Storage, context: ScoreContext) -> tuple[int | None, float]:
+        """What the cost term is divided by: the size (None without the size term) and
+        D(t), counted as a predicted or a guessed distance."""
         distance, predicted = self.look_ahead(storage, context)
         if predicted:
             self.predicted += 1
         else:
             self.fallbacks += 1
-        return value / max(distance, MIN_STALENESS)
+        return (max(storage.nbytes, 1) if self.size else None), max(distance, MIN_STALENESS)
 
     def terms(self, storage: Storage, context: ScoreContext) -> dict[str, float]:
         """The parts of the score, for the event log."""
@@ -285,3 +287,11 @@ class Learned(Observer):
         else:
             terms["staleness"] = distance
         return terms
+
+
+def divided(value: float, divisors: tuple[int | None, float]) -> float:
+    """``Learned.score`` from its cost term and ``Learned.divisors``."""
+    size, distance = divisors
+    if size is not None:
+        value /= size
+    return value / distance

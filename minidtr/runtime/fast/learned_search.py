@@ -5,13 +5,14 @@ that can win.
 ``Learned.score`` is (c + c(e*)) / m / D, and c(e*) >= 0, so the same operations with
 c(e*) = 0 give a lower bound on each candidate's score (dividing by the same positive
 numbers keeps the order, rounding included). The candidates are taken in the order of
-their bounds, each given its exact score, until the next bound is above the lowest
-exact score found: no candidate after it can win. c(e*) (the closures of the evicted
+their bounds, each given its exact score, until the next bound is above the lowest exact
+score found: no candidate after it can win. c(e*) (the closures of the evicted
 neighbourhood, ``closures.py``) is most of what a search costs, and most candidates
 border no evicted value or score far above the victim. Among equal scores the first in
-candidate order wins, as in the loop. D is computed for every candidate, as the loop
-does, so ``Learned``'s counts of predicted and guessed distances stay the same. With
-events recorded (the shortlist names the lowest few, exactly) the loop decides.
+candidate order wins, as in the loop. ``Learned.divisors`` (m and D) is asked for every
+candidate, as the loop does, so ``Learned``'s counts of predicted and guessed distances
+stay the same. With events recorded (the shortlist names the lowest few, exactly) the
+loop decides.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..heuristics import COST_TERMS, MIN_STALENESS
-from ..learned import Learned
+from ..heuristics import COST_TERMS
+from ..learned import Learned, divided
 from ..victims import Choice
 
 if TYPE_CHECKING:
@@ -56,31 +57,15 @@ def choose_learned(search: TableSearch, runtime: Any) -> Choice:
 
 
 def lowest(learned: Learned, pooled: list, context: Any) -> Choice:
-    divisors = []  # (m, None without the size term; D) per candidate: as Learned.score
-    bounds = []
-    for storage in pooled:
-        distance, predicted = learned.look_ahead(storage, context)
-        if predicted:
-            learned.predicted += 1
-        else:
-            learned.fallbacks += 1
-        size = max(storage.nbytes, 1) if learned.size else None
-        distance = max(distance, MIN_STALENESS)
-        divisors.append((size, distance))
-        bounds.append(divided(storage.cost, size, distance))
+    divisors = [learned.divisors(storage, context) for storage in pooled]
+    bounds = [divided(s.cost, d) for s, d in zip(pooled, divisors, strict=True)]
     best, best_score = None, math.inf
     for i in sorted(range(len(pooled)), key=bounds.__getitem__):
         if bounds[i] > best_score:
             break
         storage = pooled[i]
-        score = divided(storage.cost + context.estar(storage), *divisors[i])
+        score = divided(storage.cost + context.estar(storage), divisors[i])
         if score < best_score or best is None or (score == best_score and i < best):
             best, best_score = i, score
     victim = None if best is None else pooled[best]
     return Choice(victim, best_score, None, None, len(pooled))
-
-
-def divided(value: float, size: int | None, distance: float) -> float:
-    if size is not None:
-        value /= size
-    return value / distance
