@@ -393,9 +393,10 @@ def test_dropout_eval_is_identity_and_training_masks_replay():
     assert np.array_equal(drop(x).numpy(), a)  # reproducible from the default generator
     own = [nn.Dropout(0.5, rng=11)(x).numpy() for _ in range(2)]
     assert np.array_equal(*own)
-    for p in (1.5, 1.0):  # refused when made, not at the first forward
-        with pytest.raises(ValueError, match=r"Dropout: p must be in \[0, 1\)"):
+    for p in (1.5, -0.5):  # refused when made, not at the first forward
+        with pytest.raises(ValueError, match=r"Dropout: p must be in \[0, 1\], got"):
             nn.Dropout(p)
+    assert not nn.Dropout(1.0)(x).numpy().any()
 
 
 @needs_torch

@@ -120,10 +120,22 @@ def test_identity_when_not_training_or_p_zero():
     assert md.dropout(x, 0.0) is x
 
 
-@pytest.mark.parametrize("p", [1.0, -0.1, 1.5])
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
 def test_p_out_of_range_is_rejected(p):
-    with pytest.raises(ValueError, match=r"dropout: p must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"dropout: p must be in \[0, 1\], got"):
         md.dropout(ramp(), p)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply")
+def test_p_one_zeroes_everything_as_pytorch():
+    """x * 0, as PyTorch's: NaN where x is infinite or NaN, and a zero gradient."""
+    values = np.array([np.inf, 1.0, np.nan, -2.0, 0.0], dtype=np.float32)
+    x = md.tensor(values, requires_grad=True)
+    y = md.dropout(x, 1.0)
+    np.testing.assert_array_equal(y.numpy(), values * np.float32(0))
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros(5, np.float32))
+    assert recompute(y).tobytes() == y.numpy().tobytes()
 
 
 def test_dropout_preserves_the_mean_and_drops_a_fraction_p():

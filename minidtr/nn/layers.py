@@ -158,8 +158,8 @@ class Dropout(Module):
         super().__init__()
         if not isinstance(p, numbers.Real):
             raise TypeError(f"Dropout: p must be a number, got {type(p).__name__} {p!r}")
-        if not 0.0 <= p < 1.0:  # as the op: p = 1 would scale the kept values by 1 / 0
-            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
         self.p = p
         self.rng = None if rng is None else generator(rng, "Dropout")
 

@@ -65,7 +65,8 @@ class Dropout(Op):
     """Inverted dropout: zero each element with probability p, scale the rest by 1/(1-p).
 
     The mask is drawn from ``seed`` (float32 uniforms, so it does not depend on x's
-    dtype); the VJP is the same op on the gradient, which draws the same mask.
+    dtype); the VJP is the same op on the gradient, which draws the same mask. At p = 1
+    the output is ``x * 0`` (NaN where x is infinite or NaN, as PyTorch's), no mask drawn.
     """
 
     name = "dropout"
@@ -80,6 +81,8 @@ class Dropout(Op):
     def forward(self, xp, x):
         """In the output's buffer (C order, as the uniforms), a chunk of the mask at a
         time (``backend.uniform_chunks``)."""
+        if self.p == 1.0:
+            return xp.multiply(x, x.dtype.type(0))
         out = xp.multiply(x, 1.0 / (1.0 - self.p), out=xp.empty(x.shape, dtype=x.dtype))
         values, zero, start = out.reshape(-1), xp.zeros((), dtype=x.dtype), 0
         for uniforms in backend.uniform_chunks(xp, self.seed, values.size):
@@ -135,8 +138,8 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: Seed = None)
     expect_tensor("dropout", x)
     if type(p) is not float and not isinstance(p, numbers.Real):
         raise TypeError(f"dropout: p must be a number, got {type(p).__name__} {p!r}")
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     return apply(Dropout(p, next_seed(seed, "dropout")), x)
