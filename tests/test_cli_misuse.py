@@ -216,3 +216,14 @@ def test_an_output_the_checks_let_through_that_cannot_be_written_is_one_line(
     path = argv[-1]
     assert code == 1
     assert one_line(err) == f"minidtr {argv[0]}: {path}: No such file or directory"
+
+
+def test_a_repeated_ratio_or_heuristic_is_replayed_once(capsys, trace_file):
+    code, out, err = run(
+        capsys, "sim", trace_file, "--ratios", "0.5,0.8,0.5", "--heuristics", "dtr,lru,dtr"
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[1:] == ["0.5", "0.8"], out
+    assert [line.split()[0] for line in lines[2:4]] == ["dtr", "lru"], out
+    assert "4 replays" in out

@@ -50,11 +50,12 @@ def floats(text: str) -> list[float]:
 
 
 def ratios(text: str) -> list[float]:
+    """Budget ratios in (0, 1], each once (a repeat would be replayed again)."""
     values = floats(text)
     bad = [v for v in values if not 0.0 < v <= 1.0]
     if bad:
         raise argparse.ArgumentTypeError(f"budget ratios must be in (0, 1], got {bad[0]:g}")
-    return values
+    return list(dict.fromkeys(values))
 
 
 def ints(text: str) -> list[int]:
@@ -62,7 +63,7 @@ def ints(text: str) -> list[int]:
     bad = [v for v in values if not (v.is_integer() and v >= 1)]
     if bad:
         raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {bad[0]:g}")
-    return [int(v) for v in values]
+    return list(dict.fromkeys(int(v) for v in values))
 
 
 def names(text: str) -> list[str]:
@@ -116,8 +117,8 @@ def heuristic_name(name: str) -> str:
 
 
 def heuristic_names(text: str) -> list[str]:
-    """Comma-separated heuristic names, each as ``heuristic_name`` takes it."""
-    return [heuristic_name(name) for name in names(text)]
+    """Comma-separated heuristic names, each as ``heuristic_name`` takes it, each once."""
+    return list(dict.fromkeys(heuristic_name(name) for name in names(text)))
 
 
 thrash_limit = number(lambda value: value == 0 or value > 1, "a slowdown > 1, or 0 for no limit")
