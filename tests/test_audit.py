@@ -141,6 +141,22 @@ def test_outputs_over_the_copy_limit_are_compared_by_crc(monkeypatch):
             evict_and_read(allocator, y)
 
 
+@pytest.mark.parametrize("copy_limit", [None, 0])
+def test_a_0d_output_recomputed_is_not_a_mismatch(monkeypatch, copy_limit):
+    """A loss is a 0-d array: compared as one, kept as a copy or by its CRC."""
+    if copy_limit is not None:
+        monkeypatch.setattr(audit_module, "COPY_LIMIT", copy_limit)
+    logits = md.randn((4, 3), seed=1)
+    with isolated_allocator() as allocator, md.Runtime(audit=True):
+        losses = [
+            md.cross_entropy(logits * 1.0, md.tensor(np.array([0, 1, 2, 0]))),
+            md.mse_loss(logits * 2.0, md.zeros((4, 3))),
+        ]
+        first = [loss.numpy() for loss in losses]
+        for loss, value in zip(losses, first, strict=True):
+            assert evict_and_read(allocator, loss).shape == () and loss.numpy() == value
+
+
 def test_a_kernel_writing_into_its_input_is_stopped_at_once():
     with isolated_allocator(), md.Runtime(audit=True):
         x = md.randn((4, 4), seed=4)

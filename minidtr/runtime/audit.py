@@ -201,10 +201,11 @@ def attributes(op: Any) -> dict[str, Any]:
 
 
 def host_array(array: Any) -> np.ndarray:
-    """``array`` on the host, C-contiguous (a copy of a device array)."""
+    """``array`` on the host, C-contiguous (a copy of a device array), of its own shape
+    (``np.ascontiguousarray`` would make a 0-d array 1-d)."""
     if not isinstance(array, np.ndarray):
         array = backend.to_host(array)
-    return np.ascontiguousarray(array)
+    return np.require(array, requirements="C")
 
 
 def bytes_of(array: np.ndarray) -> np.ndarray:
