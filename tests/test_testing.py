@@ -26,6 +26,7 @@ from minidtr.testing import (
     run_under,
 )
 from minidtr.testing.equivalence import describe_difference
+from minidtr.testing.floor import Floor
 from minidtr.testing.programs import mlp_training
 from minidtr.testing.strategies import (
     budget_ratios,
@@ -634,3 +635,10 @@ def test_the_docs_shrink_script_runs(pytester, monkeypatch):
     result = pytester.run(sys.executable, "shrink_budget.py", timeout=300)
     assert result.ret == 0, result.stderr.str()
     result.stdout.re_match_lines([r"unbounded peak [\d,]+ bytes; constants alone", r"no budget .*"])
+
+
+@pytest.mark.parametrize("max_slowdown, says", [(None, "runs with"), (20.0, "runs within a 20x")])
+def test_a_floor_without_a_feasible_budget_describes_itself(max_slowdown, says):
+    """Also without a slowdown limit (``max_slowdown=None``), which once raised TypeError."""
+    floor = Floor(100, 10, 20, None, "dtr", "banish", max_slowdown)
+    assert f"no budget below the peak {says}" in floor.describe()

@@ -69,13 +69,19 @@ class Floor:
     dealloc: str
     max_slowdown: float | None = THRASH_LIMIT
 
+    @property
+    def limit_text(self) -> str:
+        if self.max_slowdown is None:
+            return ""  # (without a limit, a budget fails by running out of memory alone)
+        return f" within a {self.max_slowdown:g}x slowdown"
+
     def describe(self) -> str:
         minimal = (
             f"the smallest feasible budget is {self.minimal:,} bytes "
             f"({self.minimal / self.peak:.3f} of peak) with heuristic={self.heuristic}, "
             f"dealloc={self.dealloc}"
             if self.minimal is not None
-            else f"no budget below the peak runs within a {self.max_slowdown:g}x slowdown "
+            else f"no budget below the peak runs{self.limit_text} "
             f"with heuristic={self.heuristic}, dealloc={self.dealloc}"
         )
         return (
