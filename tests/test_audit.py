@@ -261,6 +261,6 @@ def test_nested_runtimes_audit_while_one_of_them_does():
 
 
 def test_audit_is_a_checked_option():
-    with pytest.raises(TypeError, match="audit must be True or False, got str"):
+    with pytest.raises(TypeError, match="audit must be True or False, got 'yes'"):
         md.Runtime(audit="yes")
     assert md.Runtime(audit=True).options.audit is True

@@ -9,7 +9,7 @@ import pytest
 import minidtr as md
 from minidtr import sim
 from minidtr.cli import build_parser, runtime_options
-from minidtr.runtime.options import OPTION_NAMES, RuntimeOptions
+from minidtr.runtime.options import OPTION_NAMES, SWITCHES, RuntimeOptions
 from minidtr.sim.experiments import chain_trace
 from minidtr.sim.simulator import Replayer
 from minidtr.training import ConfigError, TrainConfig
@@ -38,10 +38,36 @@ def test_options_check_and_normalize_as_the_runtime_did():
     for heuristic in (None, 3):  # neither a name nor an object with score()
         with pytest.raises(TypeError, match="heuristic must be a name .* got (NoneType|int)"):
             md.Runtime(heuristic=heuristic)
+
+    class Nameless:  # a score but no name: the stats and repr would need one
+        def score(self, storage, context):
+            return 0.0
+
+    with pytest.raises(TypeError, match=r"an object with a name \(a string\) .* got Nameless"):
+        md.Runtime(heuristic=Nameless())
     with pytest.raises(ValueError, match="budget must be >= 0"):
         options.replace(budget=-5)  # a copy is checked again
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.budget = 5
+
+
+@pytest.mark.parametrize("name", SWITCHES)
+def test_a_switch_is_true_or_false(name):
+    """Not any truthy value: record_events="no" turned the event log on."""
+    for value in ("no", 1, None):
+        with pytest.raises(TypeError, match=f"^{name} must be True or False, got {value!r}$"):
+            RuntimeOptions(**{name: value})
+
+
+def test_seed_and_min_size_are_numbers():
+    """seed=None seeded the random heuristic from the clock; min_size="0.1" failed in a
+    comparison naming neither."""
+    for seed in (None, 1.5, "3", True):
+        with pytest.raises(TypeError, match=f"seed must be an integer, got {seed!r}"):
+            md.Runtime(seed=seed)
+    assert md.Runtime(seed=-3).options.seed == -3
+    with pytest.raises(TypeError, match="min_size must be a number, got '0.1'"):
+        md.Runtime(min_size="0.1")
 
 
 def test_runtime_keywords_and_options_are_one_thing():

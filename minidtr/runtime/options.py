@@ -77,7 +77,7 @@ class RuntimeOptions:
         one between 0 and 1 is refused, as a ratio given where bytes were meant.
     heuristic: a name from ``minidtr.runtime.heuristics`` (dtr, dtr_eq, dtr_local,
         msps, lru, size, random, or an ablation-grid name), or an object with a
-        ``name`` and ``score(storage, allocator)`` (lower = evicted first). The name is
+        ``name`` (a string) and ``score(storage, context)`` (lower = evicted first). The name is
         checked where it is used (a live ``Runtime`` refuses the simulator's trace
         heuristics, which ``simulate`` accepts).
     dealloc: what happens when the last reference to a storage dies:
@@ -92,7 +92,7 @@ class RuntimeOptions:
     record_events: keep a log of every alloc/evict/remat/free/banish (``events``);
         budget evictions carry the lowest-scoring candidates with their score terms,
         remats their cascade (``minidtr explain``), ``mark_step`` adds step marks.
-    seed: seeds the random heuristic and candidate sampling.
+    seed: an integer; seeds the random heuristic and candidate sampling.
     device: ``cpu`` or ``cuda``: the allocator the runtime applies to.
     max_slowdown: the thrash guard in the cost model: raise ``ThrashError`` instead of
         running a rematerialization that would take the recompute cost so far past
@@ -175,8 +175,14 @@ class RuntimeOptions:
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: the checks store the normalized values
-        if not isinstance(self.measure_real, bool):
-            raise TypeError(f"measure_real must be True or False, got {self.measure_real!r}")
+        for name in SWITCHES:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool):
+            raise TypeError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.min_size, numbers.Real) or isinstance(self.min_size, bool):
+            raise TypeError(f"min_size must be a number, got {self.min_size!r}")
         set_field(self, "budget", check_budget(self.budget))
         set_field(self, "max_slowdown", check_limit("max_slowdown", self.max_slowdown))
         set_field(
@@ -192,19 +198,20 @@ class RuntimeOptions:
             raise ValueError(
                 f"unknown cost {self.cost!r}; expected one of {COST_MODELS} or a callable"
             )
-        if not isinstance(self.audit, bool):
-            raise TypeError(f"audit must be True or False, got {type(self.audit).__name__}")
         if self.fit not in FITS:
             raise ValueError(f'fit must be "bytes" or "contiguous", got {self.fit!r}')
         if self.placement not in PLACEMENTS:
             raise ValueError(
                 f'placement must be "best", "first" or "split", got {self.placement!r}'
             )
-        if not isinstance(self.heuristic, str) and not hasattr(self.heuristic, "score"):
+        if not isinstance(self.heuristic, str) and not (
+            hasattr(self.heuristic, "score")
+            and isinstance(getattr(self.heuristic, "name", None), str)
+        ):
             raise TypeError(
-                "heuristic must be a name (such as 'dtr') or an object with a "
-                f"score(storage, context) method, got {type(self.heuristic).__name__} "
-                f"{self.heuristic!r}"
+                "heuristic must be a name (such as 'dtr') or an object with a name (a "
+                f"string) and a score(storage, context) method, got "
+                f"{type(self.heuristic).__name__} {self.heuristic!r}"
             )
         if self.heuristic == "window" and self.fit != "contiguous":
             raise ValueError(
@@ -225,8 +232,6 @@ class RuntimeOptions:
 
 def check_prototype(options: RuntimeOptions) -> None:
     """``as_prototype`` sets these itself: refuse one given otherwise, naming it."""
-    if not isinstance(options.as_prototype, bool):
-        raise TypeError(f"as_prototype must be True or False, got {options.as_prototype!r}")
     overridden = [
         (options.dealloc != "eager", f"dealloc={options.dealloc!r}", "its deallocation is eager"),
         (not options.rebuild_orphans, "rebuild_orphans=False", "it never rebuilds orphans"),
@@ -240,4 +245,14 @@ def check_prototype(options: RuntimeOptions) -> None:
             raise ValueError(f"as_prototype sets this itself ({why}): drop {setting}")
 
 
+SWITCHES = (  # the options that are True or False
+    "sample",
+    "record_events",
+    "rebuild_orphans",
+    "keep_dead_remats",
+    "reference",
+    "as_prototype",
+    "audit",
+    "measure_real",
+)
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RuntimeOptions))
