@@ -51,6 +51,35 @@ def test_a_scalar_operand_matches_torch(name, fn):
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-12)
 
 
+F16_EXACT = [c for c in CASES if c[0] != "s / x"]  # PyTorch's s / x is 1 / x, then times s
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize("name, fn", F16_EXACT, ids=[c[0] for c in F16_EXACT])
+def test_a_float16_tensor_and_a_scalar_give_torchs_bits(name, fn):
+    """PyTorch multiplies and divides a float16 tensor by a scalar in float32, rounding
+    once (so ``x / 70000`` and ``x * 1e-8`` are not 0), and rounds the scalar of ``+``,
+    ``-`` and ``**`` to float16 first; so does minidtr."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    data = (rng.standard_normal(2000) * rng.choice([1e-3, 1.0, 300.0], 2000)).astype(np.float16)
+    data = np.abs(data) + np.float16(0.01)  # (a power of a negative base is NaN)
+    wide = name in ("x * s", "s * x", "x / s")  # (PyTorch refuses a + or ** past float16's)
+    for s in (0.1, 0.7, 1.1, 3.3, 1e-8, 70000.0 if wide else 5.0):
+        ours, theirs = fn(md.tensor(data), s).numpy(), fn(torch.tensor(data), s).numpy()
+        assert ours.dtype == np.float16
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{name}, s = {s}")
+
+
+def test_a_float16_mean_gradient_rounds_once_as_torchs():
+    torch = pytest.importorskip("torch")
+    x = md.tensor(np.zeros(3, np.float16), requires_grad=True)
+    x.mean().backward(md.tensor(np.float16(0.3)))
+    t = torch.zeros(3, dtype=torch.float16, requires_grad=True)
+    t.mean().backward(torch.tensor(0.3, dtype=torch.float16))
+    np.testing.assert_array_equal(x.grad.numpy(), t.grad.numpy())  # 0.10004, not 0.1
+
+
 def test_a_scalar_operand_makes_no_storage():
     with isolated_allocator() as allocator:
         x = md.tensor(np.ones(8, np.float32))

@@ -54,6 +54,13 @@ def promoted(dtype: np.dtype, kind: str) -> np.dtype:
     return int64 if kind == "i" else DEFAULT_DTYPE
 
 
+def held_scalar(value, dtype: np.dtype) -> np.generic:
+    """A multiplier or divisor as an op keeps it for a tensor of ``dtype``: of that dtype,
+    but float32 for float16 (the op computes in float32 and rounds once, as PyTorch's CPU
+    kernels do; a float16 scalar rounds first, and ``x / 70000`` or ``x * 1e-8`` gave 0)."""
+    return (np.float32 if dtype == np.float16 else dtype.type)(value)
+
+
 def check_fits(name: str, value, dtype: np.dtype) -> None:
     """Refuse an int scalar that does not fit an integer ``dtype``."""
     if dtype.kind in "iu" and not isinstance(value, bool | np.bool_):

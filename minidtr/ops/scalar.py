@@ -4,7 +4,10 @@ The scalar is an attribute of the op, as a dropout's seed is: no constant tensor
 made for it, so it costs no storage, no allocation and no handle, in a live run as in
 a trace (whose CALL has one argument). It is kept as a NumPy scalar of the result's
 dtype, so ``x * s`` computes what ``x * tensor(s)`` would (the same ufunc on the same
-dtypes), and a recomputation the same bits.
+dtypes), and a recomputation the same bits; but a float16 tensor's multiplier or divisor
+is a float32, and the op computes in float32 and rounds once to float16, as PyTorch's
+CPU kernels do (``promotion.held_scalar``; its ``+``, ``-`` and ``**`` round the scalar
+to float16 first, as here).
 
 The promotion rules are ``promotion.py``'s (docs/ops.md): the scalar takes the tensor's
 dtype unless it is of a higher kind; the tensor is converted first when the result's
@@ -19,9 +22,10 @@ import numpy as np
 from ..runtime.storage import Cell
 from ..tensor import DEFAULT_DTYPE, Tensor
 from .op import DTypeError, Op, apply, shared_op
-from .promotion import astype, check_fits, is_scalar, promoted, scalar_kind
+from .promotion import astype, check_fits, held_scalar, is_scalar, promoted, scalar_kind
 
 KINDS = ("add", "sub", "rsub", "mul", "div", "rdiv", "pow")
+WIDE_KINDS = ("mul", "div", "rdiv")  # a float16 tensor's scalar is a float32 (PyTorch's)
 
 
 class ScalarArith(Op):
@@ -32,7 +36,9 @@ class ScalarArith(Op):
         self.kind = kind
         self.name = f"{kind}_scalar"
         self.dtype = np.dtype(dtype)
-        self.scalar = self.dtype.type(value)
+        wide = kind in WIDE_KINDS
+        self.scalar = held_scalar(value, self.dtype) if wide else self.dtype.type(value)
+        self.rounds = wide and self.dtype == np.float16  # computes in float32: rounds at the end
         if kind in ("rdiv", "pow"):
             self.retain_inputs = (0,)  # their gradients read x
 
@@ -42,6 +48,11 @@ class ScalarArith(Op):
         return [(x.shape, self.dtype)]
 
     def forward(self, xp, x):
+        if self.rounds:
+            return self.compute(x).astype(np.float16)
+        return self.compute(x)
+
+    def compute(self, x):
         s, kind = self.scalar, self.kind
         if kind == "add":
             return x + s
@@ -93,7 +104,7 @@ class ScalarDivisorGrad(Op):
         return [(g.shape, g.dtype)]
 
     def forward(self, xp, x, g):
-        return -(g * (self.scalar / x / x))
+        return (-(g * (self.scalar / x / x))).astype(g.dtype, copy=False)
 
 
 class ScalarPowGrad(Op):
