@@ -547,8 +547,20 @@ def _filled(shape, value, dtype, requires_grad: bool, device: str, where: str) -
         raise TypeError(f"{where}: value must be a number, got {type(value).__name__} {value!r}")
     if requires_grad and dtype.kind != "f":
         raise TypeError(f"{where}: only floating-point tensors can require grad, not {dtype}")
+    if dtype.kind in "iu" and not isinstance(value, bool | np.bool_):
+        check_integer_fill(where, value, dtype)
     xp = array_module(device, where)
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
+
+
+def check_integer_fill(where: str, value, dtype: np.dtype) -> None:
+    """A fill value for an integer ``dtype`` is finite (NaN became the lowest int64) and its
+    whole part fits (as PyTorch's ``full``; a fraction is cut, as there)."""
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: value {value} cannot fill an integer tensor ({dtype})")
+    info = np.iinfo(dtype)
+    if not info.min <= int(value) <= info.max:
+        raise OverflowError(f"{where}: value {value} does not fit {dtype} ({info.min}..{info.max})")
 
 
 def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
@@ -585,7 +597,7 @@ def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
         dtype = int64 if integral else DEFAULT_DTYPE
     dtype = checked_dtype(dtype, "arange")
     steps = -(-(stop - start) // step) if integral else math.ceil((stop - start) / step)
-    n = max(0, steps)
+    n = max(0, int(steps))  # (a Python int: NumPy integers gave a shape of np.int64)
     xp = array_module(device, "arange")
     if integral and dtype.kind in "iu":
         return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)

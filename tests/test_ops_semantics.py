@@ -301,6 +301,10 @@ def test_empty_list_index_gives_an_empty_result():
         (lambda x: md.broadcast_to(x, "ab"), TypeError, "broadcast_to: shape must be"),
         (lambda x: x.assign(np.ones((3, 2))), TypeError, "assign: value must be a Tensor"),
         (lambda x: x[slice("a", None)], TypeError, "getitem: index .* is not valid"),
+        (lambda x: x[::0], ValueError, r"getitem: .* step cannot be zero \(input shapes \[\(3, 2"),
+        (lambda x: x[[0, [1]]], IndexError, r"getitem: index \[0, \[1\]\] is not valid"),
+        (lambda x: x.sum(0, None), TypeError, "sum: keepdims must be True or False, got None"),
+        (lambda x: x.mean(0, "no"), TypeError, "mean: keepdims must be True or False"),
         (lambda x: md.grad(x.sum(), x), TypeError, "grad: inputs must be a list"),
         (lambda x: md.nn.Sequential(1), TypeError, "Sequential: expected a Module, got int"),
     ],
@@ -446,6 +450,24 @@ def test_arange_bad_arguments():
         md.arange(0, float("inf"))
     with pytest.raises(TypeError, match="arange: start must be a number, got str"):
         md.arange("a", 3)
+
+
+def test_arange_of_numpy_integers_has_a_shape_of_ints():
+    shape = md.arange(np.int64(1), np.int64(7), np.int64(2)).shape
+    assert shape == (3,) and type(shape[0]) is int  # (np.int64(3),) broke json.dumps
+
+
+def test_full_refuses_a_value_an_integer_dtype_cannot_hold():
+    """As PyTorch's ``full`` (a fraction is cut there too); NaN filled int64 with its lowest
+    value, 300 failed inside NumPy naming no function."""
+    assert md.full((2,), 2.5, md.int64).numpy().tolist() == [2, 2]
+    with pytest.raises(OverflowError, match=r"full: value 300 does not fit uint8 \(0..255\)"):
+        md.full((2,), 300, np.uint8)
+    with pytest.raises(
+        ValueError, match=r"full: value nan cannot fill an integer tensor \(int64\)"
+    ):
+        md.full((2,), float("nan"), md.int64)
+    assert md.full((2,), 7, np.bool_).numpy().tolist() == [True, True]
 
 
 def test_stack_mismatch_is_reported_as_stack():

@@ -24,6 +24,11 @@ class Reduce(Op):
         self.axes: tuple[int, ...] = ()
 
     def infer(self, x: Cell):
+        if not isinstance(self.keepdims, bool | np.bool_):
+            raise self.error(
+                f"keepdims must be True or False, got {self.keepdims!r}", x, kind=TypeError
+            )
+        self.keepdims = bool(self.keepdims)
         self.axes = normalize_axes(self, self.axis, len(x.shape), x)
         return [(reduced_shape(x.shape, self.axes, self.keepdims), self.out_dtype(x))]
 

@@ -247,6 +247,8 @@ def probe(op: Op, x, key: tuple, indices: Sequence) -> np.ndarray:
         raise op.error(f"index {key!r} is out of range: {error}", x, kind=IndexError) from None
     except TypeError as error:  # a slice of non-integers, say
         raise op.error(f"index {key!r} is not valid: {error}", x, kind=TypeError) from None
+    except ValueError as error:  # a slice step of 0
+        raise op.error(f"index {key!r} is not valid: {error}", x, kind=ValueError) from None
 
 
 class GetItem(View):
@@ -323,7 +325,10 @@ class IndexGrad(Op):
 def index_array(k) -> np.ndarray:
     """An index as an array. An empty list selects nothing, so it holds integers: NumPy and
     PyTorch read ``x[[]]`` and ``x[mask, []]`` so, where ``np.asarray([])`` is float."""
-    array = np.asarray(k)
+    try:
+        array = np.asarray(k)
+    except ValueError as error:  # a ragged list
+        raise IndexError(f"getitem: index {k!r} is not valid: {error}") from None
     return array.astype(np.int64) if isinstance(k, list) and array.size == 0 else array
 
 
@@ -345,7 +350,8 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
     key = key if isinstance(key, tuple) else (key,)
     if any(
         (isinstance(k, Tensor) and k.dtype == np.bool_)
-        or (isinstance(k, np.ndarray | list) and np.asarray(k).dtype == np.bool_)
+        or (isinstance(k, np.ndarray) and k.dtype == np.bool_)
+        or (isinstance(k, list) and index_array(k).dtype == np.bool_)
         for k in key
     ):
         check_masks(x, key)
