@@ -42,18 +42,20 @@ class Using(contextlib.ContextDecorator):
     """Sets ``var`` to ``value`` for a ``with`` block or a decorated function's calls.
 
     A class rather than a generator-based context manager: one is entered for every
-    batch-norm layer's running statistics and every optimizer step."""
+    batch-norm layer's running statistics and every optimizer step. One object may be
+    entered again inside its own block (``with ng: with ng: ...``): its tokens are a
+    stack (a single token was overwritten, and leaving the outer block failed)."""
 
     def __init__(self, var: ContextVar[bool], value: bool):
         self.var = var
         self.value = value
-        self.token: Token[bool] | None = None
+        self.tokens: list[Token[bool]] = []
 
     def __enter__(self) -> None:
-        self.token = self.var.set(self.value)
+        self.tokens.append(self.var.set(self.value))
 
     def __exit__(self, *exc_info) -> None:
-        self.var.reset(self.token)
+        self.var.reset(self.tokens.pop())
 
     def _recreate_cm(self) -> Using:  # each call of a decorated function gets its own token
         return Using(self.var, self.value)

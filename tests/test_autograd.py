@@ -219,6 +219,18 @@ def test_no_grad_and_detach_record_nothing():
         (z * 2).sum().backward()
 
 
+def test_one_no_grad_object_entered_inside_itself():
+    """Its tokens are a stack: leaving the outer block failed (a token used twice) and
+    left gradients off for the rest of the thread."""
+    x = md.tensor(np.ones(2), requires_grad=True)
+    off = md.no_grad()
+    with off:
+        with off:
+            assert not (x * 2).requires_grad
+        assert not (x * 2).requires_grad
+    assert (x * 2).requires_grad and md.grad_enabled()
+
+
 def test_the_grad_of_a_non_leaf_warns_and_retain_grad_fills_it():
     """As PyTorch: reading .grad of a non-leaf warns (naming retain_grad) and gives None;
     retain_grad() has backward fill it, accumulating over calls, for one output of a
