@@ -227,3 +227,15 @@ def test_a_repeated_ratio_or_heuristic_is_replayed_once(capsys, trace_file):
     assert lines[0].split()[1:] == ["0.5", "0.8"], out
     assert [line.split()[0] for line in lines[2:4]] == ["dtr", "lru"], out
     assert "4 replays" in out
+
+
+@pytest.mark.parametrize(
+    "command", [["sim"], ["sim", "info"], ["sim", "frontier"], ["sim", "bound"]]
+)
+def test_a_bad_read_limit_in_the_environment_is_one_line(capsys, monkeypatch, trace_file, command):
+    monkeypatch.setenv("MINIDTR_MAX_LINE", "abc")
+    code, out, err = run(capsys, *command, trace_file)
+    assert code == 1 and out == ""
+    assert one_line(err).endswith(
+        "MINIDTR_MAX_LINE: not a byte count >= 1: 'abc' (use e.g. 4M, 2G)"
+    )

@@ -133,10 +133,16 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def _load(prog: str, paths: Sequence[str]):
     """The traces, or a one-line error: exit 2 for a file that cannot be opened (checked
     for all before any is read), 1 for one that is not a valid trace."""
+    from ..reading import read_limits
     from .trace import TraceError, load_log
 
     for path in paths:
         check_input(prog, path)
+    try:
+        read_limits()  # the environment's MINIDTR_MAX_* limits, checked once
+    except ValueError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
     traces = []
     for path in paths:
         try:
