@@ -348,6 +348,12 @@ def check_outputs(prog: str, paths: dict[str, str | None], inputs: Sequence[str]
         taken[where] = f"the path of {option}"
 
 
+def plot_path(text: str) -> str:
+    """A plot's file as matplotlib writes it: a name without an extension gets ``.png``
+    (so the output checks and the messages name the file that is written)."""
+    return text if os.path.splitext(text)[1] else f"{text}.png"
+
+
 def require_plotting(prog: str, option: str | None, path: str) -> None:
     """Usage error (exit 2), before any work, unless matplotlib is installed and can
     write ``path`` in the format its extension names (none: PNG). ``option`` names the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_args import check_outputs, require_plotting
+from .cli_args import check_outputs, plot_path, require_plotting
 from .cli_report import Progress, summary_table
 from .cli_train import finish_outputs
 from .explain import explain, runtime_header, summarize
@@ -29,7 +29,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         f"{DEMO_STEPS} steps under {DEMO_PERCENT}% of the memory "
         "it needs without a budget, then explain what happened.",
     )
-    demo.add_argument("--plot", metavar="FILE", help="also write the memory timeline as a PNG")
+    demo.add_argument(
+        "--plot", metavar="FILE", type=plot_path, help="also write the memory timeline as a PNG"
+    )
     return demo
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_args import check_input, check_outputs, parse_bytes, require_plotting, whole_number
+from .cli_args import (
+    check_input,
+    check_outputs,
+    parse_bytes,
+    plot_path,
+    require_plotting,
+    whole_number,
+)
 from .explain import explain, human_bytes, load_events, summarize
 
 
@@ -35,7 +42,7 @@ def add_plot_parser(sub: Any) -> argparse.ArgumentParser:
     """The ``plot`` subcommand's parser, added to ``sub``."""
     plot = sub.add_parser("plot", help="memory timeline PNG from an event log")
     plot.add_argument("events", metavar="EVENTS.jsonl")
-    plot.add_argument("out", metavar="OUT.png")
+    plot.add_argument("out", metavar="OUT.png", type=plot_path)
     plot.add_argument(
         "--budget",
         type=parse_bytes,

@@ -19,6 +19,7 @@ from .cli_args import (
     add_runtime_arguments,
     check_outputs,
     parse_ratio,
+    plot_path,
     require_plotting,
     runtime_options,
     usage_error,
@@ -124,7 +125,9 @@ def _add_run_options(p: argparse.ArgumentParser, sizes: Any) -> None:
     add_runtime_arguments(p, ["reference", "measure_real"])
     p.add_argument("--events", metavar="FILE", help="write the event log (JSON lines)")
     p.add_argument("--trace", metavar="FILE", help="record a simulator trace (DTR log format)")
-    p.add_argument("--plot", metavar="FILE", help="write the memory timeline as a PNG")
+    p.add_argument(
+        "--plot", metavar="FILE", type=plot_path, help="write the memory timeline as a PNG"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

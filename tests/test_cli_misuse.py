@@ -145,7 +145,7 @@ def test_an_output_over_an_input_or_another_output_is_refused(
         (["plot", event_log, event_log], f"OUT.png: {event_log} is the input"),
         (["explain", event_log, "--html", event_log], f"--html: {event_log} is the input"),
         (
-            ["train", "mlp", "--events", str(tmp_path / "a"), "--plot", str(tmp_path / "a")],
+            ["train", "mlp", "--events", str(tmp_path / "a.png"), "--plot", str(tmp_path / "a")],
             "--plot: ", "is the path of --events too",
         ),
     ]  # fmt: skip
@@ -239,3 +239,18 @@ def test_a_bad_read_limit_in_the_environment_is_one_line(capsys, monkeypatch, tr
     assert one_line(err).endswith(
         "MINIDTR_MAX_LINE: not a byte count >= 1: 'abc' (use e.g. 4M, 2G)"
     )
+
+
+def test_a_plot_without_an_extension_is_checked_and_named_as_the_png_written(
+    capsys, tmp_path, event_log
+):
+    """matplotlib adds .png: the checks saw NAME while NAME.png was written (over the input
+    log, or after a whole run into a directory)."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "dir.png").mkdir()
+    code, out, err = run(capsys, "train", "mlp", "--size", "tiny", "--plot", str(tmp_path / "dir"))
+    assert code == 2 and one_line(err).endswith("dir.png is a directory (see minidtr train --help)")
+    code, out, err = run(capsys, "plot", event_log, str(tmp_path / "timeline"))
+    assert code == 0, err
+    assert f"memory timeline: {tmp_path / 'timeline.png'}" in out
+    assert (tmp_path / "timeline.png").is_file() and not (tmp_path / "timeline").exists()

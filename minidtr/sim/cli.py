@@ -27,6 +27,7 @@ from ..cli_args import (
     check_outputs,
     number,
     os_error_text,
+    plot_path,
     require_plotting,
     runtime_options,
     whole_number,
@@ -310,7 +311,9 @@ def _sweep_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the results already in --csv FILE and replay only the missing points",
     )
-    p.add_argument("--plot", metavar="FILE", help="slowdown vs budget ratio (PNG, matplotlib)")
+    p.add_argument(
+        "--plot", metavar="FILE", type=plot_path, help="slowdown vs budget ratio (PNG, matplotlib)"
+    )
     add_cluster_options(p)
     return p
 
