@@ -166,6 +166,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     _check_eviction_settings(args)
     if args.heuristic == "window" and args.fit != "contiguous":
         usage_error(PROG, "--heuristic window evicts runs of adjacent blocks: add --fit contiguous")
+    if args.placement != "split" and args.fit != "contiguous":
+        usage_error(PROG, f"--placement {args.placement} acts only with --fit contiguous: add it")
     outputs = {"--events": args.events, "--trace": args.trace, "--plot": args.plot}
     if args.find_budget and any(outputs.values()):
         given = ", ".join(option for option, path in outputs.items() if path)

@@ -254,3 +254,16 @@ def test_a_plot_without_an_extension_is_checked_and_named_as_the_png_written(
     assert code == 0, err
     assert f"memory timeline: {tmp_path / 'timeline.png'}" in out
     assert (tmp_path / "timeline.png").is_file() and not (tmp_path / "timeline").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "mlp", "--ratio", "0.5", "--placement", "best"], "--placement best acts only"),
+        (["sim", "{trace}", "--placement", "first"], "placement='first' acts only"),
+    ],
+)
+def test_a_placement_without_a_contiguous_fit_is_refused(capsys, trace_file, argv, says):
+    """It was ignored: a placement picks a block of the arena, which only --fit contiguous has."""
+    code, out, err = run(capsys, *[a.replace("{trace}", trace_file) for a in argv])
+    assert code == 2 and says in one_line(err)

@@ -35,6 +35,9 @@ def test_options_check_and_normalize_as_the_runtime_did():
         RuntimeOptions(cost="ops")
     with pytest.raises(ValueError, match="min_size is a fraction"):
         RuntimeOptions(min_size=1.0)
+    with pytest.raises(ValueError, match="placement='best' acts only with fit=\"contiguous\""):
+        RuntimeOptions(placement="best")  # was ignored
+    assert RuntimeOptions(placement="first", fit="contiguous").placement == "first"
     for heuristic in (None, 3):  # neither a name nor an object with score()
         with pytest.raises(TypeError, match="heuristic must be a name .* got (NoneType|int)"):
             md.Runtime(heuristic=heuristic)

@@ -204,6 +204,11 @@ class RuntimeOptions:
             raise ValueError(
                 f'placement must be "best", "first" or "split", got {self.placement!r}'
             )
+        if self.placement != "split" and self.fit != "contiguous":
+            raise ValueError(
+                f'placement={self.placement!r} acts only with fit="contiguous" (it picks the '
+                f"free block of the arena a value takes), got fit={self.fit!r}"
+            )
         if not isinstance(self.heuristic, str) and not (
             hasattr(self.heuristic, "score")
             and isinstance(getattr(self.heuristic, "name", None), str)
