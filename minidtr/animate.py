@@ -20,6 +20,8 @@ which checks every field; the GIF is written with matplotlib's Pillow writer.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -172,6 +174,9 @@ def animate(
 
 
 def write_gif(panels: Sequence[Panel], out: str, fps: float) -> None:
+    """Write the animation to ``out`` whole or not at all: the frames go to a temporary
+    file beside it, which replaces ``out`` once complete (matplotlib's writer saves the
+    frames drawn so far when interrupted, which replaced a complete GIF with a few)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -190,8 +195,15 @@ def write_gif(panels: Sequence[Panel], out: str, fps: float) -> None:
         return artists
 
     animation = FuncAnimation(figure, draw, frames=frames, blit=False)
-    animation.save(out, writer=PillowWriter(fps=fps), dpi=DPI)
-    plt.close(figure)
+    handle, partial = tempfile.mkstemp(".gif", ".partial-", os.path.dirname(out) or ".")
+    os.close(handle)
+    try:
+        animation.save(partial, writer=PillowWriter(fps=fps), dpi=DPI)
+        os.replace(partial, out)
+    finally:
+        plt.close(figure)
+        if os.path.exists(partial):
+            os.remove(partial)
 
 
 def _figure(panels: Sequence[Panel], plt: Any) -> tuple[Any, list]:

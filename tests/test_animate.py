@@ -67,6 +67,30 @@ def test_start_and_limit_choose_the_events_shown(logs, tmp_path):
     assert animate([path], str(out), start=3, limit=5) == 5 == frames_of(out)
 
 
+def test_an_interrupted_animation_leaves_the_gif_before_it(logs, tmp_path, monkeypatch):
+    """matplotlib's writer saves the frames drawn so far when interrupted: a Ctrl-C
+    replaced a complete GIF with two frames."""
+    from matplotlib.animation import PillowWriter
+
+    path, out = str(logs[0].path), tmp_path / "whole.gif"
+    animate([path], str(out), limit=4)
+    before = out.read_bytes()
+    grab = PillowWriter.grab_frame
+    grabbed = []
+
+    def interrupted(self, **kwargs):
+        if len(grabbed) == 2:
+            raise KeyboardInterrupt
+        grabbed.append(1)
+        grab(self, **kwargs)
+
+    monkeypatch.setattr(PillowWriter, "grab_frame", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        animate([path], str(out), limit=8)
+    assert out.read_bytes() == before and frames_of(out) == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["whole.gif"]  # no partial file left
+
+
 def test_the_three_runs_are_what_the_course_says():
     plain, _ = run_chain(8)
     checkpointed, _ = run_chain(8, segment=3)
