@@ -334,6 +334,29 @@ def test_big_but_finite_times_still_give_a_finite_slowdown(tmp_path):
     assert math.isfinite(result.slowdown)
 
 
+def test_huge_times_evict_without_numpy_warnings(tmp_path):
+    """A score past the largest float is inf, as the loop's; the table's search warned
+    "overflow encountered in divide" on stderr (a cost of 1e307 over the staleness of a
+    storage read at this very tick, 1e-9)."""
+    import gzip
+    import re
+    import warnings
+
+    from minidtr.sim.bundled import bundled_traces
+
+    (source,) = bundled_traces(["mlp"])
+    with gzip.open(source, "rt") as file:
+        text = file.read()
+    path = tmp_path / "t.log"
+    first_linear = r'("NAME": ?"linear", ?"RESULT": ?\[[^]]*\], ?"TIME": ?)"[^"]*"'
+    path.write_text(re.sub(first_linear, r'\1"1e307"', text, count=1))
+    trace = sim.load_log(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = sim.simulate(trace, ratio=0.5, heuristic="dtr")
+    assert result.evictions > 0
+
+
 # ---- sweep CSVs ----------------------------------------------------------------------------
 
 
