@@ -85,6 +85,22 @@ def test_optimal_rows_through_the_pool():
     ]
 
 
+def process_of(trace, k):
+    return os.getpid(), k
+
+
+def test_isolated_tasks_run_in_a_worker_even_one_at_a_time():
+    """A solve is C code that a Ctrl-C in this process could not stop until its time limit
+    (``minidtr sim bound`` with one ratio ran 45 s after it); a worker is stopped at once."""
+    from minidtr.sim import parallel
+
+    trace = chain_trace(4)
+    here = dict(parallel.run(process_of, [trace], [(0, (1,))], jobs=1))
+    assert here[0] == (os.getpid(), 1)
+    (away,) = dict(parallel.run(process_of, [trace], [(0, (2,))], jobs=1, isolate=True)).values()
+    assert away[0] != os.getpid() and away[1] == 2
+
+
 def test_cli_resume_needs_a_csv(tmp_path, capsys):
     write_log(chain_trace(10), tmp_path / "c.log")
     assert main([str(tmp_path / "c.log"), "--resume"]) == 2  # a usage error's status

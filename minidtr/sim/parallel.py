@@ -4,7 +4,7 @@ executor, or a Dask cluster. One seam, used by ``sweep`` and ``compare_with_opti
 A task is ``fn(trace, *args)``. The traces are the large part of every task, so
 each backend ships them as few times as it can:
 
-- ``jobs=1``: in this process, in order.
+- ``jobs=1``: in this process, in order (unless ``isolate``: then in one worker).
 - the default, a local pool of ``jobs`` processes (all cores): each worker gets the
   traces once, when it starts.
 - ``client=`` a ``dask.distributed.Client``: the traces are scattered to every worker
@@ -55,10 +55,14 @@ def run(
     client: Any = None,
     executor: Executor | None = None,
     retries: int = 1,
+    isolate: bool = False,
 ) -> Iterator[tuple[int, Any]]:
     """Run ``fn(traces[i], *args)`` for every ``(i, args)`` in ``tasks``; yield
     ``(position in tasks, result)`` as each finishes. ``fn`` must be importable
-    (a module-level function) for every backend but ``jobs=1``."""
+    (a module-level function) for every backend but ``jobs=1``. ``isolate``: locally,
+    run even a single job in a worker process, which Ctrl-C stops at once (a solver's
+    C code returns to Python only when it is done, so in this process a Ctrl-C waited
+    for the time limit)."""
     if client is not None and executor is not None:
         raise ValueError("give either client= (Dask) or executor=, not both")
     if not tasks:
@@ -70,7 +74,7 @@ def run(
         yield from _drain(futures)
     else:
         jobs = min(jobs or os.cpu_count() or 1, len(tasks))
-        if jobs <= 1:
+        if jobs <= 1 and not isolate:
             for n, (i, args) in enumerate(tasks):
                 yield n, fn(traces[i], *args)
             return

@@ -415,14 +415,18 @@ def task_rows(
     on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """The rows ``fn`` makes of each task through ``minidtr.sim.parallel``, in task
-    order; ``on_row`` sees each as it finishes."""
+    order; ``on_row`` sees each as it finishes. Locally, in worker processes even for
+    one job (``isolate``): a solve runs in C, which only stopping its process interrupts."""
     traces = list(traces)
     for trace in traces:
         baseline(trace)  # measured once here, shipped with the trace
     rows: list[dict | None] = [None] * len(tasks)
     bar = _progress(len(tasks), 0) if progress else None
     try:
-        for n, row in parallel.run(fn, traces, tasks, jobs=jobs, client=client, executor=executor):
+        rows_made = parallel.run(
+            fn, traces, tasks, jobs=jobs, client=client, executor=executor, isolate=True
+        )
+        for n, row in rows_made:
             rows[n] = row
             if on_row is not None:
                 on_row(row)
