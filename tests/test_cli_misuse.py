@@ -267,3 +267,10 @@ def test_a_placement_without_a_contiguous_fit_is_refused(capsys, trace_file, arg
     """It was ignored: a placement picks a block of the arena, which only --fit contiguous has."""
     code, out, err = run(capsys, *[a.replace("{trace}", trace_file) for a in argv])
     assert code == 2 and says in one_line(err)
+
+
+@pytest.mark.parametrize("command, most", [("sqrt-n", "10,000"), ("adversary", "5,000")])
+def test_an_experiment_size_past_its_limit_is_refused(capsys, command, most):
+    """--n 99999999999999999999 ran until memory ran out."""
+    code, out, err = run(capsys, "sim", command, "--n", "100,99999999999999999999")
+    assert code == 2 and f"expected whole numbers from 1 to {most}, got 1e+20" in one_line(err)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..cli_args import (
@@ -35,6 +35,8 @@ from ..cli_args import (
 from .cluster_cli import add_cluster_options, cluster, cluster_settings
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
+MOST_LAYERS = 10_000  # sqrt-n's --n
+MOST_EXTENSIONS = 5_000  # adversary's --n
 SUBCOMMANDS = ("info", "frontier", "optimal", "bound", "sqrt-n", "adversary")
 
 
@@ -59,12 +61,20 @@ def ratios(text: str) -> list[float]:
     return list(dict.fromkeys(values))
 
 
-def ints(text: str) -> list[int]:
-    values = floats(text)
-    bad = [v for v in values if not (v.is_integer() and v >= 1)]
-    if bad:
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {bad[0]:g}")
-    return list(dict.fromkeys(int(v) for v in values))
+def sizes(most: int) -> Callable[[str], list[int]]:
+    """Comma-separated whole numbers from 1 to ``most``: an experiment's sizes, whose time
+    grows faster than linearly (a typo of a few more digits would run for days)."""
+
+    def parse(text: str) -> list[int]:
+        values = floats(text)
+        bad = [v for v in values if not (v.is_integer() and 1 <= v <= most)]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"expected whole numbers from 1 to {most:,}, got {bad[0]:g}"
+            )
+        return list(dict.fromkeys(int(v) for v in values))
+
+    return parse
 
 
 def names(text: str) -> list[str]:
@@ -464,7 +474,12 @@ def sqrt_n_main(argv: Sequence[str]) -> int:
         "at a budget of ceil(2 sqrt N): extra ops / N per heuristic, next to Chen's sqrt(N) "
         "and revolve (exact counts) and the paper's h_DTR figures.",
     )
-    p.add_argument("--n", type=ints, default=[100, 400, 1600])
+    p.add_argument(
+        "--n",
+        type=sizes(MOST_LAYERS),
+        default=[100, 400, 1600],
+        help=f"chain lengths, at most {MOST_LAYERS:,} (6,400 takes about 20 s)",
+    )
     _add_heuristics(p, ["dtr", "dtr_eq", "dtr_local", "msps", "lru"])
     p.add_argument("--csv", metavar="FILE")
     args = _parse(p, argv)
@@ -485,7 +500,12 @@ def adversary_main(argv: Sequence[str]) -> int:
     p.add_argument(
         "--paths", type=whole_number(1), default=None, help="number of paths (default B)"
     )
-    p.add_argument("--n", type=ints, default=[200, 400, 800, 1600])
+    p.add_argument(
+        "--n",
+        type=sizes(MOST_EXTENSIONS),
+        default=[200, 400, 800, 1600],
+        help=f"path extensions, at most {MOST_EXTENSIONS:,} (3,200 takes about a minute)",
+    )
     _add_heuristics(p, ["dtr"])
     p.add_argument("--csv", metavar="FILE")
     args = _parse(p, argv)
