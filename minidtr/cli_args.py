@@ -78,6 +78,10 @@ def parse_bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(f"a budget cannot be negative: {given!r}")
     if value > MAX_BUDGET:
         raise argparse.ArgumentTypeError(f"at most {MAX_BUDGET:,} bytes (2**63 - 1), got {given!r}")
+    if 0 < value < 1:  # as Runtime(budget=0.3): a ratio given where bytes were meant
+        raise argparse.ArgumentTypeError(
+            f"{given!r} is less than a byte: for a fraction of the peak, use --ratio"
+        )
     return int(value)
 
 

@@ -1,5 +1,6 @@
 """The ``minidtr`` command and ``minidtr explain``: run in-process on tiny models."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -198,6 +199,10 @@ def test_parse_bytes():
     assert cli.parse_bytes("2K") == 2048
     assert cli.parse_bytes("1.5MiB") == int(1.5 * 1024**2)
     assert cli.parse_bytes("1g") == 1024**3
+    assert cli.parse_bytes("0") == 0
+    for fraction in ("0.5", "1e-3"):  # became a budget of 0 bytes, as the API refuses it
+        with pytest.raises(argparse.ArgumentTypeError, match="less than a byte: .* use --ratio"):
+            cli.parse_bytes(fraction)
 
 
 # ---- explain ----------------------------------------------------------------------------
