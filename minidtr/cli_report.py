@@ -103,8 +103,11 @@ def floor_verdict(budget: int, floors: Any, dealloc: str = "eager") -> str:
     where = f"the model's floor of {human_bytes(floors.floor)} ({floors.floor_ratio:.3f} of peak)"
     if budget < floors.floor and dealloc == "banish":
         return f"this budget is below {where} under eager deallocation; banish may fit lower"
-    if budget < floors.floor:
-        return f"this budget is below {where}: no policy can fit it"
+    if budget < floors.floor:  # (the error's "at least" is this op's need alone)
+        return (
+            f"this budget is below {where}: no policy can fit it; give it "
+            f"{floors.floor:,} bytes or more"
+        )
     return (
         f"this budget is above {where}: the heuristic ran out of evictable memory; "
         "a larger budget (or another heuristic) may fit"
