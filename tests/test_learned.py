@@ -205,6 +205,20 @@ def test_learning_goes_on_across_runtimes_and_stops_outside_them():
     assert len(learned.profile) == profiles  # the same signatures again
 
 
+def test_nested_runtimes_sharing_one_instance_learn_until_the_outer_leaves():
+    """Leaving the inner runtime stopped the outer one's learning (its observer went)."""
+    learned = Learned()
+    with isolated_allocator() as allocator:
+        with md.Runtime(heuristic=learned):
+            with md.Runtime(heuristic=learned):
+                mlp_steps(1)()
+            assert allocator.observer is learned
+            before = learned.ops
+            mlp_steps(1)()
+            assert learned.ops > before
+        assert allocator.observer is None and not learned.attached
+
+
 def test_another_allocator_starts_from_nothing():
     learned = Learned()
     with isolated_allocator(), md.Runtime(heuristic=learned):

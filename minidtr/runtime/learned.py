@@ -108,13 +108,15 @@ def _weight(text: str) -> float | None:
 
 class Learned(Observer):
     """Next uses predicted from the last storage with the same signature (module
-    docstring). Pass one instance to several runtimes in turn to learn across them."""
+    docstring). Pass one instance to several runtimes in turn to learn across them (or
+    nested: it watches until the last of them leaves)."""
 
     def __init__(self, name: str = "learned"):
         self.name = name
         self.cost, self.size, self.distance, self.weight = parse_learned(name)
         self.cost_term = COST_TERMS[self.cost]
         self.allocator: Any = None
+        self.attached: list[Any] = []  # the allocator of each active runtime using it
         self.forget()
 
     def forget(self) -> None:
@@ -150,10 +152,16 @@ class Learned(Observer):
         if self.allocator is not None and self.allocator is not allocator:
             self.forget()
         self.allocator = allocator
+        self.attached.append(allocator)
         add_observer(allocator, self)
 
     def detach(self, allocator: Any) -> None:
-        remove_observer(allocator, self)
+        """Stop watching ``allocator`` once no active runtime on it uses this instance (an
+        inner runtime that shares it leaves while the outer one still learns)."""
+        if allocator in self.attached:
+            self.attached.remove(allocator)
+        if allocator not in self.attached:
+            remove_observer(allocator, self)
 
     # ---- what the allocator reports ----------------------------------------------------------
 
