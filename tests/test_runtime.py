@@ -658,6 +658,8 @@ def test_nested_runtimes_take_the_tighter_budget_and_merge_stats():
     with inner:  # reuse after exit accumulates
         step(fresh())
     assert inner.stats()["ops"] == 2
+    with pytest.raises(RuntimeError, match="is not active: it cannot be left"):
+        inner.__exit__(None, None, None)  # (was AttributeError on None)
 
 
 def in_another_thread(work) -> list:

@@ -246,6 +246,8 @@ class Runtime:
 
     def leave(self) -> None:
         """Stop being active (what the end of the ``with`` does, before its checks)."""
+        if self.allocator is None:
+            raise RuntimeError(f"{self!r} is not active: it cannot be left")
         if self._thread != threading.get_ident() and len(self.allocator.runtimes) > 1:
             raise RuntimeError(f"{self!r} was entered in another thread: leave it there")
         with self.allocator.lock:
