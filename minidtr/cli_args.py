@@ -344,12 +344,22 @@ def check_outputs(prog: str, paths: dict[str, str | None], inputs: Sequence[str]
         problem = check_output(path)
         if problem is not None:
             usage_error(prog, f"{option}: {problem}")
-    taken = {os.path.realpath(path): f"the input {path}" for path in inputs}
+    taken = {file_key(path): f"the input {path}" for path in inputs}
     for option, path in given.items():
-        where = os.path.realpath(path)
+        where = file_key(path)
         if where in taken:
             usage_error(prog, f"{option}: {path} is {taken[where]} too: give another path")
         taken[where] = f"the path of {option}"
+
+
+def file_key(path: str) -> tuple:
+    """What identifies the file at ``path``: its device and inode when it exists (a hard
+    link or a symbolic one is the same file), else its resolved path."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", status.st_dev, status.st_ino)
 
 
 def plot_path(text: str) -> str:

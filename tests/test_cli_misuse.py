@@ -155,6 +155,11 @@ def test_an_output_over_an_input_or_another_output_is_refused(
         assert all(part in one_line(err) for part in expected), err
     assert Path(trace_file).read_text() == trace_text
     assert Path(event_log).read_text() == log_text
+    link = tmp_path / "hard.jsonl"  # another name of the input: overwrote it
+    os.link(event_log, link)
+    code, out, err = run(capsys, "explain", event_log, "--html", str(link))
+    assert code == 2 and f"{link} is the input {event_log} too" in one_line(err)
+    assert Path(event_log).read_text() == log_text
 
 
 @pytest.mark.parametrize(
