@@ -77,7 +77,10 @@ def test_listops_evaluates_by_the_documented_rules(text, value):
     assert tree_to_string(tree) == text
 
 
-@pytest.mark.parametrize("bad", ["[MAX 3", "MAX 3 4", "[FOO 1 2]", "[MIN 3]", "[MAX 1 2] 3", "12"])
+@pytest.mark.parametrize(
+    "bad",
+    ["[MAX 3", "MAX 3 4", "[FOO 1 2]", "[MIN 3]", "[MAX 1 2] 3", "12", "MAX 3", "MIN [MAX 1 2]"],
+)
 def test_listops_parse_rejects_malformed(bad):
     with pytest.raises(ValueError):
         parse_listops(bad)

@@ -121,6 +121,7 @@ def test_state_dict_round_trip():
         "first.scale", "first.count", "first.inner.0.weight", "first.inner.0.bias",
         "first.inner.2.weight", "head.weight", "head.bias", "second.scale", "second.count",
         "second.inner.0.weight", "second.inner.0.bias", "second.inner.2.weight",
+        "tied.weight", "tied.bias",  # the head again, under its other name (as PyTorch)
     ]  # fmt: skip
     assert all(isinstance(v, np.ndarray) for v in state.values())
     before = b(x)
@@ -148,6 +149,51 @@ def test_load_state_dict_checks_keys_and_shapes_before_changing_anything():
     with pytest.raises(ValueError, match=r"'bias' has shape \(3,\).*\(2,\)"):
         net.load_state_dict({"weight": other.weight.numpy(), "bias": np.zeros(3)})
     assert np.array_equal(net.weight.numpy(), weight)
+    for bad in (np.array(["a", "b"]), np.array([None, None]), np.array([1j, 2j])):
+        with pytest.raises(TypeError, match="'bias' holds .* values, not real numbers"):
+            net.load_state_dict({"weight": other.weight.numpy(), "bias": bad})
+        assert np.array_equal(net.weight.numpy(), weight)  # (the weight was loaded first)
+
+
+def test_state_dict_keys_are_pytorchs_for_a_reused_module_and_a_slice():
+    """A module registered twice is saved under both names, and a Sequential's slice
+    keeps its names, as in PyTorch: its twin's state dict loads, key for key."""
+    shared = nn.Linear(2, 2)
+    model = nn.Sequential(nn.ReLU(), shared, nn.Tanh(), shared)
+    assert list(model.state_dict()) == ["1.weight", "1.bias", "3.weight", "3.bias"]
+    assert [name for name, _ in model.named_parameters()] == ["1.weight", "1.bias"]
+    assert list(model[1:3].state_dict()) == ["1.weight", "1.bias"]
+    part = model[1:3].append(nn.ReLU())
+    assert [name for name, _ in part.named_children()] == ["1", "2", "3"]
+    try:
+        import torch
+    except ImportError:
+        return
+    twin = torch.nn.Linear(2, 2)
+    reference = torch.nn.Sequential(torch.nn.ReLU(), twin, torch.nn.Tanh(), twin)
+    assert list(reference.state_dict()) == list(model.state_dict())
+    assert list(reference[1:3].state_dict()) == list(model[1:3].state_dict())
+    model.load_state_dict({k: v.numpy() for k, v in reference.state_dict().items()})
+    assert np.array_equal(shared.weight.numpy(), twin.weight.detach().numpy())
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda: nn.Conv2d(3, 4, 3.0), "Conv2d: kernel_size must be an int or a pair of ints"),
+        (lambda: nn.Conv2d(3, 4, (3, 3, 3)), "Conv2d: kernel_size must be an int or a pair"),
+        (lambda: nn.Conv2d(3, 4, -1), "Conv2d: kernel_size must be >= 1, got -1"),
+        (lambda: nn.Conv2d(3, 4, 3, stride=0), "Conv2d: stride must be >= 1, got 0"),
+        (lambda: nn.Conv2d(3, 4, 3, padding=-1), "Conv2d: padding must be >= 0, got -1"),
+        (lambda: nn.MaxPool2d(0), "MaxPool2d: kernel_size must be >= 1, got 0"),
+        (lambda: nn.AvgPool2d(2, stride=(1, 0)), r"AvgPool2d: stride must be >= 1, got \(1, 0\)"),
+    ],
+)
+def test_a_window_is_checked_when_the_layer_is_made(make, says):
+    """Not by NumPy at the first forward ('float' object is not iterable)."""
+    with pytest.raises(ValueError, match=says):
+        make()
+    assert not isinstance(nn.AvgPool2d(2), nn.MaxPool2d)  # (it was a subclass)
 
 
 def test_repr_is_readable():

@@ -82,7 +82,7 @@ def parse_listops(text: str) -> ListOpsTree:
                 raise ValueError(f"'[' must be followed by one of {OPERATORS} in {text!r}")
             stack.append([None, []])
         elif tok in OPERATORS:
-            if stack[-1][0] is not None or stack[-1][1]:
+            if len(stack) == 1 or stack[-1][0] is not None or stack[-1][1]:  # ("MAX 3")
                 raise ValueError(f"operator {tok} out of place in {text!r}")
             stack[-1][0] = 10 + OPERATORS.index(tok)
         elif tok == "]":

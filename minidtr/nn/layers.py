@@ -9,6 +9,7 @@ import numbers
 from .. import ops as F
 from ..ops.op import ShapeError
 from ..ops.random import next_seed
+from ..ops.window import as_pair
 from ..tensor import DEFAULT_DTYPE, Tensor
 from .init import Rng, bias_uniform, generator, kaiming_uniform, layer_options, normal, parameter
 from .module import Module
@@ -30,8 +31,13 @@ def check_input(
         )
 
 
-def pair(value: int | tuple[int, int]) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else tuple(value)
+def pair(value: int | tuple[int, int], where: str, name: str, least: int) -> tuple[int, int]:
+    """An int or a pair of ints >= ``least`` as a pair, checked when the layer is made
+    (an error naming the layer and the argument, not NumPy's at the first forward)."""
+    result = as_pair(value, name, where)
+    if min(result) < least:
+        raise ValueError(f"{where}: {name} must be >= {least}, got {value!r}")
+    return result
 
 
 class Linear(Module):
@@ -94,7 +100,9 @@ class Conv2d(Module):
         rng = generator(rng, "Conv2d")
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.kernel_size = pair(kernel_size)
+        self.kernel_size = pair(kernel_size, "Conv2d", "kernel_size", 1)
+        pair(stride, "Conv2d", "stride", 1)
+        pair(padding, "Conv2d", "padding", 0)
         self.stride = stride
         self.padding = padding
         shape = (out_channels, in_channels, *self.kernel_size)
@@ -220,19 +228,28 @@ class Flatten(Module):
         return f"start_axis={self.start_axis}"
 
 
-class MaxPool2d(Module):
+class Pool2d(Module):
+    """A pooling layer's window (``MaxPool2d``, ``AvgPool2d``), checked when made."""
+
     def __init__(self, kernel_size: int | tuple[int, int], stride=None, padding=0):
         super().__init__()
+        where = type(self).__name__
+        pair(kernel_size, where, "kernel_size", 1)
+        if stride is not None:
+            pair(stride, where, "stride", 1)
+        pair(padding, where, "padding", 0)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class AvgPool2d(MaxPool2d):
+class MaxPool2d(Pool2d):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(Pool2d):
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)
 

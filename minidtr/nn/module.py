@@ -95,14 +95,18 @@ class Module:
     def children(self) -> list[Module]:
         return [m for _, m in self._own(MODULE)]
 
-    def named_modules(self, prefix: str = "") -> list[tuple[str, Module]]:
-        """This module and every sub-module (each once), depth first in registration order."""
+    def named_modules(
+        self, prefix: str = "", remove_duplicate: bool = True
+    ) -> list[tuple[str, Module]]:
+        """This module and every sub-module, depth first in registration order: each once,
+        under its first name, or (``remove_duplicate=False``, as PyTorch's) under every
+        name it is registered by."""
         out: list[tuple[str, Module]] = []
         seen: set[int] = set()
         stack: list[tuple[str, Module]] = [(prefix, self)]
         while stack:
             name, module = stack.pop()
-            if id(module) in seen:
+            if remove_duplicate and id(module) in seen:
                 continue
             seen.add(id(module))
             out.append((name, module))
@@ -173,9 +177,10 @@ class Module:
 
     def _state_tensors(self) -> dict[str, Tensor]:
         """Every parameter and buffer by dotted name: per module its parameters, then its
-        buffers (PyTorch's state_dict order)."""
+        buffers (PyTorch's state_dict order and keys: a module registered twice is saved
+        under both names)."""
         out: dict[str, Tensor] = {}
-        for prefix, module in self.named_modules():
+        for prefix, module in self.named_modules(remove_duplicate=False):
             for kind in (PARAMETER, BUFFER):
                 for name, t in module._own(kind):
                     out[f"{prefix}.{name}" if prefix else name] = t
@@ -201,7 +206,7 @@ class Module:
                 f"load_state_dict into {type(self).__name__}: missing keys "
                 f"{missing}, unexpected keys {unexpected}"
             )
-        arrays: dict[str, np.ndarray] = {}
+        loaded: dict[str, Tensor] = {}
         for name, t in own.items():
             if name not in state:
                 continue
@@ -212,10 +217,13 @@ class Module:
                     f"load_state_dict: {name!r} has shape {array.shape} in the "
                     f"state dict but {t.shape} in the module"
                 )
-            arrays[name] = array
-        for name, array in arrays.items():
-            t = own[name]
-            t.assign(parameter(array, t.dtype, t.device, requires_grad=False, name=name))
+            if array.dtype.kind not in "biuf":  # None became NaN, complex lost its imaginary part
+                raise TypeError(
+                    f"load_state_dict: {name!r} holds {array.dtype} values, not real numbers"
+                )
+            loaded[name] = parameter(array, t.dtype, t.device, requires_grad=False, name=name)
+        for name, value in loaded.items():
+            own[name].assign(value)
         return missing, unexpected
 
     # ---- printing ----------------------------------------------------------------------------
@@ -247,7 +255,8 @@ class ModuleList(Module):
             raise TypeError(
                 f"{type(self).__name__}: expected a Module, got {type(module).__name__}"
             )
-        setattr(self, str(len(self)), module)
+        names = [int(name) for name, _ in self._own(MODULE) if name.isdigit()]
+        setattr(self, str(max(names) + 1 if names else 0), module)  # after a slice's "1", "2"
         return self
 
     def __len__(self) -> int:
@@ -271,6 +280,17 @@ class Sequential(ModuleList):
         if isinstance(first, Iterable) and not isinstance(first, Module):  # Sequential([a, b])
             modules = tuple(first)
         super().__init__(modules)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        """A module, or for a slice a ``Sequential`` of those modules under their names
+        here (``model[1:]`` has "1", "2", ...: PyTorch's, so its state dict's keys are
+        the whole model's)."""
+        if not isinstance(index, slice):
+            return super().__getitem__(index)
+        part = type(self)()
+        for name, module in self.named_children()[index]:
+            setattr(part, name, module)
+        return part
 
     def forward(self, x: Any) -> Any:
         for module in self:
