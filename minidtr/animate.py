@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -195,8 +194,8 @@ def write_gif(panels: Sequence[Panel], out: str, fps: float) -> None:
         return artists
 
     animation = FuncAnimation(figure, draw, frames=frames, blit=False)
-    handle, partial = tempfile.mkstemp(".gif", ".partial-", os.path.dirname(out) or ".")
-    os.close(handle)
+    folder, name = os.path.split(out)
+    partial = os.path.join(folder, f".{name}.{os.getpid()}.partial.gif")  # (the umask's mode)
     try:
         animation.save(partial, writer=PillowWriter(fps=fps), dpi=DPI)
         os.replace(partial, out)

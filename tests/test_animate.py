@@ -89,6 +89,15 @@ def test_an_interrupted_animation_leaves_the_gif_before_it(logs, tmp_path, monke
         animate([path], str(out), limit=8)
     assert out.read_bytes() == before and frames_of(out) == 4
     assert [p.name for p in tmp_path.iterdir()] == ["whole.gif"]  # no partial file left
+    assert out.stat().st_mode & 0o777 == 0o666 & ~current_umask()  # as any file (not 0600)
+
+
+def current_umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_the_three_runs_are_what_the_course_says():
