@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import backend
+from .arguments import array_module, check_integer_fill, checked_dtype, shape_of
 from .runtime.registry import allocator_for
 from .runtime.storage import Cell
 
@@ -31,52 +32,6 @@ int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
 
 DEFAULT_DTYPE = float32
-
-
-def checked_dtype(dtype, where: str) -> np.dtype:
-    """``dtype`` as a NumPy dtype, if tensors can hold it: bool, integers or floats."""
-    if dtype is None:  # NumPy reads None as float64
-        raise TypeError(f"{where}: dtype must be a dtype such as md.float32, got None")
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError as error:
-        raise TypeError(f"{where}: {dtype!r} is not a dtype ({error})") from None
-    if dtype.kind not in "biuf":
-        raise TypeError(
-            f"{where}: tensors hold bool, integer or floating-point values, not {dtype}"
-        )
-    return dtype
-
-
-def array_module(device, where: str):
-    """The array module of ``device`` (``backend.xp_for``), an unknown device named as
-    ``where``'s argument."""
-    try:
-        return backend.xp_for(device)
-    except ValueError:
-        raise ValueError(
-            f"{where}: device must be one of {backend.DEVICES}, got {device!r}"
-        ) from None
-
-
-def shape_of(shape, where: str) -> tuple[int, ...]:
-    """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
-    if type(shape) is tuple and all([type(d) is int and d >= 0 for d in shape]):
-        return shape  # the usual case, without the ABC checks below (slow)
-    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
-        shape = (shape,)
-    try:
-        dims = None if isinstance(shape, str) else tuple(shape)
-    except TypeError:  # not iterable
-        dims = None
-    if dims is None or not all(
-        isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims
-    ):
-        raise TypeError(f"{where}: shape must be non-negative ints, got {shape!r}")
-    shape = dims
-    if any(d < 0 for d in shape):
-        raise ValueError(f"{where}: shape must be non-negative ints, got {shape}")
-    return tuple(int(d) for d in shape)
 
 
 class Tensor:
@@ -551,16 +506,6 @@ def _filled(shape, value, dtype, requires_grad: bool, device: str, where: str) -
         check_integer_fill(where, value, dtype)
     xp = array_module(device, where)
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
-
-
-def check_integer_fill(where: str, value, dtype: np.dtype) -> None:
-    """A fill value for an integer ``dtype`` is finite (NaN became the lowest int64) and its
-    whole part fits (as PyTorch's ``full``; a fraction is cut, as there)."""
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: value {value} cannot fill an integer tensor ({dtype})")
-    info = np.iinfo(dtype)
-    if not info.min <= int(value) <= info.max:
-        raise OverflowError(f"{where}: value {value} does not fit {dtype} ({info.min}..{info.max})")
 
 
 def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:

@@ -144,3 +144,21 @@ def test_no_false_alarm_on_minidtrs_own_ops(case):
         arrays = case.inputs(shapes, np.float64)
         if any(a.dtype.kind == "f" for a in arrays):
             check_gradients(case.fn, *arrays)
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"eps": 0}, "eps must be a finite number > 0, got 0"),
+        ({"rtol": -1}, "rtol must be a finite number >= 0, got -1"),
+        ({"atol": float("nan")}, "atol must be a finite number >= 0, got nan"),
+        ({"seed": -1}, "seed must be an int >= 0, got -1"),
+    ],
+)
+def test_a_setting_that_would_blame_an_op_is_refused(options, says):
+    """rtol=-1 reported "the backward of op 'matmul' disagrees" on equal values."""
+    a, b = np.ones((2, 3)), np.ones((3, 2))
+    with pytest.raises(ValueError, match=f"^check_gradients: {says}$"):
+        check_gradients(lambda x, y: x @ y, a, b, **options)
+    with pytest.raises(ValueError, match="input 1 holds NaN or infinite values"):
+        check_gradients(lambda x, y: x @ y, a, np.full((3, 2), np.nan))

@@ -131,19 +131,17 @@ def test_an_interrupted_optimal_prints_the_rows_it_finished(tmp_path, capsys, mo
     """Each row of minidtr sim optimal can take the solver's whole time limit: Ctrl-C after
     the first keeps it (printed, and in --csv), exit 130 with one line."""
     pytest.importorskip("scipy")
-    import importlib
+    from minidtr.sim import parallel
 
-    sweep_module = importlib.import_module("minidtr.sim.sweep")  # sim.sweep is the function
-    solve = sweep_module._optimal_row
-    calls = []
+    run = parallel.run
 
-    def first_then_interrupted(*args, **kwargs):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return solve(*args, **kwargs)
+    def first_then_interrupted(*args, **kwargs):  # (the rows are solved in a worker)
+        for finished, row in enumerate(run(*args, **kwargs)):
+            if finished:
+                raise KeyboardInterrupt
+            yield row
 
-    monkeypatch.setattr(sweep_module, "_optimal_row", first_then_interrupted)
+    monkeypatch.setattr(parallel, "run", first_then_interrupted)
     sim.write_log(chain_trace(6), tmp_path / "c.log")
     argv = ["optimal", str(tmp_path / "c.log"), "--ratios", "1,0.6", "--jobs", "1"]
     assert main([*argv, "--csv", str(tmp_path / "o.csv")]) == 130

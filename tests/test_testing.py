@@ -642,3 +642,64 @@ def test_a_floor_without_a_feasible_budget_describes_itself(max_slowdown, says):
     """Also without a slowdown limit (``max_slowdown=None``), which once raised TypeError."""
     floor = Floor(100, 10, 20, None, "dtr", "banish", max_slowdown)
     assert f"no budget below the peak {says}" in floor.describe()
+
+
+def test_grads_of_is_left_alone_when_a_budget_is_infeasible():
+    """The floor's recording ran ``fn`` without clearing and restoring ``grads_of``: the
+    caller's weight kept a gradient that grew with every call."""
+    w = md.tensor(np.ones((8, 5)), requires_grad=True)
+    x = np.ones((4, 8))
+
+    def step():
+        loss = md.tanh(md.tensor(x) @ w).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(2):
+        (report,) = assert_remat_equivalent(
+            step, budgets=[0.1], grads_of=[w], on_budget_error="record"
+        )
+        assert report["status"] == "infeasible" and w.grad is None
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"budgets": [float("nan")]}, "a budget is bytes .* got nan"),
+        ({"budgets": [float("inf")]}, "a budget is bytes .* got inf"),
+        ({"budgets": []}, "budgets is empty"),
+        ({"heuristics": []}, "heuristics is empty"),
+        ({"dealloc": []}, "dealloc is empty"),
+    ],
+)
+def test_arguments_that_would_check_nothing_or_fail_late_are_refused(options, says):
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return md.tanh(md.tensor([1.0]))
+
+    with pytest.raises(ValueError, match=f"^assert_remat_equivalent: {says}"):
+        assert_remat_equivalent(fn, **options)
+    assert not calls  # before any run
+
+
+def test_numpy_budgets_a_lone_heuristic_name_and_mixed_dict_keys_are_taken():
+    def fn():
+        return {1: md.tanh(md.tensor(np.ones(64))), "a": md.exp(md.tensor(np.ones(64)))}
+
+    reports = assert_remat_equivalent(
+        fn, budgets=[np.int64(10**6), np.float64(0.9)], heuristics="dtr"
+    )
+    labels = [report["label"] for report in reports]
+    assert labels[0].startswith("budget=1,000,000 bytes") and "(0.900 of" in labels[1]
+    assert repr(heuristics("dtr")) == "just('dtr')" and repr(deallocs("eager")) == "just('eager')"
+    assert "('mlp', mlp_training" in repr(training_loops("mlp"))  # (it was split into letters)
+    with pytest.raises(ValueError, match="need 0 < min_ratio <= max_ratio"):
+        budget_ratios(0.5, float("inf"))
+
+
+def test_a_floor_refuses_a_limit_it_cannot_use_and_describes_an_empty_program():
+    with pytest.raises(ValueError, match="budget_floor: max_slowdown must be > 1 or None, got nan"):
+        budget_floor(lambda: None, max_slowdown=float("nan"))
+    assert "0 bytes (0.000 of peak)" in budget_floor(lambda: None).describe()

@@ -26,6 +26,8 @@ and the report gives the program's floor (``floor.py``).
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import unittest
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -78,6 +80,24 @@ class InfeasibleBudget(BudgetError):
             setattr(self, name, getattr(error, name, None))
 
 
+def checked_budget(budget: Any) -> int | float:
+    """Bytes (an integer >= 0) or a ratio of the unbounded peak (a finite float >= 0),
+    NumPy's numbers too."""
+    number = isinstance(budget, numbers.Real) and not isinstance(budget, bool | np.bool_)
+    if number and math.isfinite(budget) and budget >= 0:
+        return int(budget) if isinstance(budget, numbers.Integral) else float(budget)
+    raise ValueError(
+        "assert_remat_equivalent: a budget is bytes (an int >= 0) or a ratio of the unbounded "
+        f"peak (a finite float >= 0), got {budget!r}"
+    )
+
+
+def sorted_keys(mapping: dict) -> list:
+    """A dict's keys in an order that does not depend on how it was built, whatever their
+    types (``sorted`` cannot compare an int with a str)."""
+    return sorted(mapping, key=lambda key: (type(key).__name__, repr(key)))
+
+
 def _flatten(value: Any, path: str = "out") -> list[tuple[str, np.ndarray]]:
     if isinstance(value, Tensor):
         return [(path, value.numpy())]
@@ -87,7 +107,7 @@ def _flatten(value: Any, path: str = "out") -> list[tuple[str, np.ndarray]]:
     if isinstance(value, np.ndarray | np.generic | float | int | bool):
         return [(path, np.asarray(value))]
     if isinstance(value, dict):
-        return [kv for k in sorted(value) for kv in _flatten(value[k], f"{path}[{k!r}]")]
+        return [kv for k in sorted_keys(value) for kv in _flatten(value[k], f"{path}[{k!r}]")]
     if isinstance(value, list | tuple):
         return [kv for i, v in enumerate(value) for kv in _flatten(v, f"{path}[{i}]")]
     if value is None:
@@ -291,14 +311,12 @@ def assert_remat_equivalent(
         raise ValueError(
             f"on_budget_error must be one of {ON_BUDGET_ERROR}, got {on_budget_error!r}"
         )
-    budgets, heuristics = list(budgets), list(heuristics)
+    budgets = [checked_budget(budget) for budget in budgets]
+    heuristics = [heuristics] if isinstance(heuristics, str) else list(heuristics)
     deallocs = [dealloc] if isinstance(dealloc, str) else list(dealloc)
-    for budget in budgets:
-        if isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0:
-            raise ValueError(
-                f"a budget is bytes (int >= 0) or a ratio of the unbounded peak (float >= 0), "
-                f"got {budget!r}"
-            )
+    for name, given in (("budgets", budgets), ("heuristics", heuristics), ("dealloc", deallocs)):
+        if not given:  # nothing would be checked, and the test would pass
+            raise ValueError(f"assert_remat_equivalent: {name} is empty: give at least one")
     first = reference_run(fn, grads_of, cost, device, audit)
     check_deterministic(first, reference_run(fn, grads_of, cost, device, audit=False))
     checker = Checker(
@@ -351,7 +369,8 @@ class Checker:
     def floor_of(self, heuristic: str, policy: str) -> Floor:
         if (heuristic, policy) not in self.floors:
             if not self.trace:
-                self.trace.append(record_reference(self.fn, self.cost, self.device)[0])
+                recorded = record_reference(self.fn, self.cost, self.device, self.grads_of)
+                self.trace.append(recorded[0])
             self.floors[heuristic, policy] = budget_floor(
                 self.fn,
                 heuristic,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +78,7 @@ class Floor:
     def describe(self) -> str:
         minimal = (
             f"the smallest feasible budget is {self.minimal:,} bytes "
-            f"({self.minimal / self.peak:.3f} of peak) with heuristic={self.heuristic}, "
+            f"({self.minimal / max(self.peak, 1):.3f} of peak) with heuristic={self.heuristic}, "
             f"dealloc={self.dealloc}"
             if self.minimal is not None
             else f"no budget below the peak runs{self.limit_text} "
@@ -105,17 +105,18 @@ class Floor:
 
 
 def record_reference(
-    fn: Callable[[], Any], cost: Any = "flops", device: str = "cpu"
+    fn: Callable[[], Any], cost: Any = "flops", device: str = "cpu", grads_of: Sequence[Any] = ()
 ) -> tuple[Any, int]:
     """Run ``fn`` unbounded on a fresh allocator while recording it; returns its trace and
-    the live run's peak."""
+    the live run's peak. The ``.grad`` of ``grads_of`` is cleared for the run and restored
+    after it (``run_under``), as in every other run of ``fn``."""
     from .. import sim
     from .equivalence import run_under
     from .isolation import isolated_allocator
 
     runtime = Runtime(cost=cost, device=device)
     with isolated_allocator(device), sim.record(device=device, name="fn") as recorder:
-        run_under(fn, runtime, fresh=False)
+        run_under(fn, runtime, grads_of, fresh=False)
     return recorder.trace(), runtime.stats_.peak_memory
 
 
@@ -182,6 +183,8 @@ def budget_floor(
 ) -> Floor:
     """The floors of ``fn`` (see the module docstring). ``trace`` and ``peak`` reuse a
     recording of ``fn`` (``record_reference``) and its live unbounded peak."""
+    if max_slowdown is not None and not max_slowdown > 1:  # (NaN too)
+        raise ValueError(f"budget_floor: max_slowdown must be > 1 or None, got {max_slowdown!r}")
     if trace is None:
         trace, peak = record_reference(fn, cost, device)
     elif peak is None:

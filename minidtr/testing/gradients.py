@@ -18,6 +18,8 @@ is passed over there.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,7 @@ from ..runtime.audit import Site, call_site, describe_op
 from ..runtime.observers import add_observer, remove_observer
 from ..runtime.views import array_of
 from ..tensor import Tensor, tensor
+from .equivalence import sorted_keys
 from .isolation import isolated_allocator
 
 EPS = 1e-6
@@ -93,6 +96,14 @@ def check_gradients(
     same values in every evaluation (minidtr's default generator is reset before each).
     Under hypothesis, draw the inputs and ``seed``
     (``minidtr.testing.strategies.float64_arrays``)."""
+    check_settings(seed, eps, rtol, atol)
+    for i, x in enumerate(inputs):
+        array = _as_input(x)
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ValueError(
+                f"check_gradients: input {i} holds NaN or infinite values, where central "
+                "differences cannot judge a gradient"
+            )
     if isinstance(fn, Op):
         site = call_site()
         return _check_application(Application(fn, list(inputs), site), seed, eps, rtol, atol, "")
@@ -118,6 +129,19 @@ def check_gradients(
     )
 
 
+def check_settings(seed: Any, eps: Any, rtol: Any, atol: Any) -> None:
+    """A bad setting would make some op's backward look wrong (rtol=-1 blamed matmul)."""
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"check_gradients: seed must be an int >= 0, got {seed!r}")
+    for name, value, positive in (("eps", eps, True), ("rtol", rtol, False), ("atol", atol, False)):
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and (value > 0 if positive else value >= 0)):
+            limit = "> 0" if positive else ">= 0"
+            raise ValueError(
+                f"check_gradients: {name} must be a finite number {limit}, got {value!r}"
+            )
+
+
 def _as_input(x: Any) -> np.ndarray:
     array = x.numpy() if isinstance(x, Tensor) else np.asarray(x)
     return array.astype(np.float64) if array.dtype.kind == "f" else array
@@ -133,7 +157,7 @@ def _float_outputs(value: Any) -> list[Tensor]:
     if isinstance(value, Tensor):
         return [value] if value.dtype.kind == "f" else []
     if isinstance(value, dict):
-        return [t for k in sorted(value) for t in _float_outputs(value[k])]
+        return [t for k in sorted_keys(value) for t in _float_outputs(value[k])]
     if isinstance(value, list | tuple):
         return [t for v in value for t in _float_outputs(v)]
     return []

@@ -31,6 +31,7 @@ budget by bisection of live runs) are plain helpers.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -107,10 +108,7 @@ def training_loops(
     ``mlp``: ``mlp_training`` of depth 1..4, two SGD steps; ``lstm``: ``lstm_unrolled``
     over 1..8 steps; ``tree``: ``random_tree`` of 2..9 leaves; ``conv``:
     ``conv_training``, two SGD steps."""
-    kinds = TRAINING_LOOPS if kinds is None else tuple(kinds)
-    unknown = [kind for kind in kinds if kind not in TRAINING_LOOPS]
-    if unknown or not kinds:
-        raise ValueError(f"kinds must be a non-empty subset of {TRAINING_LOOPS}, got {kinds}")
+    kinds = _names(kinds, TRAINING_LOOPS, "kinds")
     seeds = st.integers(0, 1000)
     builders = {
         "mlp": st.builds(
@@ -128,7 +126,8 @@ def training_loops(
 
 
 def _names(names: Iterable[str] | None, known: tuple[str, ...], what: str) -> tuple[str, ...]:
-    chosen = known if names is None else tuple(names)
+    """The names chosen (one name alone as itself, not its letters)."""
+    chosen = known if names is None else (names,) if isinstance(names, str) else tuple(names)
     unknown = [name for name in chosen if name not in known]
     if unknown or not chosen:
         raise ValueError(f"{what} must be a non-empty subset of {known}, got {chosen}")
@@ -148,7 +147,7 @@ def deallocs(names: Iterable[str] | None = None) -> st.SearchStrategy[str]:
 def budget_ratios(min_ratio: float = 0.2, max_ratio: float = 0.95) -> st.SearchStrategy[float]:
     """A budget as a ratio of the unbounded peak, in [``min_ratio``, ``max_ratio``]. Low
     ratios can be below a program's floor: choose ``on_budget_error`` accordingly."""
-    if not 0.0 < min_ratio <= max_ratio:
+    if not 0.0 < min_ratio <= max_ratio < math.inf:
         raise ValueError(
             f"need 0 < min_ratio <= max_ratio, got min_ratio={min_ratio}, max_ratio={max_ratio}"
         )
