@@ -158,6 +158,34 @@ def test_record_write_load_replay_round_trip(tmp_path, fresh_allocator):
         )
 
 
+def test_an_empty_program_round_trips_too(tmp_path, fresh_allocator):
+    """write_log wrote what load_log refused ("no CONSTANT, CALL or MUTATE to replay")."""
+    with md.Runtime(), sim.record(tmp_path / "empty.log"):
+        pass
+    result = sim.simulate(sim.load_log(tmp_path / "empty.log"), ratio=0.5)
+    assert (result.status, result.slowdown, result.ops) == ("ok", 1.0, 0)
+
+
+@pytest.mark.parametrize(
+    "call, error, says",
+    [
+        (lambda t: sim.simulate(t, ratio=0.5, thrash=0), ValueError, "thrash must be a slowdown"),
+        (lambda t: sim.simulate(t, ratio=0.5, thrash=math.nan), ValueError, "got nan"),
+        (lambda t: sim.simulate(t, ratio=math.inf), ValueError, "finite number > 0, got inf"),
+        (lambda t: sim.simulate("step.log", ratio=0.5), TypeError, "must be a Trace .* got str"),
+        (lambda t: sim.write_log("step.log", t), TypeError, "write_log: trace must be a Trace"),
+        (lambda t: sim.lower_bound(t, budget=-1), ValueError, "budget must be >= 0"),
+    ],
+)
+def test_the_simulators_arguments_are_checked(tmp_path, call, error, says):
+    """thrash=0 reported every replay as thrashing (--thrash 0 means no limit), NaN turned
+    the guard off; the others were AttributeError or OverflowError, or a result."""
+    from minidtr.sim.experiments import chain_trace
+
+    with pytest.raises(error, match=says):
+        call(chain_trace(6))
+
+
 def test_record_refuses_to_nest(fresh_allocator):
     with sim.record(), pytest.raises(RuntimeError, match="already being recorded"), sim.record():
         pass

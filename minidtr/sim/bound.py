@@ -118,6 +118,7 @@ def lower_bound(
     bytes, or ``ratio`` x the unbounded replay's peak (constants included), as
     ``simulate`` measures them. ``block``: stages per block (default: the fewest that
     keep the program under ``max_pairs`` pairs)."""
+    from ..runtime.options import check_budget
     from .simulator import resolve_budget
 
     if ratio is None and budget is None:
@@ -125,7 +126,7 @@ def lower_bound(
     if ratio is not None and not 0.0 < ratio <= 1.0:
         raise ValueError(f"the budget ratio must be in (0, 1], got {ratio:g}")
     graph = graph_from_trace(trace)
-    bytes_budget = resolve_budget(trace, ratio, budget)
+    bytes_budget = resolve_budget(trace, ratio, check_budget(budget))  # (-1 was "infeasible")
     return relaxation_bound(
         graph,
         bytes_budget,

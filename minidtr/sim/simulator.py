@@ -456,8 +456,8 @@ def resolve_budget(
         raise ValueError("give a budget ratio or a budget in bytes, not both")
     if ratio is None:
         return budget
-    if not ratio > 0:
-        raise ValueError(f"the budget ratio must be > 0, got {ratio}")
+    if not 0 < ratio < math.inf:
+        raise ValueError(f"the budget ratio must be a finite number > 0, got {ratio}")
     if prototype:
         from .prototype import prototype_peak
 
@@ -498,6 +498,16 @@ def simulate(
     ``Replayer``; at each mark and at the end, the slowdown so far), status ``"thrash"``
     too, so a replay stops where the live run would.
     """
+    if not isinstance(trace, Trace):
+        raise TypeError(
+            f"simulate: trace must be a Trace (sim.load_log reads one from a file), got "
+            f"{type(trace).__name__} {trace!r}"
+        )
+    if thrash is not None and not thrash >= 1:  # (NaN too: the guard was silently off)
+        raise ValueError(
+            f"simulate: thrash must be a slowdown >= 1, or None for no limit (the command "
+            f"line's --thrash 0), got {thrash!r}"
+        )
     options = replay_options(
         options, budget=budget, heuristic=heuristic, dealloc=dealloc, **settings
     )

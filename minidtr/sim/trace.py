@@ -445,7 +445,8 @@ def load_log(
         before = frozenset(_defined_before_start(instructions[:start]))
         instructions = instructions[start:]
     outputs, dropped = check_names(instructions, source, before)
-    if not any(isinstance(ins, Constant | Call | Mutate) for ins in instructions):
+    if start is None and not any(isinstance(ins, Constant | Call | Mutate) for ins in instructions):
+        # (a log that starts as write_log's may be empty: the record of an empty program)
         raise lines.error(None, "no CONSTANT, CALL or MUTATE to replay (is this a trace log?)")
     for position in reversed(dropped):
         del instructions[position]
@@ -516,6 +517,12 @@ def write_log(trace: Trace, path: str | os.PathLike) -> None:
     carries the log's line count, ``LINES``, so that a cut copy is found truncated;
     gzip-compressed when ``path`` ends in ``.gz``, with no timestamp in the header, so
     that the same trace always gives the same bytes)."""
+
+    if not isinstance(trace, Trace):
+        raise TypeError(
+            f"write_log: trace must be a Trace (write_log(trace, path)), got "
+            f"{type(trace).__name__} {trace!r}"
+        )
 
     def line(row: dict[str, Any]) -> str:
         return json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
