@@ -13,9 +13,11 @@ the results come back as host arrays.
 
 The reference runs twice first: if the two runs differ (in their values, their
 peak or the number of storages they made), the function is not deterministic and
-no budgeted run could be compared with it (``NondeterminismError``). Every run is
-audited (``Runtime(audit=True)``, ``minidtr.runtime.audit``) unless ``audit=False``:
-an impure op is named where it breaks the contract, not where a loss differs.
+no budgeted run could be compared with it (``NondeterminismError``). Unless
+``audit=False``, the first unbounded run is audited (``Runtime(audit=True)``,
+``minidtr.runtime.audit``), and a configuration whose results differ is run again
+under the audit: an impure op is named where it breaks the contract, not where a loss
+differs (the budgeted runs themselves go unaudited, at full speed).
 A configuration that failed is tried first by the next call (hypothesis replays a
 failing example many times while it shrinks it), so a replay that still fails
 does not run the whole grid first. A budget under which the function cannot run is
