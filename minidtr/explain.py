@@ -149,6 +149,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     storage_op: dict[int, str] = {}
     storage_bytes: dict[int, int] = {}
     resident: dict[int, tuple[str, int]] = {}
+    resident_by_op: Counter = Counter()  # the bytes of ``resident`` per op name
     compute_cost = remat_cost = 0.0
     peak, peak_clock, peak_event, peak_resident = -1, 0.0, None, Counter()
     decisions: list[Decision] = []
@@ -177,12 +178,18 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         sid, op, nbytes = event["id"], event["op"], event["nbytes"]
         storage_op[sid], storage_bytes[sid] = op, nbytes
         if kind in ("alloc", "remat"):
+            was = resident.get(sid)
+            if was is not None:
+                resident_by_op[was[0]] -= was[1]
             resident[sid] = (op, nbytes)
+            resident_by_op[op] += nbytes
             for d in waiting:
                 d.needed_by = op if kind == "alloc" else f"recomputing {op}"
             waiting = []
         else:
-            resident.pop(sid, None)
+            was = resident.pop(sid, None)
+            if was is not None:
+                resident_by_op[was[0]] -= was[1]
         if kind == "alloc":
             # the outputs of one multi-output op come as consecutive events at one clock
             if ("alloc", event["clock"]) != last_op:
@@ -228,9 +235,8 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         if event["memory"] + workspace > peak:
             peak, peak_clock, peak_event = event["memory"] + workspace, event["clock"], event
             peak_workspace = workspace
-            peak_resident = Counter()
-            for name, size in resident.values():
-                peak_resident[name] += size
+            peak_resident = +resident_by_op  # a copy per op, not per storage: a forward
+            # pass is a run of new peaks, and one per storage made summarize quadratic
     end_clock = events[-1]["clock"] if events and "clock" in events[-1] else 0.0
     return Summary(
         runtime,
@@ -491,7 +497,11 @@ def _decisions(s: Summary, top: int) -> list[str]:
             if d.runner_up_id is None
             else f"runner-up #{d.runner_up_id} "
             f"({printable(s.storage_op.get(d.runner_up_id, '?'))}) "
-            f"scored {d.runner_up_score:.3g}"
+            + (
+                f"scored {d.runner_up_score:.3g}"
+                if d.runner_up_score is not None
+                else "with no finite score"  # (the log's null: infinite or NaN)
+            )
         )
         lines.append(
             f"  clock {d.clock:>10,.0f}: evicted #{d.id} ({printable(d.op)}, "

@@ -241,6 +241,30 @@ def test_explain_agrees_with_the_runtime_stats(tmp_path):
     assert f"{stats['remats']:,} recomputations" in text
 
 
+def test_a_runner_up_without_a_finite_score_is_explained(tmp_path):
+    """The log writes an infinite or NaN score as null: explain failed with a traceback."""
+    events = chain_events(2600).events
+    decision = next(e for e in events if e.get("runner_up"))
+    decision["runner_up"] = [decision["runner_up"][0], None]
+    text = explain(summarize(events), top=50)
+    assert f"runner-up #{decision['runner_up'][0]} (" in text and "with no finite score" in text
+
+
+def test_the_resident_bytes_at_the_peak_are_counted_per_op():
+    """Kept per op as the log goes (a copy of the whole resident set at each new peak made
+    summarize quadratic: 20,000 rising allocations took 70 s, now a fraction of one)."""
+    events = [
+        {"event": "alloc", "id": 1, "op": "a", "nbytes": 64, "clock": 1, "memory": 64},
+        {"event": "alloc", "id": 2, "op": "b", "nbytes": 32, "clock": 2, "memory": 96},
+        {"event": "evict", "id": 1, "op": "a", "nbytes": 64, "clock": 3, "memory": 32,
+         "reason": "dead"},
+        {"event": "alloc", "id": 3, "op": "b", "nbytes": 80, "clock": 4, "memory": 112},
+        {"event": "remat", "id": 3, "op": "b", "nbytes": 80, "clock": 5, "memory": 112},
+    ]  # fmt: skip
+    s = summarize(events)
+    assert s.peak_memory == 112 and s.peak_resident_by_op == {"b": 112}
+
+
 def test_explain_without_evictions_says_everything_fit(tmp_path):
     runtime = chain_events(None)
     path = tmp_path / "ev.jsonl"
