@@ -22,7 +22,7 @@ from .reading import LineReader, json_line, read_limits, shown, text_line
 EVENT_KINDS = ("runtime", "alloc", "evict", "remat", "free", "banish", "step")
 STORAGE_KINDS = ("alloc", "evict", "remat", "free", "banish")
 REQUIRED_FIELDS = ("id", "op", "nbytes", "clock", "memory")
-MAX_INT = 2**63 - 1  # what an int64 holds
+MAX_INT = 2**53 - 1  # the largest whole number a float holds exactly (the page's JavaScript)
 
 
 class EventLogError(ValueError):
@@ -114,7 +114,7 @@ STORAGE_ID = whole(0)
 ANY_NUMBER = SCORE = finite()
 COST = finite(0.0)
 CLOCK = finite(0.0)
-MEMORY = whole(-MAX_INT)
+MEMORY = whole(0)
 
 ADDRESS = {"address": or_null(whole(0))}  # under fit="contiguous": where the value lies
 ARENA = {"free_bytes": whole(0), "largest_free": whole(0), "extra": _flag}  # at such an eviction

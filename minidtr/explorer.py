@@ -171,12 +171,28 @@ def cascades(columns: dict[str, list], remats: dict[int, dict[str, Any]]) -> dic
 
 def write_html(events: list[dict[str, Any]], path: str, title: str = "") -> int:
     """Write the explorer page for ``events``; returns its size in bytes."""
-    data = json.dumps(page_data(events, title), separators=(",", ":"), allow_nan=False)
-    html = PAGE.replace("<!--TITLE-->", _escape(printable(title or "minidtr event log")))
-    html = html.replace("/*DATA*/", _script_safe(data))
+    data = page_data(events, title)
+    summary = data.pop("summary")  # explain's own lines, its names made printable already
+    data = json.dumps({**shown(data), "summary": summary}, separators=(",", ":"), allow_nan=False)
+    # the data first: a title holding "/*DATA*/" (a file's name) stays a title
+    html = PAGE.replace("/*DATA*/", _script_safe(data), 1)
+    html = html.replace("<!--TITLE-->", _escape(printable(title or "minidtr event log")))
     with open(path, "w", encoding="utf-8") as f:
         f.write(html)
     return len(html.encode())
+
+
+def shown(value: Any) -> Any:
+    """``value`` with every string in it (keys too) ``printable``: a name from a log is
+    shown, never obeyed, on the page as in the terminal (a right-to-left override in an
+    op's name turned the page's own text around it backwards)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {shown(k) if isinstance(k, str) else k: shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown(v) for v in value]
+    return value
 
 
 def _escape(text: str) -> str:

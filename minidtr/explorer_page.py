@@ -123,8 +123,10 @@ function yOf(m) { return G.bottom - m / memTop * G.chart; }
 function niceTicks(lo, hi, n) {
   const span = hi - lo, raw = span / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 5, 10].map(f => f * mag).find(s => span / s <= n) || 10 * mag;
-  const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi; v += step) out.push(v);
+  const first = Math.ceil(lo / step) * step, out = [];
+  // a step finer than the floats near lo can tell apart (a clock of 1e22 zoomed in) is one tick
+  if (!(step > 0) || !isFinite(first) || first + step === first) return isFinite(lo) ? [lo] : [];
+  for (let k = 0, v = first; v <= hi && k <= 2 * n + 2; k++, v = first + k * step) out.push(v);
   return out;
 }
 function byteTicks(hi) {
@@ -145,7 +147,7 @@ function draw() {
   const span = view.b - view.a;
   // one min-max bar per pixel column: memory is a step function of the events
   const lo = new Float64Array(W).fill(NaN), hi = new Float64Array(W).fill(NaN);
-  const ev = new Uint16Array(W), re = new Uint16Array(W), orph = new Uint8Array(W);
+  const ev = new Uint32Array(W), re = new Uint32Array(W), orph = new Uint8Array(W);
   let i = lowerBound(T, view.a);
   let cur = i > 0 ? M[i - 1] : 0;
   const lastCol = Math.min(W - 1, Math.floor((tEnd - view.a) / span * W));
@@ -334,19 +336,32 @@ function triggerText(cascade) {
   return ["the op ", el("b", null, t)];
 }
 
+const TREE_DEPTH = 64;  // deeper replays are listed flat: a browser cannot lay out thousands of nested lists
 function cascadeTree(cascade, i) {
   const nodes = cascade.nodes, kids = nodes.map(() => []), roots = [];
   nodes.forEach((n, k) => (n.up === null || n.up === undefined ? roots : kids[n.up]).push(k));
   const sel = nodes.findIndex(n => n.events.includes(i));
-  function node(k) {
+  function item(k) {
     const n = nodes[k];
     const what = opName(n.events[0]) + " → " + n.events.map(j => "#" + C.id[j]).join(", ")
       + " (" + bytes(n.events.reduce((s, j) => s + C.nbytes[j], 0)) + "), cost " + num(n.cost || 0);
-    return el("li", null, el("span", {"data-event": n.events[0], class: k === sel ? "sel" : null}, what),
-      kids[k].length ? el("ul", {class: "tree"}, kids[k].map(node)) : null);
+    return el("li", null, el("span", {"data-event": n.events[0], class: k === sel ? "sel" : null}, what));
   }
+  // depth first with a stack of its own: a chain thousands of replays deep overflowed the call stack
+  const top = el("ul", {class: "tree"}), stack = roots.slice().reverse().map(k => [k, top, 1]);
+  let flat = false;
+  while (stack.length) {
+    const [k, list, depth] = stack.pop(), li = item(k);
+    list.append(li);
+    if (!kids[k].length) continue;
+    let under = list;
+    if (depth < TREE_DEPTH) li.append(under = el("ul", {class: "tree"})); else flat = true;
+    for (let c = kids[k].length - 1; c >= 0; c--) stack.push([kids[k][c], under, depth + 1]);
+  }
+  const note = flat ? el("p", {class: "muted"}, "Past " + TREE_DEPTH + " levels the replays are listed"
+    + " flat, each after the one that needed it.") : null;
   return {roots, tree: el("div", {class: "cascade"}, el("ul", {class: "tree"},
-    el("li", null, el("span", null, triggerText(cascade)), el("ul", {class: "tree"}, roots.map(node)))))};
+    el("li", null, el("span", null, triggerText(cascade)), top)), note)};
 }
 
 function rematDetails(i) {

@@ -272,3 +272,80 @@ def test_a_runtimes_own_events_pass_the_checks(tmp_path, fresh_allocator):
     assert any(isinstance(e.get("runner_up"), tuple) for e in runtime.events)
     check_events([runtime_header(runtime), *runtime.events])
     assert write_html(runtime.events, str(tmp_path / "page.html")) > 0
+
+
+def test_a_bidi_override_in_a_name_is_shown_escaped_and_data_stays_out_of_the_title(tmp_path):
+    """A right-to-left override in an op's name turned the page's own text around it
+    backwards; a file named ``/*DATA*/`` put the page's data into its title."""
+    from minidtr.explorer import write_html
+
+    events = hostile_log(p=("\u202erelu", "b", "c", "d", "e"))
+    out = tmp_path / "page.html"
+    write_html(events, str(out), title="p/*DATA*/ev.jsonl")
+    html = out.read_text()
+    assert "\u202e" not in html and "\\\\u202erelu" in html  # the escape, as the terminal shows it
+    title = html[html.index("<title>") : html.index("</title>")]
+    assert title == "<title>p/*DATA*/ev.jsonl - minidtr explorer"
+
+
+def test_numbers_past_what_the_page_holds_exactly_are_refused(tmp_path):
+    """Ids past 2**53 all showed as #9223372036854776000, and a cascade's number lost its
+    link; a negative memory was drawn over the lanes."""
+    from minidtr.event_log import EventLogError
+
+    base = {"event": "alloc", "id": 1, "op": "x", "nbytes": 8, "clock": 1.0, "memory": 8}
+    for bad in ({"id": 2**53}, {"memory": -8}):
+        path = write_log(tmp_path / "ev.jsonl", [{**base, **bad}])
+        with pytest.raises(EventLogError, match=r"ev.jsonl:1: .*a whole number >= 0"):
+            load_events(path)
+
+
+def deep_cascade(depth: int) -> list[dict]:
+    """``depth`` storages, all evicted, then rebuilt as one chain: each replay needed the
+    one before it (``parent``)."""
+    events: list[dict] = [{"event": "runtime", "budget": 10 * depth}]
+    clock = 0.0
+    for sid in range(1, depth + 1):
+        clock += 1.0
+        events.append({"event": "alloc", "id": sid, "op": "tanh", "nbytes": 8, "clock": clock,
+                       "memory": 8 * sid, "cost": 1.0})  # fmt: skip
+    for sid in range(1, depth + 1):
+        clock += 1.0
+        events.append({"event": "evict", "id": sid, "op": "tanh", "nbytes": 8, "clock": clock,
+                       "memory": 8 * (depth - sid), "reason": "budget", "score": 1.0})  # fmt: skip
+    for sid in range(1, depth + 1):
+        clock += 1.0
+        parent = sid + 1 if sid < depth else None
+        events.append({"event": "remat", "id": sid, "op": "tanh", "nbytes": 8, "clock": clock,
+                       "memory": 8 * sid, "cost": 1.0, "cascade": 1, "replay": sid,
+                       "trigger": "read", "parent": parent})  # fmt: skip
+    return events
+
+
+@needs_browser
+def test_a_cascade_thousands_deep_and_a_clock_of_1e22_draw(chromium, tmp_path):
+    """Selecting a remat of a 1,500-deep cascade crashed the tab (a nested list per level,
+    built by recursion); a clock of 1e22 looped forever making ticks finer than its floats."""
+    from minidtr.explorer import write_html
+
+    out = tmp_path / "deep.html"
+    write_html(deep_cascade(3000), str(out))
+    page, errors, dialogs = open_page(chromium, out)
+    try:
+        page.evaluate(f"explorer.select({page.evaluate('explorer.remats')[0]})")
+        details = page.inner_text("#details")
+        assert "Rebuilding took 3000 replays" in details and "listed flat" in details
+        assert_nothing_ran(page, errors, dialogs)
+    finally:
+        page.close()
+    far = [{**e, "clock": e["clock"] + 1e22} if "clock" in e else e for e in hostile_log()]
+    write_html(far, str(out))
+    page, errors, dialogs = open_page(chromium, out)
+    try:
+        box = page.locator("#chart").bounding_box()
+        for _ in range(40):  # zoomed in past the floats' resolution near 1e22
+            page.mouse.wheel(0, -300)
+        page.mouse.move(box["x"] + 100, box["y"] + 100)
+        assert_nothing_ran(page, errors, dialogs)
+    finally:
+        page.close()
