@@ -321,7 +321,8 @@ def explain(summary: Summary, top: int = 5) -> str:
         "and may have to be recomputed."
     )
     span = s.end_clock - s.start_clock
-    steps = f" over {len(s.step_clocks):,} marked steps" if s.step_clocks else ""
+    n = len(s.step_clocks)
+    steps = f" over {n:,} marked step{'s' if n != 1 else ''}" if n else ""
     lines.append(
         f"The clock (and every cost below) counts {clock_unit(s.runtime.get('cost'))}; "
         f"the log runs from clock {s.start_clock:,.0f} to {s.end_clock:,.0f} "
