@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 
 from . import backend
+
+DEFAULT_DTYPE = np.dtype(np.float32)  # what a tensor of Python floats holds
 
 
 def checked_dtype(dtype, where: str) -> np.dtype:
@@ -66,3 +69,24 @@ def check_integer_fill(where: str, value, dtype: np.dtype) -> None:
     info = np.iinfo(dtype)
     if not info.min <= int(value) <= info.max:
         raise OverflowError(f"{where}: value {value} does not fit {dtype} ({info.min}..{info.max})")
+
+
+def python_data(data: Any, dtype) -> np.ndarray:
+    """Python data (nested lists, scalars) as an array, converted once up front so that bad
+    data fails here with a clear message and not later inside the allocator."""
+    try:
+        array = np.asarray(data)
+        dtype = default_dtype(array) if dtype is None else checked_dtype(dtype, "tensor()")
+        return np.asarray(data, dtype=dtype)
+    except (ValueError, OverflowError) as error:
+        raise TypeError(
+            f"tensor(): cannot make a tensor from this {type(data).__name__}: {error}"
+        ) from None
+
+
+def default_dtype(array: np.ndarray) -> np.dtype:
+    if array.dtype.kind == "f":
+        return DEFAULT_DTYPE
+    if array.dtype.kind in "iu":
+        return np.dtype(np.int64)
+    return checked_dtype(array.dtype, "tensor()")

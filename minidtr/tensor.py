@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from . import backend
-from .arguments import array_module, check_integer_fill, checked_dtype, shape_of
+from .arguments import (
+    DEFAULT_DTYPE,
+    array_module,
+    check_integer_fill,
+    checked_dtype,
+    python_data,
+    shape_of,
+)
 from .runtime.registry import allocator_for
 from .runtime.storage import Cell
 
@@ -31,12 +38,10 @@ int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
 
-DEFAULT_DTYPE = float32
-
 
 class Tensor:
     __slots__ = ("cell", "_grad", "_requires_grad", "grad_fn", "__weakref__")
-    __array_priority__ = 1000  # numpy_array * tensor -> Tensor.__rmul__
+    __array_priority__ = 1000  # (what NumPy reads where __array_ufunc__ is not looked up)
     __hash__ = object.__hash__
 
     def __init__(self, cell: Cell, requires_grad: bool = False):
@@ -196,6 +201,24 @@ class Tensor:
             return np.array(array, copy=True)
         return backend.to_host(array)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """A NumPy ufunc given a Tensor. ``array (op) tensor`` calls the ufunc (NumPy's
+        operators do): it is the tensor's reflected operator, a Tensor. Any other ufunc
+        (``np.tanh(x)``) on a tensor that requires grad is refused, as PyTorch refuses it:
+        its result would be an array, and the gradient through it silently lost. On other
+        tensors it computes on their values, an array."""
+        if method == "__call__" and not kwargs and len(inputs) == 2 and inputs[1] is self:
+            reflected = REFLECTED.get(ufunc)
+            if reflected is not None:
+                return getattr(self, reflected)(inputs[0])
+        if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
+            raise TypeError(
+                f"np.{ufunc.__name__} on a Tensor that requires grad would drop its gradient "
+                "(the result is an array): use minidtr's op, or .detach() the tensor first"
+            )
+        values = [x.numpy() if isinstance(x, Tensor) else x for x in inputs]
+        return getattr(ufunc, method)(*values, **kwargs)
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """``np.asarray(x)``: a host copy of the value, as ``numpy()``. A value on a GPU is
         not copied implicitly (as CuPy refuses to): call ``numpy()``."""
@@ -349,10 +372,19 @@ class Tensor:
         return F.greater_equal(self, other)
 
     def __eq__(self, other):  # type: ignore[override]
+        if other is None or isinstance(other, str):  # not equal, as in PyTorch (and `in`)
+            return NotImplemented
         return F.equal(self, other)
 
     def __ne__(self, other):  # type: ignore[override]
+        if other is None or isinstance(other, str):
+            return NotImplemented
         return F.not_equal(self, other)
+
+    def __contains__(self, value) -> bool:
+        """``value in x``: whether any element equals it (PyTorch's rule; iterating the
+        rows of a 2-d tensor asked each row for a truth value)."""
+        return bool((self == value).numpy().any())
 
     # ---- methods ----------------------------------------------------------------------
 
@@ -374,8 +406,16 @@ class Tensor:
         return F.flatten(self, start_axis)
 
     def transpose(self, *axes) -> Tensor:
+        """NumPy's: ``axes`` a permutation of all the axes (none: reversed). Two axes that
+        leave a 2-d tensor as it is (``transpose(0, 1)``, PyTorch's swap) are refused."""
         if len(axes) == 1 and isinstance(axes[0], tuple | list):
             axes = tuple(axes[0])
+        if len(axes) == 2 and self.ndim == 2 and [a % 2 for a in axes if type(a) is int] == [0, 1]:
+            raise ValueError(
+                f"transpose{axes}: axes are a permutation of all the axes, as in NumPy, so "
+                "this one leaves the tensor as it is (PyTorch's transpose(0, 1) swaps the "
+                "two); for the swap write x.T or x.transpose(1, 0)"
+            )
         return F.transpose(self, axes or None)
 
     @property
@@ -423,27 +463,6 @@ def _rebuild_leaf(
     return copied
 
 
-def _python_data(data: Any, dtype) -> np.ndarray:
-    """Python data (nested lists, scalars) as an array, converted once up front so that bad
-    data fails here with a clear message and not later inside the allocator."""
-    try:
-        array = np.asarray(data)
-        dtype = _default_dtype(array) if dtype is None else checked_dtype(dtype, "tensor()")
-        return np.asarray(data, dtype=dtype)
-    except (ValueError, OverflowError) as error:
-        raise TypeError(
-            f"tensor(): cannot make a tensor from this {type(data).__name__}: {error}"
-        ) from None
-
-
-def _default_dtype(array: np.ndarray) -> np.dtype:
-    if array.dtype.kind == "f":
-        return DEFAULT_DTYPE
-    if array.dtype.kind in "iu":
-        return int64
-    return checked_dtype(array.dtype, "tensor()")
-
-
 def constant(
     make_array,
     shape: tuple[int, ...],
@@ -474,7 +493,7 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
         xp = array_module(device, "tensor()")
     source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
     if not hasattr(source, "dtype") or not hasattr(source, "shape"):
-        source = _python_data(source, dtype)
+        source = python_data(source, dtype)
     dtype = checked_dtype(source.dtype if dtype is None else dtype, "tensor()")
     if requires_grad and dtype.kind != "f":
         raise TypeError(f"tensor(): only floating-point tensors can require grad, not {dtype}")
@@ -553,5 +572,21 @@ def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
         device,
     )
 
+
+# ``array (ufunc) tensor``: the tensor's reflected operator (``Tensor.__array_ufunc__``)
+REFLECTED = {
+    np.add: "__radd__",
+    np.subtract: "__rsub__",
+    np.multiply: "__rmul__",
+    np.true_divide: "__rtruediv__",
+    np.power: "__rpow__",
+    np.matmul: "__rmatmul__",
+    np.equal: "__eq__",
+    np.not_equal: "__ne__",
+    np.less: "__gt__",
+    np.less_equal: "__ge__",
+    np.greater: "__lt__",
+    np.greater_equal: "__le__",
+}
 
 from . import ops as F  # noqa: E402  (ops import Tensor; bound after the class exists)

@@ -652,3 +652,35 @@ def test_item_assignment_is_refused_and_augmented_assignment_rebinds():
     y = x
     x += 1
     assert x is not y and y.tolist() == [[1.0] * 3] * 2 and x.tolist() == [[2.0] * 3] * 2
+
+
+def test_a_numpy_ufunc_on_a_tensor_that_requires_grad_is_refused():
+    """np.tanh(x) gave an array, and the gradient through it was silently lost (PyTorch
+    refuses it too); ``array (op) tensor`` is still the tensor's reflected operator."""
+    x = md.tensor([0.5, 1.0], requires_grad=True)
+    with pytest.raises(TypeError, match="np.tanh on a Tensor that requires grad would drop"):
+        np.tanh(x)
+    a = np.array([2.0, 3.0], np.float32)
+    for made in (a * x, a + x, a - x, a / x, a**x, np.float64(2.0) * x):
+        assert isinstance(made, md.Tensor) and made.requires_grad
+    assert (a < x).numpy().tolist() == [False, False] and (a > x).numpy().all()
+    (a * x).sum().backward()
+    assert x.grad.numpy().tolist() == [2.0, 3.0]
+    np.testing.assert_allclose(np.tanh(md.tensor([0.5])), np.tanh(np.float32(0.5)), rtol=1e-6)
+
+
+def test_equality_with_none_and_membership_are_pytorchs():
+    x = md.tensor([1.0, 2.0])
+    assert (x == None) is False and (x != None) is True  # noqa: E711
+    assert x in [None, x] and x not in [None, "a"]
+    assert 2.0 in md.tensor([[1.0, 2.0], [3.0, 4.0]]) and 5 not in md.tensor([[1.0, 2.0]])
+
+
+def test_transpose_of_two_axes_that_would_leave_a_matrix_alone_is_refused():
+    """NumPy reads transpose(0, 1) of a matrix as the identity, PyTorch as the swap."""
+    m = md.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for axes in ((0, 1), (-2, -1)):
+        with pytest.raises(ValueError, match=r"PyTorch's transpose\(0, 1\) swaps"):
+            m.transpose(*axes)
+    assert m.transpose(1, 0).tolist() == m.T.tolist() == [[1.0, 3.0], [2.0, 4.0]]
+    assert md.ones((2, 3, 4)).transpose(0, 2, 1).shape == (2, 4, 3)
