@@ -48,11 +48,6 @@ class ScalarArith(Op):
         return [(x.shape, self.dtype)]
 
     def forward(self, xp, x):
-        if self.rounds:
-            return self.compute(x).astype(np.float16)
-        return self.compute(x)
-
-    def compute(self, x):
         s, kind = self.scalar, self.kind
         if kind == "add":
             return x + s
@@ -60,6 +55,8 @@ class ScalarArith(Op):
             return x - s
         if kind == "rsub":
             return s - x
+        if self.rounds:  # float16 times or over a float32: computed in float32, rounded once
+            return (x * s if kind == "mul" else x / s if kind == "div" else s / x).astype(x.dtype)
         if kind == "mul":
             return x * s
         if kind == "div":
