@@ -205,9 +205,22 @@ def check_event(event: Any, where: str) -> None:
 
 
 def check_events(events: Iterable[Any], source: str = "events") -> None:
-    """``check_event`` on events built in memory; errors name the event's position."""
+    """``check_event`` on events built in memory, and their clock (``check_clock``);
+    errors name the event's position."""
+    clock = 0.0
     for n, event in enumerate(events, 1):
         check_event(event, f"{source}: event {n}")
+        clock = check_clock(clock, event, f"{source}: event {n}")
+
+
+def check_clock(before: float, event: dict[str, Any], where: str) -> float:
+    """The clock after ``event``, which must not be earlier than ``before``: a runtime's
+    clock only advances (a crafted log whose clock went back drew a flat timeline, and
+    explain a negative span)."""
+    clock = event.get("clock", before)
+    if clock < before:
+        raise EventLogError(f"{where}: the clock goes back, from {before:,} to {clock:,}")
+    return clock
 
 
 # ---- a file --------------------------------------------------------------------------------
@@ -234,10 +247,11 @@ def load_events(
                 "of minidtr train --events"
             )
         f.seek(0)
-        cost = 0.0
+        cost = clock = 0.0
         for number, raw in LineReader(f, limits, error, "an event log"):
             event = json_line(text_line(raw, number, error), number, error)
             check_event(event, f"{path}:{number}")
+            clock = check_clock(clock, event, f"{path}:{number}")
             cost += event.get("cost", 0.0) if event["event"] in ("alloc", "remat") else 0.0
             if math.isinf(cost):
                 raise error(number, "the costs add up past the largest float here")

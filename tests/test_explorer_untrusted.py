@@ -55,6 +55,7 @@ def hostile_log(start: float = 1000.0, p: tuple[str, ...] = PAYLOADS) -> list[di
             events.append({**base, "event": "evict", "reason": "dead", "clock": clock + 3})
         events.append({**base, "event": "banish", "clock": clock + 4})
         events.append({**base, "event": "free", "clock": clock + 5})
+        clock += 5.0  # (a log's clock never goes back)
     return events
 
 
@@ -298,6 +299,9 @@ def test_numbers_past_what_the_page_holds_exactly_are_refused(tmp_path):
         path = write_log(tmp_path / "ev.jsonl", [{**base, **bad}])
         with pytest.raises(EventLogError, match=r"ev.jsonl:1: .*a whole number >= 0"):
             load_events(path)
+    back = [base, {**base, "id": 2, "clock": 5.0}, {**base, "id": 3, "clock": 4.0}]
+    with pytest.raises(EventLogError, match=r"ev.jsonl:3: the clock goes back, from 5.0 to 4.0"):
+        load_events(write_log(tmp_path / "ev.jsonl", back))  # (drew a flat timeline)
 
 
 def deep_cascade(depth: int) -> list[dict]:
