@@ -41,7 +41,7 @@ bool_ = np.dtype(np.bool_)
 
 class Tensor:
     __slots__ = ("cell", "_grad", "_requires_grad", "grad_fn", "__weakref__")
-    __array_priority__ = 1000  # (what NumPy reads where __array_ufunc__ is not looked up)
+    __array_priority__ = 1000  # cupy_array * tensor -> Tensor.__rmul__ (NumPy: __array_ufunc__)
     __hash__ = object.__hash__
 
     def __init__(self, cell: Cell, requires_grad: bool = False):
@@ -410,7 +410,8 @@ class Tensor:
         leave a 2-d tensor as it is (``transpose(0, 1)``, PyTorch's swap) are refused."""
         if len(axes) == 1 and isinstance(axes[0], tuple | list):
             axes = tuple(axes[0])
-        if len(axes) == 2 and self.ndim == 2 and [a % 2 for a in axes if type(a) is int] == [0, 1]:
+        identity = ((0, 1), (-2, -1), (0, -1), (-2, 1))  # of a matrix's two axes
+        if self.ndim == 2 and axes in identity:
             raise ValueError(
                 f"transpose{axes}: axes are a permutation of all the axes, as in NumPy, so "
                 "this one leaves the tensor as it is (PyTorch's transpose(0, 1) swaps the "

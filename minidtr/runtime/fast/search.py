@@ -274,15 +274,7 @@ class TableSearch:
 
     def scores(self, heuristic: Heuristic, rows: np.ndarray | None, used: int) -> np.ndarray:
         """The scores of the pool's rows (every row when ``rows`` is None; then the flagged
-        rows' may be lower bounds: ``neighbourhood_terms``). A score past the largest
-        float is inf, as the loop's Python division gives it, without NumPy's warning
-        (a trace's costs can be any finite number)."""
-        with np.errstate(over="ignore"):
-            return self.unwarned_scores(heuristic, rows, used)
-
-    def unwarned_scores(
-        self, heuristic: Heuristic, rows: np.ndarray | None, used: int
-    ) -> np.ndarray:
+        rows' may be lower bounds: ``neighbourhood_terms``)."""
         table = self.table
         clock = self.eviction.allocator.clock
         mode = heuristic.cost
