@@ -3,7 +3,9 @@ the simulator and both command lines, with the keyword forms still working."""
 
 import dataclasses
 import math
+import warnings
 
+import numpy as np
 import pytest
 
 import minidtr as md
@@ -25,6 +27,10 @@ def test_options_check_and_normalize_as_the_runtime_did():
     with pytest.raises(ValueError, match="budget is a number of bytes, got 0.3: for a fraction"):
         md.Runtime(budget=0.3)  # a ratio where bytes were meant
     assert md.Runtime(budget=1.5).budget == 1  # whole bytes, rounded down (documented)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a float16 compared with 2**63 overflowed in NumPy
+        assert RuntimeOptions(budget=np.float16(1000.0)).budget == 1000
+    assert RuntimeOptions(budget=np.int64(2**62)).budget == 2**62
     with pytest.raises(ValueError, match="unknown device 'gpu'; expected one of"):
         md.Runtime(device="gpu")
     with pytest.raises(ValueError, match="max_wall_slowdown must be > 1"):

@@ -39,6 +39,8 @@ def check_budget(value: Any) -> int | None:
         raise TypeError(
             f"budget must be a number of bytes or None, got {type(value).__name__} {value!r}"
         )
+    # a Python int or float from here on: a NumPy float16 budget compared with 2**63 overflowed
+    value = int(value) if isinstance(value, numbers.Integral) else float(value)
     if not math.isfinite(value):
         raise ValueError(f"budget must be a finite number of bytes or None, got {value}")
     if value < 0:
