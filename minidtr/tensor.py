@@ -34,9 +34,12 @@ from .runtime.storage import Cell
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 float16 = np.dtype(np.float16)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 bool_ = np.dtype(np.bool_)
+uint8 = np.dtype(np.uint8)
 
 
 class Tensor:

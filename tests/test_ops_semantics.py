@@ -684,3 +684,13 @@ def test_transpose_of_two_axes_that_would_leave_a_matrix_alone_is_refused():
             m.transpose(*axes)
     assert m.transpose(1, 0).tolist() == m.T.tolist() == [[1.0, 3.0], [2.0, 4.0]]
     assert md.ones((2, 3, 4)).transpose(0, 2, 1).shape == (2, 4, 3)
+
+
+def test_dtype_names_are_numpy_dtypes_as_in_torch():
+    """md.int8 ... md.uint8 name the dtypes ops.md lists, as torch.int8 ... torch.uint8 do."""
+    names = ["bool_", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+    for name in names:
+        dtype = getattr(md, name)
+        assert dtype == np.dtype(name.rstrip("_"))
+        assert md.zeros(2, dtype=dtype).dtype == dtype
+    assert (md.tensor([250], dtype=md.uint8) + 5).numpy().tolist() == [255]
