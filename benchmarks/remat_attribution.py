@@ -54,7 +54,8 @@ def attribute(trace, options, heuristic: str) -> tuple[str, float, Counter]:
         targets = [e["op"] for e in events if e["parent"] is None]
         trigger = events[0]["trigger"].split(" ")[0]
         key = f"{targets[-1] if targets else '?'} <- {trigger}"
-        by[key] += sum(e["cost"] for e in events)
+        # a multi-output op refills several storages in one replay, one event each
+        by[key] += sum({e["replay"]: e["cost"] for e in events}.values())
     slowdown = 1.0 + stats.remat_cost / stats.compute_cost
     return status, slowdown, Counter({k: v / stats.compute_cost for k, v in by.items()})
 

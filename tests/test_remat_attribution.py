@@ -5,6 +5,7 @@ import math
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 import minidtr as md
@@ -38,3 +39,22 @@ def test_groups_add_up_to_the_replays_recomputation(heuristic):
     assert math.isclose(sum(groups.values()), slowdown - 1.0, rel_tol=1e-9)
     # every rebuild in a chain's backward is asked for by the gradient op reading a layer
     assert all(key.endswith("<- layer_grad") or "orphans" in key for key in groups), groups
+
+
+def test_a_multi_output_replay_counts_once():
+    """Recomputing ``lstm_cell`` refills its two outputs in one replay, one event each:
+    the groups count the op's cost once, so they still add up to the slowdown."""
+    attribute = load_benchmark().attribute
+    rng = np.random.default_rng(0)
+    with sim.record() as rec:
+        x = md.tensor(rng.random((64, 64)), dtype=md.float32, requires_grad=True)
+        h, c = md.tanh(x[:, :16]), x[:, 16:32]
+        for _ in range(8):
+            h, c = md.lstm_cell(md.concat([h, h, h, h], axis=1) * x, c)
+        (h * c).sum().backward()
+    trace = rec.trace()
+    peak = sim.simulate(trace, outputs=False).peak_memory
+    options = md.RuntimeOptions(budget=int(0.45 * peak))
+    status, slowdown, groups = attribute(trace, options, "dtr")
+    assert status == "ok" and slowdown > 1.05
+    assert math.isclose(sum(groups.values()), slowdown - 1.0, rel_tol=1e-9)
