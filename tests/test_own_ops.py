@@ -105,6 +105,30 @@ def test_an_output_that_is_its_input_is_refused(forward, message, budget):
     still_usable(memory)
 
 
+@pytest.mark.parametrize("budget", [None, 10**6])
+def test_an_output_that_keeps_a_larger_scratch_array_alive_is_refused(budget):
+    """A view of a scratch array would hold all of it while the budget counts the view."""
+
+    class Head(Double):
+        def forward(self, xp, x):
+            scratch = xp.zeros((100,) + x.shape, x.dtype)
+            scratch[0] = x * 2
+            return scratch[0]
+
+    x, memory = x_and_memory()
+    with (
+        md.Runtime(budget=budget),
+        pytest.raises(
+            AssertionError,
+            match=r"double: output 0 \(\(2, 3\) float32, 24 bytes\) "
+            r"is a view of a 2,400-byte array.*return a new array",
+        ),
+    ):
+        apply(Head(), x)
+    del x
+    still_usable(memory)
+
+
 def test_two_outputs_over_one_buffer_are_refused():
     class Twice(Double):
         n_outputs = 2

@@ -104,7 +104,9 @@ def check_outputs(
 def check_own_memory(op: Any, outputs: Sequence, inputs: Sequence, xp: Any) -> None:
     """Each output must own its memory: an output that is an input (or a view of one, or
     of another output) would be counted twice, freed with the other's eviction, or
-    changed through it. (Views are ops of their own, ``Op.is_view``.)"""
+    changed through it; one that is a view of a larger scratch array would keep all of
+    it alive while the budget counts the view. (Views are ops of their own,
+    ``Op.is_view``.)"""
     for i, r in enumerate(outputs):
         others = [("input", j, a) for j, a in enumerate(inputs)]
         others += [("output", j, o) for j, o in enumerate(outputs[:i])]
@@ -116,6 +118,17 @@ def check_own_memory(op: Any, outputs: Sequence, inputs: Sequence, xp: Any) -> N
                     "of it; return a new array (a copy: xp.array(x)), so that each value "
                     "owns its memory (a bug in the op)"
                 )
+        owner = r
+        while getattr(owner, "base", None) is not None:
+            owner = owner.base
+        held = getattr(owner, "nbytes", r.nbytes)
+        if held > r.nbytes:
+            raise AssertionError(
+                f"{op.name}: output {i} ({r.shape} {r.dtype}, {r.nbytes:,} bytes) is a view "
+                f"of a {held:,}-byte array that it keeps alive: the budget would count "
+                f"{r.nbytes:,} bytes; return a new array (a copy: xp.array(x)), so that "
+                "each value owns its memory (a bug in the op)"
+            )
 
 
 def check_metas(op: Any, metas: Any) -> None:
