@@ -161,3 +161,17 @@ def test_optimizer_updates_declare_what_they_allocate(name, dtype):
     assert len(updates) == 2
     over = [r for r in watched.records if r.extra > r.declared + KERNEL_SLACK]
     assert not over, "\n".join(map(repr, over))
+
+
+def test_the_real_peak_starts_from_what_the_budget_left_on_entry():
+    """Values resident before a measuring runtime are evicted on entry; the real peak is
+    measured from there, not from the memory that came before it."""
+    with isolated_allocator():
+        x = md.tensor(np.ones(1000, np.float32))
+        kept = [md.exp(x) for _ in range(250)]  # 1 MB, evictable
+        with md.Runtime(budget=100_000, measure_real=True) as rt:
+            md.tanh(x)
+        stats = rt.stats()
+        assert stats["peak_memory"] <= 100_000
+        assert stats["real_peak"] <= 100_000 + KERNEL_SLACK, stats
+        del kept

@@ -141,8 +141,6 @@ class Allocator:
         self.runtimes.append(runtime)
         self.runtime, self.stats = runtime, runtime.stats_
         self._entered.append(dataclasses.replace(runtime.stats_))
-        if runtime.measure_real:
-            realmem.start(self, runtime)
         self.eviction.sampler.seed(runtime.seed)
         self._select_policy_code()
         self.audit = audit_for(self)
@@ -153,6 +151,8 @@ class Allocator:
         except BudgetError:
             self.pop(runtime)
             raise
+        if runtime.measure_real:  # from the memory the budget left, not what came before
+            realmem.start(self, runtime)
 
     def pop(self, runtime: Runtime) -> None:
         """Deactivate the innermost runtime (``Runtime.__exit__``)."""
