@@ -23,7 +23,7 @@ from minidtr.runtime.arena import shortest_runs_cheapest
 from minidtr.runtime.estar import WalkedNeighbourhood
 from minidtr.runtime.fast.search import TableSearch
 from minidtr.runtime.heuristics import ScoreContext
-from minidtr.runtime.victims import Choice, choose_victim, pool
+from minidtr.runtime.victims import Choice, choose_victim, pool, pool_settings
 
 DECISIONS = {"checked": 0}
 
@@ -45,13 +45,13 @@ def _same(fast: Choice, slow: Choice, recording: bool) -> bool:
 def checked_decisions() -> Iterator[dict[str, int]]:
     original = TableSearch.choose
 
-    def choose(self, runtime):
+    def choose(self, runtime, whole=False):
         eviction = self.eviction
         state = eviction.sampler.getstate()
-        fast = original(self, runtime)
+        fast = original(self, runtime, whole)
         after = eviction.sampler.getstate()
         eviction.sampler.setstate(state)
-        pooled = pool(list(self.table), runtime.min_size, runtime.sample, eviction.sampler)
+        pooled = pool(list(self.table), *pool_settings(runtime, whole), eviction.sampler)
         # e* and the evicted ancestors walked (the reference's terms), not read from the
         # accelerator's cached closures: scoring every candidate through them would build
         # them all, and a run checked so would no longer be the run unchecked (a stale

@@ -734,15 +734,46 @@ def test_a_budget_set_below_the_constants_says_so_and_keeps_the_old_one():
         assert (md.tensor(np.ones(3)) * 2).numpy().tolist() == [2.0, 2.0, 2.0]
 
 
-def test_sampling_and_min_size_filter_still_give_exact_results():
-    from minidtr.testing import assert_remat_equivalent
+@pytest.mark.parametrize("options", [{"sample": True}, {"min_size": 0.5}])
+def test_sampling_and_min_size_filter_still_give_exact_results(options):
     from minidtr.testing.programs import lstm_unrolled
 
+    def values(result):
+        return [result["loss"].numpy()] + [g.numpy() for g in result["grads"]]
+
     fn = lstm_unrolled(length=5)
-    for options in ({"sample": True}, {"min_size": 0.5}):
-        rt = md.Runtime(budget=None, cost="flops", **options)
-        assert rt.sample or rt.min_size
-    assert_remat_equivalent(fn, budgets=[0.8], heuristics=["dtr"])
+    with md.Runtime(cost="flops") as rt:
+        expected = values(fn())
+    budget = int(0.8 * rt.stats()["peak_memory"])
+    for seed in range(4):
+        with md.Runtime(budget=budget, cost="flops", seed=seed, **options) as rt:
+            got = values(fn())
+        assert rt.stats()["evictions"] > 0 and rt.stats()["peak_memory"] <= budget
+        assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+def test_min_size_never_makes_a_budget_fail_while_a_smaller_candidate_is_left():
+    """min_size makes a search cheaper; when the large candidates are all locked, the
+    last try before a BudgetError searches every candidate."""
+    x = md.tensor(np.ones(1000, np.float32))  # 4 KB
+    big = md.tensor(np.ones(100_000, np.float32))  # 400 KB
+    smalls = [md.exp(x) for _ in range(100)]  # 100 x 4 KB, below half the mean size
+    b = md.exp(big)  # 400 KB, locked while tanh reads it
+    with md.Runtime(budget=1_500_000, cost="flops", min_size=0.5) as rt:
+        y = md.tanh(b)
+    assert rt.stats()["evictions"] == 26 and rt.stats()["peak_memory"] <= 1_500_000
+    del smalls, y
+
+
+def test_sampling_never_makes_a_budget_fail_while_an_unsampled_candidate_is_left():
+    x = md.tensor(np.ones(1000, np.float32))
+    for seed in range(8):
+        values = [md.exp(x * float(i)) for i in range(20)]
+        read = [v for i, v in enumerate(values) if i % 4]  # locked while concat runs
+        with md.Runtime(budget=130_000, cost="flops", sample=True, seed=seed) as rt:
+            y = md.concat(read, axis=0)
+        assert rt.stats()["evictions"] > 0 and rt.stats()["peak_memory"] <= 130_000
+        del y, values, read
 
 
 @pytest.mark.parametrize("heuristic", ["dtr", "random"])

@@ -27,7 +27,7 @@ from .errors import BudgetError
 from .estar import WalkedNeighbourhood
 from .heuristics import ScoreContext
 from .storage import Storage
-from .victims import Choice, choose_victim, finite_or_none, pool
+from .victims import Choice, choose_victim, finite_or_none, pool, pool_settings
 
 if TYPE_CHECKING:
     from .allocator import Allocator
@@ -69,8 +69,11 @@ class Eviction:
         constants die at once."""
         ledger = self.allocator.ledger
         collected = False
+        runtime = self.allocator.runtime
         while ledger.memory > target:
             choice = self.choose_victim()
+            if choice.victim is None and (runtime.min_size > 0.0 or runtime.sample):
+                choice = self.choose_victim(whole=True)  # a victim the pool left out
             if choice.victim is None:
                 if not collected and self._may_collect(target):
                     collected = True
@@ -98,18 +101,20 @@ class Eviction:
     def locked_bytes(self) -> int:
         return sum(s.nbytes for s in self.candidates if s.locks)
 
-    def choose_victim(self) -> Choice:
-        """The unlocked candidate with the lowest score (``victims.py``)."""
+    def choose_victim(self, whole: bool = False) -> Choice:
+        """The unlocked candidate with the lowest score (``victims.py``); of every
+        candidate with ``whole``, else of the pool ``min_size`` and ``sample`` leave."""
         started = time.perf_counter()
         runtime = self.allocator.runtime
         heuristic = runtime.heuristic
         search = self.search
         if search is not None and search.handles(heuristic):
-            choice = search.choose(runtime)
+            choice = search.choose(runtime, whole)
         else:
             mode = prototype.tracked(runtime, getattr(heuristic, "cost", None))
             self.track(mode if mode in MODES else None)
-            pooled = pool(self.candidates, runtime.min_size, runtime.sample, self.sampler)
+            min_size, sample = pool_settings(runtime, whole)
+            pooled = pool(self.candidates, min_size, sample, self.sampler)
             chooser = prototype.choose_victim if runtime.as_prototype else choose_victim
             self.scoring = True
             try:

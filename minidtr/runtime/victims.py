@@ -40,6 +40,13 @@ class Choice(NamedTuple):
     scored: int
 
 
+def pool_settings(runtime: Any, whole: bool) -> tuple[float, bool]:
+    """``min_size`` and ``sample`` of a search: the runtime's, or neither for a search of
+    every candidate (``Eviction.make_room``'s last try before a ``BudgetError``: they
+    make searches cheaper, never a budget fail)."""
+    return (0.0, False) if whole else (runtime.min_size, runtime.sample)
+
+
 def pool(
     candidates: Iterable[Storage], min_size: float, sample: bool, sampler: random.Random
 ) -> list[Storage]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..heuristics import COST_TERMS
 from ..learned import Learned, divided
-from ..victims import Choice
+from ..victims import Choice, pool_settings
 
 if TYPE_CHECKING:
     from .search import TableSearch
@@ -38,12 +38,12 @@ def handles(heuristic: Any, built_in: dict) -> bool:
     )
 
 
-def choose_learned(search: TableSearch, runtime: Any) -> Choice:
+def choose_learned(search: TableSearch, runtime: Any, whole: bool = False) -> Choice:
     """The lowest-scoring unlocked candidate of the pool, as ``victims.choose_victim``."""
     eviction, table = search.eviction, search.table
     learned: Learned = runtime.heuristic
     table.sync()
-    rows = search.pool_rows(runtime, table.rows)
+    rows = search.pool_rows(*pool_settings(runtime, whole), table.rows)
     pooled = list(map(table.storages.__getitem__, rows.tolist()))
     if runtime.events is not None:
         return search.loop(pooled, runtime)

@@ -31,7 +31,7 @@ import numpy as np
 from .. import estar
 from ..heuristics import COST_TERMS, MIN_STALENESS, NEIGHBOURHOOD_COST, Heuristic
 from ..storage import Storage
-from ..victims import SHORTLIST, Choice, choose_victim, shortlist_of
+from ..victims import SHORTLIST, Choice, choose_victim, pool_settings, shortlist_of
 from . import learned_search
 from .closures import EXACT_BELOW, evicted_children, evicted_parents
 from .eqterms import eq_terms
@@ -87,20 +87,22 @@ class TableSearch:
         remaining tail once per death."""
         self.table.watching = None
 
-    def choose(self, runtime: Any) -> Choice:
-        """The unlocked candidate with the lowest score, as ``victims.choose_victim``."""
+    def choose(self, runtime: Any, whole: bool = False) -> Choice:
+        """The unlocked candidate with the lowest score, as ``victims.choose_victim``
+        (of every candidate with ``whole``: ``victims.pool_settings``)."""
         eviction, table = self.eviction, self.table
         heuristic: Heuristic = runtime.heuristic
         if type(heuristic) is not Heuristic:
-            return learned_search.choose_learned(self, runtime)
+            return learned_search.choose_learned(self, runtime, whole)
         # the runner-up is read only by the ``evict`` event: without events, the lowest alone
         wanted = SHORTLIST if runtime.events is not None else 1
         table.sync()
         used = table.rows
         rows = None  # None: every row, holes and locked rows scored +inf
         scored = len(table) - table.locked
-        if runtime.min_size > 0.0 or (runtime.sample and len(table) > 4) or scored < wanted:
-            rows = self.pool_rows(runtime, used)
+        min_size, sample = pool_settings(runtime, whole)
+        if min_size > 0.0 or (sample and len(table) > 4) or scored < wanted:
+            rows = self.pool_rows(min_size, sample, used)
             scored = rows.size
         mode = heuristic.cost
         eviction.track(mode if mode in MODES else None)
@@ -305,15 +307,15 @@ class TableSearch:
             table.unit[pick],
         )
 
-    def pool_rows(self, runtime: Any, used: int) -> np.ndarray:
+    def pool_rows(self, min_size: float, sample: bool, used: int) -> np.ndarray:
         """``victims.pool`` on rows: the unlocked rows of the pool, in insertion order."""
         table = self.table
         rows = np.flatnonzero(table.active[:used])
-        if runtime.min_size > 0.0 and rows.size:
+        if min_size > 0.0 and rows.size:
             nbytes = table.nbytes[rows]
-            threshold = runtime.min_size * (int(nbytes.sum()) / rows.size)
+            threshold = min_size * (int(nbytes.sum()) / rows.size)
             rows = rows[nbytes >= threshold]
-        if runtime.sample and rows.size > 4:
+        if sample and rows.size > 4:
             stride = max(1, math.isqrt(rows.size))
             rows = rows[self.eviction.sampler.randrange(stride) :: stride]
         return rows[~table.blocked[rows]]
