@@ -589,6 +589,29 @@ def test_budget_error_names_op_bytes_and_leaves_the_runtime_usable():
         np.testing.assert_array_equal(md.tanh(x @ x).numpy(), expected)
 
 
+def test_a_budget_error_while_rebuilding_an_input_names_the_op_called():
+    """Rebuilding an evicted input can be what does not fit: the error names the op
+    recomputed and the op that needed it, and pickles as it is."""
+    import pickle
+
+    x = md.tensor(np.ones(1000, np.float32))
+    with pytest.raises(md.BudgetError) as info, md.Runtime(budget=10_000):
+        ys = [md.exp(x) for _ in range(3)]
+        md.concat(ys + ys, axis=0)
+    error = info.value
+    assert error.op == "recomputing exp for concat" and error.needed == 4_000
+    assert str(error).startswith("recomputing exp for concat: needs 4,000 bytes")
+    assert str(pickle.loads(pickle.dumps(error))) == str(error)
+    del ys
+    with md.Runtime(budget=12_000):
+        y = md.exp(x)
+        constants = [md.tensor(np.ones(1000, np.float32)) for _ in range(2)]  # evict y
+        with pytest.raises(md.BudgetError, match="^recomputing exp for a read: needs 4,000"):
+            y.numpy()
+        del constants
+        assert y.numpy()[0] == np.exp(np.float32(1))
+
+
 def test_the_machine_running_out_names_the_op_shapes_and_bytes_and_leaves_the_runtime_usable(
     monkeypatch,
 ):

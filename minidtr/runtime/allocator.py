@@ -55,7 +55,7 @@ from .. import backend
 from . import fast, placement, realmem
 from .audit import Audit, audit_for, check_outputs
 from .costs import model_cost
-from .errors import BudgetError, allocation_error
+from .errors import BudgetError, PlacementError, allocation_error
 from .eviction import Eviction
 from .guard import ThrashGuard
 from .ledger import Ledger
@@ -314,7 +314,10 @@ class Allocator:
         locked: Sequence[Storage] = ()
         self.accesses += 1
         try:
-            locked = self.remat.lock_cells(parents, op, inputs)
+            try:
+                locked = self.remat.lock_cells(parents, op, inputs)
+            except BudgetError as error:  # rebuilding an input
+                raise rebuild_error(error, op.name) from None
             arrays = [array_of(cell) for cell in inputs]
             if op.is_view:
                 return new_views(self, Recipe(op, inputs, parents, device), arrays, metas)
@@ -431,7 +434,10 @@ class Allocator:
             locked: Sequence[Storage] = ()
             self.accesses += 1
             try:
-                locked = self.remat.lock([storage])
+                try:
+                    locked = self.remat.lock([storage])
+                except BudgetError as error:
+                    raise rebuild_error(error, "a read") from None
                 yield
             finally:
                 self.accesses -= 1
@@ -573,3 +579,11 @@ def _hold_at_exit() -> None:
 
 
 atexit.register(_hold_at_exit)
+
+
+def rebuild_error(error: BudgetError, access: str) -> BudgetError:
+    """A BudgetError met rebuilding what ``access`` reads, naming both (a PlacementError
+    too; a ThrashError names its own cause)."""
+    if type(error) in (BudgetError, PlacementError):
+        return error.recomputing_for(access)
+    return error

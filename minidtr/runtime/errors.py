@@ -42,6 +42,12 @@ class BudgetError(MemoryError):
         args, kwargs = self.made_with
         return _remake, (type(self), args, kwargs)
 
+    def recomputing_for(self, access: str) -> BudgetError:
+        """This error as raised by a rebuild that ``access`` asked for: it names the op
+        recomputed, then the access (the op called), not the op recomputed alone."""
+        args, kwargs = self.made_with
+        return type(self)(f"recomputing {args[0]} for {access}", *args[1:], **kwargs)
+
 
 class PlacementError(BudgetError):
     """Under ``fit="contiguous"``: no free block of the arena can hold what an op needs,
