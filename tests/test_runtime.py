@@ -612,6 +612,13 @@ def test_a_budget_error_while_rebuilding_an_input_names_the_op_called():
         assert y.numpy()[0] == np.exp(np.float32(1))
 
 
+def test_a_budget_error_making_a_tensor_names_its_shape_and_dtype():
+    with pytest.raises(md.BudgetError) as info, md.Runtime(budget=1_000_000):
+        md.ones((1000, 1000))
+    assert str(info.value).startswith("constant (1000, 1000) float32: needs 4,000,000 bytes")
+    assert md.ones((10, 10)).numpy().sum() == 100
+
+
 def test_the_machine_running_out_names_the_op_shapes_and_bytes_and_leaves_the_runtime_usable(
     monkeypatch,
 ):

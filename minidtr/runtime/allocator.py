@@ -235,7 +235,10 @@ class Allocator:
             was_busy, self.busy = self.busy, True
             ledger = self.ledger
             try:
-                self.reserve(nbytes, name)
+                try:
+                    self.reserve(nbytes, name)
+                except BudgetError as error:
+                    raise error.named(f"{name} {shape} {dtype}") from None
                 try:
                     array = (
                         make_array()
@@ -585,5 +588,5 @@ def rebuild_error(error: BudgetError, access: str) -> BudgetError:
     """A BudgetError met rebuilding what ``access`` reads, naming both (a PlacementError
     too; a ThrashError names its own cause)."""
     if type(error) in (BudgetError, PlacementError):
-        return error.recomputing_for(access)
+        return error.named(f"recomputing {error.op} for {access}")
     return error

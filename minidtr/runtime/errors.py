@@ -42,11 +42,10 @@ class BudgetError(MemoryError):
         args, kwargs = self.made_with
         return _remake, (type(self), args, kwargs)
 
-    def recomputing_for(self, access: str) -> BudgetError:
-        """This error as raised by a rebuild that ``access`` asked for: it names the op
-        recomputed, then the access (the op called), not the op recomputed alone."""
+    def named(self, op: str) -> BudgetError:
+        """This error naming ``op`` for what did not fit (the same numbers)."""
         args, kwargs = self.made_with
-        return type(self)(f"recomputing {args[0]} for {access}", *args[1:], **kwargs)
+        return type(self)(op, *args[1:], **kwargs)
 
 
 class PlacementError(BudgetError):
