@@ -175,7 +175,8 @@ def backward(root: Tensor, grad: Tensor | None = None, retain_graph: bool = Fals
     into the ``.grad`` of every non-leaf that called ``retain_grad()``."""
     found = _gradients(root, grad, retain_graph, "backward", finish=_as_constant)
     for leaf, g in found.values():
-        _accumulate_leaf(leaf, g)
+        if leaf._requires_grad:  # not frozen since the forward (as PyTorch's AccumulateGrad)
+            _accumulate_leaf(leaf, g)
     if not retain_graph and root.grad_fn is not None:
         _drop_recipe_of_scalar(root)
 

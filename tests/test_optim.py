@@ -386,3 +386,22 @@ def test_a_frozen_parameter_is_taken_and_left_as_it_is(make):
     after = [p.numpy() for p in model.parameters()]
     assert all(np.array_equal(a, b) for a, b in zip(after[:2], before[:2], strict=True))
     assert not any(np.array_equal(a, b) for a, b in zip(after[2:], before[2:], strict=True))
+
+
+def test_a_parameter_frozen_between_forward_and_backward_gets_no_gradient():
+    """As PyTorch's AccumulateGrad: whether a leaf takes a gradient is read when backward
+    runs, so freezing it after the forward (fine-tuning mid-step) leaves it alone."""
+    model = make_model(dtype=md.float32, hidden=8)
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    before = [p.numpy() for p in model.parameters()]
+    x = md.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    loss = model(x).sum()
+    frozen = model.parameters()[:2]
+    for p in frozen:
+        p.requires_grad_(False)
+    loss.backward()
+    opt.step()
+    assert all(p.grad is None for p in frozen)
+    after = [p.numpy() for p in model.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(after[:2], before[:2], strict=True))
+    assert all(p.grad is not None for p in model.parameters()[2:])
