@@ -17,7 +17,11 @@ function decorated with ``@no_grad()``) sets one and restores it on the way out.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+from collections.abc import Callable
 from contextvars import ContextVar, Token
+from typing import Any
 
 import numpy as np
 
@@ -60,9 +64,46 @@ class Using(contextlib.ContextDecorator):
     def _recreate_cm(self) -> Using:  # each call of a decorated function gets its own token
         return Using(self.var, self.value)
 
+    def __call__(self, function: Callable) -> Callable:
+        if not callable(function):
+            raise TypeError(f"a mode decorates a function, not {type(function).__name__}")
+        if inspect.isgeneratorfunction(function):
+            return self._generator(function)
+        return super().__call__(function)
 
-def no_grad() -> Using:
-    """Ops inside record no backward graph."""
+    def _generator(self, function: Callable) -> Callable:
+        """A generator runs its body at each ``next``, not at the call: the mode is set
+        around each resumption (and around ``throw`` and ``close``), not around the call
+        that only makes the generator."""
+
+        @functools.wraps(function)
+        def generator(*args, **kwargs):
+            inner = function(*args, **kwargs)
+            resume, value = inner.send, None
+            while True:
+                try:
+                    with self._recreate_cm():
+                        item = resume(value)
+                except StopIteration as stop:
+                    return stop.value
+                try:
+                    value = yield item
+                    resume = inner.send
+                except GeneratorExit:
+                    with self._recreate_cm():
+                        inner.close()
+                    raise
+                except BaseException as error:
+                    resume, value = inner.throw, error
+
+        return generator
+
+
+def no_grad(*function: Any) -> Using:
+    """Ops inside record no backward graph (``with md.no_grad():``, or ``@md.no_grad()``
+    on a function or a generator function)."""
+    if function:
+        raise TypeError("no_grad() takes no arguments: decorate with @md.no_grad()")
     return Using(GRAD_ENABLED, False)
 
 

@@ -231,6 +231,34 @@ def test_one_no_grad_object_entered_inside_itself():
     assert (x * 2).requires_grad
 
 
+def test_no_grad_on_a_generator_function_holds_at_each_resumption():
+    """A generator's body runs at each next, not at the call: the mode is set around each
+    resumption (a decorator around the call alone recorded every yielded value's graph),
+    and the caller's mode in between."""
+    x = md.tensor(np.ones(2), requires_grad=True)
+
+    @md.no_grad()
+    def batches():
+        sent = yield x * 2
+        assert not (x * sent).requires_grad
+        try:
+            yield x * 3
+        except ValueError:
+            yield x * 4
+        return "done"
+
+    made = batches()
+    assert not next(made).requires_grad
+    assert (x * 2).requires_grad  # the caller's mode between resumptions
+    assert not made.send(2.0).requires_grad
+    assert not made.throw(ValueError()).requires_grad
+    with pytest.raises(StopIteration) as stop:
+        next(made)
+    assert stop.value.value == "done" and (x * 2).requires_grad
+    with pytest.raises(TypeError, match=r"no_grad\(\) takes no arguments: decorate with"):
+        md.no_grad(batches)
+
+
 def test_the_grad_of_a_non_leaf_warns_and_retain_grad_fills_it():
     """As PyTorch: reading .grad of a non-leaf warns (naming retain_grad) and gives None;
     retain_grad() has backward fill it, accumulating over calls, for one output of a
