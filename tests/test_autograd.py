@@ -63,6 +63,10 @@ def test_matmul_error_names_the_shapes_passed_not_the_promoted_ones():
     with pytest.raises(md.ShapeError, match=r"\(2 vs 4\) \(input shapes \[\(3, 2\), \(4,\)\]"):
         w @ v
     np.testing.assert_array_equal((v @ md.tensor(np.ones((4, 2), np.float32))).numpy(), [4, 4])
+    with pytest.raises(md.DTypeError, match=r"dtypes differ.*\(input shapes \[\(4,\), \(4,\)\]"):
+        v @ md.tensor(np.ones(4, np.float64))
+    with pytest.raises(md.DTypeError, match=r"floating-point.*\(input shapes \[\(2,\), \(2, 1\)\]"):
+        md.tensor([1, 2]) @ md.tensor([[1], [2]])
 
 
 def test_matmul_batches_broadcast_or_fail_by_name():

@@ -107,6 +107,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             f"inner dimensions differ ({a.shape[-1]} vs {inner_b})", a.cell, b.cell
         )
     squeeze = []
+    if a.ndim == 1 or b.ndim == 1:
+        float_dtype(Matmul(), a.cell, b.cell)  # before the reshapes too
     if a.ndim == 1:
         a = reshape(a, (1, a.shape[0]))
         squeeze.append(-2)
