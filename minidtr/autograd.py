@@ -59,7 +59,7 @@ class Node:
         self.outputs = outputs
         self.metas = metas  # shape and dtype of each input, flat
         self.seq = next(_sequence)
-        self.freed = False
+        self.freed: bool | str = False  # or the name of the error that stopped a backward
         # weak references to the outputs' tensors that called retain_grad(), or None
         self.retained: list[weakref.ref[Tensor]] | None = None
 
@@ -259,7 +259,12 @@ def _gradients(
         walk.pending[node] = slots = [None] * node.op.n_outputs
         slots[root.cell.index] = grad.detach()
     with no_grad():
-        _run(walk, node)
+        try:
+            _run(walk, node)
+        except BaseException as error:
+            if node.freed is True:  # part of the graph is gone: a retry must say why
+                node.freed = type(error).__name__
+            raise
     return walk.leaf_grads
 
 
@@ -444,6 +449,12 @@ def _add_into(total: Tensor, g: Tensor) -> bool:
 
 
 def _freed_error(node: Node, caller: str) -> RuntimeError:
+    if isinstance(node.freed, str):  # the name of the error that stopped a backward
+        return RuntimeError(
+            f"{caller}: the graph through {node.op.name} was freed by a backward that "
+            f"stopped part-way ({node.freed}); run the forward again (retain_graph=True "
+            "keeps a graph through such a stop)"
+        )
     return RuntimeError(
         f"{caller}: the graph through {node.op.name} was already used and freed; "
         "pass retain_graph=True to the first backward to run it twice"

@@ -263,6 +263,26 @@ def test_no_grad_on_a_generator_function_holds_at_each_resumption():
         md.no_grad(batches)
 
 
+def test_a_backward_stopped_part_way_says_so_when_run_again():
+    """A BudgetError mid-backward frees what the backward had passed: running it again
+    says that a stopped backward freed the graph, not that the first one succeeded."""
+    x = md.tensor(np.ones((128, 16), np.float32))
+    ws = [md.tensor(np.eye(16, dtype=np.float32), requires_grad=True) for _ in range(10)]
+    h = x
+    for w in ws:
+        h = md.tanh(h @ w)
+    loss = (h * h).mean()
+    memory = md.current_runtime().stats()["memory"]
+    with pytest.raises(md.BudgetError), md.Runtime(budget=int(memory * 0.3), max_slowdown=None):
+        loss.backward()
+    with pytest.raises(
+        RuntimeError,
+        match=r"^backward: the graph through mean was freed by a "
+        r"backward that stopped part-way \(BudgetError\); run the forward again",
+    ):
+        loss.backward()
+
+
 def test_the_grad_of_a_non_leaf_warns_and_retain_grad_fills_it():
     """As PyTorch: reading .grad of a non-leaf warns (naming retain_grad) and gives None;
     retain_grad() has backward fill it, accumulating over calls, for one output of a
