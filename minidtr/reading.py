@@ -132,7 +132,7 @@ def _size(n: int) -> str:
 class LineReader:
     """The non-blank lines of a binary stream (every line, with ``blank``), numbered from
     1, as bytes without their newline; ``lines`` is the number of lines read so far
-    (blank ones included).
+    (blank ones included); ``cut`` turns True as a last line with no line end is given.
 
     Memory is bounded by ``max_line`` plus one chunk, whatever the file holds; a line
     longer than ``max_line``, more than ``max_bytes`` in all or, from a ``GzipFile``,
@@ -151,6 +151,7 @@ class LineReader:
         self.stream, self.limits, self.error, self.what = stream, limits, error, what
         self.blank = blank
         self.lines = 0
+        self.cut = False
         self.total = 0
         self.compressed = stream.fileobj if isinstance(stream, gzip.GzipFile) else None
 
@@ -171,6 +172,7 @@ class LineReader:
             self._check_length(tail, self.lines + 1)
         if tail:
             self.lines += 1
+            self.cut = True
             if self.blank or tail.strip():
                 yield self.lines, tail
 

@@ -265,7 +265,13 @@ def test_a_plot_without_an_extension_is_checked_and_named_as_the_png_written(
     "argv, says",
     [
         (["train", "mlp", "--ratio", "0.5", "--placement", "best"], "--placement best acts only"),
-        (["sim", "{trace}", "--placement", "first"], "placement='first' acts only"),
+        (["sim", "{trace}", "--placement", "first"], "--placement first acts only"),
+        (
+            ["sim", "{trace}", "--heuristics", "window"],
+            "window evicts runs of adjacent blocks: add",
+        ),
+        (["sim", "bound", "{trace}", "--heuristics", "window"], "only minidtr sim and minidtr tr"),
+        (["sim", "frontier", "{trace}", "--heuristic", "window"], "(--fit contiguous)"),
     ],
 )
 def test_a_placement_without_a_contiguous_fit_is_refused(capsys, trace_file, argv, says):
@@ -279,3 +285,22 @@ def test_an_experiment_size_past_its_limit_is_refused(capsys, command, most):
     """--n 99999999999999999999 ran until memory ran out."""
     code, out, err = run(capsys, "sim", command, "--n", "100,99999999999999999999")
     assert code == 2 and f"expected whole numbers from 1 to {most}, got 1e+20" in one_line(err)
+
+
+def test_a_bundled_trace_is_an_input_no_output_may_overwrite(capsys, tmp_path):
+    from minidtr.sim.bundled import bundled_traces
+
+    shipped = str(next(iter(bundled_traces())))
+    code, out, err = run(capsys, "sim", "--bundled", "--ratios", "0.5", "--csv", shipped)
+    assert code == 2 and "is the input" in one_line(err)
+
+
+def test_two_traces_of_one_name_are_refused(capsys, trace_file, tmp_path):
+    """Results name their trace: the second's would have hidden the first's."""
+    import shutil
+
+    (tmp_path / "other").mkdir()
+    twin = tmp_path / "other" / Path(trace_file).name
+    shutil.copy(trace_file, twin)
+    code, out, err = run(capsys, "sim", trace_file, str(twin), "--ratios", "0.5")
+    assert code == 1 and "are both named" in one_line(err) and "rename one" in err

@@ -76,6 +76,84 @@ def test_resume_refuses_results_of_other_options(traces, tmp_path):
         sweep(traces[:1], [0.5, 0.3], ["dtr"], jobs=1, csv_path=path, resume=True, thrash=3.0)
 
 
+def test_resume_refuses_the_options_naming_the_setting_that_differs(traces, tmp_path):
+    path = tmp_path / "sweep.csv"
+    sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path, thrash=2.0)
+    with pytest.raises(ValueError, match=r"thrash 2.0 there, 3.0 now\); write to a new file"):
+        sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path, resume=True, thrash=3.0)
+
+
+def rewrite(path, columns, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_resume_refuses_a_csv_of_other_columns_before_appending(traces, tmp_path):
+    """Rows appended under another header land in the wrong columns (an older minidtr's
+    file, a spreadsheet's reordering): refused, the file left as it was."""
+    path = tmp_path / "sweep.csv"
+    sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path)
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    columns = list(rows[0])
+    for changed, message in [
+        ([c for c in columns if c != "orphan_remats"], "it lacks orphan_remats"),
+        ([*columns, "note"], "it adds note"),
+        (columns[::-1], "this sweep's in another order"),
+    ]:
+        rewrite(path, changed, rows)
+        before = path.read_bytes()
+        with pytest.raises(ValueError, match=f"sweep.csv:1: its columns .*{message}.*new file"):
+            sweep(traces[:1], [0.5, 0.3], ["dtr"], jobs=1, csv_path=path, resume=True)
+        assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("cut", [2, 40])
+def test_resume_replays_a_row_cut_mid_write(traces, reference, tmp_path, cut):
+    """A stop mid-write (a full disk) leaves a last row without its line end: a resumed
+    sweep drops it and replays that point, and the file ends whole."""
+    path = tmp_path / "sweep.csv"
+    sweep(traces, RATIOS, HEURISTICS, jobs=1, csv_path=path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-cut])
+    rerun = []
+    results = sweep(
+        traces, RATIOS, HEURISTICS, jobs=1, csv_path=path, resume=True, on_result=rerun.append
+    )
+    assert len(rerun) == 1 and cells(results) == cells(reference)
+    assert sorted(cells(read_csv(path))) == sorted(cells(reference))
+
+
+def test_resume_from_an_empty_file_starts_it(traces, tmp_path):
+    path = tmp_path / "sweep.csv"
+    path.write_bytes(b"")
+    sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path, resume=True)
+    assert len(read_csv(path)) == 1
+
+
+def test_results_of_another_trace_of_the_same_name_are_refused(traces, tmp_path):
+    path = tmp_path / "sweep.csv"
+    sweep(traces[:1], [0.5], ["dtr"], jobs=1, csv_path=path)
+    other = chain_trace(50)
+    other.name = traces[0].name
+    with pytest.raises(ValueError, match="results for .* are of another trace of that name"):
+        sweep([other], [0.5], ["dtr"], jobs=1, csv_path=path, resume=True)
+    with pytest.raises(ValueError, match="two traces are named"):
+        sweep([traces[0], other], [0.5], ["dtr"], jobs=1)
+
+
+def test_empty_results_write_a_header_or_are_refused(tmp_path):
+    from minidtr.sim.sweep import plot, write_csv, write_rows
+
+    write_csv([], tmp_path / "e.csv")
+    assert (tmp_path / "e.csv").read_text().startswith("trace,heuristic,")
+    with pytest.raises(ValueError, match="write_rows: no rows"):
+        write_rows([], tmp_path / "r.csv")
+    with pytest.raises(ValueError, match="plot: no results"):
+        plot([], [], tmp_path / "e.png")
+
+
 def test_optimal_rows_through_the_pool():
     trace = chain_trace(8)
     serial = compare_with_optimal(trace, [1.0, 0.5], ["dtr"], time_limit=20)

@@ -95,12 +95,18 @@ def _add_logs(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
-    paths = list(args.logs)
-    if args.bundled:
+def _input_paths(args: argparse.Namespace) -> list[str]:
+    """The traces a command reads: its LOGs, then the bundled ones with --bundled."""
+    paths = list(getattr(args, "logs", ()))
+    if getattr(args, "bundled", False):
         from .bundled import bundled_traces
 
         paths += [str(path) for path in bundled_traces()]
+    return paths
+
+
+def _log_paths(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    paths = _input_paths(args)
     if not paths:
         p.error("give trace files (LOG ...) or --bundled for the traces that ship with minidtr")
     return paths
@@ -154,13 +160,22 @@ def _load(prog: str, paths: Sequence[str]):
     except ValueError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return None
-    traces = []
+    traces, named = [], {}
     for path in paths:
         try:
-            traces.append(load_log(path))
+            trace = load_log(path)
         except (OSError, TraceError) as e:
             print(f"{prog}: {e}", file=sys.stderr)
             return None
+        if trace.name in named:  # results name their trace: the two would be one
+            print(
+                f"{prog}: {named[trace.name]} and {path} are both named {trace.name!r} (a "
+                "trace is named by its file): rename one",
+                file=sys.stderr,
+            )
+            return None
+        named[trace.name] = path
+        traces.append(trace)
     return traces
 
 
@@ -168,11 +183,26 @@ def _parse(p: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespac
     """Parse ``argv``, then check that the outputs named (--csv, --plot) can be written,
     are not the input traces, and, for --plot, that matplotlib can write it."""
     args = p.parse_args(argv)
+    _check_fit(p, args)
     outputs = {"--csv": getattr(args, "csv", None), "--plot": getattr(args, "plot", None)}
-    check_outputs(p.prog, outputs, inputs=getattr(args, "logs", ()))
+    check_outputs(p.prog, outputs, inputs=_input_paths(args))
     if outputs["--plot"]:  # before the replays, not after them
         require_plotting(p.prog, "--plot", outputs["--plot"])
     return args
+
+
+def _check_fit(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors, before any work, for what acts only with a contiguous fit."""
+    fit = getattr(args, "fit", None)  # None: the command has no --fit
+    named = [*(getattr(args, "heuristics", None) or []), getattr(args, "heuristic", None)]
+    if "window" in named and fit != "contiguous":
+        if fit is None:
+            p.error("the window heuristic evicts runs of adjacent blocks, which only minidtr "
+                    "sim and minidtr train place (--fit contiguous)")  # fmt: skip
+        p.error("--heuristics window evicts runs of adjacent blocks: add --fit contiguous")
+    placement = getattr(args, "placement", "split")
+    if placement != "split" and fit != "contiguous":
+        p.error(f"--placement {placement} acts only with --fit contiguous: add it")
 
 
 def _add_heuristics(p: argparse.ArgumentParser, default: Sequence[str], **more: str) -> None:
@@ -420,7 +450,7 @@ def frontier_main(argv: Sequence[str]) -> int:
         help="bisect down to this (default 0.01)",
     )
     add_runtime_arguments(p, ["dealloc", "rebuild_orphans"])
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
     if args.tolerance > args.step:
         p.error(f"--tolerance ({args.tolerance:g}) must be at most --step ({args.step:g})")
     traces = _load(p.prog, args.logs)

@@ -9,17 +9,18 @@ worker once.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-from ..reading import LineReader, read_limits, shown, text_line
+from ..reading import MAX_SHOWN, LineReader, printable, read_limits, shown, text_line
 from ..runtime.options import RuntimeOptions
 from . import parallel
 from .simulator import (
@@ -70,22 +71,30 @@ def sweep(
     when installed); ``on_result`` is called with each new result as it arrives.
     """
     traces = list(traces)
+    names = _trace_numbers(traces)
     keys = [(i, h, ratio) for i in range(len(traces)) for h in heuristics for ratio in ratios]
     options = replay_options(options, **settings)
     stamp = _options_stamp(options, thrash)
+    addresses = options.fit == "contiguous"  # its measures are columns too
+    header = [*CSV_FIELDS, *(ADDRESS_COLUMNS if addresses else ()), "options"]
     done: dict[tuple, SimResult] = {}
-    if resume and csv_path is not None and os.path.exists(csv_path):
-        names = {trace.name: i for i, trace in enumerate(traces)}
-        for result in read_csv(csv_path, stamp):
-            key = (names.get(result.trace), result.heuristic, result.ratio)
-            if key[0] is not None:
-                done[key] = result
+    if resume and csv_path is not None and os.path.exists(csv_path) and os.path.getsize(csv_path):
+        for result in read_csv(csv_path, stamp, header=header):
+            i = names.get(result.trace)
+            if i is None:
+                continue
+            if result.compute != traces[i].total_compute:
+                raise ValueError(
+                    f"{os.fspath(csv_path)}: its results for {result.trace} are of another "
+                    f"trace of that name (compute {result.compute:g}, this one's "
+                    f"{traces[i].total_compute:g}); write to a new file"
+                )
+            done[(i, result.heuristic, result.ratio)] = result
     pending = [key for key in keys if key not in done]
     for i in sorted({key[0] for key in pending}):
         baseline(traces[i])  # measured once, here, and shipped with the trace
     tasks = [(i, (ratio, h, options, thrash)) for i, h, ratio in pending]
-    addresses = options.fit == "contiguous"  # its measures are columns too
-    log = _CsvLog(csv_path, stamp, resume, addresses) if csv_path is not None else None
+    log = _CsvLog(csv_path, stamp, resume, header) if csv_path is not None else None
     bar = _progress(len(keys), len(done)) if progress else None
     try:
         for n, result in parallel.run(
@@ -104,6 +113,20 @@ def sweep(
         if bar is not None:
             bar.close()
     return [done[key] for key in keys]
+
+
+def _trace_numbers(traces: Sequence[Trace]) -> dict[str, int]:
+    """Each trace's index by name: results (a CSV's rows, a table's blocks) name their
+    trace, so two traces of one name would be told apart by nothing."""
+    numbers: dict[str, int] = {}
+    for i, trace in enumerate(traces):
+        if trace.name in numbers:
+            raise ValueError(
+                f"sweep: two traces are named {trace.name!r}, and results name their trace: "
+                "give one another name (load_log(path, name=...))"
+            )
+        numbers[trace.name] = i
+    return numbers
 
 
 # What a sweep's CSV stamp always names (with ``thrash``): what ``minidtr sim`` sets. Other
@@ -126,13 +149,16 @@ def _options_stamp(options: RuntimeOptions, thrash: float | None) -> str:
 
 
 class _CsvLog:
-    """Appends one row per result and flushes it, so the file is whole after any stop."""
+    """Appends one row per result and flushes it, so the file is whole after any stop
+    but one mid-write (a full disk), whose cut row a resumed sweep drops and replays."""
 
-    def __init__(self, path, stamp: str, append: bool, addresses: bool = False):
-        fresh = not (append and os.path.exists(path) and os.path.getsize(path) > 0)
+    def __init__(self, path, stamp: str, append: bool, header: list[str]):
+        fresh = True
+        if append and os.path.exists(path):
+            fresh = _drop_cut_row(path) == 0
         self.file = open(path, "w" if fresh else "a", newline="")  # noqa: SIM115
-        self.extra = ADDRESS_COLUMNS if addresses else ()
-        self.writer = csv.DictWriter(self.file, fieldnames=[*CSV_FIELDS, *self.extra, "options"])
+        self.extra = [name for name in ADDRESS_COLUMNS if name in header]
+        self.writer = csv.DictWriter(self.file, fieldnames=header)
         self.stamp = stamp
         if fresh:
             self.writer.writeheader()
@@ -141,11 +167,41 @@ class _CsvLog:
     def write(self, result: SimResult) -> None:
         row = {name: getattr(result, name) for name in CSV_FIELDS}
         row.update({name: result.extra.get(name) for name in self.extra})
-        self.writer.writerow({**row, "options": self.stamp})
-        self.file.flush()
+        with naming_the_file(self.file.name):
+            self.writer.writerow({**row, "options": self.stamp})
+            self.file.flush()
 
     def close(self) -> None:
-        self.file.close()
+        with naming_the_file(self.file.name):
+            self.file.close()
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError writing ``path`` names it (a full disk's does not)."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror, os.fspath(path)) from None
+        raise
+
+
+def _drop_cut_row(path) -> int:
+    """Cut the file after its last line end (what follows is a row cut mid-write); its
+    length now."""
+    with open(path, "rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(0, end - 65536)
+            f.seek(start)
+            newline = f.read(end - start).rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+        f.truncate(end)
+    return end
 
 
 CSV_FIELDS = tuple(f.name for f in dataclasses.fields(SimResult) if f.name != "extra")
@@ -159,6 +215,7 @@ def read_csv(
     path: str | os.PathLike,
     stamp: str | None = None,
     *,
+    header: Sequence[str] | None = None,
     max_line: int | None = None,
     max_bytes: int | None = None,
 ) -> list[SimResult]:
@@ -167,7 +224,9 @@ def read_csv(
     The file is read within ``minidtr.reading``'s limits (``max_line``, ``max_bytes``);
     a row that is not a sweep's (a field of the wrong type, too many or too few fields,
     a field longer than the csv module's limit) is a ``SweepCsvError`` naming the file
-    and the line."""
+    and the line. With ``header`` (what a resumed sweep would append under), the file's
+    columns must be those, in that order, and a last row with no line end (cut by a
+    stop mid-write) is left out: the resumed sweep replays it."""
     source = os.fspath(path)
 
     def error(line: int | None, message: str) -> SweepCsvError:
@@ -181,11 +240,29 @@ def read_csv(
             columns = reader.fieldnames or []
             if not {"trace", "heuristic", "ratio"} <= set(columns):
                 raise error(1, "not a sweep CSV (its header lacks trace, heuristic, ratio)")
+            if header is not None and list(columns) != list(header):
+                raise ValueError(
+                    f"{error(1, _other_columns(columns, header))}; write to a new file"
+                )
             for row in reader:
+                if header is not None and lines.cut:
+                    break
                 results.append(_csv_result(row, lines.lines, error, stamp))
         except csv.Error as e:
             raise error(lines.lines, f"not a sweep CSV ({e})") from None
     return results
+
+
+def _other_columns(columns: Sequence[str], header: Sequence[str]) -> str:
+    missing = [name for name in header if name not in columns]
+    extra = [name for name in columns if name not in header]
+    if not missing and not extra:
+        return "its columns are this sweep's in another order"
+    parts = [
+        f"lacks {', '.join(missing)}" if missing else "",
+        f"adds {', '.join(extra)}" if extra else "",
+    ]
+    return "its columns are not this sweep's: it " + " and ".join(p for p in parts if p)
 
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(SimResult)}
@@ -198,7 +275,7 @@ def _csv_result(row: dict, line: int, error: Callable, stamp: str | None) -> Sim
     if stamp is not None and row.get("options") != stamp:  # a usage error, not a bad file
         raise ValueError(
             f"{error(line, 'results of other simulate options')} "
-            f"({shown(row.get('options'))}, now {stamp}); write to a new file"
+            f"({_stamp_difference(row.get('options'), stamp)}); write to a new file"
         )
     values: dict[str, Any] = {}
     for name in CSV_FIELDS:
@@ -225,6 +302,24 @@ def _csv_result(row: dict, line: int, error: Callable, stamp: str | None) -> Sim
                     line, f"the field {name!r} must be a number, got {shown(text)}"
                 ) from None
     return SimResult(**values, extra=extra)
+
+
+def _stamp_difference(written: str | None, stamp: str) -> str:
+    """What differs between a row's options and this sweep's, setting by setting."""
+    try:
+        old = json.loads(written or "")
+    except ValueError:
+        old = None
+    if not isinstance(old, dict):
+        return f"{shown(written)}, now {stamp}"
+    new = json.loads(stamp)
+    names = sorted(set(old) | set(new))
+    return ", ".join(
+        f"{printable(name)[:MAX_SHOWN]} {printable(json.dumps(old.get(name)))[:MAX_SHOWN]} "
+        f"there, {json.dumps(new.get(name))} now"
+        for name in names
+        if old.get(name) != new.get(name)
+    )
 
 
 def _progress(total: int, initial: int):
@@ -298,13 +393,21 @@ def address_table(results: Sequence[SimResult]) -> str:
 
 
 def write_csv(results: Sequence[SimResult], path: str | os.PathLike) -> None:
-    write_rows([r.row() for r in results], path)
+    """Results as a CSV (no results: the header alone)."""
+    write_rows([r.row() for r in results], path, [*CSV_FIELDS] if not results else None)
 
 
-def write_rows(rows: Sequence[dict], path: str | os.PathLike) -> None:
-    """Rows of dicts as a CSV, with the first row's keys as its header."""
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+def write_rows(
+    rows: Sequence[dict], path: str | os.PathLike, columns: Sequence[str] | None = None
+) -> None:
+    """Rows of dicts as a CSV, with ``columns`` (default: the first row's keys) as its
+    header."""
+    if columns is None:
+        if not rows:
+            raise ValueError("write_rows: no rows, and no columns for the header")
+        columns = list(rows[0])
+    with naming_the_file(path), open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
         writer.writeheader()
         writer.writerows(rows)
 
@@ -325,6 +428,8 @@ def plot(
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - matplotlib is an optional extra
         raise ImportError("plots need matplotlib (pip install 'minidtr[plots]')") from e
+    if not results:
+        raise ValueError("plot: no results to draw")
     by_name = {t.name: t for t in traces}
     names = list(dict.fromkeys(r.trace for r in results))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
