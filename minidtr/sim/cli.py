@@ -273,7 +273,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         return 1
     thrash = args.thrash if args.thrash > 0 else math.inf
     finished: list = []
-    from .sweep import SweepCsvError
+    from .sweep_csv import SweepCsvError
 
     try:
         with cluster(settings) as client:
