@@ -598,7 +598,7 @@ def test_the_window_heuristic_needs_the_contiguous_fit(capsys):
         md.Runtime(heuristic="window")
     log = str(next(p for p in sim.bundled_traces() if p.name.startswith("mlp")))
     assert cli.main([log, "--ratios", "0.5", "--heuristics", "dtr,window", "--jobs", "1"]) == 2
-    assert 'it needs fit="contiguous"' in capsys.readouterr().err
+    assert "window evicts runs of adjacent blocks: add --fit contiguous" in capsys.readouterr().err
     from minidtr.cli import main
 
     with pytest.raises(SystemExit) as stop:  # a usage error
