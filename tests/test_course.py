@@ -248,3 +248,43 @@ def test_outside_a_clone_check_says_where_the_skeletons_are(monkeypatch, tmp_pat
     error = capsys.readouterr().err
     assert "the skeletons are in docs/course of a clone of the repository" in error
     assert "give your file with --path" in error
+
+
+def test_ctrl_c_prints_the_finished_checks_then_one_line_and_exits_130(monkeypatch, capsys):
+    from minidtr.course import __main__ as command
+    from minidtr.course import grade_step3
+    from minidtr.course.grading import Check
+
+    def interrupted(module, examples):
+        raise KeyboardInterrupt
+
+    first, *_ = grade_step3.CHECKS
+    never = Check("never", "not reached", lambda module, examples: None)
+    monkeypatch.setattr(grade_step3, "CHECKS", [first, Check("ctrl-c", "", interrupted), never])
+    assert command.main(["check", "3", "--path", str(solution(3)), "--examples", "0"]) == 130
+    out, err = capsys.readouterr()
+    assert f"PASS  {first.name}" in out and "never" not in out
+    assert out.splitlines()[-1] == "1 of 1 checks pass; 2 not run (interrupted)"
+    assert err.splitlines() == ["python -m minidtr.course: interrupted"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_grading(monkeypatch):
+    import signal
+
+    from minidtr.course import grade_step3
+    from minidtr.course.grading import Check
+    from minidtr.course.runner import GradingInterrupted
+
+    class Finalized:
+        def __del__(self):  # where Python prints a KeyboardInterrupt and goes on
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+
+    def swallowed(module, examples):
+        Finalized()
+
+    never = Check("never", "not reached", lambda module, examples: None)
+    monkeypatch.setattr(grade_step3, "CHECKS", [Check("ctrl-c", "", swallowed), never])
+    with pytest.raises(GradingInterrupted) as stopped:
+        grade(step(3), solution(3), 0)
+    assert [r.check for r in stopped.value.results] == ["ctrl-c"]

@@ -6,9 +6,10 @@
 
 ``check`` grades docs/course/stepN_<name>.py (the skeleton you fill in) or the file
 given with ``--path``; exit status 0 when every check passes, 1 when one fails, 2 on
-a usage error (a step that does not exist, a missing file). ``chain`` writes the event
-logs of three runs of one chain (no budget, sqrt(N) checkpoints, DTR at the same
-memory) for ``minidtr animate``.
+a usage error (a step that does not exist, a missing file), 130 on Ctrl-C (after the
+results of the checks that had finished). ``chain`` writes the event logs of three runs
+of one chain (no budget, sqrt(N) checkpoints, DTR at the same memory) for ``minidtr
+animate``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._startup import EXIT_INTERRUPTED
 from .grading import EXAMPLES
 from .steps import STEPS, step
 
@@ -88,11 +90,19 @@ def usage_error(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "list":
-        print(listing())
-        return 0
-    if args.command == "chain":
-        return write_chain(args)
+    try:
+        if args.command == "list":
+            print(listing())
+            return 0
+        if args.command == "chain":
+            return write_chain(args)
+        return check(args)
+    except KeyboardInterrupt:
+        print("python -m minidtr.course: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def check(args: argparse.Namespace) -> int:
     try:
         chosen = step(int(args.step))
     except ValueError as error:
@@ -114,15 +124,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         import hypothesis  # noqa: F401
     except ImportError:
         return usage_error("the graders need hypothesis: pip install hypothesis (or '.[test]')")
-    from .runner import grade, report
+    from .runner import GradingInterrupted, grade, report
 
-    results = grade(chosen, path, args.examples)
-    status = 0 if all(r.passed for r in results) else EXIT_FAILED
     try:
-        print(report(chosen, path, results), flush=True)
+        results = grade(chosen, path, args.examples)
+    except GradingInterrupted as stopped:
+        show(report(chosen, path, stopped.results, interrupted=True))
+        raise
+    show(report(chosen, path, results))
+    return 0 if all(r.passed for r in results) else EXIT_FAILED
+
+
+def show(text: str) -> None:
+    try:
+        print(text, flush=True)
     except BrokenPipeError:  # the reader stopped reading (| head): nothing more to say
         sys.stdout = None  # no second error when Python flushes at exit
-    return status
 
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ def property_check(
 
 
 def _one(prop: Callable[[Any], str | None], example: Any, shown: Callable, shrinking=False):
+    raise_if_interrupted()
     try:
         with time_limit(TIME_LIMIT):
             message = prop(example)
@@ -170,3 +171,41 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+_INTERRUPTED = [False]  # a Ctrl-C came inside ``interrupts_kept``
+
+
+@contextlib.contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` at once, as usual (an endless loop in the code
+    under test must stop), and is noted too: one that lands in a weakref callback or a
+    ``__del__`` (the runtime's storages have both) is printed and dropped by Python, and
+    ``raise_if_interrupted`` raises it again at the next example. Only where Python's own
+    handler is in place, in the main thread."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        _INTERRUPTED[0] = True
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, interrupted)
+    except ValueError:  # not the main thread
+        yield
+        return
+    _INTERRUPTED[0] = False
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _INTERRUPTED[0] = False
+
+
+def raise_if_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C came (``interrupts_kept``), even one that
+    Python dropped."""
+    if _INTERRUPTED[0]:
+        raise KeyboardInterrupt

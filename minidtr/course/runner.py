@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import grading
-from .grading import EXAMPLES, CheckFailed
+from .grading import EXAMPLES, Check, CheckFailed
 from .steps import Step
 
 
@@ -32,6 +32,14 @@ class Result:
     passed: bool
     message: str = ""
     seconds: float = 0.0
+
+
+class GradingInterrupted(KeyboardInterrupt):
+    """Ctrl-C while grading: ``results`` are those of the checks that had finished."""
+
+    def __init__(self, results: list[Result]):
+        super().__init__(f"interrupted after {len(results)} checks")
+        self.results = results
 
 
 def load(path: Path, step: Step) -> ModuleType:
@@ -58,32 +66,38 @@ def load(path: Path, step: Step) -> ModuleType:
 
 
 def grade(step: Step, path: Path, examples: int = EXAMPLES) -> list[Result]:
-    """Run every check of ``step`` on the file at ``path``."""
+    """Run every check of ``step`` on the file at ``path``. Ctrl-C raises
+    ``GradingInterrupted`` with the results of the checks finished before it."""
     checks = importlib.import_module(step.grader).CHECKS
+    results: list[Result] = []
     try:
-        module = load(path, step)
-    except CannotLoad as error:
-        return [Result(c.name, c.asks, False, str(error)) for c in checks]
-    results = []
-    with quiet_numpy():
-        for check in checks:
-            started = time.perf_counter()
+        with grading.interrupts_kept():
             try:
-                check.run(module, examples)
-            except CheckFailed as failure:
-                message = str(failure)
-                results.append(Result(check.name, check.asks, False, message, _since(started)))
-                continue
-            except NotImplementedError as error:
-                message = grading.unwritten(error)
-                results.append(Result(check.name, check.asks, False, message, _since(started)))
-                continue
-            except Exception as error:  # noqa: BLE001 (the student's code failing is a result)
-                message = grading.raised(error)
-                results.append(Result(check.name, check.asks, False, message, _since(started)))
-                continue
-            results.append(Result(check.name, check.asks, True, "", _since(started)))
+                module = load(path, step)
+            except CannotLoad as error:
+                return [Result(c.name, c.asks, False, str(error)) for c in checks]
+            with quiet_numpy():
+                for check in checks:
+                    grading.raise_if_interrupted()
+                    results.append(_run_check(check, module, examples))
+    except KeyboardInterrupt:
+        raise GradingInterrupted(results) from None
     return results
+
+
+def _run_check(check: Check, module: ModuleType, examples: int) -> Result:
+    started = time.perf_counter()
+    try:
+        check.run(module, examples)
+    except CheckFailed as failure:
+        message = str(failure)
+    except NotImplementedError as error:
+        message = grading.unwritten(error)
+    except Exception as error:  # noqa: BLE001 (the student's code failing is a result)
+        message = grading.raised(error)
+    else:
+        return Result(check.name, check.asks, True, "", _since(started))
+    return Result(check.name, check.asks, False, message, _since(started))
 
 
 def _since(started: float) -> float:
@@ -100,8 +114,9 @@ def quiet_numpy() -> Iterator[None]:
         yield
 
 
-def report(step: Step, path: Path, results: list[Result]) -> str:
-    """The results as text: one line per check, the failures' messages indented."""
+def report(step: Step, path: Path, results: list[Result], interrupted: bool = False) -> str:
+    """The results as text: one line per check, the failures' messages indented;
+    ``interrupted``: the checks after these were not run."""
     lines = [f"step {step.number}: {step.title} ({path})"]
     for r in results:
         mark = "PASS" if r.passed else "FAIL"
@@ -109,6 +124,10 @@ def report(step: Step, path: Path, results: list[Result]) -> str:
         if not r.passed:
             lines.extend("        " + line for line in r.message.splitlines())
     passed = sum(r.passed for r in results)
+    if interrupted:
+        left = len(importlib.import_module(step.grader).CHECKS) - len(results)
+        lines.append(f"{passed} of {len(results)} checks pass; {left} not run (interrupted)")
+        return "\n".join(lines)
     lines.append(f"{passed} of {len(results)} checks pass")
     if passed == len(results):
         lines.append(f"step {step.number} is done. Next: {_next(step)}")
