@@ -288,3 +288,22 @@ def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_grading(monkeypatc
     with pytest.raises(GradingInterrupted) as stopped:
         grade(step(3), solution(3), 0)
     assert [r.check for r in stopped.value.results] == ["ctrl-c"]
+
+
+def test_an_endless_loop_on_a_random_example_stops_the_check_without_shrinking(monkeypatch):
+    from hypothesis import strategies as st
+
+    from minidtr.course import grading
+
+    monkeypatch.setattr(grading, "TIME_LIMIT", 0.2)
+    loops = []
+
+    def endless_above_ten(n: int) -> None:
+        if n > 10:
+            loops.append(n)
+            while True:
+                pass
+
+    with pytest.raises(grading.CheckFailed, match="took more than 0.2 s on this example"):
+        grading.property_check(endless_above_ten, st.integers(0, 1000), 50)
+    assert len(loops) == 1  # hypothesis tried no smaller example, each another 0.2 s
