@@ -198,9 +198,10 @@ def test_usage_errors_are_one_line_and_exit_2(args, says):
 
 def test_a_file_that_does_not_import_fails_every_check_saying_why(tmp_path):
     broken = tmp_path / "broken.py"
-    broken.write_text("def score(:\n")
+    broken.write_text("x = 1\ndef score(:\n")
     results = grade(step(3), broken, 0)
     assert all(not r.passed and "cannot import it: SyntaxError" in r.message for r in results)
+    assert results[0].message.count("line 2") == 1, results[0].message
 
 
 def test_a_missing_function_is_named(tmp_path):

@@ -56,9 +56,7 @@ def load(path: Path, step: Step) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as error:  # noqa: BLE001 (any error importing it is the student's)
         sys.modules.pop(name, None)
-        line = getattr(error, "lineno", None)
-        where = f" (line {line})" if line else ""
-        what = f"{type(error).__name__}: {error}{where}"
+        what = f"{type(error).__name__}: {error}"  # a SyntaxError's names the line
         raise CannotLoad(f"{path}: cannot import it: {what}") from None
     grading.STUDENT_FILES.add(str(path.resolve()))
     grading.STUDENT_FILES.add(str(path))
