@@ -204,6 +204,22 @@ def test_a_file_that_does_not_import_fails_every_check_saying_why(tmp_path):
     assert results[0].message.count("line 2") == 1, results[0].message
 
 
+def test_a_file_that_exits_or_loops_at_import_fails_every_check_saying_so(tmp_path, monkeypatch):
+    from minidtr.course import grading
+
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys\nsys.exit(3)\n")
+    results = grade(step(3), exits, 0)
+    says = "cannot import it: your file calls sys.exit at import (line 2)"
+    assert results and all(not r.passed and says in r.message for r in results)
+    monkeypatch.setattr(grading, "TIME_LIMIT", 0.2)
+    loops = tmp_path / "loops.py"
+    loops.write_text("while True:\n    pass\n")
+    results = grade(step(3), loops, 0)
+    says = "cannot import it: it ran for more than 0.2 s (an endless loop at its top level?)"
+    assert results and all(not r.passed and says in r.message for r in results)
+
+
 def test_a_missing_function_is_named(tmp_path):
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")

@@ -1,7 +1,8 @@
 """Grading a file: load the student's module, run the step's checks, report each.
 
 ``grade(step, path)`` returns one ``Result`` per check (passed, or the message of
-its failure). A file that cannot be imported fails every check with the reason.
+its failure). A file that cannot be imported fails every check with the reason (an
+error, a ``sys.exit``, or an import running past ``grading.TIME_LIMIT``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import importlib.util
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +55,32 @@ def load(path: Path, step: Step) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
     try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 (any error importing it is the student's)
+        with grading.time_limit(grading.TIME_LIMIT):
+            spec.loader.exec_module(module)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 (the student's, all of them)
         sys.modules.pop(name, None)
-        what = f"{type(error).__name__}: {error}"  # a SyntaxError's names the line
-        raise CannotLoad(f"{path}: cannot import it: {what}") from None
+        raise CannotLoad(f"{path}: cannot import it: {_import_error(error, path)}") from None
     grading.STUDENT_FILES.add(str(path.resolve()))
     grading.STUDENT_FILES.add(str(path))
     return module
+
+
+def _import_error(error: BaseException, path: Path) -> str:
+    """What stopped the import of the file at ``path``, and on which of its lines."""
+    if isinstance(error, SyntaxError):
+        return f"{type(error).__name__}: {error}"  # its message names the line
+    if isinstance(error, grading.TookTooLong):
+        what = f"it ran for more than {grading.TIME_LIMIT:g} s (an endless loop at its top level?)"
+    elif isinstance(error, SystemExit):
+        what = "your file calls sys.exit at import"
+    else:
+        what = f"{type(error).__name__}: {error}"
+    lines = [
+        frame.lineno
+        for frame in traceback.extract_tb(error.__traceback__)
+        if Path(frame.filename).resolve() == path.resolve()
+    ]
+    return f"{what} (line {lines[-1]})" if lines else what
 
 
 def grade(step: Step, path: Path, examples: int = EXAMPLES) -> list[Result]:
