@@ -152,6 +152,23 @@ def test_a_differing_event_is_shown_both_ways_with_the_lines_running(tmp_path):
     assert "on this program (heuristic" in result.message
 
 
+def test_code_that_raises_is_shown_with_the_budget_in_bytes(tmp_path):
+    """Not the budget's ratio: the student reruns the example with the budget printed."""
+    import re
+
+    source = solution(0).read_text()
+    assert "            best.data = None\n" in source
+    wrong = tmp_path / solution(0).name
+    wrong.write_text(
+        source.replace("            best.data = None\n", "            raise OSError\n")
+    )
+    results = {r.check: r for r in grade(step(0), wrong, 0)}
+    for result in results.values():
+        assert "your code raised OSError" in result.message, result.message
+        assert re.search(r"\n    # budget \d+ bytes\n", result.message), result.message
+    assert "# budget 16 bytes" in results["budget errors"].message  # 8 bytes a line, ratio 0.2
+
+
 # ---- the command ---------------------------------------------------------------------------
 
 

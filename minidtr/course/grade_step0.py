@@ -11,6 +11,7 @@ too small stops the run.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -74,8 +75,18 @@ def _budget_error(run: Run) -> bool:
     return run.error is not None and type(run.error).__name__ == "BudgetError"
 
 
+def budget_of(program: Program) -> int:
+    """The program's budget for the decisions and values checks."""
+    return budget_for(program, cost=unit_cost, **SETTINGS)[0]
+
+
+def error_budget(program: Program) -> int:
+    """The budget errors check's: 8 bytes a line (so many runs cannot be met)."""
+    return 8 * max(1, round(program.ratio * 10))
+
+
 def same_decisions(module: ModuleType, program: Program) -> str | None:
-    budget, _ = budget_for(program, cost=unit_cost, **SETTINGS)
+    budget = budget_of(program)
     reference = run_minidtr(program, budget)
     yours, runtime = run_micro(module, program, budget)
     if yours.error is not None and not _budget_error(yours):
@@ -111,7 +122,7 @@ def _scores_at_difference(reference: Run, yours: Run, seen: dict) -> str:
 
 
 def same_values(module: ModuleType, program: Program) -> str | None:
-    budget, _ = budget_for(program, cost=unit_cost, **SETTINGS)
+    budget = budget_of(program)
     free, _ = run_micro(module, program, None)
     tight, _ = run_micro(module, program, budget)
     reference = run_minidtr(program, None)
@@ -137,9 +148,9 @@ def same_values(module: ModuleType, program: Program) -> str | None:
 
 
 def fails_where_minidtr_does(module: ModuleType, program: Program) -> str | None:
-    """Under a budget of 8 bytes a line (so many runs cannot be met), the micro-DTR must
-    stop with its BudgetError at the same line as minidtr, or run to the end as it does."""
-    budget = 8 * max(1, round(program.ratio * 10))
+    """Under ``error_budget``, the micro-DTR must stop with its BudgetError at the same
+    line as minidtr, or run to the end as it does."""
+    budget = error_budget(program)
     reference = run_minidtr(program, budget)
     yours, _ = run_micro(module, program, budget)
     if yours.error is not None and not _budget_error(yours):
@@ -151,7 +162,7 @@ def fails_where_minidtr_does(module: ModuleType, program: Program) -> str | None
     )
 
 
-def _check(prop: Any, names: tuple[str, ...]) -> Any:
+def _check(prop: Any, names: tuple[str, ...], budget: Callable[[Program], int]) -> Any:
     def run(module: ModuleType, examples: int) -> None:
         from .strategies import fixed, programs
 
@@ -164,6 +175,7 @@ def _check(prop: Any, names: tuple[str, ...]) -> Any:
             programs(SCALAR_KINDS, scalar=True),
             examples,
             fixed(SCALAR_KINDS, scalar=True),
+            lambda p: describe(p, budget(p)),
         )
 
     return run
@@ -174,17 +186,17 @@ CHECKS = [
     Check(
         "decisions",
         "every allocation, eviction and rematerialization is minidtr's",
-        _check(same_decisions, METHODS),
+        _check(same_decisions, METHODS, budget_of),
     ),
     Check(
         "values",
         "under a budget the values read are those of an unbounded run, and memory stays "
         "within the budget",
-        _check(same_values, METHODS),
+        _check(same_values, METHODS, budget_of),
     ),
     Check(
         "budget errors",
         "when nothing more can be evicted, BudgetError, at the line where minidtr raises it",
-        _check(fails_where_minidtr_does, METHODS),
+        _check(fails_where_minidtr_does, METHODS, error_budget),
     ),
 ]

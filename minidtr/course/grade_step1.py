@@ -17,7 +17,7 @@ import numpy as np
 
 from .grading import Check, CheckFailed, needs, property_check
 from .isolation import fresh_allocator
-from .programs import Program, budget_for, describe, run_program
+from .programs import Program, budget_for, describe, listing, run_program
 
 
 def alive(env: dict[str, Any], allocator: Any) -> list[Any]:
@@ -155,7 +155,7 @@ def _check(prop: Any, unit: Callable[[ModuleType], None] | None = None) -> Any:
 
         if unit is not None:
             unit(module)
-        property_check(lambda p: prop(module, p), programs(), examples, fixed())
+        property_check(lambda p: prop(module, p), programs(), examples, fixed(), listing)
 
     return run
 

@@ -21,7 +21,7 @@ from ..runtime.eviction import Eviction
 from .compare import DECISION, first_difference
 from .grading import Check, needs, property_check
 from .plug import plugged, reference
-from .programs import Program, budget_for, run_program
+from .programs import Program, budget_for, listing, run_program
 
 HEURISTICS = ("dtr", "lru", "size")  # size and lru have many ties: the order decides
 
@@ -140,7 +140,7 @@ def _program_check(prop: Any, ratios: tuple[float, ...]) -> Any:
 
 def _shown(case: tuple[Program, str]) -> str:
     program, heuristic = case
-    return f"(heuristic {heuristic})\n{program}"
+    return f"(heuristic {heuristic})\n{listing(program)}"
 
 
 RATIOS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)

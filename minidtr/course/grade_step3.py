@@ -17,7 +17,7 @@ from typing import Any
 from ..runtime.heuristics import NAMED, NEIGHBOURHOOD_COST, Heuristic, make_heuristic
 from .grading import Check, needs, property_check
 from .plug import reference
-from .programs import Program, budget_for, describe, run_program
+from .programs import Program, budget_for, describe, listing, run_program
 
 HEURISTICS = (*NAMED, "estar+nosize+stale", "local+size+nostale", "none+size+stale")
 
@@ -101,7 +101,7 @@ def _check(names: tuple[str, ...]) -> Any:
 
 
 def _shown(case: tuple[Program, str]) -> str:
-    return f"(heuristic {case[1]})\n{case[0]}"
+    return f"(heuristic {case[1]})\n{listing(case[0])}"
 
 
 CHECKS = [

@@ -18,7 +18,7 @@ from ..runtime import estar
 from ..runtime.heuristics import make_heuristic
 from .grading import Check, needs, property_check
 from .plug import reference
-from .programs import Program, budget_for, describe, run_program
+from .programs import Program, budget_for, describe, listing, run_program
 
 POLICIES = ("eager", "banish")
 
@@ -87,7 +87,7 @@ def _check(what: str) -> Any:
 
         cases = st.tuples(programs(), st.sampled_from(POLICIES))
         known = [(p, d) for p in fixed() for d in POLICIES]
-        shown = lambda c: f"(dealloc {c[1]})\n{c[0]}"  # noqa: E731
+        shown = lambda c: f"(dealloc {c[1]})\n{listing(c[0], dealloc=c[1])}"  # noqa: E731
         property_check(lambda c: same_walk(module, what, c), cases, examples, known, shown)
 
     return run

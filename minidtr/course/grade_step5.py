@@ -19,7 +19,7 @@ from ..runtime.remat import Rematerializer
 from .compare import CASCADE, first_difference
 from .grading import Check, needs, property_check
 from .plug import plugged, reference
-from .programs import Program, budget_for, describe, parse, run_program
+from .programs import Program, budget_for, describe, listing, parse, run_program
 
 HEURISTICS = ("dtr", "lru", "msps")  # msps: no staleness, the access locks at once
 # x6's input x4 is resident when x6 asks for its inputs, and evicted to make room for
@@ -116,7 +116,7 @@ def _check(names: tuple[str, ...]) -> Any:
         cases = st.tuples(programs(max_lines=30), st.sampled_from(HEURISTICS))
         known = [(p, h) for p in fixed() for h in HEURISTICS]
         known += [(DEFERRED, "dtr"), (DEFERRED, "msps")]  # x4 evicted and rebuilt; locked
-        shown = lambda c: f"(heuristic {c[1]})\n{c[0]}"  # noqa: E731
+        shown = lambda c: f"(heuristic {c[1]})\n{listing(c[0])}"  # noqa: E731
         property_check(lambda c: same_remats(module, c, names), cases, examples, known, shown)
 
     return run

@@ -18,7 +18,7 @@ from ..runtime.lifetime import Lifetimes
 from .compare import first_difference
 from .grading import Check, needs, property_check
 from .plug import plugged, reference
-from .programs import Program, budget_for, parse, run_program
+from .programs import Program, budget_for, listing, parse, run_program
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "eager": {"dealloc": "eager"},
@@ -110,7 +110,7 @@ def _check(names: tuple[str, ...], settings: tuple[str, ...]) -> Any:
 
         cases = st.tuples(programs(min_lines=8, weights=WEIGHTS), st.sampled_from(settings))
         known = scenarios(settings) + [(p, s) for p in fixed() for s in settings]
-        shown = lambda c: f"(dealloc {c[1]})\n{c[0]}"  # noqa: E731
+        shown = lambda c: f"(dealloc {c[1]})\n{listing(c[0], **SETTINGS[c[1]])}"  # noqa: E731
         property_check(lambda c: same_deaths(module, c, names), cases, examples, known, shown)
 
     return run

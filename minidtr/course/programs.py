@@ -310,3 +310,9 @@ def budget_for(program: Program, **settings: Any) -> tuple[int, int]:
         raise free.error
     floor = min(free.constants + free.largest_op, free.peak)
     return max(0, floor + int(program.ratio * (free.peak - floor))), free.peak
+
+
+def listing(program: Program, **settings: Any) -> str:
+    """``describe(program)`` with its budget in bytes under the runtime ``settings`` (as
+    ``budget_for`` gives it): a failing example as the student can run it again."""
+    return describe(program, budget_for(program, **settings)[0])
