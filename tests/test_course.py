@@ -169,6 +169,44 @@ def test_code_that_raises_is_shown_with_the_budget_in_bytes(tmp_path):
     assert "# budget 16 bytes" in results["budget errors"].message  # 8 bytes a line, ratio 0.2
 
 
+SPLIT = """
+    x1 = leaf(2)
+    x2, x3 = split(x1)
+    x4 = tanh(x2)
+    x5 = leaf(4)
+    x6 = tanh(x5)
+    x7 = tanh(x6)
+    x8 = tanh(x6)
+"""  # after the split, the names (x4) and the storage ids (#2) part
+
+
+def test_steps_3_to_5_name_storages_as_the_listing_does():
+    from types import SimpleNamespace
+
+    from minidtr.course import grade_step3, grade_step4, grade_step5
+    from minidtr.course.programs import parse, run_program
+
+    program = parse(SPLIT, 0.3)
+    wrong = SimpleNamespace(evicted_ancestors=lambda s: list(s.parents), score=lambda *a: 0.0)
+    walked = grade_step4.same_walk(wrong, "evicted_ancestors", (program, "eager"))
+    assert walked.startswith("evicted_ancestors(x4 (#2 tanh)) returned [x1 (#1 constant)]")
+    scored = grade_step3.same_scores(wrong, (program, "dtr"))
+    assert scored.startswith("score(x4 (#2 tanh), context,"), scored
+    found: list[str] = []
+    names: dict[int, str] = {}
+
+    def lock_x4_on_line_3(number, env, allocator):
+        held = env["x4"].storage if number == 2 else None
+        if held is not None:
+            held.locks += 1
+        grade_step5._locks_left(number, env, allocator, found, names)
+        if held is not None:
+            held.locks -= 1
+
+    run_program(program, None, lock_x4_on_line_3, names=names)
+    assert found == ["after line 3, x4 (#2 tanh) is still locked (1)"]
+
+
 # ---- the command ---------------------------------------------------------------------------
 
 

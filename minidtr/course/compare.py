@@ -106,6 +106,13 @@ def event_words(event: dict[str, Any], run: Run) -> str:
     return f"{VERBS.get(kind, kind)} {name} ({'; '.join(parts)}) at clock {event.get('clock'):g}"
 
 
+def storage_words(storage: Any, names: dict[int, str]) -> str:
+    """``x3 (#3 tanh)``: a storage by the program's name for it (``Run.names``), then its
+    id and op, as ``event_words`` names the storage of an event."""
+    what = f"#{storage.id} {storage.name}"
+    return f"{names[storage.id]} ({what})" if storage.id in names else what
+
+
 def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"

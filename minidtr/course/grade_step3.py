@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from ..runtime.heuristics import NAMED, NEIGHBOURHOOD_COST, Heuristic, make_heuristic
+from .compare import storage_words
 from .grading import Check, needs, property_check
 from .plug import reference
 from .programs import Program, budget_for, describe, listing, run_program
@@ -33,6 +34,7 @@ class Spy:
         self.formula = heuristic.formula
         self.terms = heuristic.terms
         self.first: str | None = None
+        self.names: dict[int, str] = {}  # the program's names of the storages (Run.names)
 
     def score(self, storage: Any, context: Any) -> float:
         theirs = self.reference.score(storage, context)
@@ -54,7 +56,7 @@ class Spy:
             f"access {storage.last_access:g})"
         )
         call = (
-            f"score(#{storage.id} {storage.name}, context, cost={h.cost!r}, size={h.size}, "
+            f"score({storage_words(storage, self.names)}, context, cost={h.cost!r}, size={h.size}, "
             f"staleness={h.staleness})"
         )
         return (
@@ -77,7 +79,7 @@ def same_scores(module: ModuleType, case: tuple[Program, str]) -> str | None:
     spy = Spy(make_heuristic(name), score)
     budget, _ = budget_for(program)
     with reference():
-        run = run_program(program, budget, heuristic=spy)
+        run = run_program(program, budget, names=spy.names, heuristic=spy)
     from ..runtime.errors import BudgetError
 
     if run.error is not None and not isinstance(run.error, BudgetError):

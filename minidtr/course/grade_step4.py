@@ -16,6 +16,7 @@ from typing import Any
 
 from ..runtime import estar
 from ..runtime.heuristics import make_heuristic
+from .compare import storage_words
 from .grading import Check, needs, property_check
 from .plug import reference
 from .programs import Program, budget_for, describe, listing, run_program
@@ -32,6 +33,7 @@ class Spy:
         self.terms = self.heuristic.terms
         self.student, self.what = student, what
         self.first: str | None = None
+        self.names: dict[int, str] = {}  # the program's names of the storages (Run.names)
 
     def score(self, storage: Any, context: Any) -> float:
         if self.first is None:
@@ -41,13 +43,14 @@ class Spy:
     def compare(self, storage: Any) -> str | None:
         reference = getattr(estar, self.what)(storage)
         yours = self.student(storage)
-        call = f"{self.what}(#{storage.id} {storage.name})"
+        call = f"{self.what}({storage_words(storage, self.names)})"
         if self.what == "estar_cost":
             if isinstance(yours, int | float) and math.isclose(yours, reference, rel_tol=1e-9):
                 return None
             parts = estar.evicted_ancestors(storage) + estar.evicted_descendants(storage)
             return (
-                f"{call} returned {yours!r}; the reference {reference!r}, the cost of {_ids(parts)}"
+                f"{call} returned {yours!r}; the reference {reference!r}, the cost of "
+                f"{self.listed(parts)}"
             )
         try:
             mine = sorted(s.id for s in yours)
@@ -56,11 +59,10 @@ class Spy:
         theirs = sorted(s.id for s in reference)
         if mine == theirs and len(list(yours)) == len(theirs):
             return None
-        return f"{call} returned {_ids(yours)}; the reference {_ids(reference)}"
+        return f"{call} returned {self.listed(yours)}; the reference {self.listed(reference)}"
 
-
-def _ids(storages: Any) -> str:
-    return "[" + ", ".join(f"#{s.id} {s.name}" for s in storages) + "]"
+    def listed(self, storages: Any) -> str:
+        return "[" + ", ".join(storage_words(s, self.names) for s in storages) + "]"
 
 
 def same_walk(module: ModuleType, what: str, case: tuple[Program, str]) -> str | None:
@@ -69,7 +71,7 @@ def same_walk(module: ModuleType, what: str, case: tuple[Program, str]) -> str |
     spy = Spy(student, what)
     budget, _ = budget_for(program, dealloc=dealloc)
     with reference():
-        run = run_program(program, budget, heuristic=spy, dealloc=dealloc)
+        run = run_program(program, budget, names=spy.names, heuristic=spy, dealloc=dealloc)
     from ..runtime.errors import BudgetError
 
     if run.error is not None and not isinstance(run.error, BudgetError):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.remat import Rematerializer
-from .compare import CASCADE, first_difference
+from .compare import CASCADE, first_difference, storage_words
 from .grading import Check, needs, property_check
 from .plug import plugged, reference
 from .programs import Program, budget_for, describe, listing, parse, run_program
@@ -38,7 +38,9 @@ DEFERRED = parse(
 )
 
 
-def _locks_left(number: int, env: dict[str, Any], allocator: Any, found: list[str]) -> None:
+def _locks_left(
+    number: int, env: dict[str, Any], allocator: Any, found: list[str], names: dict[int, str]
+) -> None:
     """After a line, no storage the program can reach may still be locked."""
     if found:
         return
@@ -50,13 +52,13 @@ def _locks_left(number: int, env: dict[str, Any], allocator: Any, found: list[st
             continue
         seen.add(id(storage))
         if storage.locks:
-            what = f"#{storage.id} {storage.name}"
+            what = storage_words(storage, names)
             found.append(f"after line {number + 1}, {what} is still locked ({storage.locks})")
             return
         stack.extend(storage.parents)
 
 
-def _resident_on_return(name: str, function: Any, found: list[str]) -> Any:
+def _resident_on_return(name: str, function: Any, found: list[str], names: dict[int, str]) -> Any:
     """``function`` (lock or rematerialize), noting the first input it leaves evicted: the
     op that asked would run on a missing input."""
 
@@ -65,7 +67,7 @@ def _resident_on_return(name: str, function: Any, found: list[str]) -> Any:
         for storage in storages:
             if not found and storage.buffer is None and storage.allocator is remat.allocator:
                 found.append(
-                    f"#{storage.id} {storage.name}, an input of the access, is evicted when "
+                    f"{storage_words(storage, names)}, an input of the access, is evicted when "
                     f"{name}() returns: the op would run without it (an input resident at "
                     "first may be evicted while others are rebuilt: rebuild it too)"
                 )
@@ -85,10 +87,17 @@ def same_remats(
         theirs = run_program(program, budget, heuristic=heuristic)
     locked: list[str] = []
     evicted: list[str] = []
-    checked = [_resident_on_return(n, f, evicted) for n, f in zip(names, functions, strict=True)]
+    known: dict[int, str] = {}  # the program's names of the storages (Run.names)
+    checked = [
+        _resident_on_return(n, f, evicted, known) for n, f in zip(names, functions, strict=True)
+    ]
     with plugged(*((Rematerializer, n, f) for n, f in zip(names, checked, strict=True))):
         yours = run_program(
-            program, budget, lambda n, e, a: _locks_left(n, e, a, locked), heuristic=heuristic
+            program,
+            budget,
+            lambda n, e, a: _locks_left(n, e, a, locked, known),
+            names=known,
+            heuristic=heuristic,
         )
     from ..runtime.errors import BudgetError
 

@@ -218,13 +218,20 @@ AfterLine = Callable[[int, dict[str, Any], Any], None]
 
 
 def run_program(
-    program: Program, budget: int | None, after_line: AfterLine | None = None, **settings: Any
+    program: Program,
+    budget: int | None,
+    after_line: AfterLine | None = None,
+    names: dict[int, str] | None = None,
+    **settings: Any,
 ) -> Run:
     """Run ``program`` on a fresh allocator under ``budget`` with the runtime ``settings``
     (``md.Runtime``'s keywords; by default the reference policy, ``cost="flops"``, no
     thrash guard, events recorded). An error stops the run and is kept in the result.
     ``after_line(number, env, allocator)``, if given, is called after each line with the
-    program's values by name (Tensors) and the allocator: what a grader inspects."""
+    program's values by name (Tensors) and the allocator: what a grader inspects.
+    ``names``, if given, is the run's ``names``, filled as the run goes: a grader that
+    names storages while the program runs reads it."""
+
     import minidtr as md
 
     from .isolation import fresh_allocator
@@ -238,7 +245,8 @@ def run_program(
         **settings,
     }
     runtime = md.Runtime(budget=budget, **options)
-    run = Run(events=[], lines=[str(ins) for ins in program.instructions])
+    lines = [str(ins) for ins in program.instructions]
+    run = Run(events=[], lines=lines, names={} if names is None else names)
     env: dict[str, Any] = {}
     events = runtime.events if runtime.events is not None else []
     with fresh_allocator() as allocator:
