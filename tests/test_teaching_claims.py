@@ -53,3 +53,19 @@ def test_the_demo_prints_the_score_it_evicts_by():
         text = demo_report(steps=1, size="tiny", ratio=0.8)[1]
     formula = make_heuristic("dtr").formula
     assert f"Eviction score (dtr): {formula}, lowest evicted first" in text
+
+
+def test_the_step5_skeleton_says_what_lock_one_does():
+    skeleton = (DOCS / "course" / "step5_remat.py").read_text()
+    said = re.search(r"``remat.lock_one\(storage, locked\)``:(.*?)\n- ", skeleton, re.S).group(1)
+    assert "leaves ``last_access`` as it is" in said and "used now" not in said
+    import minidtr as md
+
+    with isolated_allocator() as allocator, md.Runtime(budget=10**6, reference=True):
+        y = md.tanh(md.tensor([1.0, 2.0]))
+        storage, locked = y.storage, []
+        stamped = storage.last_access
+        allocator.clock += 5
+        allocator.remat.lock_one(storage, locked)
+        assert (storage.locks, locked, storage.last_access) == (1, [storage], stamped)
+        allocator.remat.unlock(locked)

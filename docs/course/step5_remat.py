@@ -22,8 +22,9 @@ first. What you may use of it:
 - ``remat.allocator``: its ``clock`` and ``eviction.candidates.touch(storage)`` (tell
   the candidate set that a storage was used: call it whenever you set
   ``last_access``);
-- ``remat.lock_one(storage, locked)``: lock a storage, mark it used now, append it to
-  the list ``locked``;
+- ``remat.lock_one(storage, locked)``: lock a storage, tell the candidate set, append
+  it to the list ``locked``; it leaves ``last_access`` as it is (a lock is not a use:
+  stamp the access's own inputs yourself, as ``lock`` does);
 - ``remat.unlock(locked)``: unlock every storage of a list;
 - ``remat.replay(recipe, link)``: make room for a recipe's outputs and run it, its
   inputs being resident and locked; ``link`` says where it sits in its cascade, for
