@@ -379,3 +379,12 @@ def test_an_endless_loop_on_a_random_example_stops_the_check_without_shrinking(m
     with pytest.raises(grading.CheckFailed, match="took more than 0.2 s on this example"):
         grading.property_check(endless_above_ten, st.integers(0, 1000), 50)
     assert len(loops) == 1  # hypothesis tried no smaller example, each another 0.2 s
+
+
+def test_step5_without_the_most_memory_first_order_fails_on_the_fixed_programs(tmp_path):
+    source = solution(5).read_text()
+    assert "            evicted.sort(key=rebuild_need)\n" in source
+    wrong = tmp_path / solution(5).name
+    wrong.write_text(source.replace("            evicted.sort(key=rebuild_need)\n", ""))
+    result = next(r for r in grade(step(5), wrong, 0) if r.check == "rematerialize")
+    assert not result.passed and "rematerialized x" in result.message, result.message

@@ -36,6 +36,36 @@ DEFERRED = parse(
     """,
     0.0,
 )
+# x5's inputs are both evicted: x3, whose rebuild needs x2's too (16 bytes), goes before
+# x4 (8 bytes), the most memory first
+MOST_NEED_FIRST = parse(
+    """
+    x1 = leaf(1)
+    x2 = tanh(x1)
+    x3 = tanh(x2)
+    x4 = tanh(x1)
+    evict x2
+    evict x3
+    evict x4
+    x5 = x3 + x4
+    """,
+    0.0,
+)
+# x7's inputs x3 and x2 are evicted (to make room for x4 to x6), their rebuilds needing
+# as much: the newest, x3, goes first
+NEWEST_FIRST = parse(
+    """
+    x1 = leaf(1)
+    x2 = tanh(x1)
+    x3 = tanh(x1)
+    x4 = tanh(x1)
+    x5 = tanh(x1)
+    x6 = tanh(x1)
+    del x1
+    x7 = x3 + x2
+    """,
+    0.0,
+)
 
 
 def _locks_left(
@@ -125,6 +155,7 @@ def _check(names: tuple[str, ...]) -> Any:
         cases = st.tuples(programs(max_lines=30), st.sampled_from(HEURISTICS))
         known = [(p, h) for p in fixed() for h in HEURISTICS]
         known += [(DEFERRED, "dtr"), (DEFERRED, "msps")]  # x4 evicted and rebuilt; locked
+        known += [(MOST_NEED_FIRST, "dtr"), (NEWEST_FIRST, "dtr")]  # the order of rebuilds
         shown = lambda c: f"(heuristic {c[1]})\n{listing(c[0])}"  # noqa: E731
         property_check(lambda c: same_remats(module, c, names), cases, examples, known, shown)
 
