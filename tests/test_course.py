@@ -388,3 +388,16 @@ def test_step5_without_the_most_memory_first_order_fails_on_the_fixed_programs(t
     wrong.write_text(source.replace("            evicted.sort(key=rebuild_need)\n", ""))
     result = next(r for r in grade(step(5), wrong, 0) if r.check == "rematerialize")
     assert not result.passed and "rematerialized x" in result.message, result.message
+
+
+def test_step1_is_candidate_that_drops_locked_storages_fails(tmp_path):
+    source = solution(1).read_text()
+    old = (
+        "    return storage.buffer is not None and storage.op is not None and not storage.pinned\n"
+    )
+    assert old in source
+    wrong = tmp_path / solution(1).name
+    wrong.write_text(source.replace(old, old.replace("\n", " and not storage.locks\n")))
+    result = next(r for r in grade(step(1), wrong, 0) if r.check == "candidates")
+    assert not result.passed
+    assert "is_candidate(y) is False for y = tanh(x) while an op holds it locked" in result.message

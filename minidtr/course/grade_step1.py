@@ -132,8 +132,9 @@ def counts(module: ModuleType, program: Program) -> str | None:
     return _on_every_line(program, inspect)
 
 
-def pinned_is_no_candidate(module: ModuleType) -> None:
-    """A pinned storage is never a candidate; unpinned, it is one again."""
+def pinned_and_locked(module: ModuleType) -> None:
+    """A pinned storage is never a candidate; unpinned, it is one again, and stays one while
+    an op holds it locked (the programs are inspected between lines, when nothing is)."""
     import minidtr as md
 
     (is_candidate,) = needs(module, "is_candidate")
@@ -147,6 +148,21 @@ def pinned_is_no_candidate(module: ModuleType) -> None:
         if not is_candidate(y.storage):
             raise CheckFailed("is_candidate(y) is False for y = tanh(x), resident and unpinned")
         del x, y
+    with fresh_allocator() as allocator, md.Runtime(budget=10**6, reference=True):
+        y = md.tanh(md.tensor(np.ones(4)))
+        locked = allocator.remat.lock([y.storage])  # as an op reading y does while it runs
+        try:
+            yours = bool(is_candidate(y.storage))
+            listed = y.storage in allocator.eviction.candidates
+        finally:
+            allocator.remat.unlock(locked)
+        if yours != listed:
+            raise CheckFailed(
+                f"is_candidate(y) is {yours} for y = tanh(x) while an op holds it locked; the "
+                f"runtime's candidate set {'holds' if listed else 'does not hold'} it (a search "
+                "skips a locked candidate)"
+            )
+        del y
 
 
 def _check(prop: Any, unit: Callable[[ModuleType], None] | None = None) -> Any:
@@ -169,7 +185,7 @@ CHECKS = [
     Check(
         "candidates",
         "is_candidate says what the runtime's candidate set holds",
-        _check(candidates, pinned_is_no_candidate),
+        _check(candidates, pinned_and_locked),
     ),
     Check(
         "resident bytes",
