@@ -243,6 +243,10 @@ def test_check_fails_the_skeleton_and_exits_1():
         (("check", "two"), "STEP is a step's number (0 to 7), got 'two'"),
         (("check", "1", "--path", "nowhere.py"), "--path nowhere.py is not a file"),
         (("check", "1", "--examples", "-1"), "--examples must be >= 0, got -1"),
+        (
+            ("chain", str(ROOT / "pyproject.toml")),
+            f"chain DIR: cannot write the logs: {ROOT / 'pyproject.toml'}: File exists",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args, says):

@@ -67,9 +67,14 @@ def write_chain(args: argparse.Namespace) -> int:
             f"need --layers >= 2 and 1 <= --segment < --layers, got {args.layers} and "
             f"{args.segment}"
         )
+    from ..cli_args import os_error_text
     from .chain import chain_logs
 
-    for run in chain_logs(args.directory, args.layers, args.segment):
+    try:
+        runs = chain_logs(args.directory, args.layers, args.segment)
+    except OSError as error:  # DIR is a file, or cannot be made or written
+        return usage_error(f"chain DIR: cannot write the logs: {os_error_text(error)}")
+    for run in runs:
         print(run)
     return 0
 
