@@ -405,3 +405,14 @@ def test_step1_is_candidate_that_drops_locked_storages_fails(tmp_path):
     result = next(r for r in grade(step(1), wrong, 0) if r.check == "candidates")
     assert not result.passed
     assert "is_candidate(y) is False for y = tanh(x) while an op holds it locked" in result.message
+
+
+def test_a_grader_needing_a_missing_package_is_a_usage_error(monkeypatch, capsys):
+    from minidtr.course import __main__ as command
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    assert command.main(["check", "7", "--path", str(solution(7)), "--examples", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m minidtr.course: step 7's grader needs matplotlib: pip install matplotlib "
+        "(or '.[course]')"
+    ]

@@ -15,6 +15,7 @@ animate``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -129,6 +130,13 @@ def check(args: argparse.Namespace) -> int:
         import hypothesis  # noqa: F401
     except ImportError:
         return usage_error("the graders need hypothesis: pip install hypothesis (or '.[test]')")
+    for name in chosen.needs:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return usage_error(
+                f"step {chosen.number}'s grader needs {name}: pip install {name} (or '.[course]')"
+            )
     from .runner import GradingInterrupted, grade, report
 
     try:

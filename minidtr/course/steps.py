@@ -23,6 +23,7 @@ class Step:
     minutes: int  # an estimate for a student who knows autodiff and has read the page
     teaches: str
     writes: tuple[str, ...]  # the functions the student fills in
+    needs: tuple[str, ...] = ()  # what its grader imports beyond hypothesis (in '.[course]')
 
     @property
     def name(self) -> str:
@@ -117,6 +118,7 @@ STEPS = (
         "replaying recorded training steps under many budgets and heuristics, and reading "
         "the result against the paper's Figure 2",
         ("slowdowns", "lowest_ratio", "figure2"),
+        ("matplotlib",),
     ),
 )
 
