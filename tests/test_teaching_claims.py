@@ -69,3 +69,20 @@ def test_the_step5_skeleton_says_what_lock_one_does():
         allocator.remat.lock_one(storage, locked)
         assert (storage.locks, locked, storage.last_access) == (1, [storage], stamped)
         allocator.remat.unlock(locked)
+
+
+def test_the_step6_skeleton_says_a_banish_that_fails_goes_on_as_eager():
+    import ast
+
+    from minidtr.course import grade_step6
+    from minidtr.course.programs import budget_for, parse, run_program
+
+    tree = ast.parse((DOCS / "course" / "step6_dealloc.py").read_text())
+    policy = next(n for n in tree.body if getattr(n, "name", "") == "apply_policy")
+    rule = re.search(r"\n6\. (.*?)\n7\. ", ast.get_docstring(policy), re.S).group(1)
+    assert rule.startswith("Under eager, or a banish that could not banish"), rule
+    # and so the reference does: x3's parent x2 cannot be banished, and x3 is rebuilt from it
+    program = parse(grade_step6.SCENARIOS["an orphan"], 1.0)
+    budget, _ = budget_for(program, dealloc="banish")
+    events = run_program(program, budget, dealloc="banish").events
+    assert [e["event"] for e in events if e.get("trigger") == "orphans of #2"] == ["remat"]

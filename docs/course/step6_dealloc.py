@@ -31,15 +31,16 @@ def apply_policy(lifetimes: Lifetimes, storage: Storage) -> None:
     3. It is locked (an op is using it): set ``storage.evict_on_unlock = True`` (the
        policy applies again when it is unlocked) and stop.
     4. ``banish``: ``lifetimes.banish(storage)`` frees it for good and returns True
-       when it could (it cannot while an evicted child needs it: go on then).
+       when it could (it cannot while an evicted child needs it: go on then, and the
+       rules below apply as under eager).
     5. Not resident, a constant, or pinned: nothing to evict.
-    6. Eager eviction, with a budget in force and ``rebuild_orphans`` on and
-       ``has_evicted_child(storage)``: if it has orphans (``orphans_of``) and together
-       they are no larger than it (their ``nbytes`` summed), rebuild them
-       (``lifetimes.rebuild_orphans(storage, orphans)``); if that left it evicted,
-       referenced again or locked, stop. Then, if it is still useful (``useful_dead``), keep it
-       resident (``lifetimes.kept_dead[storage] = None``: it is freed once it is not)
-       and stop.
+    6. Under eager, or a banish that could not banish, with a budget in force,
+       ``rebuild_orphans`` on and ``has_evicted_child(storage)``: if it has orphans
+       (``orphans_of``) and together they are no larger than it (their ``nbytes``
+       summed), rebuild them (``lifetimes.rebuild_orphans(storage, orphans)``); if that
+       left it evicted, referenced again or locked, stop. Then, if it is still useful
+       (``useful_dead``), keep it resident (``lifetimes.kept_dead[storage] = None``: it
+       is freed once it is not) and stop.
     7. Evict it: ``lifetimes.allocator.eviction.evict(storage, "dead")``.
     """
     # TODO(step 6)
