@@ -416,3 +416,16 @@ def test_a_grader_needing_a_missing_package_is_a_usage_error(monkeypatch, capsys
         "python -m minidtr.course: step 7's grader needs matplotlib: pip install matplotlib "
         "(or '.[course]')"
     ]
+
+
+def test_a_sys_exit_in_the_students_function_fails_the_checks_saying_so(tmp_path):
+    exits = tmp_path / "exits.py"
+    exits.write_text(
+        "import sys\n\n\ndef score(*args):\n    sys.exit(3)\n\n\nis_candidate = score\n"
+    )
+    results = grade(step(3), exits, 0)
+    assert results and all(not r.passed for r in results)
+    message = results[0].message
+    assert "your code raised SystemExit: 3 (exits.py line 5, in score), on this example" in message
+    candidates = next(r for r in grade(step(1), exits, 0) if r.check == "candidates")
+    assert candidates.message == "your code raised SystemExit: 3 (exits.py line 5, in score)"

@@ -124,7 +124,7 @@ def _one(prop: Callable[[Any], str | None], example: Any, shown: Callable, shrin
             f"{shown(example)}"
         )
         raise (EndlessLoop if shrinking else Mismatch)(message) from None
-    except Exception as error:  # noqa: BLE001 (the student's code failing is a result)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 (a sys.exit in it too)
         raise Mismatch(f"{raised(error)}, on this example:\n{shown(example)}") from None
     if message is not None:
         raise Mismatch(message)

@@ -111,7 +111,7 @@ def _run_check(check: Check, module: ModuleType, examples: int) -> Result:
         message = str(failure)
     except NotImplementedError as error:
         message = grading.unwritten(error)
-    except Exception as error:  # noqa: BLE001 (the student's code failing is a result)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 (a sys.exit in it too)
         message = grading.raised(error)
     else:
         return Result(check.name, check.asks, True, "", _since(started))
