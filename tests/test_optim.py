@@ -2,6 +2,7 @@
 every recipe still alive able to recompute its old value."""
 
 import importlib.util
+import pickle
 
 import numpy as np
 import pytest
@@ -405,3 +406,56 @@ def test_a_parameter_frozen_between_forward_and_backward_gets_no_gradient():
     after = [p.numpy() for p in model.parameters()]
     assert all(np.array_equal(a, b) for a, b in zip(after[:2], before[:2], strict=True))
     assert all(p.grad is not None for p in model.parameters()[2:])
+
+
+@pytest.mark.parametrize("make", [lambda p: optim.SGD(p, lr=0.1, momentum=0.9), optim.Adam])
+def test_a_step_stopped_part_way_finishes_when_run_again_without_updating_twice(make):
+    """A BudgetError (or Ctrl-C) between two groups leaves the first groups updated;
+    step() again on the same gradients updates the rest only, and the parameters are
+    those of one whole step."""
+    x, y = batch(0)
+    reference = make_model()
+    opt = make(reference.parameters())
+    loss_of(reference, x, y).backward()
+    opt.step()
+
+    model = make_model()
+    opt = make(model.parameters())
+    assert len(opt.groups) > 1
+    loss_of(model, x, y).backward()
+    calls = []
+    update_group = opt.update_group
+
+    def stopping(indices):
+        calls.append(indices)
+        if len(calls) == 2:
+            raise md.BudgetError("sgd_update", 1, 1, 1, 0, 0, 0)
+        return update_group(indices)
+
+    opt.update_group = stopping
+    with pytest.raises(md.BudgetError):
+        opt.step()
+    updated = set(opt.stopped_step)
+    assert updated == set(calls[0])
+    opt.step()
+    assert not opt.stopped_step and all(set(c).isdisjoint(updated) for c in calls[2:])
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        assert np.array_equal(got.numpy(), want.numpy())
+
+
+def test_hyperparameters_are_checked_whenever_they_are_set():
+    """A schedule sets opt.lr mid-training: NaN turned every weight NaN, a string failed
+    inside the update op."""
+    model = make_model()
+    sgd, adam = optim.SGD(model.parameters(), lr=0.1), optim.Adam(model.parameters())
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0 and finite, got nan"):
+        sgd.lr = float("nan")
+    with pytest.raises(TypeError, match="SGD: momentum must be a number, got str"):
+        sgd.momentum = "0.9"
+    with pytest.raises(ValueError, match=r"Adam: betas\[1\] must be in \[0, 1\), got 1.0"):
+        adam.betas = (0.9, 1.0)
+    with pytest.raises(ValueError, match="Adam: weight_decay must be >= 0"):
+        adam.weight_decay = -1
+    sgd.lr, adam.betas = 0.05, [0.8, 0.9]
+    assert sgd.lr == 0.05 and adam.betas == (0.8, 0.9)
+    assert pickle.loads(pickle.dumps(adam)).betas == (0.8, 0.9)

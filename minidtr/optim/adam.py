@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ..ops.op import apply
 from ..tensor import Tensor
 from .fused import AdamUpdate
-from .optimizer import Optimizer, hyperparameter
+from .optimizer import Hyperparameter, Optimizer, hyperparameter
 
 
 class Adam(Optimizer):
@@ -16,6 +16,9 @@ class Adam(Optimizer):
     (sqrt(v) / sqrt(1 - b2^t) + eps) (``torch.optim.Adam``, amsgrad off), m and v zero
     before the first step. Each group of parameters is updated by one fused op,
     ``AdamUpdate``, which rounds in the order PyTorch's CPU kernels do (m by ``lerp``)."""
+
+    eps = Hyperparameter()
+    weight_decay = Hyperparameter()
 
     def __init__(
         self,
@@ -26,17 +29,25 @@ class Adam(Optimizer):
         weight_decay: float = 0.0,
     ):
         super().__init__(params, lr)
-        if not isinstance(betas, tuple | list) or len(betas) != 2:
-            raise TypeError(f"Adam: betas must be a pair of numbers, got {betas!r}")
-        self.betas = (
-            hyperparameter("Adam", "betas[0]", betas[0], below=1.0),
-            hyperparameter("Adam", "betas[1]", betas[1], below=1.0),
-        )
-        self.eps = hyperparameter("Adam", "eps", eps)
-        self.weight_decay = hyperparameter("Adam", "weight_decay", weight_decay)
+        self.betas = betas
+        self.eps = eps
+        self.weight_decay = weight_decay
         self.param_steps = [0] * len(self.params)
         self.exp_avg: list[Tensor | None] = [None] * len(self.params)
         self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        return self.__dict__["betas"]
+
+    @betas.setter
+    def betas(self, betas: tuple[float, float]) -> None:  # checked when set, as lr
+        if not isinstance(betas, tuple | list) or len(betas) != 2:
+            raise TypeError(f"Adam: betas must be a pair of numbers, got {betas!r}")
+        self.__dict__["betas"] = (
+            hyperparameter("Adam", "betas[0]", betas[0], below=1.0),
+            hyperparameter("Adam", "betas[1]", betas[1], below=1.0),
+        )
 
     def state_key(self, index: int) -> object:
         return self.param_steps[index]

@@ -20,6 +20,7 @@ import contextlib
 import math
 import numbers
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..autograd import no_grad
 from ..ops.op import as_constants
@@ -44,6 +45,26 @@ def hyperparameter(where: str, what: str, value, below: float | None = None) -> 
     if below is not None and not value < below:
         raise ValueError(f"{where}: {what} must be in [0, {below:g}), got {value}")
     return value
+
+
+class Hyperparameter:
+    """An optimizer's setting, checked by ``hyperparameter`` whenever it is set: in the
+    constructor, and by a schedule that changes ``opt.lr`` mid-training (NaN there
+    turned every weight NaN, a string failed inside the update op). Kept in the
+    instance's ``__dict__`` under its own name, so that pickles carry it as before."""
+
+    def __init__(self, below: float | None = None):
+        self.below = below
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, optimizer: Any, owner: type | None = None) -> Any:
+        return self if optimizer is None else optimizer.__dict__[self.name]
+
+    def __set__(self, optimizer: Any, value: Any) -> None:
+        where = type(optimizer).__name__
+        optimizer.__dict__[self.name] = hyperparameter(where, self.name, value, self.below)
 
 
 def update_groups(params: list[Tensor]) -> list[list[int]]:
@@ -74,10 +95,15 @@ def update_groups(params: list[Tensor]) -> list[list[int]]:
 
 
 class Optimizer:
+    lr = Hyperparameter()
+
     def __init__(self, params: Iterable[Tensor], lr: float):
         self.params = self._check_params(params)
-        self.lr = hyperparameter(type(self).__name__, "lr", lr)
+        self.lr = lr
         self.groups = update_groups(self.params)
+        # parameter index -> the gradient it was updated with by a step that an error
+        # stopped part-way: the step run again skips it while that gradient is the same
+        self.stopped_step: dict[int, Tensor] = {}
 
     def _check_params(self, params: Iterable[Tensor]) -> list[Tensor]:
         name = type(self).__name__
@@ -103,27 +129,41 @@ class Optimizer:
             raise ValueError(f"{name}: got an empty parameter list")
         return out
 
+    def __setstate__(self, state: dict) -> None:  # a checkpoint from before stopped_step
+        self.__dict__.update(state)
+        self.__dict__.setdefault("stopped_step", {})
+
     def zero_grad(self) -> None:
         """Drop every parameter's gradient (the next backward starts from nothing)."""
         for p in self.params:
             p._grad = None  # (the slot behind ``Tensor.grad``: parameters are leaves)
+        self.stopped_step.clear()
 
     def step(self) -> None:
         """Update every parameter that has a gradient; skip those whose grad is None (a
         parameter frozen with ``requires_grad = False`` gets none, as in PyTorch).
         Within a group, parameters whose state differs (a first step, say) are updated
-        by separate ops, one per kind of state (``state_key``)."""
-        params = self.params
+        by separate ops, one per kind of state (``state_key``).
+
+        Groups are updated one after another, each freeing its old values before the
+        next runs, so a step needs no more room than its largest group. A step that an
+        error stops part-way (a ``BudgetError``, Ctrl-C) leaves the groups it finished
+        updated; run again (with a larger budget, say) on the same gradients, it updates
+        only the rest, so that no parameter takes one gradient twice."""
+        params, done = self.params, self.stopped_step
         with updating():
             for group in self.groups:
                 by_state: dict = {}
                 for index in group:
-                    if params[index]._grad is not None:
+                    grad = params[index]._grad
+                    if grad is not None and done.get(index) is not grad:
                         by_state.setdefault(self.state_key(index), []).append(index)
                 for indices in by_state.values():
                     new = self.update_group(indices)
                     for index, value in zip(indices, new, strict=True):
+                        done[index] = params[index]._grad
                         params[index].assign(value)
+        done.clear()
 
     def state_key(self, index: int) -> object:
         """Parameters of one group with equal keys are updated by one op."""

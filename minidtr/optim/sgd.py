@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ..ops.op import apply
 from ..tensor import Tensor
 from .fused import SGDUpdate
-from .optimizer import Optimizer, hyperparameter
+from .optimizer import Hyperparameter, Optimizer
 
 
 class SGD(Optimizer):
@@ -16,12 +16,15 @@ class SGD(Optimizer):
     (``torch.optim.SGD`` with dampening 0, no Nesterov). Each group of parameters
     (``update_groups``) is updated by one fused op, ``SGDUpdate``."""
 
+    momentum = Hyperparameter()
+    weight_decay = Hyperparameter()
+
     def __init__(
         self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
     ):
         super().__init__(params, lr)
-        self.momentum = hyperparameter("SGD", "momentum", momentum)
-        self.weight_decay = hyperparameter("SGD", "weight_decay", weight_decay)
+        self.momentum = momentum
+        self.weight_decay = weight_decay
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
 
     def state_key(self, index: int) -> object:
