@@ -694,3 +694,12 @@ def test_dtype_names_are_numpy_dtypes_as_in_torch():
         assert dtype == np.dtype(name.rstrip("_"))
         assert md.zeros(2, dtype=dtype).dtype == dtype
     assert (md.tensor([250], dtype=md.uint8) + 5).numpy().tolist() == [255]
+
+
+def test_a_tensor_from_an_array_like_object_takes_its_numpy_view():
+    """A PyTorch tensor (anything with __array__): its dtype was checked as a NumPy dtype
+    ('torch.float32 is not a dtype')."""
+    torch = pytest.importorskip("torch")
+    x = md.tensor(torch.arange(6, dtype=torch.float64).reshape(2, 3))
+    assert x.dtype == np.float64 and x.shape == (2, 3) and x.numpy()[1, 2] == 5.0
+    assert md.tensor(torch.ones(2), dtype=md.float16).dtype == np.float16
