@@ -496,9 +496,9 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
     except ValueError:
         xp = array_module(device, "tensor()")
     source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
-    if type(source) is not np.ndarray and hasattr(source, "__array__"):
-        if not backend.is_device_array(source):  # a PyTorch tensor, say: NumPy's view of it
-            source = np.asarray(source)
+    array_like = type(source) is not np.ndarray and hasattr(source, "__array__")
+    if array_like and not backend.is_device_array(source):  # a PyTorch tensor, say
+        source = np.asarray(source)
     if not hasattr(source, "dtype") or not hasattr(source, "shape"):
         source = python_data(source, dtype)
     dtype = checked_dtype(source.dtype if dtype is None else dtype, "tensor()")

@@ -224,7 +224,10 @@ def _differences(
     here, ahead, behind = at(0.0), at(eps), at(-eps)
     central = (ahead - behind) / (2 * eps)
     forward, backward_diff = (ahead - here) / eps, (here - behind) / eps
-    kink = abs(forward - backward_diff) > KINK * (1.0 + abs(central))
+    # a pole (log at 0) or a domain's edge (sqrt at 0: not defined on one side); a NaN
+    # here is the function's own, and checked
+    edge = not math.isnan(here) and not all(map(math.isfinite, (here, ahead, behind)))
+    kink = edge or abs(forward - backward_diff) > KINK * (1.0 + abs(central))
     return Products(i, arrays[i].shape, central, backward, kink)
 
 
