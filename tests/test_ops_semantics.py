@@ -703,3 +703,39 @@ def test_a_tensor_from_an_array_like_object_takes_its_numpy_view():
     x = md.tensor(torch.arange(6, dtype=torch.float64).reshape(2, 3))
     assert x.dtype == np.float64 and x.shape == (2, 3) and x.numpy()[1, 2] == 5.0
     assert md.tensor(torch.ones(2), dtype=md.float16).dtype == np.float16
+
+
+def test_a_hand_written_update_of_a_parameter_under_no_grad_updates_it():
+    """``for p in model.parameters(): p -= lr * p.grad`` rebound the loop's name only and
+    left the weights as they were; now the parameter takes the value (copy-on-write, a
+    constant), outside no_grad it is refused as in PyTorch, and other tensors rebind."""
+    model = md.nn.Linear(3, 2)
+    model(md.ones((4, 3))).sum().backward()
+    before = [p.numpy() for p in model.parameters()]
+    handles = list(model.parameters())
+    with md.no_grad():
+        for p in model.parameters():
+            p -= 0.5 * p.grad
+            p *= 2.0
+    for p, old, handle in zip(model.parameters(), before, handles, strict=True):
+        assert p is handle and p.is_leaf and p.requires_grad
+        np.testing.assert_array_equal(p.numpy(), (old - 0.5 * p.grad.numpy()) * 2.0)
+    with pytest.raises(RuntimeError, match=r"x -= \.\.\.: x is a leaf that requires grad"):
+        w = model.weight
+        w -= 1.0
+    with pytest.raises(md.DTypeError, match="add: dtypes differ"), md.no_grad():
+        w += md.ones((2, 3), dtype=md.float64)
+    broadcast = r"x \+= y: the result is \(4, 2, 3\) float32"
+    with pytest.raises(ValueError, match=broadcast), md.no_grad():
+        w += md.ones((4, 2, 3))
+    x = md.ones(2)
+    alias = x
+    x += 1.0  # not a parameter: rebinds, the other name keeps the old value
+    assert alias.numpy().tolist() == [1.0, 1.0] and x.numpy().tolist() == [2.0, 2.0]
+
+
+def test_the_op_families_are_not_names_of_the_package():
+    """md.gather was the module gather.py ("'module' object is not callable")."""
+    for name in ("gather", "norm", "random", "linalg", "activation", "shape"):
+        assert not hasattr(md, name), name
+    assert callable(md.gather_rows) and callable(md.layer_norm) and callable(md.randn)

@@ -1,6 +1,9 @@
 """The functional op library. Each family lives in its own module; all are re-exported here
 (and at the top level of ``minidtr``)."""
 
+from types import ModuleType
+
+from ..modes import grad_enabled
 from ..tensor import Tensor
 from .activation import exp, gelu, log, relu, sigmoid, sqrt, tanh
 from .arithmetic import abs, add, clip, div, maximum, minimum, mul, neg, pow, sub
@@ -48,3 +51,42 @@ def _refuse_item_assignment(self: Tensor, key, value) -> None:
 
 
 Tensor.__setitem__ = _refuse_item_assignment
+
+
+def _updating_a_parameter(op, symbol: str):
+    """``p -= lr * p.grad`` on a parameter (a leaf that requires grad) under ``no_grad``:
+    the parameter takes the new value, as PyTorch's in-place update of it does, by
+    ``Tensor.assign`` (copy-on-write: a recipe that read the old value keeps it; the new
+    one is a constant, as an optimizer's). Rebinding the loop's name alone left the
+    model's weights as they were. Any other ``x op= y`` rebinds ``x`` (ops.md)."""
+
+    def update(self: Tensor, other):
+        if self.grad_fn is not None or not self._requires_grad:
+            return op(self, other)
+        if grad_enabled():
+            raise RuntimeError(
+                f"x {symbol} ...: x is a leaf that requires grad (a parameter), and an "
+                "in-place update would be recorded; update it under md.no_grad(), as "
+                "PyTorch asks, or with an optimizer"
+            )
+        with as_constants():
+            new = op(self, other)
+        if new.shape != self.shape or new.dtype != self.dtype:
+            raise ValueError(
+                f"x {symbol} y: the result is {new.shape} {new.dtype}, the parameter "
+                f"{self.shape} {self.dtype}; an update keeps both"
+            )
+        self.assign(new)
+        return self
+
+    return update
+
+
+Tensor.__iadd__ = _updating_a_parameter(add, "+=")
+Tensor.__isub__ = _updating_a_parameter(sub, "-=")
+Tensor.__imul__ = _updating_a_parameter(mul, "*=")
+Tensor.__itruediv__ = _updating_a_parameter(div, "/=")
+
+# the functions, not the family modules (``md.gather`` was the module gather.py: "'module'
+# object is not callable" for a PyTorch user's md.gather(x, 1, idx))
+__all__ = [n for n, v in globals().items() if n[0] != "_" and not isinstance(v, ModuleType)]
