@@ -545,3 +545,19 @@ def test_requires_grad_freezes_a_module_and_apply_visits_every_submodule():
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     model.requires_grad_()
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_a_sequential_of_named_modules():
+    """Sequential(OrderedDict(...)), PyTorch's named form: the names key the state dict."""
+    from collections import OrderedDict
+
+    model = nn.Sequential(OrderedDict(fc=nn.Linear(2, 3), act=nn.ReLU(), out=nn.Linear(3, 1)))
+    assert [name for name, _ in model.named_children()] == ["fc", "act", "out"]
+    assert list(model.state_dict()) == ["fc.weight", "fc.bias", "out.weight", "out.bias"]
+    assert model(md.ones((4, 2))).shape == (4, 1) and model[2] is model.out
+    with pytest.raises(ValueError, match="a module's name must be a Python name or a number"):
+        nn.Sequential({"a.b": nn.ReLU()})
+    with pytest.raises(ValueError, match="not already an attribute, got 'forward'"):
+        nn.Sequential({"forward": nn.ReLU()})
+    with pytest.raises(TypeError, match="Sequential: 'x' is a int, not a Module"):
+        nn.Sequential({"x": 3})

@@ -277,9 +277,25 @@ class Sequential(ModuleList):
 
     def __init__(self, *modules: Module):
         first = modules[0] if len(modules) == 1 else None
+        if isinstance(first, Mapping):  # Sequential(OrderedDict(fc=...)): named, as PyTorch's
+            super().__init__()
+            for name, module in first.items():
+                self._add_named(name, module)
+            return
         if isinstance(first, Iterable) and not isinstance(first, Module):  # Sequential([a, b])
             modules = tuple(first)
         super().__init__(modules)
+
+    def _add_named(self, name: Any, module: Any) -> None:
+        named = isinstance(name, str) and (name.isidentifier() or name.isdigit())
+        if not named or hasattr(self, name):
+            raise ValueError(
+                f"Sequential: a module's name must be a Python name or a number, not "
+                f"already an attribute, got {name!r}"
+            )
+        if not isinstance(module, Module):
+            raise TypeError(f"Sequential: {name!r} is a {type(module).__name__}, not a Module")
+        setattr(self, name, module)
 
     def __getitem__(self, index: int | slice) -> Any:
         """A module, or for a slice a ``Sequential`` of those modules under their names
