@@ -40,7 +40,7 @@ class Probe:
 class BudgetSearch:
     config: TrainConfig
     unbounded: Floors
-    max_slowdown: float
+    max_slowdown: float | None  # None: no limit (--max-slowdown none)
     probes: list[Probe]
     interrupted: bool = False  # Ctrl-C stopped the search: ``probes`` are those finished
 
@@ -87,7 +87,7 @@ def probe(config: TrainConfig, ratio: float, unbounded: Floors) -> Probe:
 
 def find_budget(
     config: TrainConfig,
-    max_slowdown: float = 2.0,
+    max_slowdown: float | None = 2.0,
     unbounded: Floors | None = None,
     known: Sequence[Probe] = (),
 ) -> BudgetSearch:

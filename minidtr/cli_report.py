@@ -137,8 +137,8 @@ def frontier_table(search: Any) -> str:
     c, u = search.config, search.unbounded
     rows = [
         f"minidtr train {c.model} --size {c.size} --find-budget --max-slowdown "
-        f"{search.max_slowdown:g} ({c.steps} steps per probe, heuristic {c.heuristic}, "
-        f"cost {c.cost})",
+        f"{_slowdown_option(search.max_slowdown)} ({_steps(c.steps)} per probe, heuristic "
+        f"{c.heuristic}, cost {c.cost})",
         f"floor: {floor_text(u)}",
         "",
         f"{'ratio':>6}{'budget':>12}  {'status':<12}{'slowdown':>9}{'remats':>8}{'s/step':>8}",
@@ -156,18 +156,28 @@ def frontier_table(search: Any) -> str:
     return "\n".join(rows)
 
 
+def _slowdown_option(limit: float | None) -> str:
+    """A slowdown limit as ``--max-slowdown`` takes it: ``2``, or ``none`` for no limit."""
+    return "none" if limit is None else f"{limit:g}"
+
+
 def _frontier_verdict(search: Any) -> str:
     """The last line: the lowest ratio found (so far, when the search was interrupted)."""
-    best, limit = search.lowest, f"{search.max_slowdown:g}x"
+    best = search.lowest
+    limit = (
+        "with no slowdown limit"
+        if search.max_slowdown is None
+        else f"within {search.max_slowdown:g}x"
+    )
     if search.interrupted:
         done = f"interrupted (Ctrl-C) after {len(search.probes)} probes, before the search ended"
         if best is None:
-            return f"{done}: no probe so far trains within {limit}"
-        done += f"; so far the lowest ratio within {limit}"
+            return f"{done}: no probe so far trains {limit}"
+        done += f"; so far the lowest ratio {limit}"
     elif best is None:
-        return f"no probed ratio trains within {limit}"
+        return f"no probed ratio trains {limit}"
     else:
-        done = f"lowest ratio within {limit}"
+        done = f"lowest ratio {limit}"
     return (
         f"{done}: {best.ratio:.2f} ({human_bytes(best.budget)}, {best.slowdown:.3f}x), "
         f"{best.budget / search.unbounded.floor:.2f} x the floor"

@@ -1,6 +1,7 @@
 """The ``minidtr`` command and ``minidtr explain``: run in-process on tiny models."""
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,8 +11,11 @@ import pytest
 
 import minidtr as md
 from minidtr import cli
+from minidtr.budget_search import find_budget
+from minidtr.cli_report import frontier_table
 from minidtr.explain import explain, load_events, resident_timeline, summarize, write_event_log
 from minidtr.testing import isolated_allocator
+from minidtr.training import TrainConfig
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +112,17 @@ def test_find_budget_prints_the_probes_and_the_lowest_ratio(capsys):
     assert "ratio" in out and "0.90" in out and "lowest ratio within 2x: 0." in out
     code, _, err = run(capsys, "train", "mlp", "--find-budget", "--ratio", "0.5")
     assert code == 2 and "--find-budget" in err
+
+
+def test_find_budget_with_no_slowdown_limit_says_none(capsys):
+    argv = ["train", "mlp", "--size", "tiny", "--steps", "1", "--find-budget"]
+    code, out, err = run(capsys, *argv, "--max-slowdown", "none", "--no-progress")
+    assert code == 0, err
+    assert "--find-budget --max-slowdown none (1 step per probe" in out
+    assert "lowest ratio with no slowdown limit: 0." in out
+    config = TrainConfig("mlp", size="tiny", steps=1)
+    stopped = dataclasses.replace(find_budget(config, max_slowdown=None), interrupted=True)
+    assert "so far the lowest ratio with no slowdown limit: 0." in frontier_table(stopped)
 
 
 def test_train_rejects_bad_arguments(capsys):
