@@ -337,9 +337,14 @@ def write_events(result: Any, path: str) -> None:
 
 
 def draw_timeline(result: Any, path: str) -> None:
+    """The memory timeline of ``result`` at ``path``; none, said so, when no op ran (a
+    budget too small for the first one)."""
     from .plots import memory_timeline
 
     c = result.config
+    if not result.runtime.events:
+        print(f"memory timeline: not written to {path} (no op ran)")
+        return
     steps = f"{len(result.losses)} of {c.steps} steps (interrupted)" if result.interrupted else ""
     memory_timeline(
         result.runtime.events,

@@ -401,6 +401,16 @@ def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path):
     assert "--seed 0 --measure-steps 10 (2,506 parameters)" in out
 
 
+def test_a_budget_error_before_any_op_keeps_its_message_with_a_plot(capsys, tmp_path):
+    plot, trace = tmp_path / "p.png", tmp_path / "t.log"
+    argv = ["train", "mlp", "--size", "tiny", "--budget", "10K", "--no-progress"]
+    code, out, err = run(capsys, *argv, "--plot", str(plot), "--trace", str(trace))
+    assert code == 1 and "the budget is too small to train mlp" in err
+    assert f"memory timeline: not written to {plot} (no op ran)" in out
+    assert f"trace: not written to {trace} (the run stopped)" in out
+    assert not plot.exists()
+
+
 def test_measure_steps_below_one_is_refused(capsys):
     from minidtr.training import ConfigError, TrainConfig, measure_unbounded, train
 
