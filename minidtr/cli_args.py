@@ -60,19 +60,20 @@ def usage_error(prog: str, message: str) -> NoReturn:
 
 def parse_bytes(text: str) -> int:
     """``123456``, ``512K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes: finite, >= 0
-    and at most 2**63 - 1 (what an int64 holds)."""
+    and at most 2**63 - 1 (what an int64 holds). A whole number is read exactly (as a
+    float, 2**63 - 1 would round up to 2**63); a decimal one is truncated to bytes."""
     units = {"K": 1024, "M": 1024**2, "G": 1024**3}
     given = text
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = units.get(text[-1:], 1)
     number = text[:-1] if text[-1:] in units else text
     try:
-        value = float(number) * scale
+        value = _int_or_float(number) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not a byte count: {given!r} (use e.g. 3000000, 512K, 1.5M)"
         ) from None
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"not a finite byte count: {given!r}")
     if value < 0:
         raise argparse.ArgumentTypeError(f"a budget cannot be negative: {given!r}")
@@ -83,6 +84,14 @@ def parse_bytes(text: str) -> int:
             f"{given!r} is less than a byte: for a fraction of the peak, use --ratio"
         )
     return int(value)
+
+
+def _int_or_float(text: str) -> int | float:
+    """``text`` as a number: a whole number as an int (exact at any size), else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def number(accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:

@@ -215,6 +215,12 @@ def test_parse_bytes():
     assert cli.parse_bytes("1.5MiB") == int(1.5 * 1024**2)
     assert cli.parse_bytes("1g") == 1024**3
     assert cli.parse_bytes("0") == 0
+    # whole numbers exactly: as floats, the largest budget rounded past the limit
+    assert cli.parse_bytes(str(2**63 - 1)) == 2**63 - 1
+    assert cli.parse_bytes("12345678901234567") == 12345678901234567
+    assert cli.parse_bytes("8796093022207K") == 8796093022207 * 1024
+    with pytest.raises(argparse.ArgumentTypeError, match="at most"):
+        cli.parse_bytes(str(2**63))
     for fraction in ("0.5", "1e-3"):  # became a budget of 0 bytes, as the API refuses it
         with pytest.raises(argparse.ArgumentTypeError, match="less than a byte: .* use --ratio"):
             cli.parse_bytes(fraction)
