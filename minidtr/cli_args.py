@@ -372,9 +372,20 @@ def file_key(path: str) -> tuple:
 
 
 def plot_path(text: str) -> str:
-    """A plot's file as matplotlib writes it: a name without an extension gets ``.png``
-    (so the output checks and the messages name the file that is written)."""
-    return text if os.path.splitext(text)[1] else f"{text}.png"
+    """A plot's file as matplotlib writes it: a name without an extension gets ``.png``,
+    after its trailing dots (``x.`` -> ``x.png``), so that the output checks and the
+    messages name the file that is written. A directory, or a path ending in a
+    separator, is refused: matplotlib would write a hidden ``.png`` in it."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    if not os.path.basename(text) or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} names a directory: give the file to write")
+    if os.path.splitext(text)[1].removeprefix("."):
+        return text
+    named = text.rstrip(".") + ".png"
+    if not os.path.splitext(named)[1]:  # the name was dots only: '...' -> '.png'
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file name")
+    return named
 
 
 def require_plotting(prog: str, option: str | None, path: str) -> None:

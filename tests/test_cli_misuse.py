@@ -261,6 +261,35 @@ def test_a_plot_without_an_extension_is_checked_and_named_as_the_png_written(
     assert (tmp_path / "timeline.png").is_file() and not (tmp_path / "timeline").exists()
 
 
+@pytest.mark.parametrize("name, written", [("x.", "x.png"), ("..png", "..png.png")])
+def test_a_plot_name_matplotlib_sees_no_extension_in_is_named_as_written(
+    capsys, tmp_path, event_log, name, written
+):
+    """splitext saw an extension in 'x.' (matplotlib wrote x.png) and none in '..png'
+    (printed ..png.png, matplotlib wrote ..png.png.png): the message named another file."""
+    pytest.importorskip("matplotlib")
+    code, out, err = run(capsys, "plot", event_log, str(tmp_path / name))
+    assert code == 0, err
+    assert f"memory timeline: {tmp_path / written}" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([written, "ev.jsonl"])
+
+
+@pytest.mark.parametrize(
+    "command", [["plot", "{log}"], ["train", "mlp", "--plot"], ["demo", "--plot"]]
+)
+@pytest.mark.parametrize("where", ["{dir}", "{dir}/", ".", "{dir}/..."])
+def test_a_plot_into_a_directory_is_refused(capsys, tmp_path, event_log, command, where):
+    """A directory (or a path ending in a separator) got a hidden .png in it, named
+    as another file."""
+    (tmp_path / "out").mkdir()
+    path = where.replace("{dir}", str(tmp_path / "out"))
+    argv = [a.replace("{log}", event_log) for a in command]
+    code, out, err = run(capsys, *argv, path)
+    assert code == 2 and out == ""
+    assert "names a directory" in one_line(err) or "is not a file name" in one_line(err)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "argv, says",
     [
