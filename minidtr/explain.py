@@ -154,11 +154,10 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     peak, peak_clock, peak_event, peak_resident = -1, 0.0, None, Counter()
     decisions: list[Decision] = []
     waiting: list[Decision] = []  # budget evictions not yet matched to the allocation they served
-    last_op = None
+    previous: dict[str, Any] | None = None  # the storage event before this one
     step_clocks: list[float] = []
     orphan_remats = 0
     start_clock = None
-    last_replay = None
     remats = 0
     workspace_by_op: Counter = Counter()
     peak_workspace = 0
@@ -192,17 +191,11 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
                 resident_by_op[was[0]] -= was[1]
         if kind == "alloc":
             # the outputs of one multi-output op come as consecutive events at one clock
-            if ("alloc", event["clock"]) != last_op:
+            if not _same_op(event, previous):
                 compute_cost += event.get("cost", 0.0)
         elif kind == "remat":
             remats_by_storage[sid] += 1
-            # one replay refills all its evicted outputs: one rematerialization
-            if "replay" in event:
-                new_replay = event["replay"] != last_replay
-                last_replay = event["replay"]
-            else:  # a log from before the replay field: siblings are consecutive, one clock
-                new_replay = ("remat", event["clock"]) != last_op
-            if new_replay:
+            if starts_replay(event, previous):
                 remats += 1
                 if str(event.get("trigger", "")).startswith(ORPHAN_TRIGGER):
                     orphan_remats += 1
@@ -228,7 +221,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
                 )
                 decisions.append(d)
                 waiting.append(d)
-        last_op = (kind, event["clock"])
+        previous = event
         workspace = event.get("workspace", 0)
         if workspace > workspace_by_op[op]:
             workspace_by_op[op] = workspace
@@ -264,6 +257,26 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         workspace_by_op,
         peak_workspace,
         addresses if runtime.get("fit") == "contiguous" or addresses.peak_address else None,
+    )
+
+
+def starts_replay(remat: dict[str, Any], previous: dict[str, Any] | None) -> bool:
+    """Whether the ``remat`` event begins a rematerialization (a recipe replayed: one
+    replay refills all its evicted outputs), ``previous`` being the storage event before
+    it (None: the first). The events of one replay are consecutive and share its
+    ``replay`` number; in a log from before that field, they share a clock."""
+    if "replay" in remat:
+        return previous is None or remat["replay"] != previous.get("replay")
+    return not _same_op(remat, previous)
+
+
+def _same_op(event: dict[str, Any], previous: dict[str, Any] | None) -> bool:
+    """Whether ``event`` is another output of the op ``previous`` came from: the outputs
+    of one op are consecutive events of one kind at one clock."""
+    return (
+        previous is not None
+        and previous["event"] == event["event"]
+        and previous["clock"] == event["clock"]
     )
 
 
@@ -521,8 +534,10 @@ def _ratio(d: Decision) -> float:
 def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
     """Columns for a memory plot: clock and memory after every event (and, before an
     event whose kernel had a workspace, memory with it), the clocks (with memory) of
-    budget evictions and of rematerializations, and of step marks."""
+    budget evictions and of rematerializations (one per replay, at its first event, as
+    ``summarize`` counts them), and of step marks."""
     columns: dict[str, list] = defaultdict(list)
+    previous = None  # the storage event before this one
     for event in events:
         kind = event["event"]
         if kind == "runtime":
@@ -539,9 +554,10 @@ def resident_timeline(events: list[dict[str, Any]]) -> dict[str, list]:
         if kind == "evict" and event.get("reason") != "dead":
             columns["evict_clock"].append(event["clock"])
             columns["evict_memory"].append(event["memory"])
-        elif kind == "remat":
+        elif kind == "remat" and starts_replay(event, previous):
             columns["remat_clock"].append(event["clock"])
             columns["remat_memory"].append(event["memory"])
+        previous = event
     return columns
 
 

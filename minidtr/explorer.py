@@ -91,6 +91,7 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
         "steps": steps,
         "evictions": evictions,
         "remats": remats,
+        "replays": summary.remats,  # rematerializations: a replay refills several remats
         "cascades": cascades(columns, remats),
         "blocks": address_blocks(columns, addresses, header.get("budget")),
     }

@@ -489,7 +489,9 @@ window.addEventListener("resize", redraw);
 
 const h = D.header;
 document.getElementById("meta").replaceChildren(el("span", null, num(N) + " events: " + num(evictIdx.length)
-  + " budget evictions, " + num(rematIdx.length) + " remats, " + steps.length + (steps.length === 1 ? " step" : " steps") + " marked. "
+  + " budget evictions, " + num(D.replays) + " remats"
+  + (D.replays !== rematIdx.length ? " (refilling " + num(rematIdx.length) + " storages)" : "")
+  + ", " + steps.length + (steps.length === 1 ? " step" : " steps") + " marked. "
   + (budget !== null ? "Budget " + bytes(budget) + ". " : "No budget in the log. "),
   h.heuristic ? ["Heuristic " + h.heuristic + ", score ", el("code", null, formula), ". "] : "",
   "The clock counts " + D.unit + "; every clock on this page is the runtime's, as in the log"

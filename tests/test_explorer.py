@@ -139,6 +139,45 @@ def test_the_plot_starts_at_zero_and_marks_the_steps(log, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def two_output_replays(with_replay_field: bool = True) -> list[dict]:
+    """Two rematerializations refilling three storages: a two-output op's replay refills
+    both its outputs, then a second replay refills one (a log from before the ``replay``
+    field marks a replay only by its events' shared clock)."""
+
+    def event(kind: str, sid: int, clock: float, memory: int, **extra) -> dict:
+        common = {"id": sid, "op": "split", "nbytes": 1024, "clock": clock, "memory": memory}
+        return {"event": kind, **common, **extra}
+
+    replay = (lambda n: {"replay": n}) if with_replay_field else (lambda n: {})
+    return [
+        {"event": "runtime", "budget": 4096, "cost": "flops"},
+        event("alloc", 1, 10.0, 1024, cost=10.0),
+        event("alloc", 2, 10.0, 2048, cost=10.0),
+        event("evict", 1, 10.0, 1024, reason="budget"),
+        event("evict", 2, 10.0, 0, reason="budget"),
+        event("remat", 1, 20.0, 1024, cost=10.0, **replay(1)),
+        event("remat", 2, 20.0, 2048, cost=10.0, **replay(1)),
+        event("evict", 1, 20.0, 1024, reason="budget"),
+        event("remat", 1, 30.0, 2048, cost=10.0, **replay(2)),
+    ]
+
+
+@pytest.mark.parametrize("with_replay_field", [True, False])
+def test_the_plot_and_the_page_count_a_replay_of_several_outputs_once(with_replay_field):
+    """explain said 967 rematerializations, the plot's legend and the page 1,024: they
+    counted the storages refilled."""
+    pytest.importorskip("matplotlib")
+    from minidtr.explain import resident_timeline
+    from minidtr.plots import timeline_figure
+
+    events = two_output_replays(with_replay_field)
+    assert summarize(events).remats == 2
+    assert resident_timeline(events)["remat_clock"] == [20.0, 30.0]
+    legend = timeline_figure(events).axes[0].get_legend()
+    assert "rematerialization (2)" in [text.get_text() for text in legend.get_texts()]
+    assert page_data(events)["replays"] == 2
+
+
 def test_mark_step_records_nothing_without_events(fresh_allocator):
     runtime = md.Runtime()
     with runtime:
@@ -262,6 +301,15 @@ def test_clicking_a_remat_shows_its_cascade(chromium, page_path):
         assert deep is not None
         assert page.locator("#details .cascade ul ul ul li").count() >= 1
         assert "needed the replays under it" in page.inner_text("#details")
+        assert errors == []
+
+
+@needs_browser
+def test_the_page_counts_remats_as_explain_does(chromium, tmp_path):
+    out = tmp_path / "page.html"
+    write_html(two_output_replays(), str(out))
+    with browser.explorer_page(chromium, str(out)) as (page, errors):
+        assert "2 remats (refilling 3 storages)" in page.inner_text("#meta")
         assert errors == []
 
 
