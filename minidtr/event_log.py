@@ -118,6 +118,7 @@ MEMORY = whole(0)
 
 ADDRESS = {"address": or_null(whole(0))}  # under fit="contiguous": where the value lies
 ARENA = {"free_bytes": whole(0), "largest_free": whole(0), "extra": _flag}  # at such an eviction
+VIEWS = {"view_cost": COST}  # the view ops (which have no event) run since the event before
 # the fields each kind of event must have (required) and may have (optional)
 COMMON = {"id": STORAGE_ID, "op": _text, "nbytes": whole(0), "clock": CLOCK, "memory": MEMORY}
 REQUIRED: dict[str, dict[str, Callable[[Any], bool]]] = {
@@ -126,8 +127,11 @@ REQUIRED: dict[str, dict[str, Callable[[Any], bool]]] = {
     "runtime": {},
 }
 OPTIONAL: dict[str, dict[str, Callable[[Any], bool]]] = {
-    "alloc": {"cost": COST, "workspace": whole(0), **ADDRESS},
-    "evict": {"reason": _text, "score": or_null(SCORE), "runner_up": _runner_up, **ADDRESS} | ARENA,
+    "alloc": {"cost": COST, "workspace": whole(0), **ADDRESS, **VIEWS},
+    "evict": {"reason": _text, "score": or_null(SCORE), "runner_up": _runner_up}
+    | ADDRESS
+    | ARENA
+    | VIEWS,
     "remat": {
         "cost": COST,
         "workspace": whole(0),
@@ -136,10 +140,11 @@ OPTIONAL: dict[str, dict[str, Callable[[Any], bool]]] = {
         "trigger": _text,
         "parent": or_null(STORAGE_ID),
         **ADDRESS,
+        **VIEWS,
     },
-    "free": dict(ADDRESS),
-    "banish": dict(ADDRESS),
-    "step": {"memory": MEMORY},
+    "free": ADDRESS | VIEWS,
+    "banish": ADDRESS | VIEWS,
+    "step": {"memory": MEMORY, **VIEWS},
     "runtime": {
         "budget": or_null(whole(0)),
         "heuristic": or_null(_text),
@@ -253,6 +258,7 @@ def load_events(
             check_event(event, f"{path}:{number}")
             clock = check_clock(clock, event, f"{path}:{number}")
             cost += event.get("cost", 0.0) if event["event"] in ("alloc", "remat") else 0.0
+            cost += event.get("view_cost", 0.0)
             if math.isinf(cost):
                 raise error(number, "the costs add up past the largest float here")
             events.append(event)

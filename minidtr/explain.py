@@ -8,10 +8,11 @@ access that triggered it and the ``parent`` storage it was rebuilt for),
 ``free`` and ``banish``, each with the storage ``id``, the ``op`` that made it,
 ``nbytes``, the logical ``clock`` and the runtime's ``memory`` after the event
 (an ``alloc`` or ``remat`` whose kernel needed scratch memory carries its
-``workspace``: memory stood that much higher while the kernel ran);
-and ``step`` marks (``Runtime.mark_step``, written by ``minidtr train``). An
-optional first line ``{"event": "runtime", ...}`` (written by ``minidtr
-train``) carries the budget and the policy.
+``workspace``: memory stood that much higher while the kernel ran; any event
+may carry the ``view_cost`` of the view ops run since the one before, which
+have no event of their own); and ``step`` marks (``Runtime.mark_step``,
+written by ``minidtr train``). An optional first line ``{"event": "runtime",
+...}`` (written by ``minidtr train``) carries the budget and the policy.
 
 A rematerialization is one recipe replayed (one recomputed op), as the
 runtime's ``stats()["remats"]`` and the simulator count it. The log has one
@@ -170,6 +171,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         addresses.note(event)
         if start_clock is None:
             start_clock = event["clock"]
+        compute_cost += event.get("view_cost", 0.0)
         if kind == "step":
             step_clocks.append(event["clock"])
             continue

@@ -229,20 +229,24 @@ def test_parse_bytes():
 # ---- explain ----------------------------------------------------------------------------
 
 
-def chain_events(budget):
-    """A 12-layer tanh chain, forward and backward, under ``budget``."""
+def chain_events(budget, views=False):
+    """A 12-layer tanh chain, forward and backward, under ``budget`` (with ``views``, each
+    layer reshapes and transposes its input first: view ops, which allocate nothing)."""
     w = md.tensor(np.full((8, 8), 0.1, np.float32), requires_grad=True)
     runtime = md.Runtime(budget=budget, cost="flops", record_events=True)
     with runtime:
         h = md.tensor(np.ones((4, 8), np.float32))
         for _ in range(12):
-            h = (h @ w).tanh()
+            h = ((h.reshape(8, 4).T if views else h) @ w).tanh()
         h.sum().backward()
     return runtime
 
 
-def test_explain_agrees_with_the_runtime_stats(tmp_path):
-    runtime = chain_events(2600)
+@pytest.mark.parametrize("views", [False, True])
+def test_explain_agrees_with_the_runtime_stats(tmp_path, views):
+    """With views too: a view op has no event of its own, and explain left its cost out
+    of the first computations (and so of the slowdown)."""
+    runtime = chain_events(2600, views)
     stats = runtime.stats()
     assert stats["remats"] > 0
     path = tmp_path / "ev.jsonl"
@@ -251,6 +255,7 @@ def test_explain_agrees_with_the_runtime_stats(tmp_path):
     assert s.budget == 2600
     assert sum(s.remats_by_op.values()) == stats["remats"]
     assert s.remat_cost == pytest.approx(stats["remat_cost"])
+    assert s.compute_cost == pytest.approx(stats["compute_cost"])
     assert s.peak_memory == stats["peak_memory"]
     forced = stats["evictions"] - stats["dead_evictions"]
     assert sum(s.budget_evictions_by_op.values()) == forced
@@ -260,6 +265,7 @@ def test_explain_agrees_with_the_runtime_stats(tmp_path):
     text = explain(s)
     assert "Peak resident memory" in text and "Rematerializations" in text
     assert f"{stats['remats']:,} recomputations" in text
+    assert f"slowdown {stats['slowdown']:.3f}x." in text
 
 
 def test_a_runner_up_without_a_finite_score_is_explained(tmp_path):

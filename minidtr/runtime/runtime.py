@@ -163,6 +163,9 @@ class Runtime:
             self.heuristic = make_heuristic(heuristic, options.seed)
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if options.record_events else None
+        # the cost of the view ops run since the last event (they have no event of their
+        # own), which the next event carries as its view_cost
+        self.unlogged_view_cost = 0.0
         self._steps_marked = 0
         self._step_start: float | None = None  # compute_cost when the current step began
         # the compute the run is expected to have done by the end of the current step: the
@@ -307,6 +310,11 @@ class Runtime:
         return wall / rest if rest > 0 else math.inf
 
     def record(self, kind: str, **fields: Any) -> None:
+        """Add an event to the log, with the ``view_cost`` of the view ops run since the
+        event before (so that the log's costs add up to ``stats()["compute_cost"]``)."""
+        if self.unlogged_view_cost:
+            fields["view_cost"] = self.unlogged_view_cost
+            self.unlogged_view_cost = 0.0
         self.events.append({"event": kind, **fields})
 
     def mark_step(self, step: int | None = None, expected_cost: float | None = None) -> None:

@@ -58,6 +58,8 @@ def new_views(
     """The cells of a view op: they share their input's storage and allocate nothing. The
     view's cost is added to its base's (which is locked meanwhile)."""
     results, recipe.run_cost = allocator.run(recipe.op, recipe.inputs, recipe.device, arrays, metas)
+    if allocator.runtime.events is not None:  # no event of its own: the next one says its cost
+        allocator.runtime.unlogged_view_cost += recipe.run_cost
     if recipe.op.n_outputs == 1:
         results = (results,)
     viewed = recipe.inputs[0]
