@@ -208,16 +208,8 @@ def _summary_head(result: Any) -> list[str]:
         f"{task.batch_size} --seed {c.seed}{measured} "
         f"({task.model.num_parameters():,} parameters)"
     ]
-    if result.interrupted:
-        rows.append(
-            f"interrupted (Ctrl-C) after {len(result.losses)} of {c.steps} steps: "
-            "what follows is of the steps done"
-        )
-    elif result.stopped_by:
-        rows.append(
-            f"stopped by a {result.stopped_by} after {len(result.losses)} of {c.steps} "
-            "steps (the message below): what follows is of the steps done"
-        )
+    if result.interrupted or result.stopped_by:
+        rows.extend(_stop_rows(result))
     policy = f"(heuristic {c.heuristic}, dealloc {c.dealloc}, cost {c.cost})"
     if result.budget is None:
         rows.append(f"budget: none {policy}")
@@ -232,6 +224,19 @@ def _summary_head(result: Any) -> list[str]:
     if result.floors is not None:
         rows.append(f"floor: {floor_text(result.floors)}")
     return rows
+
+
+def _stop_rows(result: Any) -> list[str]:
+    """What the summary of a run cut short covers: the loss, the steps that finished;
+    the rest, the run up to the stop, so the part of the next step done before it."""
+    done, interrupted = len(result.losses), result.interrupted
+    how = "interrupted (Ctrl-C)" if interrupted else f"stopped by a {result.stopped_by}"
+    return [
+        f"{how} after {done} of {result.config.steps} steps"
+        f"{'' if interrupted else ' (the message below)'}: the loss is of those steps; the",
+        f"time, memory, evictions and remats run to the {'interrupt' if interrupted else 'error'}"
+        f", so include the part of step {done} (counting from 0) done before it",
+    ]
 
 
 def _steps(n: int) -> str:

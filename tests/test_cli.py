@@ -401,6 +401,8 @@ def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path):
     assert code == 1 and "budget is too small" in err and len(err.strip().splitlines()) == 1
     # what the seven steps did is kept: the summary, and the event log, saying how it ended
     assert "stopped by a BudgetError after 7 of 10 steps" in out
+    # its counts are of the run up to the error, which stopped step 7 (of the log's marks)
+    assert "run to the error, so include the part of step 7 (counting from 0)" in out
     assert "(end: not measured, the run stopped)" in out
     header = json.loads(events.read_text().splitlines()[0])
     assert header["stopped_by"] == "BudgetError" and header["steps_done"] == 7
