@@ -345,12 +345,15 @@ def draw_timeline(result: Any, path: str) -> None:
     if not result.runtime.events:
         print(f"memory timeline: not written to {path} (no op ran)")
         return
-    steps = f"{len(result.losses)} of {c.steps} steps (interrupted)" if result.interrupted else ""
+    steps = f"{c.steps} steps"
+    if result.interrupted or result.stopped_by:
+        how = "interrupted" if result.interrupted else f"stopped by a {result.stopped_by}"
+        steps = f"{len(result.losses)} of {steps} ({how})"
     memory_timeline(
         result.runtime.events,
         path,
         result.budget,
-        title=f"{c.model} ({c.size}), {steps or f'{c.steps} steps'}",
+        title=f"{c.model} ({c.size}), {steps}",
         cost=c.cost,
     )
     print(f"memory timeline: {path}")

@@ -392,17 +392,24 @@ def test_export_events_writes_the_header_minidtr_train_writes(tmp_path):
     assert "budget is not known" not in text and "2,600" in text
 
 
-def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path):
+def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path, monkeypatch):
     """The tiny Tree-LSTM's eighth batch needs more than the two measured steps' floor:
     the failure says which step, and what it needs as a fraction of the measured peak."""
+    from minidtr import plots
+
+    titles = []
+    monkeypatch.setattr(plots, "memory_timeline", lambda *a, title, **k: titles.append(title))
     tiny_tree = ("train", "treelstm", "--size", "tiny", "--steps", "10", "--ratio", "0.49")
-    events = tmp_path / "ev.jsonl"
-    code, out, err = run(capsys, *tiny_tree, "--no-progress", "--events", str(events))
+    events, plot = tmp_path / "ev.jsonl", str(tmp_path / "p.png")
+    code, out, err = run(
+        capsys, *tiny_tree, "--no-progress", "--events", str(events), "--plot", plot
+    )
     assert code == 1 and "budget is too small" in err and len(err.strip().splitlines()) == 1
     # what the seven steps did is kept: the summary, and the event log, saying how it ended
     assert "stopped by a BudgetError after 7 of 10 steps" in out
     # its counts are of the run up to the error, which stopped step 7 (of the log's marks)
     assert "run to the error, so include the part of step 7 (counting from 0)" in out
+    assert titles == ["treelstm (tiny), 7 of 10 steps (stopped by a BudgetError)"]
     assert "(end: not measured, the run stopped)" in out
     header = json.loads(events.read_text().splitlines()[0])
     assert header["stopped_by"] == "BudgetError" and header["steps_done"] == 7
