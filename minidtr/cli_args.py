@@ -118,8 +118,8 @@ positive_seconds = number(
 )
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= ``minimum``."""
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum`` (and <= ``maximum``, if given)."""
 
     def parse(text: str) -> int:
         try:
@@ -128,6 +128,8 @@ def whole_number(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {value:,}")
         return value
 
     parse.__name__ = f"whole number >= {minimum}"

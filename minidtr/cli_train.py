@@ -37,6 +37,7 @@ from .training import (
 )
 
 PROG = "minidtr train"
+MAX_SEED = 2**64 - 1  # what manual_seed takes (PyTorch's range)
 DEFAULT_STEPS = 50
 FIND_BUDGET_STEPS = 3
 # The settings that act only when something is evicted to make room: without a budget
@@ -119,7 +120,10 @@ def _add_run_options(p: argparse.ArgumentParser, sizes: Any) -> None:
         "--batch", type=whole_number(1), default=None, help="batch size (default: per model)"
     )
     p.add_argument(
-        "--seed", type=whole_number(0), default=0, help="seed for data, init and order (>= 0)"
+        "--seed",
+        type=whole_number(0, MAX_SEED),
+        default=0,
+        help="seed for data, init and order (0 to 2**64 - 1)",
     )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     add_runtime_arguments(p, ["reference", "measure_real"])

@@ -333,3 +333,13 @@ def test_two_traces_of_one_name_are_refused(capsys, trace_file, tmp_path):
     shutil.copy(trace_file, twin)
     code, out, err = run(capsys, "sim", trace_file, str(twin), "--ratios", "0.5")
     assert code == 1 and "are both named" in one_line(err) and "rename one" in err
+
+
+@pytest.mark.parametrize(
+    "seed, says", [("-1", "at least 0, got -1"), (str(2**64), "at most 18,446,744,073,709,551,615")]
+)
+def test_a_seed_out_of_range_is_a_usage_error(capsys, seed, says):
+    """2**64 passed the parser and failed in manual_seed, exit 1, not naming --seed."""
+    code, out, err = run(capsys, "train", "mlp", "--size", "tiny", "--steps", "1", "--seed", seed)
+    assert code == 2 and out == ""
+    assert f"argument --seed: must be {says}" in one_line(err)
