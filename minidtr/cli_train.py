@@ -336,8 +336,10 @@ def write_events(result: Any, path: str) -> None:
         with contextlib.suppress(OSError):
             os.remove(path)
         raise
-    done = f" of {len(result.losses)} steps, interrupted" if result.interrupted else ""
-    print(f"event log: {path} ({len(events):,} events{done}; minidtr explain {path})")
+    marks = sum(1 for event in events if event["event"] == "step")
+    counts = f"{len(events) - marks:,} events and {marks:,} step mark{'s' if marks != 1 else ''}"
+    done = f", after {len(result.losses)} steps, interrupted" if result.interrupted else ""
+    print(f"event log: {path} ({counts}{done}; minidtr explain {path})")
 
 
 def draw_timeline(result: Any, path: str) -> None:

@@ -72,6 +72,10 @@ def test_train_prints_the_summary_and_writes_the_event_log(capsys, tmp_path):
     assert header["budget"] > 0 and header["heuristic"] == "dtr"
     kinds = {json.loads(line)["event"] for line in lines[1:]}
     assert {"alloc", "evict", "remat"} <= kinds
+    # the events counted as explain and the page count them: the step marks apart
+    counted = sum(summarize(load_events(str(events))).counts.values())
+    assert f"({counted:,} events and 3 step marks; minidtr explain" in out
+    assert counted == len(lines) - 1 - 3
 
 
 def test_train_budget_in_bytes_with_suffix(capsys):

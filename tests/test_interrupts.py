@@ -92,7 +92,9 @@ def test_ctrl_c_keeps_the_event_log_and_the_summary_of_the_steps_done(tmp_path, 
     assert steps >= 3
     assert f"after {steps} of 1000000 steps" in out
     assert "peak memory" in out and "remats" in out and "(end: not measured" in out
-    assert f"event log: {events} (" in out and f"of {steps} steps, interrupted" in out
+    assert (
+        f"event log: {events} (" in out and f"step marks, after {steps} steps, interrupted" in out
+    )
 
     lines = events.read_text().splitlines()
     header = json.loads(lines[0])
