@@ -7,9 +7,10 @@ the batches of a model differ from the first two, which ``--ratio`` is a fractio
 Trains ``--steps`` unbounded steps on the batches ``minidtr train`` would use (same
 seed, same order), each in its own runtime with a floor meter (``minidtr.floors``), and
 prints the range of the steps' peaks and floors, and for each ratio of the first two
-steps' peak the first step whose floor is above it (a run at that ratio stops there) and
-how many are. Every batch of an image or sequence model has the same shapes, so only the
-Tree-LSTM's figures move. About 0.1 s a step for the Tree-LSTM.
+steps' peak the first step whose floor is above it (a run at that ratio stops there;
+counting from 0, as ``minidtr train``'s event log and its error do) and how many are.
+Every batch of an image or sequence model has the same shapes, so only the Tree-LSTM's
+figures move. About 0.1 s a step for the Tree-LSTM.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def main() -> None:
         f"{max(floors) / max(peaks):.3f} of the largest peak"
     )
     for ratio in ratios:
-        above = [i + 1 for i, floor in enumerate(floors) if floor > ratio * first]
+        above = [i for i, floor in enumerate(floors) if floor > ratio * first]
         count = f"{len(above):,} step{'s' if len(above) > 1 else ''}"
         where = f"first at step {above[0]:,}, {count} in all" if above else "none"
         print(f"floor above {ratio:g} x the first two steps' peak: {where}")

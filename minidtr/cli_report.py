@@ -124,7 +124,8 @@ def budget_verdict(error: Any, floors: Any, dealloc: str) -> str:
     if not measured or steps_done < measured or needs <= floors.floor:
         return floor_verdict(error.budget, floors, dealloc)
     return (
-        f"step {steps_done + 1:,} needs more than the first {measured} steps, on which "
+        f"step {steps_done:,}, counting from 0 as the event log and the plot do, needs more "
+        f"than the first {measured} steps, on which "
         f"the floor ({human_bytes(floors.floor)}) and the peak ({human_bytes(floors.peak)}) "
         f"were measured: at least {needs:,} bytes, {needs / floors.peak:.3f} of that peak; "
         "its batch is larger than theirs: measure more steps (--measure-steps) or raise "

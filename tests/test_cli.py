@@ -417,7 +417,10 @@ def test_a_later_batch_larger_than_the_measured_ones_is_named(capsys, tmp_path, 
     assert "(end: not measured, the run stopped)" in out
     header = json.loads(events.read_text().splitlines()[0])
     assert header["stopped_by"] == "BudgetError" and header["steps_done"] == 7
-    assert "(step 8 needs more than the first 2 steps" in err
+    assert "(step 7, counting from 0 as the event log and the plot do, needs more than " in err
+    assert "the first 2 steps" in err
+    logged = [json.loads(line) for line in events.read_text().splitlines()[1:]]
+    assert [e["step"] for e in logged if e["event"] == "step"][-1] == 7  # the step stopped
     assert "at least 55,356 bytes, 0.492 of that peak" in err and "--measure-steps" in err
     # measured on all ten steps, the same ratio is of a larger peak, above every floor
     code, out, err = run(capsys, *tiny_tree, "--measure-steps", "10", "--no-progress")

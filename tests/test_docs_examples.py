@@ -166,8 +166,8 @@ NOT_RUN = {
     "python benchmarks/soak.py": "12,000 training steps: minutes",
     "python benchmarks/batch_memory.py --model treelstm --steps 5000": "5,000 steps: 8 "
     "minutes (models.md's ten tiny steps run)",
-    "minidtr train treelstm --ratio 0.3 --steps 5000": "a minute to step 354; "
-    "tests/test_cli.py checks the same message on the tiny preset's step 8",
+    "minidtr train treelstm --ratio 0.3 --steps 5000": "a minute to step 353; "
+    "tests/test_cli.py checks the same message on the tiny preset's step 7",
     "minidtr train treelstm --ratio 0.3 --steps 5000 --measure-steps 5000": "5,000 steps "
     "measured and 5,000 trained: 20 minutes; tests/test_cli.py runs the tiny preset so",
     "python benchmarks/models_budget.py": "every model at many ratios: minutes",
