@@ -25,9 +25,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "node coloured by its state, under it the memory against the budget. Several logs "
         "are drawn side by side.",
     )
-    p.add_argument(
-        "files", nargs="+", metavar="EVENTS.jsonl ... OUT.gif", help="the logs, then the GIF"
-    )
+    p.add_argument("logs", nargs="+", metavar="EVENTS.jsonl", help="the event logs, one or more")
+    p.add_argument("out", metavar="OUT.gif", help="the GIF to write, every log side by side")
     p.add_argument("--titles", metavar="A,B,...", help="a title per log (default: its path)")
     p.add_argument(
         "--fps",
@@ -55,11 +54,16 @@ def run(args: argparse.Namespace) -> int:
     from .animate import AnimationError, animate
     from .plots import require_matplotlib
 
-    if len(args.files) < 2:
-        usage_error(PROG, "give one or more event logs, then the GIF to write")
-    *logs, out = args.files
+    logs, out = args.logs, args.out
     if not out.lower().endswith(".gif"):
         usage_error(PROG, f"{out}: the last argument is the GIF to write (a name ending in .gif)")
+    for log in logs:
+        if log.lower().endswith(".gif"):
+            usage_error(
+                PROG,
+                f"{log}: only the last argument is a GIF (one GIF shows every log side by "
+                "side); the others are the event logs",
+            )
     for log in logs:
         check_input(PROG, log)
     check_outputs(PROG, {"OUT.gif": out}, inputs=logs)

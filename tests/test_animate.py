@@ -183,7 +183,8 @@ def test_a_bad_log_is_one_line_and_exit_1(tmp_path, content, says):
     "args, says",
     [
         (("ev.jsonl", "out.png"), "the last argument is the GIF to write"),
-        (("out.gif",), "give one or more event logs, then the GIF"),
+        (("out.gif",), "the following arguments are required: OUT.gif"),
+        (("ev.jsonl", "a.gif", "ev.jsonl", "b.gif"), "a.gif: only the last argument is a GIF"),
         (("missing.jsonl", "out.gif"), "missing.jsonl: no such file"),
         (("ev.jsonl", "ev.jsonl.gif", "--titles", "a,b"), "--titles: 2 titles for 1 logs"),
         (("ev.jsonl", "out.gif", "--fps", "0"), "--fps"),
@@ -194,3 +195,14 @@ def test_usage_errors_exit_2(logs, tmp_path, args, says):
     done = animate_command(*args, cwd=tmp_path)
     assert done.returncode == 2
     assert says in done.stderr
+
+
+def test_the_usage_says_several_logs_then_one_gif(capsys):
+    """It read 'EVENTS.jsonl ... OUT.gif [EVENTS.jsonl ... OUT.gif ...]', as if pairs of
+    logs and GIFs repeated."""
+    from minidtr import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["animate", "--help"])
+    usage = " ".join(capsys.readouterr().out.split("\n\n")[0].split())
+    assert usage.endswith("EVENTS.jsonl [EVENTS.jsonl ...] OUT.gif")
