@@ -31,7 +31,8 @@ def _interrupted(signum, frame) -> None:
 
 def invoked_as_command() -> bool:
     """Whether this process is the ``minidtr`` command (the console script, or ``python -m
-    minidtr`` while runpy imports the package: then ``sys.argv[0]`` is still ``-m``)."""
+    minidtr``, ``-m minidtr.sim`` or ``-m minidtr.course`` while runpy imports the
+    package: then ``sys.argv[0]`` is still ``-m``)."""
     if not sys.argv:
         return False
     multiprocessing = sys.modules.get("multiprocessing")
@@ -43,7 +44,8 @@ def invoked_as_command() -> bool:
         return False
     argv = sys.orig_argv
     first = argv.index("-m") if "-m" in argv else len(argv)
-    return argv[first + 1 : first + 2] == ["minidtr"]
+    module = argv[first + 1] if first + 1 < len(argv) else ""
+    return module == "minidtr" or module.startswith("minidtr.")
 
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -66,6 +66,9 @@ def test_the_command_takes_interrupts_back_once_it_runs(monkeypatch):
     [
         (["/venv/bin/minidtr", "train"], ["/venv/bin/python", "/venv/bin/minidtr", "train"], True),
         (["-m", "train"], ["python", "-m", "minidtr", "train"], True),
+        (["-m", "check"], ["python", "-m", "minidtr.course", "check", "0"], True),
+        (["-m", "x.log"], ["python", "-m", "minidtr.sim", "x.log"], True),
+        (["-m", "x"], ["python", "-m", "minidtrx", "x"], False),
         (["-m", "-m", "minidtr"], ["python", "-m", "pytest", "-m", "minidtr"], False),
         (["-c", "x"], ["python", "-c", "import minidtr", "x"], False),
         (["/home/me/train.py"], ["python", "/home/me/train.py"], False),

@@ -95,6 +95,9 @@ def usage_error(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .._startup import release_import_guard
+
+    release_import_guard()  # the imports are done: interrupts are this function's now
     args = parser().parse_args(argv)
     try:
         if args.command == "list":

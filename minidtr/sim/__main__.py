@@ -2,6 +2,8 @@
 
 import sys
 
+from .._startup import release_import_guard
 from .cli import main
 
+release_import_guard()  # the imports are done: interrupts are main's now
 sys.exit(main())
