@@ -101,3 +101,21 @@ def test_a_buffer_laid_out_differently_is_read_by_walking_the_chain():
     storage = x.storage
     storage.buffer = np.asfortranarray(storage.buffer)  # same values, other strides
     assert y.numpy().tolist() == b[:, MAX_VIEW_DEPTH + 1 :].tolist()
+
+
+def test_reading_one_part_of_a_split_remakes_that_part_only(monkeypatch):
+    """Each read of a part replayed the whole split (n slices): reading n parts, or the
+    backward of a concat or stack of n tensors (a split), took O(n^2) slices."""
+    from minidtr.ops.shape import Split
+
+    sliced = []
+    forward = Split.forward
+    monkeypatch.setattr(
+        Split, "forward", lambda self, xp, x: sliced.append(1) or forward(self, xp, x)
+    )
+    x = md.tensor(np.arange(40.0).reshape(10, 4))
+    parts = md.split(x, [1, 2, 3, 4])
+    made = len(sliced)
+    for part, start in zip(parts, [0, 1, 3, 6], strict=True):
+        np.testing.assert_array_equal(part.numpy(), x.numpy()[start : start + part.shape[0]])
+    assert len(sliced) == made  # the reads made no whole split

@@ -8,6 +8,7 @@ non-contiguous one is copied first, so the copy is counted like any buffer.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -36,6 +37,11 @@ class View(Op):
 
     def cost(self, in_metas, out_metas):
         return 0.0, 0.0
+
+    def output(self, xp, x, index: int):
+        """Output ``index`` of a view op with several, alone: a read of one part remakes
+        that part only (``views.array_of``), not every part the op makes."""
+        return self.forward(xp, x)[index]
 
 
 class Reshape(View):
@@ -112,6 +118,7 @@ class Split(View):
         self.sizes = sizes
         self.axis = axis
         self.n_outputs = len(sizes)
+        self.starts = tuple(itertools.accumulate(sizes, initial=0))  # where each part begins
 
     def infer(self, x: Cell):
         self.axis = normalize_axis(self, self.axis, len(x.shape), x)
@@ -137,6 +144,11 @@ class Split(View):
             parts.append(x[tuple(index)])
             start += size
         return tuple(parts) if len(parts) > 1 else parts[0]
+
+    def output(self, xp, x, index: int):
+        key = [slice(None)] * x.ndim
+        key[self.axis] = slice(self.starts[index], self.starts[index + 1])
+        return x[tuple(key)]
 
     def backward(self, ctx, grads):
         grads = grads if isinstance(grads, tuple) else (grads,)

@@ -47,8 +47,8 @@ def array_of(cell: Cell):
     for view in reversed(chain):
         recipe = view.view_recipe
         xp = backend.xp_for(recipe.device) if recipe.device is not None else None
-        out = recipe.op.forward(xp, array)
-        array = out if recipe.op.n_outputs == 1 else out[view.index]
+        op = recipe.op
+        array = op.forward(xp, array) if op.n_outputs == 1 else op.output(xp, array, view.index)
     return array
 
 
