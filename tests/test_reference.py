@@ -591,3 +591,32 @@ def test_an_infinite_score_is_logged_as_null_and_the_log_reads(tmp_path):
     assert evictions and all(e["score"] is None for e in evictions)
     assert "Infinity" not in path.read_text()
     assert "Evictions forced by the budget" in explain(summarize(load_events(str(path))))
+
+
+@pytest.mark.parametrize("heuristic", ["dtr_eq", "msps"])
+def test_a_value_with_many_evicted_children_decides_identically(heuristic):
+    """One value read by 120 ops whose outputs get evicted: h_DTR^eq's classes border
+    rows through up to 47 evicted neighbours, with more than 32 rows to recompute at a
+    time, the table's wide case (its repeat test was O(width^2) array operations a
+    decision)."""
+
+    def run(reference: bool):
+        with isolated_allocator():
+            runtime = md.Runtime(
+                budget=200_000, heuristic=heuristic, cost="flops", reference=reference,
+                record_events=True, max_slowdown=None, max_wall_slowdown=None,
+            )  # fmt: skip
+            with runtime:
+                md.manual_seed(5)
+                base = md.tanh(md.randn((32, 32), requires_grad=True))
+                total = None
+                for i in range(120):
+                    part = md.sum(md.exp(base * (0.001 * i)))
+                    total = part if total is None else total + part
+                value = total.item()
+        return value, runtime.events, runtime.stats()["evictions"]
+
+    value, log, evictions = run(False)
+    ref_value, ref_log, _ = run(True)
+    assert value == ref_value and evictions > 100
+    assert_same_events(log, ref_log)

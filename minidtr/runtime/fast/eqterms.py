@@ -293,12 +293,18 @@ def eq_recompute(
         labels = mirror.label.take(table.edges[:width, index_rows])
         table.labels[:width, index_rows] = labels
         costs = mirror.cost.take(labels)
+        if width > 1:
+            # a label met earlier in its column is a repeat: sorted stably, each run of
+            # equal labels starts with its first (a pairwise test was O(width^2) arrays)
+            order = np.argsort(labels, axis=0, kind="stable")
+            ordered = np.take_along_axis(labels, order, axis=0)
+            sorted_repeat = np.zeros(labels.shape, bool)
+            np.equal(ordered[1:], ordered[:-1], out=sorted_repeat[1:])
+            repeat = np.empty_like(sorted_repeat)
+            np.put_along_axis(repeat, order, sorted_repeat, axis=0)
+            costs[repeat] = 0.0
         terms = costs[0]  # 0.0 + c is c
         for j in range(1, width):
-            repeat = labels[j] == labels[0]
-            for i in range(1, j):
-                repeat |= labels[j] == labels[i]
-            np.copyto(costs[j], 0.0, where=repeat)
             terms += costs[j]
         table.term[index_rows] = terms
     for row, old in before.items():
