@@ -146,6 +146,8 @@ class Usefulness:
             if key >= above:
                 continue  # it and the entries under it were made no later than ``storage``
             steps += 1
+            if steps > USEFUL_SEARCH:  # a heap of many later witnesses: the search is cheaper
+                return False
             witness = ref()
             if is_witness(witness):
                 starts.append(witness)
