@@ -51,6 +51,8 @@ class Stats:
     ``remats`` counts rematerializations: one per recipe replayed, i.e. one recomputed
     op, however many outputs it refills (the event log has one ``remat`` event per
     output refilled; ``minidtr explain`` and the simulator count replays, as here).
+    Under ``as_prototype`` a view op computed again counts too, as the paper's
+    simulator counts it, though it refills no storage and logs no event.
     ``compute_cost`` and ``remat_cost`` are in the cost model's units; the slowdown is
     (compute + remat) / compute. ``search_time`` is wall seconds spent scoring
     candidates; ``overhead_time`` is wall seconds spent on eviction work as a whole
