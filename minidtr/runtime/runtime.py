@@ -5,7 +5,9 @@ policy that allocator applies while the runtime is active. Everything
 resident counts against the budget: activations, gradients, constants,
 parameters and optimizer state, whether created inside the ``with`` or
 before it. Runtimes nest: the effective budget is the tightest of all active
-ones, and the innermost decides heuristic, deallocation and cost. A runtime
+ones, and the innermost decides heuristic, deallocation and cost, and records
+the events: an outer runtime's statistics count what ran inside an inner one,
+its event log does not (the inner one's, with ``record_events``, has it). A runtime
 can be entered again after it exits (its statistics accumulate), but not
 while it is already active. A device's runtimes serve one thread at a time:
 entering one while another thread's is active on the same device is an error
