@@ -3,7 +3,7 @@
 
 from types import ModuleType
 
-from ..modes import grad_enabled
+from ..modes import grad_enabled as _grad_enabled
 from ..tensor import Tensor
 from .activation import exp, gelu, log, relu, sigmoid, sqrt, tanh
 from .arithmetic import abs, add, clip, div, maximum, minimum, mul, neg, pow, sub
@@ -63,7 +63,7 @@ def _updating_a_parameter(op, symbol: str):
     def update(self: Tensor, other):
         if self.grad_fn is not None or not self._requires_grad:
             return op(self, other)
-        if grad_enabled():
+        if _grad_enabled():
             raise RuntimeError(
                 f"x {symbol} ...: x is a leaf that requires grad (a parameter), and an "
                 "in-place update would be recorded; update it under md.no_grad(), as "
