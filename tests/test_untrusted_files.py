@@ -436,3 +436,18 @@ def test_the_error_cli_md_shows_is_the_one_printed(capsys, tmp_path, monkeypatch
     code, _, err = run(capsys, "explain", "ev.jsonl")
     docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     assert code == 1 and one_line(err) in docs
+
+
+def test_a_trace_error_comes_back_whole_from_a_worker_process():
+    """A bad trace read in a pool's worker (benchmarks/fragmentation.py) broke the pool:
+    TraceError could not be unpickled."""
+    import pickle
+
+    from minidtr.sim.instructions import TraceError
+
+    error = TraceError("step.log", 3, "not valid JSON")
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == "step.log:3: not valid JSON" and (again.source, again.line) == (
+        "step.log",
+        3,
+    )

@@ -15,9 +15,12 @@ class TraceError(ValueError):
     """A malformed or truncated log; names the file and the line."""
 
     def __init__(self, source: str, line: int | None, message: str):
-        self.source, self.line = source, line
+        self.source, self.line, self.message = source, line, message
         where = f"{source}:{line}" if line is not None else source
         super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):  # whole from a worker process (a sweep's pool)
+        return type(self), (self.source, self.line, self.message)
 
 
 @dataclass(frozen=True, slots=True)
