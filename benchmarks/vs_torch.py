@@ -499,11 +499,17 @@ def summary_table(comparisons: list[Comparison]) -> list[str]:
             f"| {c.name} | {ratio(c.plain, c.torch_runs[0])} "
             f"| {', '.join(f'k={t.segments}: {ratio(o, t)}' for t, o in pairs)} "
             f"| {'met' if plain <= UNBUDGETED_GOAL else 'missed'} "
-            f"| {'met' if all(r <= 1.0 for r in equal) else 'missed'} |"
+            f"| {verdict(equal)} |"
         )
     if any(run.over_target for c in comparisons for run in c.at_torch_memory):
         lines += ["", "*: minidtr's real memory stayed above PyTorch's (no budget got it there)"]
     return lines
+
+
+def verdict(equal: list[float]) -> str:
+    if not equal:
+        return "not measured"  # (no segment count past 1 was asked for)
+    return "met" if all(r <= 1.0 for r in equal) else "missed"
 
 
 def torch_profile(name: str, steps: int = 5, rows: int = 12) -> str:
@@ -530,6 +536,23 @@ def header(steps: int) -> str:
     )
 
 
+def checked(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list, int, list]:
+    """The models, rounds and segment counts asked for, or a usage error (exit 2)."""
+    models = args.models.split(",")
+    unknown = [name for name in models if name not in MODELS]
+    if unknown:
+        p.error(f"--models: unknown {', '.join(unknown)} (the models: {', '.join(MODELS)})")
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, got {args.steps}")
+    try:
+        segments = [int(s) for s in args.segments.split(",")]
+    except ValueError:
+        p.error(f"--segments takes whole numbers >= 1, got {args.segments!r}")
+    if any(k < 1 for k in segments):
+        p.error(f"--segments takes whole numbers >= 1 (1: no checkpointing), got {args.segments}")
+    return models, args.steps, segments
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -540,17 +563,17 @@ def main() -> None:
         "--profile", action="store_true", help="instead, PyTorch's ops by time (torch.profiler)"
     )
     args = p.parse_args()
+    models, steps, segments = checked(p, args)
     if torch is None:
         sys.exit("vs_torch: PyTorch is not installed, so there is nothing to compare against")
     if args.profile:
-        print("\n".join(torch_profile(name) for name in args.models.split(",")))
+        print("\n".join(torch_profile(name) for name in models))
         return
-    steps, segments = args.steps, [int(s) for s in args.segments.split(",")]
     if args.quick:
         steps, segments = 3, [4]
     print(header(steps))
     comparisons = []
-    for name in args.models.split(","):
+    for name in models:
         print(f"\n### {name}\n", flush=True)
         comparisons.append(compare(name, segments, steps))
         print(comparisons[-1].agreement + "\n\n" + "\n".join(model_table(comparisons[-1])))

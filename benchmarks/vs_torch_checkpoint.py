@@ -49,18 +49,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--segments", default="8,4,2", help="checkpointed segments")
     args = p.parse_args()
+    models, steps, segments = vs_torch.checked(p, args)
     if vs_torch.torch is None:
         sys.exit("vs_torch_checkpoint: PyTorch is not installed: nothing to compare against")
-    segments = [int(s) for s in args.segments.split(",")]
-    print(vs_torch.header(args.steps))
+    print(vs_torch.header(steps))
     print(
         "| model | torch segments | torch peak | torch s/step | minidtr peak "
         "| minidtr s/step | minidtr / torch (wall) |"
     )
     print("|---|---|---|---|---|---|---|")
     agreements = []
-    for name in args.models.split(","):
-        comparison = vs_torch.compare(name, segments, args.steps, ratios=())
+    for name in models:
+        comparison = vs_torch.compare(name, segments, steps, ratios=())
         agreements.append(comparison.agreement)
         print("\n".join(rows(comparison)), flush=True)
     print("\n" + "\n".join(agreements))

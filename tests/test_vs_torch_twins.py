@@ -63,3 +63,28 @@ def test_twin_trains_like_the_model(name):
         ours = minidtr_step(task, optimizer, indices)
         theirs = torch_step(twin, torch_optimizer, task, indices, segments)
         assert abs(theirs - ours) <= TOLERANCE * abs(ours), f"step {step}: {theirs} != {ours}"
+
+
+def test_the_comparison_refuses_what_it_cannot_measure_and_says_what_it_did_not():
+    """--segments 0 dropped every checkpointed run and the equal-memory goal read "met"
+    (all() of nothing); --steps 0 printed tables of nan; unknown models were tracebacks."""
+    import argparse
+    import sys
+
+    if str(ROOT / "benchmarks") not in sys.path:  # its interrupts module, as when it runs
+        sys.path.append(str(ROOT / "benchmarks"))
+    compare = SimpleNamespace(**runpy.run_path(str(ROOT / "benchmarks" / "vs_torch.py")))
+    p = argparse.ArgumentParser(prog="vs_torch.py")
+    p.error = lambda message: (_ for _ in ()).throw(ValueError(message))  # noqa: PLW0108
+    given = SimpleNamespace(models="mlp", steps=3, segments="2,4")
+    assert compare.checked(p, given) == (["mlp"], 3, [2, 4])
+    for bad, says in [
+        (dict(segments="0"), "--segments takes whole numbers >= 1"),
+        (dict(segments="a"), "--segments takes whole numbers >= 1"),
+        (dict(steps=0), "--steps must be at least 1"),
+        (dict(models="mlp,nope"), "--models: unknown nope"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            compare.checked(p, SimpleNamespace(**{**vars(given), **bad}))
+    assert compare.verdict([]) == "not measured"
+    assert compare.verdict([0.9, 1.0]) == "met" and compare.verdict([0.9, 1.2]) == "missed"
