@@ -172,6 +172,7 @@ def main() -> None:
         command = [
             "valgrind",
             "--tool=callgrind",
+            "--vgdb=no",  # no gdb pipes, which an interrupted run leaves in /tmp
             "--collect-atstart=no",
             "--toggle-collect=functools_reduce",
             "--dump-after=functools_reduce",

@@ -2,8 +2,8 @@
 
     python benchmarks/performance.py [--quick]
 
-1. Per-op forward on 1-element float32 tensors (chains of ``--chain`` ops): add, tanh, and
-   mul by a Python scalar (``y * 0.5``) and by a tensor holding the same value,
+1. Per-op forward on 1-element float32 tensors (chains of ops; shorter with --quick): add,
+   tanh, and mul by a Python scalar (``y * 0.5``) and by a tensor holding the same value,
    with autograd off and on; minidtr unbudgeted, minidtr under a generous budget (nothing
    evicted), PyTorch, NumPy. Backward per node through the same chains. Then the scalar
    operand's cost as a ratio to the tensor operand's (target: at most 1.25), and the
