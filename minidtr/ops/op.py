@@ -125,6 +125,12 @@ class Op:
     def forward(self, xp, *arrays):
         raise NotImplementedError(f"{self.name}: an op defines forward(self, xp, *arrays)")
 
+    def output(self, xp, x, index: int):
+        """Output ``index`` of a view op with several, alone (``views.array_of``, for a
+        read of one of them); a view op that can make one part without the others (split)
+        says how, so that reading each of n parts is not O(n^2)."""
+        return self.forward(xp, x)[index]
+
     def backward(self, ctx, grad):
         raise RuntimeError(f"{self.name} has no gradient")
 

@@ -38,11 +38,6 @@ class View(Op):
     def cost(self, in_metas, out_metas):
         return 0.0, 0.0
 
-    def output(self, xp, x, index: int):
-        """Output ``index`` of a view op with several, alone: a read of one part remakes
-        that part only (``views.array_of``), not every part the op makes."""
-        return self.forward(xp, x)[index]
-
 
 class Reshape(View):
     name = "reshape"
