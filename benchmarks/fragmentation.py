@@ -144,7 +144,7 @@ def table(rows: list[Row], ratios: tuple[float, ...]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("logs", nargs="*", metavar="LOG", help="more traces to replay")
     parser.add_argument("--no-bundled", action="store_true", help="only the LOGs given")
     parser.add_argument("--ratios", default="0.7,0.6,0.5,0.4,0.3,0.2")

@@ -81,7 +81,7 @@ def isolated(fn, *args):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--size", default="small")
     parser.add_argument("--steps", type=int, default=3, help="steps per probe")

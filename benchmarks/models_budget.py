@@ -95,7 +95,7 @@ def lowest_ratio(name: str, args) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--size", default="small")
     parser.add_argument("--steps", type=int, default=3)

@@ -36,6 +36,8 @@ import tempfile
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import whole_number
+
 # chains y = f(y) of 1-element tensors; mul, matmul and linear by a constant, mean over
 # a kept axis of size 1, stack of one tensor and then [0]; muls and rsubs: y * 0.5, 1.0 - y
 OPS = (
@@ -150,7 +152,9 @@ def count_calls(n: int, kinds: list[str]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("kinds", nargs="*", default=KINDS, help=f"default: {' '.join(KINDS)}")
-    p.add_argument("--chain", type=int, default=2000, help="ops per chain (default 2000)")
+    p.add_argument(
+        "--chain", type=whole_number(1), default=2000, help="ops per chain (default 2000)"
+    )
     p.add_argument("--calls", action="store_true", help="count Python calls per op instead")
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -61,7 +61,7 @@ def attribute(trace, options, heuristic: str) -> tuple[str, float, Counter]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--ratio", type=float, default=0.4)
     parser.add_argument("--heuristics", default="dtr,belady")

@@ -35,7 +35,7 @@ LABELS = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ratios", default="0.5,0.3,0.2")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per program")
     p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")

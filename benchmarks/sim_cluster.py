@@ -33,7 +33,7 @@ def decisions(results):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("logs", nargs="*", help=f"trace files (default: {TRACES}/*)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler")

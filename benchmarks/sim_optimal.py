@@ -100,7 +100,7 @@ def record(name: str, directory: str) -> sim.Trace:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument(
         "--fractions",

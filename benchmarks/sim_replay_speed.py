@@ -89,7 +89,7 @@ def measure(trace: sim.Trace, ratios, heuristics) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ratios", default="0.9,0.5,0.3")
     p.add_argument("--heuristics", default=",".join(DEFAULT_HEURISTICS))
     p.add_argument("--profile", metavar="HEURISTIC", help="cProfile one replay at ratio 0.5")

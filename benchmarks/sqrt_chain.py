@@ -10,6 +10,7 @@ counted once each). Run: ``python benchmarks/sqrt_chain.py [N ...]``.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import math
 import sys
@@ -23,6 +24,17 @@ from minidtr.testing.programs import tanh_chain, unit_cost
 HEURISTICS = ("dtr", "dtr_eq", "msps", "dtr_local", "lru", "size", "random")
 SLOT = 8  # bytes of one tensor
 MAX_EXTRA = 200  # stop a run once its extra ops pass 200 N (reported as ">200")
+
+
+def chain_length(text: str) -> int:
+    """N: a whole number of layers from 2 to 100,000."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"N is a whole number, got {text!r}") from None
+    if not 2 <= n <= 100_000:
+        raise argparse.ArgumentTypeError(f"N must be from 2 to 100,000, got {n}")
+    return n
 
 
 def run(n: int, heuristic: str, slots: int | None = None) -> dict:
@@ -58,7 +70,9 @@ def run(n: int, heuristic: str, slots: int | None = None) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    sizes = [int(a) for a in argv] or [100, 400, 1600]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sizes", nargs="*", type=chain_length, help="N (default 100 400 1600)")
+    sizes = parser.parse_args(argv).sizes or [100, 400, 1600]
     print(f"{'N':>6} {'budget':>7} " + " ".join(f"{h:>10}" for h in HEURISTICS))
     for n in sizes:
         cells = []

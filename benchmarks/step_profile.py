@@ -48,6 +48,8 @@ import tempfile
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import whole_number
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import sys
@@ -58,7 +60,8 @@ import numpy as np
 
 import minidtr as md
 from minidtr.host import steady_malloc
-from minidtr.models.tasks import make_task
+from minidtr.models import MODELS
+from minidtr.models.tasks import SIZES, make_task
 from minidtr.ops import op as op_module
 from minidtr.runtime.allocator import Allocator
 from minidtr.training import TrainConfig, measure_peak, train_step
@@ -167,9 +170,9 @@ def one_step(task, budget: int | None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet")
-    p.add_argument("--size", default="small")
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--model", default="resnet", choices=list(MODELS))
+    p.add_argument("--size", default="small", choices=SIZES)
+    p.add_argument("--steps", type=whole_number(1), default=8)
     p.add_argument("--by-op", action="store_true", help="kernel and bookkeeping per op name")
     p.add_argument(
         "--batch", type=int, help="batch size instead of the preset's (tiny: bookkeeping alone)"

@@ -96,7 +96,7 @@ def decide(runtime) -> list:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()

@@ -42,6 +42,8 @@ import resource
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import whole_number
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import platform
@@ -314,8 +316,10 @@ def resnet_steps(steps: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=30, help="rounds per kernel (min taken)")
-    p.add_argument("--steps", type=int, default=5, help="timed ResNet-32 steps")
+    p.add_argument(
+        "--rounds", type=whole_number(1), default=30, help="rounds per kernel (min taken)"
+    )
+    p.add_argument("--steps", type=whole_number(1), default=5, help="timed ResNet-32 steps")
     p.add_argument(
         "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
     )
