@@ -13,6 +13,8 @@ coefficients are what this prints.
 
 from __future__ import annotations
 
+import argparse
+
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
@@ -50,6 +52,13 @@ def largest_error(coefficients: np.ndarray, p: float = P) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "fit_normal_tail: SciPy is the truth it fits to: pip install scipy"
+        ) from None
     coefficients = fit()
     print(f"P = {P}")
     print("COEFFICIENTS = (")

@@ -179,7 +179,10 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true", help="import PyTorch first")
     args = parser.parse_args()
     if args.torch:
-        import torch  # noqa: F401
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            parser.error("--torch: PyTorch is not installed (pip install torch)")
     import minidtr  # noqa: F401
 
     print(f"property test, small MLP x 4 configurations, {args.examples} examples:")
