@@ -561,3 +561,24 @@ def test_a_sequential_of_named_modules():
         nn.Sequential({"forward": nn.ReLU()})
     with pytest.raises(TypeError, match="Sequential: 'x' is a int, not a Module"):
         nn.Sequential({"x": 3})
+
+
+def test_clip_grad_norm_scales_the_gradients_as_pytorch():
+    """The norm before clipping, and the gradients after, against torch.nn.utils; one
+    without a gradient passed over; nothing changed below the limit."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal(s).astype(np.float32) for s in [(3, 4), (4,), (5, 2)]]
+    ours = [md.tensor(np.zeros(g.shape, np.float32), requires_grad=True) for g in grads]
+    theirs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
+    for p, q, g in zip(ours, theirs, grads, strict=True):
+        p.grad, q.grad = md.tensor(g), torch.tensor(g)
+    frozen = md.tensor(np.ones(2, np.float32), requires_grad=True)  # no gradient
+    for limit in (100.0, 1.0):
+        norm = nn.utils.clip_grad_norm_([*ours, frozen], limit)
+        assert norm.item() == torch.nn.utils.clip_grad_norm_(theirs, limit).item()
+        for p, q in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-6)
+    assert frozen.grad is None and nn.utils.clip_grad_norm_([frozen], 1.0).item() == 0.0
+    with pytest.raises(ValueError, match="clip_grad_norm_: max_norm must be >= 0 and finite"):
+        nn.utils.clip_grad_norm_(ours, float("nan"))

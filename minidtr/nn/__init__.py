@@ -1,6 +1,6 @@
 """Neural-network modules on top of the functional ops (PyTorch-style names and defaults)."""
 
-from . import init
+from . import init, utils
 from .layers import (
     GELU,
     AvgPool2d,
