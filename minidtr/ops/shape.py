@@ -131,14 +131,8 @@ class Split(View):
         return metas
 
     def forward(self, xp, x):
-        index = [slice(None)] * x.ndim
-        parts = []
-        start = 0
-        for size in self.sizes:
-            index[self.axis] = slice(start, start + size)
-            parts.append(x[tuple(index)])
-            start += size
-        return tuple(parts) if len(parts) > 1 else parts[0]
+        parts = tuple(self.output(xp, x, i) for i in range(self.n_outputs))
+        return parts if len(parts) > 1 else parts[0]
 
     def output(self, xp, x, index: int):
         key = [slice(None)] * x.ndim
