@@ -3,7 +3,10 @@
 Every script in this folder imports this module before NumPy, for its effect: from
 then on an uncaught ``KeyboardInterrupt`` prints ``NAME.py: interrupted`` (the name
 argparse gives the script), and the process still ends as Python ends an interrupted
-one (by SIGINT, status 130 in a shell). Pools of worker processes pass
+one (by SIGINT, status 130 in a shell). Once minidtr is imported, a Ctrl-C goes through
+its handler everywhere, not only inside runtimes (``minidtr.runtime.interrupts``): one
+landing inside an op or in ``Tensor.__del__`` (where Python would swallow it) waits for
+the next consistent point, one landing anywhere else raises at once. Pools of worker processes pass
 ``initializer=quiet_worker``: Ctrl-C reaches the whole process group, and a worker
 would otherwise print its own traceback; it leaves at once instead, and the script's
 ``with`` block ends the pool.
@@ -39,4 +42,12 @@ def quiet_worker() -> None:
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
 
+def _sigint(signum, frame) -> None:
+    minidtr_interrupts = sys.modules.get("minidtr.runtime.interrupts")
+    if minidtr_interrupts is None:
+        raise KeyboardInterrupt
+    minidtr_interrupts.handle_sigint(signum, frame)
+
+
 sys.excepthook = _one_line
+signal.signal(signal.SIGINT, _sigint)

@@ -142,7 +142,7 @@ def run_command(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("minidtr: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    from .runtime.registry import deferred_interrupts
+    from .runtime.interrupts import deferred_interrupts
 
     try:
         with deferred_interrupts():

@@ -14,10 +14,11 @@ equivalents that run unless ``Runtime(reference=True)``.
 from .allocator import Allocator
 from .errors import BudgetError, ThrashError
 from .heuristics import HEURISTIC_NAMES, Heuristic, ScoreContext, ablation_names, make_heuristic
+from .interrupts import deferred_interrupts
 from .learned import Learned
 from .observers import Observer
 from .options import RuntimeOptions
-from .registry import allocator_for, deferred_interrupts
+from .registry import allocator_for
 from .runtime import Runtime, Stats
 from .storage import Cell, Recipe, Storage
 

@@ -25,7 +25,7 @@ protocol*: ``busy`` is set while an op, a read or a search is under way, and
 deaths then wait (``Lifetimes.settle``) until ``done`` ends the access, so that
 nothing changes under a running kernel; ``accesses`` counts the ops and reads
 under way; ``interrupt_requested`` asks for a ``KeyboardInterrupt`` at the next
-consistent point (``deferred_interrupts``). Every entry (an op, a read, a death, a
+consistent point (``interrupts.py``). Every entry (an op, a read, a death, a
 runtime entering or leaving) holds the allocator's ``lock``: threads that share a
 device take turns, a whole op or death at a time, and the nested entries of one
 thread (a death during an op) pass through it.
@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from .. import backend
-from . import fast, placement, realmem
+from . import fast, interrupts, placement, realmem
 from .audit import Audit, audit_for, check_outputs
 from .costs import model_cost
 from .errors import BudgetError, PlacementError, allocation_error
@@ -288,7 +288,7 @@ class Allocator:
         lock.acquire()
         try:
             if self.interrupt_requested:
-                raise KeyboardInterrupt
+                interrupts.answer()
             if not self.busy:
                 if self.lifetimes.pending_error is not None:
                     self.lifetimes.raise_pending()

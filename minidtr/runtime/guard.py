@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from . import interrupts
 from .errors import ThrashError
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class ThrashGuard:
         where an exception cannot surface."""
         allocator = self.allocator
         if allocator.interrupt_requested and allocator.accesses:
-            raise KeyboardInterrupt
+            interrupts.answer()
         if self.since is not None:
             return False
         self.check_wall_time()

@@ -12,10 +12,7 @@ its whole life).
 from __future__ import annotations
 
 import os
-import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from .allocator import Allocator
 
@@ -56,35 +53,3 @@ def restore(allocators: dict[str, Allocator]) -> None:
     """Put back the allocators ``installed`` returned (dropping any made since)."""
     ALLOCATORS.clear()
     ALLOCATORS.update(allocators)
-
-
-@contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Inside the ``with``, a first Ctrl-C (SIGINT) does not interrupt whatever Python is
-    doing: it asks every allocator to raise ``KeyboardInterrupt`` at its next consistent
-    point (the start of an op, of a rematerialization, of a search for room), so an
-    interrupted run leaves no half-made storage or miscounted byte behind. A second
-    Ctrl-C interrupts at once. A Ctrl-C that no allocator acted on by the end of the
-    ``with`` (the work inside ran no op after it) is raised there, not lost. Only in the
-    main thread (elsewhere it does nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if not ALLOCATORS or any(a.interrupt_requested for a in ALLOCATORS.values()):
-            raise KeyboardInterrupt
-        for allocator in ALLOCATORS.values():
-            allocator.interrupt_requested = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    unanswered = False
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
-        for allocator in ALLOCATORS.values():
-            unanswered = unanswered or allocator.interrupt_requested
-            allocator.interrupt_requested = False
-    if unanswered:
-        raise KeyboardInterrupt

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import interrupts
 from .errors import BudgetError, ThrashError
 from .guard import WALL_GUARD_AFTER  # noqa: F401  (re-exported)
 from .heuristics import make_heuristic
@@ -178,6 +179,7 @@ class Runtime:
         self.allocator = None
         self._active_since = 0.0  # perf_counter() when last entered
         self._thread: int | None = None  # the thread that entered it (while active)
+        self._sigint: object | None = None  # the handler ``__enter__`` replaced (interrupts.py)
 
     @property
     def options(self) -> RuntimeOptions:
@@ -221,7 +223,9 @@ class Runtime:
     def __enter__(self) -> Runtime:
         from .registry import allocator_for
 
-        return self.enter_on(allocator_for(self.device))
+        self.enter_on(allocator_for(self.device))
+        self._sigint = interrupts.install()  # Ctrl-C waits for a consistent point
+        return self
 
     def enter_on(self, allocator: Any) -> Runtime:
         """Become the innermost active runtime of ``allocator`` (what ``with`` does on the
@@ -266,9 +270,13 @@ class Runtime:
     def __exit__(self, *exc) -> None:
         allocator = self.allocator
         self.leave()
+        interrupted = interrupts.uninstall(self._sigint)
+        self._sigint = None
         if exc[0] is None:
             allocator.raise_pending()  # e.g. a ThrashError met while a tensor died
             self.check_slowdown()
+            if interrupted:
+                raise KeyboardInterrupt  # a Ctrl-C no op answered is not lost
         else:
             allocator.discard_pending()  # the run already fails with its own error
 
