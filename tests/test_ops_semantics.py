@@ -739,3 +739,4 @@ def test_the_op_families_are_not_names_of_the_package():
     for name in ("gather", "norm", "random", "linalg", "activation", "shape"):
         assert not hasattr(md, name), name
     assert callable(md.gather_rows) and callable(md.layer_norm) and callable(md.randn)
+    assert "ModuleType" not in md.ops.__all__ and not hasattr(md, "ModuleType")

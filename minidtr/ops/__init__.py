@@ -1,7 +1,7 @@
 """The functional op library. Each family lives in its own module; all are re-exported here
 (and at the top level of ``minidtr``)."""
 
-from types import ModuleType
+from types import ModuleType as _ModuleType
 
 from ..modes import grad_enabled as _grad_enabled
 from ..tensor import Tensor
@@ -89,4 +89,4 @@ Tensor.__itruediv__ = _updating_a_parameter(div, "/=")
 
 # the functions, not the family modules (``md.gather`` was the module gather.py: "'module'
 # object is not callable" for a PyTorch user's md.gather(x, 1, idx))
-__all__ = [n for n, v in globals().items() if n[0] != "_" and not isinstance(v, ModuleType)]
+__all__ = [n for n, v in globals().items() if n[0] != "_" and not isinstance(v, _ModuleType)]
