@@ -3,8 +3,8 @@
 Every script in this folder imports this module before NumPy, for its effect: from
 then on an uncaught ``KeyboardInterrupt`` prints ``NAME.py: interrupted`` (the name
 argparse gives the script), and the process still ends as Python ends an interrupted
-one (by SIGINT, status 130 in a shell). Once minidtr is imported, a Ctrl-C goes through
-its handler everywhere, not only inside runtimes (``minidtr.runtime.interrupts``): one
+one (by SIGINT, status 130 in a shell). Once minidtr is imported, a Ctrl-C to a script goes
+through its handler everywhere, not only inside runtimes (``minidtr.runtime.interrupts``): one
 landing inside an op or in ``Tensor.__del__`` (where Python would swallow it) waits for
 the next consistent point, one landing anywhere else raises at once. Pools of worker processes pass
 ``initializer=quiet_worker``: Ctrl-C reaches the whole process group, and a worker
@@ -49,5 +49,12 @@ def _sigint(signum, frame) -> None:
     minidtr_interrupts.handle_sigint(signum, frame)
 
 
+def _run_as_a_script() -> bool:
+    """Whether the process is a script of this folder (not a test that imports one)."""
+    script = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    return os.path.dirname(os.path.abspath(script)) == os.path.dirname(os.path.abspath(__file__))
+
+
 sys.excepthook = _one_line
-signal.signal(signal.SIGINT, _sigint)
+if _run_as_a_script():
+    signal.signal(signal.SIGINT, _sigint)

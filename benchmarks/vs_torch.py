@@ -248,6 +248,16 @@ def serving(allocator: Allocator) -> Iterator[None]:
         registry.restore(saved)
 
 
+def closest_under(tried: dict[int, int], target: int, tolerance: float) -> int:
+    """Of the budgets ``tried`` (budget -> real growth), the one whose growth came closest
+    to ``target`` without passing it by more than ``tolerance``; if every one passed it,
+    the one with the least growth."""
+    under = [b for b, grown in tried.items() if grown <= (1 + tolerance) * target]
+    if not under:
+        return min(tried, key=tried.get)
+    return min(under, key=lambda b: abs(tried[b] - target))
+
+
 class MinidtrRun(Run):
     """The model's small preset in minidtr: two warm-up steps unbudgeted, then every step
     under ``budget`` bytes (None: no budget); or, given ``real_growth`` instead, under the
@@ -288,24 +298,27 @@ class MinidtrRun(Run):
         self.calibrate(self.allocator.memory, self.real_growth)
 
     def calibrate(self, constants: int, growth: int) -> None:
-        """Lower the budget from ``constants + growth`` until a step's real growth is at
-        ``growth``. Where that fails (a budget too low to run, or one that would leave
-        nothing above the constants), settle for the budget that ran with the least real
-        growth (a tighter budget can make more: the eviction search's caches grow)."""
+        """Move the budget from ``constants + growth`` by what a step's real growth misses
+        ``growth`` by, either way, until it is within ``REAL_TOLERANCE`` of it (a run with
+        less real memory than PyTorch's would be compared unfairly too). Where that fails
+        (a budget too low to run, one that would leave nothing above the constants, or
+        ``CALIBRATIONS`` tries), settle for the budget that came closest without going
+        over, else the one with the least real growth (a tighter budget can make more:
+        the eviction search's caches grow)."""
         budget, tried = constants + growth, {}  # budget -> real growth
         for _ in range(self.CALIBRATIONS):
             if not self.measured_under(budget):
                 break
             tried[budget] = self.peak
-            excess = self.peak - growth
-            if excess <= self.REAL_TOLERANCE * growth:
+            miss = self.peak - growth
+            if abs(miss) <= self.REAL_TOLERANCE * growth:
                 return
-            budget -= excess
-            if budget <= constants:
+            budget -= miss
+            if budget <= constants or budget in tried:
                 break
         if not tried:
             raise md.BudgetError(f"a budget of {budget:,} bytes failed")
-        best = min(tried, key=tried.get)
+        best = closest_under(tried, growth, self.REAL_TOLERANCE)
         if best != self.budget:
             self.optimizer.zero_grad()  # what a failed step's backward left
             self.measure_under(best)
