@@ -3,6 +3,8 @@ deallocation policies, copy-on-write, views, siblings, budget errors, events and
 
 import gc
 import json
+import os
+import subprocess
 import sys
 import threading
 
@@ -989,3 +991,49 @@ def test_check_ops_catches_op_bugs_and_ordinary_runs_check_only_ops_of_ones_own(
     monkeypatch.setattr(WrongShape, "check_results", False)  # as minidtr's own ops
     z = apply(WrongShape(), x)  # unchecked: the declared shape is believed
     assert z.shape == (3,) and ALLOC.memory == x.nbytes + y.nbytes + 12
+
+
+def test_an_active_runtime_cannot_be_copied_and_an_inactive_one_copies():
+    import copy
+    import pickle
+
+    runtime = md.Runtime(budget=10**6)
+    with runtime:
+        for copier in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="while it is active: copy it before entering"):
+                copier(runtime)
+    for made in (copy.copy(runtime), copy.deepcopy(runtime), pickle.loads(pickle.dumps(runtime))):
+        assert not made.active
+        with made:
+            assert made.budget == 10**6
+
+
+DEVICE_WITHOUT_A_GPU = """
+import gc, os, minidtr as md
+from minidtr.runtime.allocator import Allocator, EVERY
+alive = Allocator.alive
+try:
+    with md.Runtime(device="cuda", budget=10**6):
+        pass
+except RuntimeError as error:
+    kept = error  # (a REPL keeps the last error, and the half-made allocator with it)
+gc.collect()
+print(Allocator.alive == alive, all(hasattr(a, "lock") for a in EVERY))
+if os.fork() == 0:
+    os._exit(0)
+os.wait()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_device_that_fails_leaves_no_half_made_allocator(tmp_path):
+    """An allocator whose device failed (no CuPy) was registered before the failure: at
+    exit and at every fork, a traceback about its missing lock, and forked children hung."""
+    from minidtr import backend
+
+    if backend.cuda_available():
+        pytest.skip("needs a machine without a GPU")
+    script = tmp_path / "nogpu.py"
+    script.write_text(DEVICE_WITHOUT_A_GPU)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.stdout, done.stderr) == ("True True\n", "")

@@ -193,3 +193,48 @@ def test_a_program_ends_while_a_daemon_thread_computes(tmp_path):
             [sys.executable, str(script)], capture_output=True, text=True, timeout=60
         )
         assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr[-2000:]
+
+
+def test_a_runtime_whose_thread_ended_can_be_left_and_built_on(fresh_allocator):
+    """A thread that ended inside its runtime (or that a forked child does not have) left
+    that runtime on the allocator's stack for good: every later runtime was refused as
+    "active in another thread", and leaving it as "leave it there"."""
+    abandoned = md.Runtime(budget=10**7)
+    thread = threading.Thread(target=abandoned.__enter__)
+    thread.start()
+    thread.join()
+    assert not abandoned.owner_alive
+    with md.Runtime(budget=10**6):  # above it
+        assert (md.ones((10, 10)) * 2).sum().item() == 200.0
+    abandoned.__exit__(None, None, None)
+    assert len(fresh_allocator.runtimes) == 1
+
+
+FORKED_FROM_A_THREAD = """
+import multiprocessing as mp, threading
+import minidtr as md
+
+def work(i):
+    with md.Runtime(budget=10**6):
+        return (md.ones((10, 10)) * i).sum().item()
+
+def loader():
+    with mp.get_context("fork").Pool(2) as pool:
+        print(pool.map(work, range(3)))
+
+if __name__ == "__main__":
+    with md.Runtime(budget=10**7):
+        thread = threading.Thread(target=loader)
+        thread.start()
+        thread.join()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_pool_forked_from_a_thread_inside_a_runtime_runs(tmp_path):
+    script = tmp_path / "pool.py"
+    script.write_text(FORKED_FROM_A_THREAD)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "[0.0, 100.0, 200.0]", done.stderr[-2000:]

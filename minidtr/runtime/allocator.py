@@ -82,10 +82,10 @@ class Allocator:
     alive = 0
 
     def __init__(self, device: str | None = "cpu", default: Runtime | None = None):
+        self.xp = backend.xp_for(device) if device is not None else None  # (first: it may fail)
         Allocator.alive += 1
         EVERY.add(self)
         self.device = device
-        self.xp = backend.xp_for(device) if device is not None else None
         self.clock = 0.0
         self.next_id = 0
         self.observer = None  # a trace recorder (minidtr.sim) when one is attached
@@ -112,7 +112,8 @@ class Allocator:
         (default or Runtime(device=device or "cpu")).enter_on(self)
 
     def __del__(self) -> None:
-        Allocator.alive -= 1
+        if "device" in vars(self):  # (one whose device failed was never counted)
+            Allocator.alive -= 1
 
     # ---- runtimes ---------------------------------------------------------------------
 

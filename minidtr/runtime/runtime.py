@@ -235,7 +235,7 @@ class Runtime:
         with allocator.lock:  # (another thread's op waits, and so does its runtime)
             thread = threading.get_ident()
             innermost = allocator.runtimes[-1] if len(allocator.runtimes) > 1 else None
-            if innermost is not None and innermost._thread != thread:
+            if innermost is not None and innermost._thread != thread and innermost.owner_alive:
                 raise RuntimeError(_other_thread(self, innermost, allocator))
             self._thread = thread
             self._active_since = time.perf_counter()
@@ -250,6 +250,23 @@ class Runtime:
             self.allocator = allocator
             return self
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles of an inactive runtime (its settings and counters); an active
+        one belongs to its allocator's stack, which a copy could neither join nor leave."""
+        if self.allocator is not None:
+            raise TypeError(
+                f"cannot copy or pickle {self!r} while it is active: copy it before "
+                "entering it or after leaving it"
+            )
+        return self.__dict__
+
+    @property
+    def owner_alive(self) -> bool:
+        """Whether the thread that entered this active runtime still runs. One that ended
+        inside its ``with`` (or that a forked child does not have) owns it no more: any
+        thread may then leave it, or enter another runtime above it."""
+        return any(thread.ident == self._thread for thread in threading.enumerate())
+
     def _detach_heuristic(self, allocator: Any) -> None:
         detach = getattr(self.heuristic, "detach", None)
         if detach is not None:
@@ -259,7 +276,8 @@ class Runtime:
         """Stop being active (what the end of the ``with`` does, before its checks)."""
         if self.allocator is None:
             raise RuntimeError(f"{self!r} is not active: it cannot be left")
-        if self._thread != threading.get_ident() and len(self.allocator.runtimes) > 1:
+        other = self._thread != threading.get_ident() and len(self.allocator.runtimes) > 1
+        if other and self.owner_alive:
             raise RuntimeError(f"{self!r} was entered in another thread: leave it there")
         with self.allocator.lock:
             self.allocator.pop(self)
