@@ -391,14 +391,8 @@ class Tensor:
 
     # ---- methods ----------------------------------------------------------------------
 
-    def sum(self, axis=None, keepdims: bool = False) -> Tensor:
-        return F.sum(self, axis, keepdims)
-
-    def mean(self, axis=None, keepdims: bool = False) -> Tensor:
-        return F.mean(self, axis, keepdims)
-
-    def max(self, axis=None, keepdims: bool = False) -> Tensor:
-        return F.max(self, axis, keepdims)
+    # a method that is a functional op with the tensor first (``x.sum(axis)``, ``x.abs()``)
+    # is the op itself, bound in ops/__init__.py, as the operators are
 
     def reshape(self, *shape) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], tuple | list):

@@ -23,8 +23,9 @@ from .reduce import max, mean, min, sum, sum_to
 from .rnn import child_sum_cell, lstm_cell, lstm_gates
 from .shape import broadcast_to, concat, copy, flatten, getitem, reshape, split, stack, transpose
 
-# Tensor's operators whose operands come in their op's order are the ops themselves
-# (tensor.py): one Python frame less for each ``a + b``.
+# Tensor's operators whose operands come in their op's order, and its methods that are an
+# op with the tensor first, are the ops themselves (tensor.py): one Python frame less for
+# each ``a + b``, and one signature for ``md.sum(x, axis)`` and ``x.sum(axis)``.
 Tensor.__add__ = add
 Tensor.__sub__ = sub
 Tensor.__mul__ = mul
@@ -36,6 +37,9 @@ Tensor.__getitem__ = getitem
 Tensor.__abs__ = abs
 Tensor.abs = abs
 Tensor.clip = clip
+Tensor.sum = sum
+Tensor.mean = mean
+Tensor.max = max
 Tensor.min = min
 
 
