@@ -61,6 +61,22 @@ def shape_of(shape, where: str) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
+def size_of(size: tuple, where: str) -> tuple[int, ...]:
+    """The shape of a maker that takes PyTorch's ``*size``: ints, ``zeros(2, 3)``, or one
+    sequence of them, ``zeros((2, 3))`` (``zeros(())``: a 0-d tensor)."""
+    if not size:
+        raise TypeError(f"{where}: missing the size, as {where}(2, 3) or {where}((2, 3))")
+    if len(size) == 1 and not isinstance(size[0], numbers.Integral):
+        return shape_of(size[0], where)
+    for d in size:
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+            raise TypeError(
+                f"{where}: size must be ints, {where}(2, 3) or {where}((2, 3)), and dtype, "
+                f"requires_grad and device keyword arguments; got {size!r}"
+            )
+    return shape_of(size, where)
+
+
 def check_integer_fill(where: str, value, dtype: np.dtype) -> None:
     """A fill value for an integer ``dtype`` is finite (NaN became the lowest int64) and its
     whole part fits (as PyTorch's ``full``; a fraction is cut, as there)."""

@@ -27,6 +27,7 @@ from .arguments import (
     checked_dtype,
     python_data,
     shape_of,
+    size_of,
 )
 from .runtime.registry import allocator_for
 from .runtime.storage import Cell
@@ -528,12 +529,14 @@ def _filled(shape, value, dtype, requires_grad: bool, device: str, where: str) -
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
 
 
-def zeros(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
-    return _filled(shape, 0, dtype, requires_grad, device, "zeros")
+def zeros(*size, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
+    """Zeros of ``size``: ``zeros(2, 3)`` or ``zeros((2, 3))``, as PyTorch's."""
+    return _filled(size_of(size, "zeros"), 0, dtype, requires_grad, device, "zeros")
 
 
-def ones(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
-    return _filled(shape, 1, dtype, requires_grad, device, "ones")
+def ones(*size, dtype=DEFAULT_DTYPE, requires_grad: bool = False, device: str = "cpu") -> Tensor:
+    """Ones of ``size``: ``ones(2, 3)`` or ``ones((2, 3))``, as PyTorch's."""
+    return _filled(size_of(size, "ones"), 1, dtype, requires_grad, device, "ones")
 
 
 def zeros_like(x: Tensor) -> Tensor:

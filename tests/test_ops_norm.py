@@ -197,7 +197,7 @@ def test_batch_norm_running_stats_and_eval_match_torch(shape, dtype):
     channels = shape[1]
     weight = rng.standard_normal(channels).astype(dtype)
     bias = rng.standard_normal(channels).astype(dtype)
-    mean, var = md.zeros(channels, dtype), md.ones(channels, dtype)
+    mean, var = md.zeros(channels, dtype=dtype), md.ones(channels, dtype=dtype)
     t_mean = torch.zeros(channels, dtype=torch.from_numpy(weight).dtype)
     t_var = torch.ones_like(t_mean)
     w, b = md.tensor(weight), md.tensor(bias)
@@ -228,7 +228,7 @@ def test_batch_norm_running_stats_and_eval_match_torch(shape, dtype):
 
 def test_running_stats_are_replaced_copy_on_write():
     x = md.tensor(np.arange(12.0).reshape(6, 2))
-    mean, var = md.zeros(2, md.float64), md.ones(2, md.float64)
+    mean, var = md.zeros(2, dtype=md.float64), md.ones(2, dtype=md.float64)
     old_mean, old_var = mean.detach(), var.detach()  # other handles on the old storages
     md.batch_norm(x, None, None, mean, var, momentum=0.5)
     np.testing.assert_array_equal(old_mean.numpy(), [0.0, 0.0])
@@ -240,7 +240,7 @@ def test_running_stats_are_replaced_copy_on_write():
 
 def test_batch_norm_output_recomputes_after_running_stats_moved():
     x = md.tensor(np.random.default_rng(1).standard_normal((5, 3)), requires_grad=True)
-    mean, var = md.zeros(3, md.float64), md.ones(3, md.float64)
+    mean, var = md.zeros(3, dtype=md.float64), md.ones(3, dtype=md.float64)
     y = md.batch_norm(x, None, None, mean, var)
     before = y.numpy()
     md.batch_norm(x * 2.0, None, None, mean, var)
@@ -253,8 +253,8 @@ def test_batch_norm_gradients_with_weight_none_match_affine_with_ones():
     grads = []
     for affine in (False, True):
         x = md.tensor(x_np, requires_grad=True)
-        w = md.ones(3, md.float64, requires_grad=True) if affine else None
-        b = md.zeros(3, md.float64, requires_grad=True) if affine else None
+        w = md.ones(3, dtype=md.float64, requires_grad=True) if affine else None
+        b = md.zeros(3, dtype=md.float64, requires_grad=True) if affine else None
         y = md.batch_norm(x, w, b)
         y.backward(md.tensor(g_np))
         grads.append((y.numpy(), x.grad.numpy()))
@@ -278,7 +278,7 @@ def test_batch_norm_argument_errors():
     with pytest.raises(md.ShapeError, match=r"batch_norm: running_var must have shape \(3,\)"):
         md.batch_norm(x, None, None, md.zeros(3), md.ones(4))
     with pytest.raises(md.DTypeError, match="batch_norm: running_mean has dtype float64"):
-        md.batch_norm(x, None, None, md.zeros(3, md.float64), md.ones(3))
+        md.batch_norm(x, None, None, md.zeros(3, dtype=md.float64), md.ones(3))
     with pytest.raises(md.ShapeError, match="more than 1 value per channel"):
         md.batch_norm(md.zeros((1, 3, 1, 1)), None, None)
 

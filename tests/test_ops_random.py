@@ -1,5 +1,7 @@
 """dropout, randn and rand: seeds in recipes, so values replay bit for bit."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -268,6 +270,42 @@ def test_seeds_of_every_valid_kind_still_work():
     assert md.zeros(np.array([2, 3])).shape == (2, 3)
     assert md.nn.Linear(2, 3, rng=np.random.default_rng(1)).weight.shape == (3, 2)
     assert md.nn.LSTMCell(2, 0).weight_hh.shape == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["zeros", "ones", "randn", "rand"])
+def test_makers_take_pytorchs_size_as_ints_or_one_sequence(name):
+    """``md.zeros(2, 3)`` as ``torch.zeros(2, 3)``, and ``md.zeros((2, 3))`` still; no size
+    is an error, ``()`` a 0-d tensor. Options are keywords, as in PyTorch: a dtype given as a
+    size says so."""
+    make = getattr(md, name)
+    forms = [(2, 3), ((2, 3),), ([2, 3],), (np.int64(2), 3), (4,), ((),), ([],)]
+    shapes = [make(*size, seed=1) if name.startswith("rand") else make(*size) for size in forms]
+    assert [t.shape for t in shapes] == [(2, 3)] * 4 + [(4,), (), ()]
+    assert all(t.dtype == md.float32 for t in shapes)
+    if name.startswith("rand"):
+        assert make(2, 3, seed=4).numpy().tobytes() == make((2, 3), seed=4).numpy().tobytes()
+    else:
+        assert make(2, 3, dtype=md.int64, requires_grad=False).dtype == md.int64
+    with pytest.raises(TypeError, match=rf"{name}: size must be ints, {name}\(2, 3\) or .*keyword"):
+        make(2, md.float64)
+    with pytest.raises(TypeError, match=rf"{name}: size must be ints"):
+        make(2, (3,))
+    with pytest.raises(TypeError, match=rf"{name}: missing the size"):
+        make()
+    with pytest.raises(ValueError, match=rf"{name}: shape must be non-negative ints"):
+        make(2, -1)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.parametrize("name", ["zeros", "ones", "randn", "rand"])
+def test_makers_shapes_and_values_as_pytorchs(name):
+    import torch
+
+    for size in [(2, 3), ((2, 3),), (5,), ((),)]:
+        ours, theirs = getattr(md, name)(*size), getattr(torch, name)(*size)
+        assert ours.shape == tuple(theirs.shape) and str(theirs.dtype) == f"torch.{ours.dtype}"
+        if name in ("zeros", "ones"):
+            assert np.array_equal(ours.numpy(), theirs.numpy())
 
 
 def test_seed_streams_equal_default_rng_past_the_kept_states_and_in_threads(monkeypatch):

@@ -231,7 +231,7 @@ def test_lstm_cell_errors_name_the_op_and_shapes():
     with pytest.raises(md.ShapeError, match=r"lstm_cell: .*\(5, 12\), \(5, 4\)"):
         md.lstm_cell(md.zeros((5, 12)), md.zeros((5, 4)))
     with pytest.raises(md.DTypeError, match="lstm_cell"):
-        md.lstm_cell(md.zeros((5, 12)), md.zeros((5, 3), md.float64))
+        md.lstm_cell(md.zeros((5, 12)), md.zeros((5, 3), dtype=md.float64))
     with pytest.raises(TypeError, match="lstm_cell: c must be a Tensor"):
         md.lstm_cell(md.zeros((5, 12)), np.zeros((5, 3)))
     with pytest.raises(md.ShapeError, match=r"child_sum_cell: .*\(5, 12\), \(5, 3\)"):

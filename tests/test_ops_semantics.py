@@ -583,7 +583,7 @@ def random_argument_calls(rng: np.random.Generator) -> dict:
         "mse_loss": lambda: md.mse_loss(arg(), arg()),
         "embedding": lambda: md.embedding(arg(), arg()),
         "dropout": lambda: md.dropout(arg(), float(rng.uniform(-0.5, 1.2))),
-        "randn": lambda: md.randn(shape(), pick(md.float32, md.int64)),
+        "randn": lambda: md.randn(shape(), dtype=pick(md.float32, md.int64)),
         "arange": lambda: md.arange(*[pick(arg(), 2, -1.5, 0) for _ in range(rng.integers(1, 4))]),
         "tensor": lambda: md.tensor([arg() for _ in range(rng.integers(0, 3))]),
     }

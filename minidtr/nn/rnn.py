@@ -60,8 +60,8 @@ class LSTMCell(Module):
             x = F.reshape(x, (1, self.input_size))
         shape = (x.shape[0], self.hidden_size)
         if state is None:
-            h = zeros(shape, x.dtype, device=x.device)
-            c = zeros(shape, x.dtype, device=x.device)
+            h = zeros(shape, dtype=x.dtype, device=x.device)
+            c = zeros(shape, dtype=x.dtype, device=x.device)
         else:
             h, c = state
             if not batched:

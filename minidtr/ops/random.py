@@ -13,8 +13,9 @@ import numbers
 import numpy as np
 
 from .. import backend
+from ..arguments import size_of
 from ..runtime.storage import Cell
-from ..tensor import Tensor, array_module, checked_dtype, shape_of
+from ..tensor import Tensor, array_module, checked_dtype
 from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype, numel
 
 _default = np.random.default_rng(0)
@@ -146,7 +147,6 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, seed: Seed = None)
 
 
 def _random(name: str, shape, dtype, seed, requires_grad: bool, device: str) -> Tensor:
-    shape = shape_of(shape, name)
     dtype = checked_dtype(np.float32 if dtype is None else dtype, name)
     if dtype not in FLOATS:
         raise DTypeError(f"{name}: dtype must be floating point, got {dtype}")
@@ -158,23 +158,24 @@ def _random(name: str, shape, dtype, seed, requires_grad: bool, device: str) -> 
 
 
 def randn(
-    shape,
+    *size,
     dtype=np.float32,
     seed: Seed = None,
     requires_grad: bool = False,
     device: str = "cpu",
 ) -> Tensor:
-    """Standard normal samples. ``seed``: an int, a numpy Generator (an int is drawn from
-    it) or None (drawn from minidtr's default generator, see ``manual_seed``)."""
-    return _random("randn", shape, dtype, seed, requires_grad, device)
+    """Standard normal samples of ``size`` (``randn(2, 3)`` or ``randn((2, 3))``).
+    ``seed``: an int, a numpy Generator (an int is drawn from it) or None (drawn from
+    minidtr's default generator, see ``manual_seed``)."""
+    return _random("randn", size_of(size, "randn"), dtype, seed, requires_grad, device)
 
 
 def rand(
-    shape,
+    *size,
     dtype=np.float32,
     seed: Seed = None,
     requires_grad: bool = False,
     device: str = "cpu",
 ) -> Tensor:
-    """Uniform samples in [0, 1); ``seed`` as for ``randn``."""
-    return _random("rand", shape, dtype, seed, requires_grad, device)
+    """Uniform samples in [0, 1) of ``size`` (as ``randn``); ``seed`` as for ``randn``."""
+    return _random("rand", size_of(size, "rand"), dtype, seed, requires_grad, device)
