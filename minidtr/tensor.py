@@ -400,6 +400,8 @@ class Tensor:
             shape = tuple(shape[0])
         return F.reshape(self, shape)
 
+    view = reshape  # values never change in place, so PyTorch's view is a reshape here
+
     def flatten(self, start_axis: int = 0) -> Tensor:
         return F.flatten(self, start_axis)
 

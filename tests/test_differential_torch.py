@@ -323,6 +323,87 @@ CASES: list[Case] = [
         for axis, keepdims in ((None, False), (0, False), (-1, True))
     ],
     reduction("min with ties", md.min, torch.amin, -1, False, [((3, 4),)]),
+    *[
+        Case(
+            f"{name}(dim={dim}, keepdim={keep}) {kind}",
+            lambda x, f=md_fn, d=dim, k=keep: f(x, dim=d, keepdim=k),
+            lambda x, f=torch_fn, d=dim, k=keep: f(x, dim=d, keepdim=k),
+            [((2, 3, 4),), ((3,),), ((1,),), ((0, 3),)] if dim == -1 else [((2, 3, 4),), ((3,),)],
+            (kind,),
+        )
+        for name, md_fn, torch_fn in (
+            ("max", md.max, torch.max),
+            ("min", md.min, torch.min),
+            ("argmax", md.argmax, torch.argmax),
+            ("argmin", md.argmin, torch.argmin),
+        )
+        for dim, keep in ((0, False), (-1, True), (-1, False))
+        for kind in ("normal", "ties", "special")
+    ],
+    *[
+        Case(f"{name} of all {kind}", fn, fn_t, [((2, 3, 4),), ((1,),), ((),)], (kind,))
+        for name, fn, fn_t in (
+            ("argmax", md.argmax, torch.argmax),
+            ("argmin", lambda x: x.argmin(keepdim=True), lambda x: x.argmin(keepdim=True)),
+        )
+        for kind in ("normal", "ties", "special")
+    ],
+    Case(
+        "sum(dim=(0, 2), keepdim=True)",
+        lambda x: x.sum(dim=(0, 2), keepdim=True),
+        lambda x: x.sum(dim=(0, 2), keepdim=True),
+        [((2, 3, 4),), ((2, 0, 3),)],
+        ("normal",),
+    ),
+    Case(
+        "mean(dim=[])",
+        lambda x: md.mean(x, dim=[]),
+        lambda x: torch.mean(x, dim=[]),
+        [((2, 3, 4),), ((1,),)],
+        ("normal",),
+    ),
+    *[
+        Case(
+            f"squeeze({dim})",
+            lambda x, d=dim: md.squeeze(x, d),
+            lambda x, d=dim: torch.squeeze(x) if d is None else torch.squeeze(x, d),
+            shapes,
+            ("normal",),
+        )  # fmt: skip
+        for dim, shapes in (
+            (None, [((2, 1, 3, 1),), ((1,),), ((),), ((0, 1),)]),
+            (1, [((2, 1, 3),), ((2, 3),), ((0, 1),)]),
+            ((0, -1), [((1, 3, 1),), ((2, 3, 1),)]),
+        )
+    ],
+    *[
+        Case(
+            f"unsqueeze({dim})",
+            lambda x, d=dim: x.unsqueeze(d),
+            lambda x, d=dim: x.unsqueeze(d),
+            shapes,
+            ("normal",),
+        )  # fmt: skip
+        for dim, shapes in (
+            (0, [((2, 3),), ((),), ((0, 2),)]),
+            (-1, [((2, 3),), ((),), ((0, 2),)]),
+            (1, [((2, 3),), ((0, 2),)]),
+        )
+    ],
+    Case(
+        "permute",
+        lambda x: md.permute(x, (1, 2, 0)),
+        lambda x: torch.permute(x, (1, 2, 0)),
+        [((2, 3, 4),), ((0, 1, 2),)],
+        ("normal",),
+    ),
+    Case(
+        "view",
+        lambda x: x.view(-1, x.shape[-1]),
+        lambda x: x.view(-1, x.shape[-1]),
+        [((2, 3, 4),), ((0, 3),), ((1,),)],
+        ("normal",),
+    ),
     Case(
         "sum_to",
         lambda x: md.sum_to(x, (3, 1)),
@@ -690,6 +771,17 @@ METHODS = [
     ("getitem", lambda x: x[1:, :2], lambda x: x[1:, :2]),
     ("abs", lambda x: abs(x) + x.abs(), lambda x: abs(x) + x.abs()),
     ("min", lambda x: x.min(0), lambda x: x.amin(0)),
+    (
+        "max min dim",
+        lambda x: x.max(dim=1, keepdim=True).values + x.min(dim=0, keepdim=True)[0],
+        lambda x: x.max(dim=1, keepdim=True).values + x.min(dim=0, keepdim=True)[0],
+    ),
+    ("argmax", lambda x: x.argmax(), lambda x: x.argmax()),
+    ("argmin", lambda x: x.argmin(dim=1), lambda x: x.argmin(dim=1)),
+    ("permute", lambda x: x.permute(1, 0), lambda x: x.permute(1, 0)),
+    ("squeeze", lambda x: x[:1].squeeze(), lambda x: x[:1].squeeze()),
+    ("unsqueeze", lambda x: x.unsqueeze(1), lambda x: x.unsqueeze(1)),
+    ("view", lambda x: x.view(-1), lambda x: x.view(-1)),
     ("clip", lambda x: x.clip(-0.5, 0.5), lambda x: x.clamp(-0.5, 0.5)),
 ]
 CASES += [

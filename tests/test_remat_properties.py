@@ -132,3 +132,29 @@ def test_budget_ratio_is_relative_to_the_unbounded_peak():
     assert report["budget"] == int(0.8 * peak)
     assert report["evictions"] > 0 and report["remats"] > 0
     assert np.isfinite(report["slowdown"]) and report["slowdown"] >= 1.0
+
+
+def test_pytorch_style_shape_ops_and_reductions_are_bit_identical_under_budgets():
+    """max/min with dim (argmax and the values gathered there), argmax, squeeze,
+    unsqueeze, permute, view and the dim= reductions, evicted and recomputed."""
+
+    def train():
+        rng = np.random.default_rng(5)
+        w = md.tensor(rng.standard_normal((16, 16)) * 0.3, requires_grad=True)
+        x = md.tensor(rng.standard_normal((64, 16)))
+        losses = []
+        for _ in range(2):
+            h = (x @ w).tanh().unsqueeze(0).permute(1, 0, 2).view(64, 16)
+            h = (h @ w).sigmoid() * h
+            h = h - h.max(dim=1, keepdim=True).values + h.min(dim=0).values
+            picked = (h.argmax(dim=1) + h.argmin()).astype(md.float64).view(-1, 1)
+            loss = (h * picked).mean(dim=0).squeeze().sum(dim=[])
+            w.grad = None
+            loss.backward()
+            with md.no_grad():
+                w -= 0.1 * w.grad
+            losses.append(loss)
+        return losses, w
+
+    reports = assert_remat_equivalent(train, budgets=[0.8, 0.9], heuristics=["dtr", "lru"])
+    assert all(r["remats"] > 0 for r in reports)

@@ -19,9 +19,22 @@ from .op import DTypeError, Op, ShapeError, apply, as_constants
 from .pool import avg_pool2d, global_avg_pool2d, max_pool2d, upsample_nearest2d
 from .promotion import astype
 from .random import dropout, rand, randn
-from .reduce import max, mean, min, sum, sum_to
+from .reduce import argmax, argmin, max, mean, min, sum, sum_to
 from .rnn import child_sum_cell, lstm_cell, lstm_gates
-from .shape import broadcast_to, concat, copy, flatten, getitem, reshape, split, stack, transpose
+from .shape import (
+    broadcast_to,
+    concat,
+    copy,
+    flatten,
+    getitem,
+    permute,
+    reshape,
+    split,
+    squeeze,
+    stack,
+    transpose,
+    unsqueeze,
+)
 
 # Tensor's operators whose operands come in their op's order, and its methods that are an
 # op with the tensor first, are the ops themselves (tensor.py): one Python frame less for
@@ -41,6 +54,11 @@ Tensor.sum = sum
 Tensor.mean = mean
 Tensor.max = max
 Tensor.min = min
+Tensor.argmax = argmax
+Tensor.argmin = argmin
+Tensor.permute = permute
+Tensor.squeeze = squeeze
+Tensor.unsqueeze = unsqueeze
 
 
 def _refuse_item_assignment(self: Tensor, key, value) -> None:

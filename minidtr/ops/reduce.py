@@ -1,14 +1,31 @@
-"""Reductions: sum, mean, max over axes (NumPy-style ``axis``, ``keepdims``)."""
+"""Reductions: sum, mean, max, min over axes and argmax, argmin along one (NumPy's
+``axis``, ``keepdims`` or PyTorch's ``dim``, ``keepdim``)."""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ..runtime.storage import Cell
-from ..tensor import Tensor
-from .op import FLOAT32, HALF, Op, apply, expect_tensor, float_dtype, normalize_axes, numel
+from ..tensor import Tensor, tensor
+from .op import (
+    FLOAT32,
+    HALF,
+    DTypeError,
+    Op,
+    ShapeError,
+    apply,
+    axis_in_range,
+    expect_tensor,
+    float_dtype,
+    normalize_axes,
+    normalize_axis,
+    numel,
+)
+
+INT64 = np.dtype(np.int64)
 
 
 def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
@@ -173,20 +190,160 @@ class MaxGrad(Op):
         return math.prod(x.shape)
 
 
-def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+class ArgMax(Op):
+    """The index of the largest value along ``axis`` (None: in the flattened tensor),
+    int64: the first on ties, a NaN's where there is one (as ``torch.argmax``)."""
+
+    name = "argmax"
+    differentiable = False
+
+    def __init__(self, axis: int | None = None, keepdims: bool = False):
+        self.axis = axis
+        self.keepdims = keepdims
+
+    def infer(self, x: Cell):
+        if not isinstance(self.keepdims, bool | np.bool_):
+            raise self.error(
+                f"keepdim must be True or False, got {self.keepdims!r}", x, kind=TypeError
+            )
+        self.keepdims = bool(self.keepdims)
+        if self.axis is None:
+            if not math.prod(x.shape):
+                raise self.error("the tensor is empty", x)
+            return [((1,) * len(x.shape) if self.keepdims else (), INT64)]
+        self.axis = normalize_axis(self, self.axis, len(x.shape), x)
+        if not x.shape[self.axis]:
+            raise self.error(f"axis {self.axis} is empty", x)
+        return [(reduced_shape(x.shape, (self.axis,), self.keepdims), INT64)]
+
+    def forward(self, xp, x):
+        return xp.argmax(x, axis=self.axis, keepdims=self.keepdims).astype(INT64, copy=False)
+
+    def workspace(self, x: Cell) -> int:
+        """NumPy's copy of ``x`` with the axis last and contiguous, unless it is already so."""
+        last = self.axis is None or self.axis == len(x.shape) - 1
+        return 0 if x.contiguous and last else math.prod(x.shape) * x.dtype.itemsize
+
+
+class ArgMin(ArgMax):
+    """The index of the smallest value, as ``ArgMax`` (``torch.argmin``)."""
+
+    name = "argmin"
+
+    def forward(self, xp, x):
+        return xp.argmin(x, axis=self.axis, keepdims=self.keepdims).astype(INT64, copy=False)
+
+
+class ValuesIndices(NamedTuple):
+    """What PyTorch's ``max(x, dim)`` and ``min(x, dim)`` return (``torch.return_types``)."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def torch_names(where: str, axis, keepdims, dim, keepdim) -> tuple:
+    """(axis, keepdims) of a reduction given by NumPy's names or by PyTorch's, ``dim`` and
+    ``keepdim`` (an empty ``dim`` is every axis, as PyTorch reads it); not both of a pair."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError(f"{where}: give axis or dim (PyTorch's name for it), not both")
+        axis = None if isinstance(dim, tuple | list) and not dim else dim
+    if keepdim is not None:
+        if keepdims is not False:
+            raise TypeError(f"{where}: give keepdims or keepdim (PyTorch's name), not both")
+        keepdims = keepdim
+    return axis, keepdims
+
+
+def sum(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None) -> Tensor:
+    """The sum over ``axis`` (an int, a tuple, None: every axis), or PyTorch's ``dim``."""
+    if dim is not None or keepdim is not None:
+        axis, keepdims = torch_names("sum", axis, keepdims, dim, keepdim)
     return apply(Sum(axis, keepdims), expect_tensor("sum", x))
 
 
-def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+def mean(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None) -> Tensor:
+    """The mean over ``axis`` (an int, a tuple, None: every axis), or PyTorch's ``dim``."""
+    if dim is not None or keepdim is not None:
+        axis, keepdims = torch_names("mean", axis, keepdims, dim, keepdim)
     return apply(Mean(axis, keepdims), expect_tensor("mean", x))
 
 
-def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+def max(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+    """The largest values over ``axis`` (an int, a tuple, None: every axis), as NumPy's max
+    and ``torch.amax``: the gradient is shared among tied maxima. Given PyTorch's ``dim``
+    (an int), PyTorch's ``max(x, dim)``: (values, indices), the gradient to the index."""
+    if dim is not None:
+        return select_along("max", x, axis, keepdims, dim, keepdim)
+    if keepdim is not None:
+        axis, keepdims = torch_names("max", axis, keepdims, dim, keepdim)
     return apply(Max(axis, keepdims), expect_tensor("max", x))
 
 
-def min(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+def min(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+    """The smallest values, as ``max`` (``torch.amin``; with ``dim``, ``torch.min(x, dim)``)."""
+    if dim is not None:
+        return select_along("min", x, axis, keepdims, dim, keepdim)
+    if keepdim is not None:
+        axis, keepdims = torch_names("min", axis, keepdims, dim, keepdim)
     return apply(Min(axis, keepdims), expect_tensor("min", x))
+
+
+def argmax(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None) -> Tensor:
+    """The index of the largest value along ``axis`` (an int; None: in the flattened
+    tensor), int64, the first on ties (``torch.argmax(x, dim, keepdim)``)."""
+    if dim is not None or keepdim is not None:
+        axis, keepdims = torch_names("argmax", axis, keepdims, dim, keepdim)
+    return apply(ArgMax(axis, keepdims), not_bool("argmax", x))
+
+
+def argmin(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None) -> Tensor:
+    """The index of the smallest value, as ``argmax`` (``torch.argmin``)."""
+    if dim is not None or keepdim is not None:
+        axis, keepdims = torch_names("argmin", axis, keepdims, dim, keepdim)
+    return apply(ArgMin(axis, keepdims), not_bool("argmin", x))
+
+
+def not_bool(where: str, x: Tensor) -> Tensor:
+    """``x``, if it is a tensor of numbers: PyTorch's argmax and argmin refuse bool ones."""
+    if expect_tensor(where, x).dtype.kind == "b":
+        raise DTypeError(f"{where}: bool inputs are not supported; convert with astype")
+    return x
+
+
+def select_along(name: str, x: Tensor, axis, keepdims, dim, keepdim) -> ValuesIndices:
+    """PyTorch's ``max(x, dim)``/``min(x, dim)``: the index along ``dim`` (argmax/argmin)
+    and the value there, gathered by indexing, so that the gradient goes to that one
+    position as in PyTorch (not shared among ties, as ``max(x, axis)``'s)."""
+    from .shape import getitem, reshape
+
+    axis, keepdims = torch_names(name, axis, keepdims, dim, keepdim)
+    expect_tensor(name, x)
+    if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
+        raise TypeError(
+            f"{name}: dim must be an int ({name}(x, dim) gives the values and their indices "
+            f"along one dimension), got {axis!r}"
+        )
+    if not isinstance(keepdims, bool | np.bool_):
+        raise TypeError(f"{name}: keepdim must be True or False, got {keepdims!r}")
+    axis = axis_in_range(name, axis, x.ndim, x.shape)
+    if not x.shape[axis]:
+        raise ShapeError(f"{name}: dim {axis} of shape {x.shape} is empty")
+    op = ArgMax(axis, True) if name == "max" else ArgMin(axis, True)
+    indices = apply(op, x)
+    key = tuple(
+        indices
+        if i == axis
+        else tensor(
+            np.arange(n).reshape([n if j == i else 1 for j in range(x.ndim)]), device=x.device
+        )
+        for i, n in enumerate(x.shape)
+    )
+    values = getitem(x, key)
+    if not keepdims:
+        shape = reduced_shape(x.shape, (axis,), False)
+        values, indices = reshape(values, shape), reshape(indices, shape)
+    return ValuesIndices(values, indices)
 
 
 def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -422,6 +422,41 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
     return apply(Transpose(None if axes is None else tuple(axes)), x)
 
 
+def permute(x: Tensor, *dims) -> Tensor:
+    """The dimensions in the order ``dims``, a permutation of all of them, as
+    ``torch.permute``: ``md.permute(x, (2, 0, 1))``, ``x.permute(2, 0, 1)`` (a view)."""
+    expect_tensor("permute", x)
+    if len(dims) == 1 and isinstance(dims[0], tuple | list):
+        dims = tuple(dims[0])
+    axes = [axis_in_range("permute", d, x.ndim, x.shape) for d in dims] if x.ndim else list(dims)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShapeError(f"permute: dims {dims} are not a permutation of the {x.ndim} of {x.shape}")
+    return apply(Transpose(tuple(axes)), x)
+
+
+def squeeze(x: Tensor, dim=None) -> Tensor:
+    """``x`` without its dimensions of size 1 (``dim``: only those of these, an int or a
+    tuple; one of another size stays), as ``torch.squeeze``. A reshape: a view of a
+    contiguous tensor."""
+    expect_tensor("squeeze", x)
+    if dim is None:
+        axes = set(range(x.ndim))
+    else:
+        dims = dim if isinstance(dim, tuple | list) else (dim,)
+        axes = {axis_in_range("squeeze", d, x.ndim, x.shape) for d in dims}
+        if len(axes) != len(dims):
+            raise ValueError(f"squeeze: dim {dim} repeats a dimension (shape {x.shape})")
+    return reshape(x, tuple(n for i, n in enumerate(x.shape) if n != 1 or i not in axes))
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """``x`` with a dimension of size 1 inserted at ``dim`` (``-ndim - 1 <= dim <= ndim``),
+    as ``torch.unsqueeze``. A reshape: a view of a contiguous tensor."""
+    expect_tensor("unsqueeze", x)
+    axis = axis_in_range("unsqueeze", dim, x.ndim + 1, x.shape)
+    return reshape(x, (*x.shape[:axis], 1, *x.shape[axis:]))
+
+
 def broadcast_to(x: Tensor, shape) -> Tensor:
     expect_tensor("broadcast_to", x)
     if type(shape) is not tuple:  # a tuple is checked by infer (gradients pass tuples)

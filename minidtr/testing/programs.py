@@ -21,7 +21,17 @@ from ..autograd import no_grad
 from ..ops.op import as_constants
 from ..tensor import Tensor, tensor
 
-UNARY = ("tanh", "sigmoid", "relu", "neg", "transpose", "reshape_roundtrip", "dropout", "row_sum")
+UNARY = (
+    "tanh",
+    "sigmoid",
+    "relu",
+    "neg",
+    "transpose",
+    "reshape_roundtrip",
+    "dropout",
+    "row_sum",
+    "row_max",
+)
 BINARY = ("add", "sub", "mul", "matmul", "maximum", "attention")
 
 
@@ -88,6 +98,8 @@ def apply_named(name: str, args: list[Tensor], seed: int) -> Tensor:
         return ops.dropout(a, p=0.3, seed=seed)
     if name == "row_sum":
         return a + a.sum(axis=1, keepdims=True) * 0.1
+    if name == "row_max":  # argmax, and the values gathered at it (PyTorch's max(x, dim))
+        return a - a.max(dim=1, keepdim=True).values
     if name == "matmul":
         return ops.matmul(a, args[1]) * (1.0 / a.shape[-1])
     if name == "attention":  # the first value's rows attend to the second's
