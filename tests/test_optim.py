@@ -50,6 +50,11 @@ OPTIMIZERS = [
     ("Adam", dict()),
     ("Adam", dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6)),
     ("Adam", dict(lr=0.02, weight_decay=0.05)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("SGD", dict(lr=0.05, momentum=0.8, weight_decay=0.1, nesterov=True)),
+    ("AdamW", dict()),
+    ("AdamW", dict(lr=0.02, betas=(0.8, 0.99), weight_decay=0.1)),
+    ("Adam", dict(lr=0.02, weight_decay=0.05, decoupled_weight_decay=True)),
 ]
 
 
@@ -115,11 +120,14 @@ EDGE_OPTIMIZERS = [
     ("Adam", dict(lr=0.01, betas=(0.5, 0.99), weight_decay=0.1)),
     ("Adam", dict(lr=0.01, betas=(0.3, 0.9))),
     ("Adam", dict(lr=0.01, betas=(0.0, 0.0))),
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True)),
+    ("AdamW", dict(lr=0.01, betas=(0.5, 0.99), weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, betas=(0.3, 0.9), weight_decay=0.5)),
 ]
 
 
 @needs_torch
-@pytest.mark.parametrize("shape", [(), (1,), (2, 1, 3), (0,), (2, 0)])
+@pytest.mark.parametrize("shape", [(), (1,), (2, 1, 3), (0,), (2, 0), (131, 127)])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name, options", EDGE_OPTIMIZERS)
 def test_every_shape_and_beta_matches_torch_optim(name, options, dtype, shape):
@@ -142,13 +150,14 @@ def test_every_shape_and_beta_matches_torch_optim(name, options, dtype, shape):
                                    err_msg=f"{name} {options} step {step}")  # fmt: skip
 
 
-def old_sgd(p, grad, buf, lr, momentum=0.0, weight_decay=0.0):
-    """SGD as the separate minidtr ops it was before the fused op (run under updating())."""
+def old_sgd(p, grad, buf, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    """SGD as the separate minidtr ops it was before the fused op (run under updating()),
+    and Nesterov's step as separate ops too."""
     if weight_decay:
         grad = grad + p * weight_decay
     if momentum:
         buf = md.ops.copy(grad) if buf is None else buf * momentum + grad
-        grad = buf
+        grad = grad + buf * momentum if nesterov else buf
     return p - grad * lr, buf
 
 
@@ -311,7 +320,7 @@ def test_parameter_updates_do_not_break_recipes_of_live_tensors():
     assert not np.array_equal(model(md.tensor(x)).numpy(), old_out)
 
 
-@pytest.mark.parametrize("name", ["SGD", "Adam"])
+@pytest.mark.parametrize("name", ["SGD", "Adam", "SGD nesterov", "AdamW"])
 def test_training_under_a_budget_is_bit_identical(name):
     """Optimizer steps with activations evicted and recomputed under a tight budget give
     exactly the unbounded run's losses and parameters."""
@@ -322,10 +331,11 @@ def test_training_under_a_budget_is_bit_identical(name):
         for _ in range(3):
             layers += [nn.Tanh(), nn.Linear(32, 32)]
         model = nn.Sequential(*layers, nn.Tanh(), nn.Linear(32, 3))
-        if name == "SGD":
-            opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+        if name.startswith("SGD"):
+            opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01,
+                            nesterov=name.endswith("nesterov"))  # fmt: skip
         else:
-            opt = optim.Adam(model.parameters(), lr=0.01, weight_decay=0.01)
+            opt = getattr(optim, name)(model.parameters(), lr=0.01, weight_decay=0.01)
         losses = []
         for step in range(2):
             opt.zero_grad()

@@ -140,6 +140,10 @@ OPTIMIZERS = {
     ),
     "adam": lambda params: md.optim.Adam(params, lr=1e-3),
     "adam, weight decay": lambda params: md.optim.Adam(params, lr=1e-3, weight_decay=1e-2),
+    "sgd, nesterov and weight decay": lambda params: md.optim.SGD(
+        params, lr=0.1, momentum=0.9, weight_decay=1e-4, nesterov=True
+    ),
+    "adamw": lambda params: md.optim.AdamW(params, lr=1e-3),
 }
 
 

@@ -1,7 +1,9 @@
-"""Optimizers. Every update is copy-on-write (see ``optimizer.py``)."""
+"""Optimizers and learning-rate schedules. Every update is copy-on-write (see
+``optimizer.py``)."""
 
-from .adam import Adam
+from . import lr_scheduler
+from .adam import Adam, AdamW
 from .optimizer import Optimizer
 from .sgd import SGD
 
-__all__ = ["SGD", "Adam", "Optimizer"]
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler"]

@@ -11,8 +11,8 @@ or as ``torch.optim`` does (for Adam), scalars rounded to the parameter's dtype
 first, so results are deterministic and match PyTorch's single-tensor CPU path.
 
 The ops run under ``updating()`` (no graph, constant outputs). They compute in
-their outputs' buffers: SGD needs no other, Adam a scratch of at most ``SCRATCH``
-values, its declared workspace.
+their outputs' buffers: SGD needs no other (with Nesterov momentum, one product of a
+parameter's size), Adam a scratch of at most ``SCRATCH`` values, its declared workspace.
 """
 
 from __future__ import annotations
@@ -63,19 +63,26 @@ class SGDUpdate(Op):
     """(p, grad[, buf]) -> (new p[, new buf]) for each of ``count`` parameters (inputs and
     outputs in that order, parameter after parameter): g = grad + weight_decay * p; with
     momentum, buf = g on the first step (no buf given) and momentum * buf + g after, and
-    g = buf; new p = p - lr * g."""
+    g = buf, or with ``nesterov`` g = g + momentum * buf; new p = p - lr * g."""
 
     name = "sgd_update"
     differentiable = False
 
     def __init__(
-        self, lr: float, momentum: float, weight_decay: float, first: bool, count: int = 1
+        self,
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        first: bool,
+        count: int = 1,
+        nesterov: bool = False,
     ):
         self.lr = float(lr)
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
         self.first = first
         self.count = int(count)
+        self.nesterov = bool(nesterov)
         self.n_outputs = (2 if momentum else 1) * self.count
 
     @property
@@ -116,21 +123,34 @@ class SGDUpdate(Op):
         else:
             new_buf = xp.multiply(buf, scalar(self.momentum), out=xp.empty_like(p))
             new_buf += g
-        xp.multiply(new_buf, scalar(self.lr), out=new_p)
+        if self.nesterov:  # g + momentum * buf; the product in the workspace
+            xp.add(g, xp.multiply(new_buf, scalar(self.momentum)), out=new_p)
+            new_p *= scalar(self.lr)
+        else:
+            xp.multiply(new_buf, scalar(self.lr), out=new_p)
         return [xp.subtract(p, new_p, out=new_p), new_buf]
+
+    def workspace(self, *cells: Cell) -> int:
+        """Nesterov's momentum * buf, for the largest parameter (none without Nesterov)."""
+        if not (self.nesterov and self.momentum):
+            return 0
+        return max(math.prod(c.shape) * c.dtype.itemsize for c in cells[:: self.per_param])
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
         flops_per_element = 2 + (2 if self.weight_decay else 0) + (2 if self.momentum else 0)
+        flops_per_element += 2 if self.nesterov and self.momentum else 0
         return float(flops_per_element * _elements(in_metas, self.per_param)), nbytes
 
 
 class AdamUpdate(Op):
     """(p, grad[, m, v]) -> (new p, new m, new v) at step ``t`` (m = v = 0 before the first)
     for each of ``count`` parameters (parameter after parameter): g = grad + weight_decay
-    * p; m = lerp(m, g, 1 - beta1); v = beta2 * v + (1 - beta2) * g * g;
+    * p (``decoupled``, AdamW's: g = grad, and p is scaled by 1 - lr * weight_decay
+    first); m = lerp(m, g, 1 - beta1); v = beta2 * v + (1 - beta2) * g * g;
     new p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), each step in
-    the order ``torch.optim.Adam`` computes it (``lerp_``, ``addcmul_``, ``addcdiv_``)."""
+    the order ``torch.optim.Adam`` computes it (``mul_``, ``lerp_``, ``addcmul_``,
+    ``addcdiv_``)."""
 
     name = "adam_update"
     differentiable = False
@@ -143,6 +163,7 @@ class AdamUpdate(Op):
         weight_decay: float,
         step: int,
         count: int = 1,
+        decoupled: bool = False,
     ):
         self.lr = float(lr)
         self.betas = (float(betas[0]), float(betas[1]))
@@ -150,6 +171,7 @@ class AdamUpdate(Op):
         self.weight_decay = float(weight_decay)
         self.step = int(step)
         self.count = int(count)
+        self.decoupled = bool(decoupled)
         self.n_outputs = 3 * self.count
 
     @property
@@ -189,7 +211,7 @@ class AdamUpdate(Op):
         new_m = xp.empty(p.shape, dtype=p.dtype)
         new_v = xp.empty(p.shape, dtype=p.dtype)
         g = grad
-        if self.weight_decay:
+        if self.weight_decay and not self.decoupled:
             g = xp.multiply(p, scalar(self.weight_decay), out=new_p)
             g += grad
         weight = 1.0 - beta1
@@ -216,17 +238,23 @@ class AdamUpdate(Op):
         denom /= scalar((1.0 - beta2**t) ** 0.5)
         denom += scalar(self.eps)
         step = scalar(-self.lr / (1.0 - beta1**t))  # addcdiv_: self + value * t1 / t2
+        decay = scalar(1.0 - self.lr * self.weight_decay)  # AdamW's p.mul_, before the rest
+        decayed = self.decoupled and self.weight_decay
         if new_m.size <= SCRATCH:  # the scratch is the product itself
             xp.divide(new_m * step, new_p, out=new_p)
-            new_p += p
+            new_p += p * decay if decayed else p
             return new_p, new_m, new_v
         flat_m, flat_p = new_m.reshape(-1), new_p.reshape(-1)
+        flat_old = p.reshape(-1) if decayed else None
         scratch = xp.empty(SCRATCH, dtype=p.dtype)
         for start in range(0, flat_m.size, SCRATCH):
             part_m, part_p = flat_m[start : start + SCRATCH], flat_p[start : start + SCRATCH]
             product = xp.multiply(part_m, step, out=scratch[: part_m.size])
             xp.divide(product, part_p, out=part_p)
-        new_p += p
+            if decayed:
+                part_p += xp.multiply(flat_old[start : start + SCRATCH], decay, out=product)
+        if not decayed:
+            new_p += p
         return new_p, new_m, new_v
 
     def workspace(self, *cells: Cell) -> int:
@@ -237,4 +265,4 @@ class AdamUpdate(Op):
 
     def cost(self, in_metas, out_metas):
         _, nbytes = super().cost(in_metas, out_metas)
-        return float(12 * _elements(in_metas, self.per_param)), nbytes
+        return float((13 if self.decoupled else 12) * _elements(in_metas, self.per_param)), nbytes

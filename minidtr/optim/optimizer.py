@@ -1,4 +1,5 @@
-"""``Optimizer``: the parameter list, ``zero_grad`` and the copy-on-write update.
+"""``Optimizer``: PyTorch's param groups, ``zero_grad``, ``state_dict`` and the
+copy-on-write update.
 
 Every update computes a parameter's new value with minidtr ops under
 ``no_grad`` and ``as_constants`` and rebinds the parameter's handle to it
@@ -8,8 +9,8 @@ it computed before the step. New values and optimizer state are constants:
 they keep no recipe, so no chain of recipes grows from step to step.
 
 The built-in optimizers update several parameters with one op (``update_group``):
-the parameters are packed into groups (``update_groups``) no larger together than
-the largest parameter, so a step never needs more room at once than the largest
+the parameters of each param group are packed into groups (``update_groups``) no
+larger together than the largest parameter, so a step never needs more room at once than the largest
 parameter's own update did, while a network of many small tensors (a ResNet's
 batch-norm scales and shifts) pays the per-op bookkeeping once per group.
 """
@@ -19,10 +20,13 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from ..autograd import no_grad
+from ..nn.init import parameter
 from ..ops.op import as_constants
 from ..tensor import Tensor
 
@@ -48,10 +52,11 @@ def hyperparameter(where: str, what: str, value, below: float | None = None) -> 
 
 
 class Hyperparameter:
-    """An optimizer's setting, checked by ``hyperparameter`` whenever it is set: in the
-    constructor, and by a schedule that changes ``opt.lr`` mid-training (NaN there
-    turned every weight NaN, a string failed inside the update op). Kept in the
-    instance's ``__dict__`` under its own name, so that pickles carry it as before."""
+    """An optimizer's setting. Each param group holds its own value
+    (``opt.param_groups[i]["lr"]``, as PyTorch's), checked by ``check`` whenever it is
+    set there: in the constructor, by a schedule that changes it mid-training (NaN there
+    turned every weight NaN, a string failed inside the update op). ``opt.lr`` reads the
+    value every group shares and sets it in every group."""
 
     def __init__(self, below: float | None = None):
         self.below = below
@@ -59,12 +64,68 @@ class Hyperparameter:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    def check(self, where: str, value: Any) -> Any:
+        return hyperparameter(where, self.name, value, self.below)
+
     def __get__(self, optimizer: Any, owner: type | None = None) -> Any:
-        return self if optimizer is None else optimizer.__dict__[self.name]
+        if optimizer is None:
+            return self
+        values = [group[self.name] for group in optimizer.param_groups]
+        if any(v != values[0] for v in values[1:]):
+            raise ValueError(
+                f"{type(optimizer).__name__}.{self.name}: the param groups differ "
+                f"({values}); read opt.param_groups[i][{self.name!r}]"
+            )
+        return values[0]
 
     def __set__(self, optimizer: Any, value: Any) -> None:
-        where = type(optimizer).__name__
-        optimizer.__dict__[self.name] = hyperparameter(where, self.name, value, self.below)
+        for group in optimizer.param_groups:
+            group[self.name] = value
+
+
+class Flag(Hyperparameter):
+    """A setting that is True or False (SGD's ``nesterov``)."""
+
+    def check(self, where: str, value: Any) -> bool:
+        if not isinstance(value, bool | np.bool_):
+            raise TypeError(f"{where}: {self.name} must be True or False, got {value!r}")
+        return bool(value)
+
+
+class ParamGroup(dict):
+    """One of ``optimizer.param_groups``, as PyTorch's: its parameters (``"params"``, a
+    tuple fixed when the optimizer is made) and its settings, each checked by the
+    optimizer's ``Hyperparameter`` of that name whenever it is set. Other keys (a
+    scheduler's ``"initial_lr"``) are kept as given."""
+
+    def __init__(self, kind: type, settings: Mapping[str, Any]):
+        super().__init__()
+        self.kind = kind  # the optimizer's class, whose Hyperparameters check the settings
+        for key, value in settings.items():
+            self[key] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "params" and "params" in self:
+            raise TypeError(
+                f"{self.kind.__name__}: a param group's params are fixed when the "
+                "optimizer is made; make a new optimizer for other parameters"
+            )
+        rule = getattr(self.kind, key, None) if isinstance(key, str) else None
+        if isinstance(rule, Hyperparameter):
+            value = rule.check(self.kind.__name__, value)
+        super().__setitem__(key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __reduce__(self):
+        return (ParamGroup, (self.kind, dict(self)))
 
 
 def update_groups(params: list[Tensor]) -> list[list[int]]:
@@ -95,41 +156,115 @@ def update_groups(params: list[Tensor]) -> list[list[int]]:
 
 
 class Optimizer:
+    """The base of the optimizers: PyTorch's ``param_groups``, ``zero_grad``, ``step``,
+    ``state_dict`` and ``load_state_dict``. A subclass declares its settings as
+    ``Hyperparameter``s and defines ``update_group`` (or ``update``), ``param_state`` and
+    ``load_param_state``; its state is kept per parameter index, in ``self.params``'s
+    order (each group's parameters in turn)."""
+
     lr = Hyperparameter()
 
-    def __init__(self, params: Iterable[Tensor], lr: float):
-        self.params = self._check_params(params)
-        self.lr = lr
-        self.groups = update_groups(self.params)
+    def __init__(self, params: Iterable[Any], defaults: Mapping[str, Any]):
+        self.param_groups = self._make_groups(params, defaults)
+        self.params = [p for group in self.param_groups for p in group["params"]]
+        self.group_of = [g for g, group in enumerate(self.param_groups) for _ in group["params"]]
+        self.groups = self._update_groups()
         # parameter index -> the gradient it was updated with by a step that an error
         # stopped part-way: the step run again skips it while that gradient is the same
         self.stopped_step: dict[int, Tensor] = {}
 
-    def _check_params(self, params: Iterable[Tensor]) -> list[Tensor]:
+    def _make_groups(self, params: Iterable[Any], defaults: Mapping[str, Any]) -> list:
+        """The param groups: one of ``params`` (Tensors), or one per dict of ``params``
+        (PyTorch's ``[{"params": [...], "lr": 0.01}, ...]``), each dict's settings over
+        ``defaults``."""
         name = type(self).__name__
         if isinstance(params, Tensor):
             raise TypeError(
                 f"{name}: params must be an iterable of Tensors (e.g. "
                 "model.parameters()), got a single Tensor"
             )
+        items = list(params)
+        if not items:
+            raise ValueError(f"{name}: got an empty parameter list")
+        specs = items if isinstance(items[0], Mapping) else [{"params": items}]
+        groups, seen = [], set()
+        for g, spec in enumerate(specs):
+            if not isinstance(spec, Mapping) or "params" not in spec:
+                raise TypeError(
+                    f"{name}: params must be Tensors or dicts with 'params', as "
+                    f"[{{'params': [...], 'lr': 0.01}}, ...]; item {g} is {type(spec).__name__}"
+                )
+            unknown = [k for k in spec if k != "params" and k not in defaults]
+            if unknown:
+                raise ValueError(
+                    f"{name}: param group {g} sets {unknown}, not a setting of {name} "
+                    f"(its settings: {', '.join(defaults)})"
+                )
+            where = f"param group {g}'s params" if len(specs) > 1 else "params"
+            group_params = self._check_params(spec["params"], where)
+            shared = [i for i, p in enumerate(group_params) if id(p) in seen]
+            if shared:
+                raise ValueError(
+                    f"{name}: {where}[{shared[0]}] is in an earlier param group too; "
+                    "each parameter belongs to one group"
+                )
+            seen.update(id(p) for p in group_params)
+            settings = {**defaults, **spec, "params": tuple(group_params)}
+            groups.append(ParamGroup(type(self), settings))
+        return groups
+
+    def _check_params(self, params: Iterable[Any], where: str) -> list[Tensor]:
+        name = type(self).__name__
+        if isinstance(params, Tensor):
+            params = [params]  # (a group's single Tensor, as PyTorch takes it)
         out: list[Tensor] = []
         seen: set[int] = set()
         for i, p in enumerate(params):
             if not isinstance(p, Tensor):
-                raise TypeError(f"{name}: params[{i}] is a {type(p).__name__}, not a Tensor")
+                raise TypeError(f"{name}: {where}[{i}] is a {type(p).__name__}, not a Tensor")
             if p.grad_fn is not None or p.dtype.kind != "f":
                 raise ValueError(
-                    f"{name}: params[{i}] (shape {p.shape}, {p.dtype}) must be a leaf "
+                    f"{name}: {where}[{i}] (shape {p.shape}, {p.dtype}) must be a leaf "
                     "floating-point tensor (a parameter, not a value computed from one)"
                 )
             if id(p) not in seen:
                 seen.add(id(p))
                 out.append(p)
         if not out:
-            raise ValueError(f"{name}: got an empty parameter list")
+            raise ValueError(f"{name}: got an empty parameter list ({where})")
         return out
 
-    def __setstate__(self, state: dict) -> None:  # a checkpoint from before stopped_step
+    def _update_groups(self) -> list[list[int]]:
+        """The parameters' indices packed for the fused updates (``update_groups``) within
+        each param group, whose settings they share."""
+        packs = []
+        for g in range(len(self.param_groups)):
+            indices = [i for i, of in enumerate(self.group_of) if of == g]
+            packs += [
+                [indices[k] for k in pack]
+                for pack in update_groups([self.params[i] for i in indices])
+            ]
+        packs.sort(key=lambda pack: pack[0])
+        return packs
+
+    def settings(self, index: int) -> ParamGroup:
+        """The param group of parameter ``index``."""
+        return self.param_groups[self.group_of[index]]
+
+    def __setstate__(self, state: dict) -> None:
+        """A checkpoint from before param groups kept its settings as attributes (and one
+        from before ``stopped_step`` had none)."""
+        if "param_groups" not in state:
+            kind = type(self)
+            settings = {
+                k: state.pop(k)
+                for k in list(state)
+                if isinstance(getattr(kind, k, None), Hyperparameter)
+            }
+            state["param_groups"] = [
+                ParamGroup(kind, {**settings, "params": tuple(state["params"])})
+            ]
+            state["group_of"] = [0] * len(state["params"])
         self.__dict__.update(state)
         self.__dict__.setdefault("stopped_step", {})
 
@@ -178,5 +313,115 @@ class Optimizer:
         """The new value of parameter ``index`` (runs inside ``updating()``)."""
         raise NotImplementedError
 
+    # ---- saving and loading -------------------------------------------------------------
+
+    def param_state(self, index: int) -> dict[str, Any]:
+        """Parameter ``index``'s state, by PyTorch's names (empty before its first step)."""
+        return {}
+
+    def load_param_state(self, index: int, state: dict[str, Any]) -> None:
+        """Set parameter ``index``'s state from ``param_state``'s names (checked values)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch's layout: ``{"state": {index: {name: value}}, "param_groups": [{settings,
+        "params": [indices]}]}``, a parameter's index its place in ``self.params``; tensors
+        as host copies (NumPy arrays, as ``Module.state_dict``), step counts as ints."""
+        state = {}
+        for index in range(len(self.params)):
+            values = self.param_state(index)
+            if values:
+                state[index] = {
+                    k: v.numpy() if isinstance(v, Tensor) else v for k, v in values.items()
+                }
+        groups, start = [], 0
+        for group in self.param_groups:
+            count = len(group["params"])
+            groups.append(
+                {
+                    **{k: v for k, v in group.items() if k != "params"},
+                    "params": list(range(start, start + count)),
+                }
+            )
+            start += count
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Take the settings and state of ``state_dict`` (``state_dict()``'s layout, for an
+        optimizer of the same kind over parameters of the same shapes, grouped alike).
+        State values are cast to their parameter's dtype and device, as in PyTorch, and
+        become new constants (copy-on-write). Checks everything before changing anything."""
+        name = type(self).__name__
+        if not isinstance(state_dict, Mapping) or set(state_dict) != {"state", "param_groups"}:
+            raise ValueError(
+                f"{name}.load_state_dict: expects a dict with 'state' and "
+                "'param_groups', as state_dict() gives"
+            )
+        saved_groups = list(state_dict["param_groups"])
+        sizes = [len(g["params"]) for g in self.param_groups]
+        saved_sizes = [len(g.get("params", ())) for g in saved_groups]
+        if saved_sizes != sizes:
+            raise ValueError(
+                f"{name}.load_state_dict: the state dict's param groups have "
+                f"{saved_sizes} parameters, this optimizer's {sizes}"
+            )
+        groups = [  # a setting the state dict lacks keeps its value here
+            ParamGroup(type(self), {**group, **saved, "params": group["params"]})
+            for saved, group in zip(saved_groups, self.param_groups, strict=True)
+        ]
+        saved_ids = [i for saved in saved_groups for i in saved["params"]]
+        ours = {saved_id: index for index, saved_id in enumerate(saved_ids)}
+        if len(ours) != len(saved_ids):
+            raise ValueError(
+                f"{name}.load_state_dict: the param groups' 'params' number a parameter "
+                f"twice: {saved_ids}"
+            )
+        states = {}
+        for saved_id, values in dict(state_dict["state"]).items():
+            if saved_id not in ours:
+                raise ValueError(
+                    f"{name}.load_state_dict: state for parameter {saved_id!r}, which no "
+                    "param group has"
+                )
+            states[ours[saved_id]] = self.checked_state(ours[saved_id], values)
+        for index in range(len(self.params)):
+            self.load_param_state(index, states.get(index, {}))
+        self.param_groups = groups
+        self.stopped_step.clear()
+
+    def checked_state(self, index: int, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` as parameter ``index``'s state: tensors of its shape, dtype and device
+        (constants), ints for step counts; the names ``param_state`` gives, all of them."""
+        name, p = type(self).__name__, self.params[index]
+        want = set(self.state_names())
+        if set(values) != want:
+            raise ValueError(
+                f"{name}.load_state_dict: parameter {index}'s state has "
+                f"{sorted(values)}, expected {sorted(want)}"
+            )
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "step":
+                step = int(value.item() if hasattr(value, "item") else value)
+                if step < 1:
+                    raise ValueError(
+                        f"{name}.load_state_dict: parameter {index}'s step must be >= 1, got {step}"
+                    )
+                out[key] = step
+                continue
+            array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+            if array.shape != p.shape or array.dtype.kind not in "biuf":
+                raise ValueError(
+                    f"{name}.load_state_dict: parameter {index}'s {key!r} is "
+                    f"{array.shape} {array.dtype}, the parameter {p.shape} {p.dtype}"
+                )
+            out[key] = parameter(array, p.dtype, p.device, requires_grad=False, name=key)
+        return out
+
+    def state_names(self) -> tuple[str, ...]:
+        """The names of a parameter's state once it has some (``param_state``'s keys)."""
+        return ()
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self.params)} tensors, lr={self.lr})"
+        settings = ", ".join(f"{k}={v}" for k, v in self.param_groups[0].items() if k != "params")
+        groups = f", {len(self.param_groups)} param groups" if len(self.param_groups) > 1 else ""
+        return f"{type(self).__name__}({len(self.params)} tensors{groups}, {settings})"

@@ -1,62 +1,80 @@
-"""Stochastic gradient descent with momentum and L2 weight decay (PyTorch's rule)."""
+"""Stochastic gradient descent with momentum, Nesterov momentum and L2 weight decay
+(PyTorch's rule)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ..ops.op import apply
 from ..tensor import Tensor
 from .fused import SGDUpdate
-from .optimizer import Hyperparameter, Optimizer
+from .optimizer import Flag, Hyperparameter, Optimizer
 
 
 class SGD(Optimizer):
     """g = grad + weight_decay * p; with momentum, buf = g on the first step and
-    buf = momentum * buf + g after, and g = buf; then p = p - lr * g
-    (``torch.optim.SGD`` with dampening 0, no Nesterov). Each group of parameters
+    buf = momentum * buf + g after, and g = buf (Nesterov: g = g + momentum * buf); then
+    p = p - lr * g (``torch.optim.SGD`` with dampening 0). Each group of parameters
     (``update_groups``) is updated by one fused op, ``SGDUpdate``."""
 
     momentum = Hyperparameter()
     weight_decay = Hyperparameter()
+    nesterov = Flag()
 
     def __init__(
-        self, params: Iterable[Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0
+        self,
+        params: Iterable[Any],
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
     ):
-        super().__init__(params, lr)
-        self.momentum = momentum
-        self.weight_decay = weight_decay
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+        super().__init__(params, defaults)
+        for g, group in enumerate(self.param_groups):
+            if group["nesterov"] and not group["momentum"]:
+                where = f" (param group {g})" if len(self.param_groups) > 1 else ""
+                raise ValueError(f"SGD: nesterov=True needs a momentum above 0{where}")
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
+
+    def __setstate__(self, state: dict) -> None:  # a checkpoint from before nesterov
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("nesterov", False)
 
     def state_key(self, index: int) -> object:
         return self.momentum_buffers[index] is None
 
     def update_group(self, indices: list[int]) -> list[Tensor]:
         params, buffers = self.params, self.momentum_buffers
+        group = self.settings(indices[0])
+        momentum = group["momentum"]
         first = buffers[indices[0]] is None
-        op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first, len(indices))
+        op = SGDUpdate(
+            group["lr"], momentum, group["weight_decay"], first, len(indices), group["nesterov"]
+        )
         inputs: list[Tensor] = []
         for i in indices:
             inputs += (params[i], params[i]._grad)
-            if self.momentum and not first:
+            if momentum and not first:
                 inputs.append(buffers[i])
         out = apply(op, *inputs)
-        if not self.momentum:
+        if not momentum:
             return [out] if len(indices) == 1 else list(out)
         for k, i in enumerate(indices):
             buffers[i] = out[2 * k + 1]
         return list(out[0::2])
 
     def update(self, index: int, p: Tensor, grad: Tensor) -> Tensor:
-        if not self.momentum:
-            return apply(SGDUpdate(self.lr, 0.0, self.weight_decay, False), p, grad)
-        buf = self.momentum_buffers[index]
-        op = SGDUpdate(self.lr, self.momentum, self.weight_decay, first=buf is None)
-        state = () if buf is None else (buf,)
-        new_p, self.momentum_buffers[index] = apply(op, p, grad, *state)
-        return new_p
+        return self.update_group([index])[0]
 
-    def __repr__(self) -> str:
-        return (
-            f"SGD({len(self.params)} tensors, lr={self.lr}, momentum={self.momentum}, "
-            f"weight_decay={self.weight_decay})"
-        )
+    def param_state(self, index: int) -> dict[str, Any]:
+        buf = self.momentum_buffers[index]
+        return {} if buf is None else {"momentum_buffer": buf}
+
+    def state_names(self) -> tuple[str, ...]:
+        return ("momentum_buffer",)
+
+    def load_param_state(self, index: int, state: dict[str, Any]) -> None:
+        self.momentum_buffers[index] = state.get("momentum_buffer")
