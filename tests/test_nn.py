@@ -65,6 +65,54 @@ def test_parameters_are_registered_in_order():
     assert [n for n, _ in net.named_children()] == ["first", "head", "second", "tied"]
 
 
+def scaled(torch_nn, weight, bias, linear):
+    """A module of PyTorch's kind, its own weights made with ``torch_nn.Parameter``: of
+    minidtr's (``torch_nn`` minidtr.nn) or of PyTorch's."""
+
+    class Scaled(torch_nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch_nn.Parameter(weight)
+            self.inner = linear
+            self.bias = torch_nn.Parameter(bias)
+
+        def forward(self, x):
+            return (self.inner(x @ self.weight) + self.bias).tanh()
+
+    return Scaled()
+
+
+def test_nn_parameter_registers_a_parameter_as_pytorchs():
+    weight, bias = normal(4, 3), normal(2, seed=1)
+    module = scaled(nn, md.tensor(weight), md.tensor(bias), nn.Linear(3, 2))
+    names = ["weight", "bias", "inner.weight", "inner.bias"]  # own ones first, as PyTorch's
+    assert [n for n, _ in module.named_parameters()] == names == list(module.state_dict())
+    assert module.weight.requires_grad and module.weight.is_leaf
+    data = md.tensor(weight)
+    shared = nn.Parameter(data)  # over data's value, as torch's: no copy
+    assert shared.storage is data.storage and not data.requires_grad
+    assert nn.Parameter((data * 2.0).requires_grad_(False)).is_leaf
+    assert nn.Parameter().shape == (0,) and nn.Parameter().dtype == md.float32
+    with pytest.raises(TypeError, match="Parameter: data must be a Tensor, got ndarray"):
+        nn.Parameter(weight)
+    with pytest.raises(ValueError, match=r"Parameter\(requires_grad=False\).*register_buffer"):
+        nn.Parameter(data, requires_grad=False)
+    with pytest.raises(TypeError, match="only floating-point tensors can require grad"):
+        nn.Parameter(md.tensor([1, 2]))
+
+
+@needs_torch
+def test_a_module_with_nn_parameters_matches_torchs():
+    import torch
+
+    weight, bias = normal(4, 3), normal(2, seed=1)
+    linear = nn.Linear(3, 2, dtype=F64)
+    module = scaled(nn, md.tensor(weight, dtype=F64), md.tensor(bias, dtype=F64), linear)
+    twin = scaled(torch.nn, torch.tensor(weight), torch.tensor(bias), torch.nn.Linear(3, 2))
+    assert [n for n, _ in module.named_parameters()] == [n for n, _ in twin.named_parameters()]
+    check_against_torch(module, twin, [normal(5, 4, seed=2)])
+
+
 def test_reassignment_and_deletion_update_the_registry():
     block = Block()
     block.inner[0].bias = None

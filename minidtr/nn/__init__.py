@@ -17,7 +17,7 @@ from .layers import (
     Sigmoid,
     Tanh,
 )
-from .module import Module, ModuleList, Sequential
+from .module import Module, ModuleList, Parameter, Sequential
 from .norm import BatchNorm2d, LayerNorm
 from .rnn import LSTMCell
 
@@ -38,6 +38,7 @@ __all__ = [
     "MaxPool2d",
     "Module",
     "ModuleList",
+    "Parameter",
     "ReLU",
     "Sequential",
     "Sigmoid",

@@ -1,11 +1,11 @@
 """``Module``: parameters, buffers and sub-modules registered by attribute assignment.
 
 Assigning a ``Module`` registers a sub-module; assigning a leaf Tensor with
-``requires_grad=True`` registers a parameter; ``register_buffer`` registers a
-tensor that is state but not trained (running statistics). Everything else is
-a plain attribute. Registration order is the iteration order, so
-``parameters()`` is deterministic: a module's own parameters first, then each
-sub-module's, depth first, as in PyTorch.
+``requires_grad=True`` registers a parameter (``Parameter(data)``, PyTorch's
+spelling, makes one); ``register_buffer`` registers a tensor that is state but not
+trained (running statistics). Everything else is a plain attribute. Registration
+order is the iteration order, so ``parameters()`` is deterministic: a module's own
+parameters first, then each sub-module's, depth first, as in PyTorch.
 
 Values are never written in place: ``load_state_dict`` (and optimizers,
 running statistics) rebind a tensor handle to a new storage with
@@ -19,10 +19,35 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor import Tensor, zeros
 from .init import parameter
 
 PARAMETER, BUFFER, MODULE = "parameter", "buffer", "module"
+
+
+def Parameter(data: Tensor | None = None, requires_grad: bool = True) -> Tensor:
+    """PyTorch's ``nn.Parameter(data)``: a leaf tensor over ``data``'s value (shared, as
+    there: values never change in place) that requires grad, so that a Module it is
+    assigned to registers it as a parameter. No data: an empty float32 tensor.
+
+    A tensor is a parameter here by being a leaf that requires grad; there is no
+    Parameter class (``isinstance`` cannot test for one), and a parameter that is not
+    trained is a buffer (``register_buffer``)."""
+    if data is None:
+        data = zeros(0)
+    if not isinstance(data, Tensor):
+        raise TypeError(
+            f"Parameter: data must be a Tensor, got {type(data).__name__} (make one with "
+            "md.tensor(...))"
+        )
+    if requires_grad is not True:
+        raise ValueError(
+            f"Parameter(requires_grad={requires_grad!r}): a module registers a tensor as a "
+            "parameter because it requires grad; keep a tensor that is not trained with "
+            "module.register_buffer(name, tensor), or freeze a parameter later with "
+            "p.requires_grad_(False)"
+        )
+    return data.detach().requires_grad_(True)
 
 
 class Module:
