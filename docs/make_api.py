@@ -232,7 +232,8 @@ def page() -> str:
         "Optimizers: md.optim",
         "",
         class_block("md.optim.", "Optimizer", md.optim.Optimizer)
-        + module_names(md.optim, "md.optim.", skip=("Optimizer",)),
+        + module_names(md.optim, "md.optim.", skip=("Optimizer",))
+        + module_names(md.optim.lr_scheduler, "md.optim.lr_scheduler."),
     )
     out += section(
         "The simulator: md.sim",
