@@ -62,7 +62,7 @@ def test_parameters_are_registered_in_order():
     assert all(not b.requires_grad for b in net.buffers())
     assert [n for n, _ in net.named_modules()][:4] == ["", "first", "first.inner", "first.inner.0"]
     assert len(net.modules()) == 1 + 2 * 5 + 1
-    assert [n for n, _ in net.named_children()] == ["first", "head", "second", "tied"]
+    assert [n for n, _ in net.named_children()] == ["first", "head", "second"]  # not "tied"
 
 
 def scaled(torch_nn, weight, bias, linear):
@@ -593,6 +593,28 @@ def test_requires_grad_freezes_a_module_and_apply_visits_every_submodule():
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     model.requires_grad_()
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_a_module_registered_twice_is_one_child_but_runs_twice():
+    """apply, children and named_children visit a module given twice once (as PyTorch's:
+    an initialization that scales a weight scales it once); the Sequential still runs it
+    at each of its places, and its length, indexing and printing count every place."""
+    shared = nn.Linear(2, 2)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    weight = shared.weight.numpy().copy()
+
+    def halve(module):
+        if isinstance(module, nn.Linear):
+            module.weight.assign(module.weight * 0.5)
+
+    model.apply(halve)
+    np.testing.assert_array_equal(shared.weight.numpy(), weight * 0.5)
+    assert [name for name, _ in model.named_children()] == ["0", "1"]
+    assert model.children() == [shared, model[1]]
+    assert len(model) == 3 and model[2] is shared and list(model)[2] is shared
+    assert "(2): Linear" in repr(model)
+    x = md.ones((1, 2))
+    np.testing.assert_array_equal(model(x).numpy(), shared(md.relu(shared(x))).numpy())
 
 
 def test_a_sequential_of_named_modules():

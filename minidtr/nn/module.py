@@ -115,10 +115,19 @@ class Module:
     # ---- traversal -----------------------------------------------------------------------
 
     def named_children(self) -> list[tuple[str, Module]]:
-        return list(self._own(MODULE))
+        """Each direct sub-module once, under its first name (as PyTorch's), so that
+        ``apply`` visits a module registered twice once. ``ModuleList`` and ``Sequential``
+        iterate over every registration instead: a layer given twice runs twice."""
+        out: list[tuple[str, Module]] = []
+        seen: set[int] = set()
+        for name, module in self._own(MODULE):
+            if id(module) not in seen:
+                seen.add(id(module))
+                out.append((name, module))
+        return out
 
     def children(self) -> list[Module]:
-        return [m for _, m in self._own(MODULE)]
+        return [m for _, m in self.named_children()]
 
     def named_modules(
         self, prefix: str = "", remove_duplicate: bool = True
@@ -258,7 +267,7 @@ class Module:
 
     def __repr__(self) -> str:
         extra = self.extra_repr()
-        children = self.named_children()
+        children = list(self._own(MODULE))
         if not children:
             return f"{type(self).__name__}({extra})"
         lines = [extra] if extra else []
@@ -288,13 +297,13 @@ class ModuleList(Module):
         return sum(1 for _ in self._own(MODULE))
 
     def __iter__(self) -> Iterator[Module]:
-        return iter(self.children())
+        return iter([m for _, m in self._own(MODULE)])
 
     def __getitem__(self, index: int | slice) -> Any:
-        children = self.children()
+        modules = list(self)
         if isinstance(index, slice):
-            return type(self)(children[index])
-        return children[index]
+            return type(self)(modules[index])
+        return modules[index]
 
 
 class Sequential(ModuleList):
@@ -329,7 +338,7 @@ class Sequential(ModuleList):
         if not isinstance(index, slice):
             return super().__getitem__(index)
         part = type(self)()
-        for name, module in self.named_children()[index]:
+        for name, module in list(self._own(MODULE))[index]:
             setattr(part, name, module)
         return part
 
