@@ -652,3 +652,23 @@ def test_clip_grad_norm_scales_the_gradients_as_pytorch():
     assert frozen.grad is None and nn.utils.clip_grad_norm_([frozen], 1.0).item() == 0.0
     with pytest.raises(ValueError, match="clip_grad_norm_: max_norm must be >= 0 and finite"):
         nn.utils.clip_grad_norm_(ours, float("nan"))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply")  # inf * 0
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_clip_grad_norm_scales_by_a_norm_that_is_not_finite_as_pytorch(bad):
+    """NaN makes every gradient NaN, inf makes them zeros (NaN where infinite), as torch's
+    (they were left as they were); error_if_nonfinite raises and changes nothing."""
+    torch = pytest.importorskip("torch")
+    grads = [np.array([1.0, bad, 3.0], np.float32), np.array([2.0, -1.0], np.float32)]
+    ours = [md.tensor(np.zeros(g.shape, np.float32), requires_grad=True) for g in grads]
+    theirs = [torch.zeros(g.shape, requires_grad=True) for g in grads]
+    for p, q, g in zip(ours, theirs, grads, strict=True):
+        p.grad, q.grad = md.tensor(g), torch.tensor(g)
+    with pytest.raises(RuntimeError, match=f"clip_grad_norm_: the gradients' total norm is {bad}"):
+        nn.utils.clip_grad_norm_(ours, 1.0, error_if_nonfinite=True)
+    np.testing.assert_array_equal(ours[0].grad.numpy(), grads[0])
+    norm = nn.utils.clip_grad_norm_(ours, 1.0)
+    np.testing.assert_array_equal(norm.numpy(), torch.nn.utils.clip_grad_norm_(theirs, 1.0))
+    for p, q in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())

@@ -12,12 +12,17 @@ from ..ops.op import as_constants
 from ..tensor import Tensor, tensor
 
 
-def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float) -> Tensor:
+def clip_grad_norm_(
+    parameters: Tensor | Iterable[Tensor], max_norm: float, *, error_if_nonfinite: bool = False
+) -> Tensor:
     """Scale the gradients of ``parameters`` by one factor so that their 2-norm, taken as
     one vector, is at most ``max_norm``; returns that norm before clipping (a 0-d
     float32 tensor, the gradients' dtype when they share one). As
     ``torch.nn.utils.clip_grad_norm_`` with its default 2-norm: each gradient's norm,
-    the norm of those, the factor ``max_norm / (norm + 1e-6)`` when below 1.
+    the norm of those, the factor ``max_norm / (norm + 1e-6)`` when below 1. A norm
+    that is not finite scales them as torch's does (NaN: every gradient NaN; inf: zeros,
+    NaN where a gradient was infinite), or with ``error_if_nonfinite`` raises instead,
+    changing nothing.
 
     Parameters without a gradient are passed over. The gradients are replaced, not
     changed in place (values never change in place here, so that whatever read the old
@@ -39,8 +44,14 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float) -> T
         dtype = with_grads[0].grad.dtype
         norms = ops.stack([ops.astype(_norm(p.grad), dtype) for p in with_grads])
         total = _norm(norms)
-        factor = min(max_norm / (float(total.item()) + 1e-6), 1.0)
-        if factor < 1.0:
+        norm = float(total.item())
+        if error_if_nonfinite and not math.isfinite(norm):
+            raise RuntimeError(
+                f"clip_grad_norm_: the gradients' total norm is {norm}, which cannot be "
+                f"clipped (error_if_nonfinite=False scales them by it anyway)"
+            )
+        factor = max_norm / (norm + 1e-6)
+        if not factor >= 1.0:  # below 1, or NaN
             for p in with_grads:
                 p.grad = p.grad * factor
     return total
