@@ -7,6 +7,7 @@ are checked against PyTorch across every op in test_differential_torch.py.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -746,3 +747,28 @@ def test_the_op_families_are_not_names_of_the_package():
         assert not hasattr(md, name), name
     assert callable(md.gather_rows) and callable(md.layer_norm) and callable(md.randn)
     assert "ModuleType" not in md.ops.__all__ and not hasattr(md, "ModuleType")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_of_a_value_over_half_the_largest_float_is_that_value(dtype, approximate):
+    """(1 + t) / 2 before times x: (1 + t) x overflowed to inf above half the largest
+    float, where PyTorch gives x; the order it replaces gave the same bits elsewhere."""
+    if approximate == "none":
+        pytest.importorskip("scipy")  # (float64's erf; float32's non-contiguous one)
+    big = np.finfo(dtype).max
+    x = np.array([[big * 0.6, big, -big * 0.6, 1.5], [big * 0.75, big * 0.51, -1.0, 0.3]], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # x**3 overflows in the tanh form
+        for t in (md.tensor(x), md.tensor(x.T.copy()).T):  # contiguous and not
+            y = md.gelu(t, approximate=approximate).numpy()
+            np.testing.assert_array_equal(y[:, :2], x[:, :2])
+            assert (y[0, 2] == 0.0) and np.isfinite(y).all()
+    ordinary = np.random.default_rng(0).standard_normal(10_000).astype(dtype) * 4
+    inner = np.power(ordinary, 3)
+    inner *= 0.044715
+    inner += ordinary
+    inner *= math.sqrt(2.0 / math.pi)
+    before = (np.tanh(inner) + 1.0) * ordinary * 0.5
+    ours = md.gelu(md.tensor(ordinary), approximate="tanh").numpy()
+    np.testing.assert_array_equal(ours, before)

@@ -203,7 +203,8 @@ class Gelu(Unary):
         if x.dtype is HALF:
             return in_float32(self.forward, xp, x)
         # 0.5 * x * (1 + tanh(c * (x + 0.044715 x^3))) or 0.5 * x * (1 + erf(x / sqrt 2)),
-        # in the output's buffer (times 0.5 last: the same float, a power of two)
+        # in the output's buffer: (1 + t) / 2 is exact, so times x last is PyTorch's float,
+        # and (1 + t) x does not overflow for an x over half the largest float
         if self.approximate == "tanh":
             out = xp.power(x, 3, out=xp.empty_like(x))
             out *= 0.044715
@@ -216,8 +217,8 @@ class Gelu(Unary):
             out = xp.multiply(x, INV_SQRT_2, out=xp.empty_like(x))
             backend.erf(xp, out, out=out)
         out += 1.0
-        out *= x
         out *= 0.5
+        out *= x
         return out
 
     def workspace(self, x: Cell) -> int:
