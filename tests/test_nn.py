@@ -3,6 +3,7 @@ with the same weights (forward and gradients, float64)."""
 
 import importlib.util
 import math
+import re
 
 import numpy as np
 import pytest
@@ -467,6 +468,30 @@ def test_lstm_cell_with_given_state_and_unbatched_input():
     h1, c1 = cell(md.tensor(x[0]), (md.tensor(h0[0]), md.tensor(c0[0])))
     assert h1.shape == c1.shape == (4,)
     np.testing.assert_allclose(h1.numpy(), h.numpy()[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "x_shape, state, error, given",
+    [
+        ((4,), lambda: (md.zeros((4,)), md.zeros((4,))), md.ShapeError, r"h \(4,\) and c \(4,\)"),
+        (
+            (4,),
+            lambda: (md.zeros((1, 3)), md.zeros((1, 3))),
+            md.ShapeError,
+            r"h \(1, 3\) and c \(1, 3\)",
+        ),
+        ((2, 4), lambda: (md.zeros((2, 3)),), TypeError, r"a tuple of 1: \(2, 3\)"),
+        ((2, 4), lambda: md.zeros((2, 3)), TypeError, r"one tensor of shape \(2, 3\)"),
+        ((2, 4), lambda: [md.zeros((2, 3)), 0], TypeError, r"h \(2, 3\) and c int"),
+    ],
+)
+def test_lstm_cell_names_the_state_it_wants(x_shape, state, error, given):
+    """Not reshape's error, a failed unpacking or one about the wrong pair of shapes."""
+    want = "(3,)" if len(x_shape) == 1 else "(2, 3)"
+    says = r"LSTMCell\(4, 3, bias=True\): the state must be \(h, c\), two tensors of shape "
+    says += rf"{re.escape(want)} for an input of shape {re.escape(str(x_shape))}, got {given}$"
+    with pytest.raises(error, match=says):
+        nn.LSTMCell(4, 3)(md.zeros(x_shape), state())
 
 
 @needs_op("dropout")
