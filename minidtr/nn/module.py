@@ -52,6 +52,8 @@ def Parameter(data: Tensor | None = None, requires_grad: bool = True) -> Tensor:
 
 class Module:
     training: bool
+    # keys of PyTorch's state dicts that this module holds nothing for: loaded, and ignored
+    ignored_state: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         object.__setattr__(self, "_registry", {})  # name -> PARAMETER | BUFFER | MODULE
@@ -211,8 +213,8 @@ class Module:
 
     def _state_tensors(self) -> dict[str, Tensor]:
         """Every parameter and buffer by dotted name: per module its parameters, then its
-        buffers (PyTorch's state_dict order and keys: a module registered twice is saved
-        under both names)."""
+        buffers (PyTorch's state_dict order and keys, but BatchNorm's count of batches: a
+        module registered twice is saved under both names)."""
         out: dict[str, Tensor] = {}
         for prefix, module in self.named_modules(remove_duplicate=False):
             for kind in (PARAMETER, BUFFER):
@@ -231,10 +233,17 @@ class Module:
         ``np.asarray`` takes), cast to each tensor's dtype. Each tensor is rebound to a
         new storage (copy-on-write); the old values stay intact for any recipe that read
         them. Checks everything before changing anything. Returns (missing, unexpected)
-        key lists; with ``strict`` either being non-empty is an error."""
+        key lists; with ``strict`` either being non-empty is an error. A key of a
+        module's ``ignored_state`` (BatchNorm2d's ``num_batches_tracked``, which
+        PyTorch saves) is neither: it is taken and ignored."""
         own = self._state_tensors()
+        ignored = {
+            f"{prefix}.{name}" if prefix else name
+            for prefix, module in self.named_modules(remove_duplicate=False)
+            for name in module.ignored_state
+        }
         missing = [k for k in own if k not in state]
-        unexpected = [k for k in state if k not in own]
+        unexpected = [k for k in state if k not in own and k not in ignored]
         if strict and (missing or unexpected):
             raise KeyError(
                 f"load_state_dict into {type(self).__name__}: missing keys "

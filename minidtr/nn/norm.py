@@ -24,7 +24,14 @@ class BatchNorm2d(Module):
     the layer is ``relu(batch_norm(x))``, and ``layer(x, residual=r)`` is
     ``relu(batch_norm(x) + r)`` (without ``relu``, ``batch_norm(x) + r``), each one op
     (``md.batch_norm(..., relu=True, residual=r)``).
+
+    It keeps no count of batches: PyTorch's ``num_batches_tracked`` serves only its
+    ``momentum=None`` (a cumulative average, not taken here), so a PyTorch state dict's
+    ``num_batches_tracked`` loads and is ignored, and PyTorch loads this one's without
+    it (as a state dict from before it had one).
     """
+
+    ignored_state = ("num_batches_tracked",)
 
     def __init__(
         self,
