@@ -245,6 +245,44 @@ def test_a_window_is_checked_when_the_layer_is_made(make, says):
     assert not isinstance(nn.AvgPool2d(2), nn.MaxPool2d)  # (it was a subclass)
 
 
+@pytest.mark.parametrize(
+    "make, error, says",
+    [
+        (
+            lambda: nn.BatchNorm2d(3, eps="a"),
+            TypeError,
+            "BatchNorm2d: eps must be a number, got str",
+        ),
+        (lambda: nn.BatchNorm2d(3, momentum="a"), TypeError, "BatchNorm2d: momentum must be a"),
+        (lambda: nn.BatchNorm2d(3, momentum=None), ValueError, "BatchNorm2d: momentum=None"),
+        (lambda: nn.LayerNorm(4, eps="a"), TypeError, "LayerNorm: eps must be a number, got str"),
+        (
+            lambda: nn.CrossEntropyLoss(reduction="sum"),
+            ValueError,
+            "CrossEntropyLoss: reduction must be 'mean' .*, got 'sum'",
+        ),
+        (lambda: nn.MSELoss(reduction="none"), ValueError, "MSELoss: reduction must be 'mean'"),
+    ],
+)
+def test_a_norm_or_loss_argument_is_checked_when_the_layer_is_made(make, error, says):
+    """Not at the first forward by the op (or by Module.__init__ for an unknown keyword)."""
+    with pytest.raises(error, match=says):
+        make()
+
+
+def test_pytorchs_constructor_arguments_that_change_nothing_here_are_taken():
+    """ReLU(inplace=True) computes out of place (no op writes into its input here), and a
+    loss's reduction="mean" is the default."""
+    x = md.tensor([-1.0, 2.0])
+    relu = nn.ReLU(inplace=True)
+    assert relu(x).numpy().tolist() == [0.0, 2.0] and x.numpy().tolist() == [-1.0, 2.0]
+    assert repr(relu) == "ReLU(inplace=True)" and repr(nn.ReLU()) == "ReLU()"
+    logits, targets = md.tensor([[1.0, 2.0]]), md.tensor([1])
+    loss = nn.CrossEntropyLoss(reduction="mean")(logits, targets)
+    assert loss.item() == md.cross_entropy(logits, targets).item()
+    assert nn.MSELoss(reduction="mean")(x, md.zeros(2)).item() == 2.5
+
+
 def test_repr_is_readable():
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                           nn.Flatten(), nn.Linear(8, 2), nn.Dropout(0.1))  # fmt: skip

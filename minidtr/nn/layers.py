@@ -181,8 +181,19 @@ class Dropout(Module):
 
 
 class ReLU(Module):
+    """``inplace`` is taken for PyTorch code's sake and changes nothing: no op writes
+    into its input here (a recipe that read it must recompute the same bits), so the
+    input keeps its value either way."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class Tanh(Module):
@@ -254,8 +265,22 @@ class AvgPool2d(Pool2d):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)
 
 
+def mean_reduction(where: str, reduction: str) -> str:
+    """A loss layer's ``reduction``: its op averages, so only PyTorch's default, "mean"."""
+    if reduction != "mean":
+        raise ValueError(
+            f"{where}: reduction must be 'mean' (the op averages; 'sum' and 'none' are not "
+            f"supported), got {reduction!r}"
+        )
+    return reduction
+
+
 class CrossEntropyLoss(Module):
     """Mean cross-entropy of logits (batch, classes) against integer targets (batch,)."""
+
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = mean_reduction("CrossEntropyLoss", reduction)
 
     def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(logits, targets)
@@ -263,6 +288,10 @@ class CrossEntropyLoss(Module):
 
 class MSELoss(Module):
     """Mean squared error."""
+
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = mean_reduction("MSELoss", reduction)
 
     def forward(self, prediction: Tensor, target: Tensor) -> Tensor:
         return F.mse_loss(prediction, target)

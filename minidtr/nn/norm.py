@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import ops as F
-from ..ops.op import ShapeError
+from ..ops.op import ShapeError, expect_number
 from ..tensor import DEFAULT_DTYPE, Tensor, full, shape_of
 from .init import layer_options
 from .layers import check_input
@@ -26,7 +26,7 @@ class BatchNorm2d(Module):
     (``md.batch_norm(..., relu=True, residual=r)``).
 
     It keeps no count of batches: PyTorch's ``num_batches_tracked`` serves only its
-    ``momentum=None`` (a cumulative average, not taken here), so a PyTorch state dict's
+    ``momentum=None`` (a cumulative average, refused here), so a PyTorch state dict's
     ``num_batches_tracked`` loads and is ignored, and PyTorch loads this one's without
     it (as a state dict from before it had one).
     """
@@ -46,10 +46,15 @@ class BatchNorm2d(Module):
     ):
         super().__init__()
         dtype = layer_options("BatchNorm2d", dtype, device, num_features=num_features)
+        if momentum is None:
+            raise ValueError(
+                "BatchNorm2d: momentum=None (PyTorch's cumulative average of the batches) "
+                "is not supported: give a number, such as 0.1"
+            )
         self.num_features = num_features
         self.relu = relu
-        self.eps = eps
-        self.momentum = momentum
+        self.eps = expect_number("BatchNorm2d", eps, "eps")
+        self.momentum = expect_number("BatchNorm2d", momentum, "momentum")
         self.affine = affine
         self.track_running_stats = track_running_stats
         shape = (num_features,)
@@ -101,7 +106,7 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape = shape_of(normalized_shape, "LayerNorm")
         dtype = layer_options("LayerNorm", dtype, device)
-        self.eps = eps
+        self.eps = expect_number("LayerNorm", eps, "eps")
         self.elementwise_affine = elementwise_affine
         self.weight = (
             full(self.normalized_shape, 1.0, dtype, True, device) if elementwise_affine else None
