@@ -342,6 +342,27 @@ def test_default_initialization_follows_pytorch():
     assert not bn.running_mean.numpy().any()
 
 
+@pytest.mark.parametrize(
+    "call, error, says",
+    [
+        (
+            lambda: nn.init.normal((3,), -1.0),
+            ValueError,
+            "normal: std must be a finite number >= 0",
+        ),
+        (lambda: nn.init.uniform((3,), -1.0), ValueError, "uniform: bound must be a finite num"),
+        (lambda: nn.init.uniform((3,), math.inf), ValueError, "uniform: bound .*, got inf"),
+        (lambda: nn.init.bias_uniform((3,), -4), ValueError, "bias_uniform: n_in .*, got -4"),
+        (lambda: nn.init.kaiming_uniform((3, 2), "a"), TypeError, "kaiming_uniform: a must be"),
+        (lambda: nn.init.normal((-3,)), ValueError, r"normal: shape must be non-negative ints"),
+    ],
+)
+def test_init_helpers_name_themselves_and_the_argument(call, error, says):
+    """Not NumPy's "scale < 0" or "high - low < 0", or math's "math domain error"."""
+    with pytest.raises(error, match=says):
+        call()
+
+
 # ---- layers against PyTorch ---------------------------------------------------------------
 
 

@@ -14,6 +14,8 @@ import numbers
 import numpy as np
 
 from .. import backend
+from ..arguments import shape_of
+from ..ops.op import expect_number
 from ..ops.random import checked_seed, default_generator
 from ..tensor import DEFAULT_DTYPE, Tensor, array_module, checked_dtype, constant
 
@@ -73,13 +75,27 @@ def parameter(
     )
 
 
+def non_negative(where: str, name: str, value: float) -> float:
+    """``value`` as a float if it is a finite number >= 0; otherwise an error naming the
+    function and the argument (not NumPy's "scale < 0" or math's "math domain error")."""
+    number = expect_number(where, value, name)
+    if not (number >= 0.0 and math.isfinite(number)):
+        raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
 def uniform(shape: tuple[int, ...], bound: float, rng: Rng = None) -> np.ndarray:
     """U(-bound, bound) samples (float64; ``parameter`` casts them)."""
-    return generator(rng).uniform(-bound, bound, size=shape)
+    shape = shape_of(shape, "uniform")
+    bound = non_negative("uniform", "bound", bound)
+    return generator(rng, "uniform").uniform(-bound, bound, size=shape)
 
 
 def normal(shape: tuple[int, ...], std: float = 1.0, rng: Rng = None) -> np.ndarray:
-    return generator(rng).normal(0.0, std, size=shape)
+    """N(0, std^2) samples (float64)."""
+    shape = shape_of(shape, "normal")
+    std = non_negative("normal", "std", std)
+    return generator(rng, "normal").normal(0.0, std, size=shape)
 
 
 def fan_in(shape: tuple[int, ...]) -> int:
@@ -95,13 +111,15 @@ def kaiming_uniform(
     """He uniform with leaky-ReLU slope ``a``: bound = gain * sqrt(3 / fan_in),
     gain = sqrt(2 / (1 + a^2)). PyTorch's Linear/Conv default uses a = sqrt(5),
     which makes the bound 1 / sqrt(fan_in)."""
+    a = expect_number("kaiming_uniform", a, "a")
     gain = math.sqrt(2.0 / (1.0 + a * a))
-    n = fan_in(shape)
+    n = fan_in(shape_of(shape, "kaiming_uniform"))
     bound = gain * math.sqrt(3.0 / n) if n else 0.0
     return uniform(shape, bound, rng)
 
 
 def bias_uniform(shape: tuple[int, ...], n_in: int, rng: Rng = None) -> np.ndarray:
     """PyTorch's default bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    n_in = non_negative("bias_uniform", "n_in", n_in)
     bound = 1.0 / math.sqrt(n_in) if n_in else 0.0
     return uniform(shape, bound, rng)
