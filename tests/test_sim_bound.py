@@ -187,6 +187,20 @@ def test_workspaces_count_against_the_budget():
     assert relaxation_bound(spacious, 3).status == "infeasible"
 
 
+def test_a_trace_of_empty_storages_is_bounded_within_a_zero_budget(tmp_path, capsys):
+    """Every storage is 0 bytes, so any ratio's budget is 0 and nothing needs memory (the
+    program is written in units of the budget: it was a division by zero)."""
+    trace = sim.make_trace(
+        [Constant("w", 0), Call("f", ("w",), (Result("a", 0),), 1.0)], "empty-storages"
+    )
+    bound = lower_bound(trace, 0.5)
+    assert (bound.budget, bound.status, bound.slowdown) == (0, "ok", 1.0)
+    sim.write_log(trace, tmp_path / "zs.log")
+    argv = ["bound", str(tmp_path / "zs.log"), "--ratios", "0.5", "--jobs", "1"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[3:5] == ["ok", "1.000"]
+
+
 def test_needed_until_follows_descendants_and_held_storages():
     graph = Graph()
     graph.add("a", 1.0, 1, ())

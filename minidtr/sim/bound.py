@@ -202,9 +202,11 @@ def relaxation_bound(
     if size < 1:
         raise ValueError(f"a block holds at least one stage, got {size}")
     too_big = _over_floor(graph, budget)
-    if too_big or not len(graph):
+    # within a zero budget, a graph that passes the floor check has only empty storages:
+    # nothing is ever rebuilt (and the program, in units of the budget, has no unit)
+    if too_big or not len(graph) or budget == 0:
         status = "infeasible" if too_big else "ok"
-        cost = math.nan if too_big else 0.0
+        cost = math.nan if too_big else graph.compute
         return _result(status, budget, cost, graph, total, started, size, message=too_big)
     program = Program(graph, budget, need, size)
     solved = program.solve(linprog, max(time_limit - (time.perf_counter() - started), 1.0))
