@@ -232,6 +232,16 @@ def test_compare_with_optimal_rows():
     assert math.isclose(half["dtr/best"], half["dtr"] / half["best"])
 
 
+def test_compare_with_optimal_on_a_trace_that_computes_nothing():
+    """Every TIME is 0: no schedule slows it down, the convention ``simulate`` and
+    ``lower_bound`` share (it was a division by zero)."""
+    from minidtr.sim.sweep import compare_with_optimal
+
+    trace = sim.make_trace([Constant("w", 4), Call("f", ("w",), (Result("a", 4),), 0.0)])
+    (row,) = compare_with_optimal(trace, [1.0], ["dtr"], time_limit=20)
+    assert (row["status"], row["best"], row["lower"], row["dtr"]) == ("optimal", 1.0, 1.0, 1.0)
+
+
 def test_highs_prints_nothing_to_standard_output():
     """Some HiGHS versions print debugging lines from C++ to the process's standard output
     (``disp=False`` does not silence them): solve_optimal sends descriptor 1 to the null

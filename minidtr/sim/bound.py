@@ -81,6 +81,7 @@ import numpy as np
 
 from .checkmate import ConstraintRows, _quiet_c_stdout
 from .graph import Graph, Part, graph_from_trace
+from .instructions import slowdown_of
 
 MAX_PAIRS = 70_000  # (block, node) pairs: the bundled traces but the Tree-LSTM stay exact
 
@@ -224,9 +225,7 @@ def _linprog():
 
 
 def _result(status, budget, cost, graph, total, started, size, n_var=0, rows=0, message=""):
-    slowdown = math.nan
-    if status == "ok":
-        slowdown = 1.0 + (cost - graph.compute) / total if total > 0 else 1.0
+    slowdown = slowdown_of(cost - graph.compute, total) if status == "ok" else math.nan
     elapsed = time.perf_counter() - started
     return LowerBound(
         status, budget, cost, slowdown, elapsed, size, len(graph), n_var, rows, message

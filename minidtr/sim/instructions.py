@@ -164,6 +164,13 @@ class Trace:
         }
 
 
+def slowdown_of(recompute: float, total: float) -> float:
+    """(``total`` + ``recompute``) / ``total``: the slowdown of a schedule that recomputes
+    ``recompute`` on top of a trace's whole compute; 1 for a trace that computes nothing
+    (every TIME 0), which no schedule can slow down."""
+    return (total + recompute) / total if total > 0 else 1.0
+
+
 def check_names(
     instructions: Iterable[Instruction],
     source: str = "trace",

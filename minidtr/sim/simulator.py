@@ -47,6 +47,7 @@ from ..runtime.options import RuntimeOptions
 from ..runtime.runtime import BudgetError, Runtime, ThrashError
 from ..runtime.storage import Cell
 from .clairvoyant import make_trace_heuristic
+from .instructions import slowdown_of
 from .trace import (
     STEP,
     Annotate,
@@ -551,7 +552,7 @@ def simulate(
         elapsed = time.perf_counter() - started
         replayer.close()
     stats = replayer.stats
-    slowdown = (total + stats.remat_cost) / total if total > 0 else 1.0
+    slowdown = slowdown_of(stats.remat_cost, total)
     extra = {"events": replayer.runtime.events} if options.record_events else {}
     if options.fit == "contiguous":
         measured = replayer.runtime.address_stats()

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..runtime.options import RuntimeOptions
 from . import parallel
+from .instructions import slowdown_of
 from .simulator import (
     ADDRESS_COLUMNS,
     SimResult,
@@ -343,8 +344,8 @@ def _optimal_row(
     total = trace.total_compute
     budget = int(ratio * baseline(trace).peak_memory)
     opt = solve_optimal(graph, budget, time_limit=time_limit)
-    upper = 1 + (opt.cost - graph.compute) / total if opt.found else math.nan
-    lower = 1 + (opt.bound - graph.compute) / total if math.isfinite(opt.bound) else math.nan
+    upper = slowdown_of(opt.cost - graph.compute, total) if opt.found else math.nan
+    lower = slowdown_of(opt.bound - graph.compute, total) if math.isfinite(opt.bound) else math.nan
     row = {
         "trace": trace.name,
         "nodes": len(graph),
