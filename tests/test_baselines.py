@@ -242,6 +242,41 @@ def test_compare_with_optimal_on_a_trace_that_computes_nothing():
     assert (row["status"], row["best"], row["lower"], row["dtr"]) == ("optimal", 1.0, 1.0, 1.0)
 
 
+@pytest.mark.parametrize(
+    "instructions",
+    [
+        [Constant("w", 4)],
+        [Constant("w", 4), Call("view", ("w",), (Result("v", 4, alias=0),), 1.0)],
+        [Constant("w", 4), Call("read", ("w",), (), 0.0)],
+    ],
+    ids=["a constant", "a view of it", "an access to it"],
+)
+def test_a_graph_without_nodes_is_optimal_when_its_constants_fit(instructions):
+    """Nothing to schedule: the empty schedule is optimal within the constants' 4 bytes
+    (it was called infeasible at every budget), and nothing fits below them, as dtr and
+    the bound say too."""
+    from minidtr.sim.bound import lower_bound
+    from minidtr.sim.sweep import compare_with_optimal
+
+    trace = sim.make_trace(instructions)
+    graph = graph_from_trace(trace)
+    assert len(graph) == 0
+    fits = solve_optimal(graph, 4)
+    assert (fits.status, fits.cost, fits.peak) == ("optimal", 0.0, 4)
+    assert solve_optimal(graph, 3).status == "infeasible"
+    assert lower_bound(trace, budget=3).status == "infeasible"
+    full, half = compare_with_optimal(trace, [1.0, 0.5], ["dtr"], time_limit=20)
+    assert (full["status"], full["best"], full["dtr"]) == ("optimal", 1.0, 1.0)
+    assert half["status"] == "infeasible" and math.isnan(half["dtr"])
+
+
+def test_an_empty_trace_is_optimal():
+    from minidtr.sim.sweep import compare_with_optimal
+
+    (row,) = compare_with_optimal(sim.make_trace([]), [1.0], ["dtr"], time_limit=20)
+    assert (row["status"], row["best"], row["dtr"]) == ("optimal", 1.0, 1.0)
+
+
 def test_highs_prints_nothing_to_standard_output():
     """Some HiGHS versions print debugging lines from C++ to the process's standard output
     (``disp=False`` does not silence them): solve_optimal sends descriptor 1 to the null

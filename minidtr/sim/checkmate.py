@@ -115,9 +115,11 @@ def solve_optimal(
     except ImportError as e:  # pragma: no cover - scipy is an optional extra
         raise ImportError("the optimal schedule needs SciPy (pip install 'minidtr[scipy]')") from e
     n = len(graph)
+    if n == 0:
+        return _nothing_to_run(graph, budget, started)
     avail = [budget - graph.constant_at(t) for t in range(n)]
     workspace = _workspaces(graph)
-    if n == 0 or any(graph.size[t] + workspace[t] > avail[t] for t in range(n)):
+    if any(graph.size[t] + workspace[t] > avail[t] for t in range(n)):
         return _infeasible(budget, 0, 0)
     m = [float(x) for x in graph.size]
     users = graph.users()
@@ -301,6 +303,19 @@ def _left(deadline: float) -> float:
 
 def _infeasible(budget: int, n_var: int, n_con: int, elapsed: float = 0.0) -> OptimalResult:
     return OptimalResult("infeasible", budget, math.nan, math.inf, math.nan, elapsed, n_var, n_con)
+
+
+def _nothing_to_run(graph: Graph, budget: int, started: float) -> OptimalResult:
+    """A graph without nodes (only constants, or views of them): the empty schedule is
+    optimal when the constants held at the end fit the budget, and nothing fits if not."""
+    held = graph.stage_constant_at(0)
+    if held > budget:
+        return _infeasible(budget, 0, 0)
+    empty = np.zeros((0, 0), dtype=np.int8)
+    elapsed = time.perf_counter() - started
+    return OptimalResult(
+        "optimal", budget, 0.0, 0.0, 0.0, elapsed, 0, 0, held, (empty, empty), "greedy"
+    )
 
 
 def greedy_schedule(graph: Graph, budget: int) -> tuple[np.ndarray, np.ndarray] | None:

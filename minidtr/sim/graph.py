@@ -110,10 +110,10 @@ class Graph:
     def stage_constant_at(self, t: int) -> int:
         """Constant bytes every replay holds throughout stage ``t`` (``len(self)``: the
         end, where the outputs are made resident)."""
-        if t == len(self) and self.sure_constants:
+        if t == len(self) and (self.sure_constants or not t):
             return self.constant_bytes + self.end_constants
         if t == len(self):  # a graph built by hand: the last stage's
-            return self.constant_at(t - 1) if t else self.constant_bytes
+            return self.constant_at(t - 1)
         least = self.stage_constants or self.sure_constants or self.constants
         return self.constant_bytes + (least[t] if least else 0)
 
