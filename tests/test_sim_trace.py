@@ -184,6 +184,58 @@ def test_malformed_logs_name_the_line(tmp_path, rows, line, fragment):
     assert f"bad.log:{line}:" in str(info.value)
 
 
+W = Constant("w", 4)
+
+
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        (Call("f", ("w",), (Result("a", 8, alias=1),), 1.0), "ALIAS 1 of 'a' is not an argument"),
+        (Call("f", ("w",), (Result("a", -8),), 1.0), "MEMORY must be an integer from 0"),
+        (Call("f", ("w",), (Result("a", 8.5),), 1.0), "got 8.5"),
+        (Call("f", ("w",), (Result("a", 8),), -1.0), "TIME must be a finite number"),
+        (Call("f", ("w",), (Result("a", 8),), math.nan), "got nan"),
+        (Call("f", ("w",), (Result("a", 8),), 1.0, workspace=-2), "WORKSPACE must be"),
+        (Call("f", ("w",), (Result("a", 8, 0),), 1.0, constant=True), "cannot alias"),
+        (Call("f\n", ("w",), (Result("a", 8),), 1.0), "NAME must be a non-empty string"),
+        (Mutate("add_", ("w",), (1,), 1.0), "distinct argument indices below 1, got (1,)"),
+        (Mutate("add_", ("w",), (0, 0), 1.0), "distinct argument indices below 1, got (0, 0)"),
+        (Mutate("add_", ("w", "w"), (0, 1), 1.0), "the same handle twice ('w')"),
+    ],
+)
+def test_make_trace_checks_values_as_load_log_does(tmp_path, bad, fragment):
+    """make_trace (a "checked Trace") ran only the name checks: an ALIAS out of range was
+    an IndexError in a replay, a negative MEMORY replayed with wrong peaks, and write_log
+    wrote logs load_log refuses. The error names the instruction and the value, in the
+    words of load_log's, which share the checks."""
+    with pytest.raises(sim.TraceError) as info:
+        sim.make_trace([W, bad], "made")
+    label = type(bad).__name__ + " " + repr(bad.op)
+    assert str(info.value).startswith(f"made: instruction 1 ({label}): ")
+    assert fragment in str(info.value)
+
+
+def test_the_log_reader_words_a_bad_value_as_make_trace_does(tmp_path):
+    write_rows(tmp_path / "bad.log", [*const("w", 4), *call("f", ["w"], [("a", 8, 1)])])
+    with pytest.raises(sim.TraceError) as read:
+        sim.load_log(tmp_path / "bad.log")
+    with pytest.raises(sim.TraceError) as made:
+        sim.make_trace([W, Call("f", ("w",), (Result("a", 8, alias=1),), 10.0)])
+    assert read.value.line == 5
+    assert read.value.message == made.value.message.split(": ", 1)[1]
+
+
+def test_what_make_trace_accepts_write_log_reads_back(tmp_path):
+    trace = sim.make_trace(
+        [W, Call("f", ("w",), (Result("a", 8), Result("v", 4, alias=0)), 2, workspace=3)]
+    )
+    sim.write_log(trace, tmp_path / "t.log")
+    again = sim.load_log(tmp_path / "t.log")
+    assert [vars_of(i) | {"line": 0} for i in again.instructions[1:]] == [
+        vars_of(i) for i in trace.instructions
+    ]
+
+
 def test_names_can_be_reused_after_release():
     trace = sim.make_trace(
         [

@@ -1,14 +1,20 @@
 """A trace's instructions (``minidtr.sim.trace`` reads and writes them as a log; its
-docstring describes the format), the ``Trace`` that holds them, and the check that every
-name is defined before it is used."""
+docstring describes the format), the ``Trace`` that holds them, and the checks of a
+trace: each instruction's values (``check_values``, whose parts the log reader applies
+line by line), every name defined before it is used (``check_names``) and the totals
+(``check_totals``). ``make_trace`` runs them all, so that what it accepts a log holds."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..reading import shown
+
+MAX_MEMORY = 2**63 - 1  # bytes: what an int64 holds
 
 
 class TraceError(ValueError):
@@ -222,6 +228,165 @@ def check_names(
     return tuple(live), dropped
 
 
-def make_trace(instructions: list[Instruction], name: str = "trace") -> Trace:
-    """A checked ``Trace`` from instructions built in code (generators, the recorder)."""
-    return Trace(list(instructions), name, check_names(instructions, name)[0])
+# ---- the values of one instruction ----------------------------------------------------------
+# Each check returns the value or raises a ValueError naming the key and the value; the log
+# reader turns it into a TraceError at the line, make_trace at the instruction.
+
+
+def check_text(key: str, value: object) -> str:
+    """A name, op or annotation: non-empty printable text (nothing a terminal acts on)."""
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ValueError(f"{key} must be a non-empty string of printable text, got {shown(value)}")
+    return value
+
+
+def check_text_list(key: str, value: object) -> list[str] | tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, str) and v and v.isprintable() for v in value
+    ):
+        raise ValueError(f"{key} must be a list of names (printable text), got {shown(value)}")
+    return value
+
+
+def check_integer(key: str, value: object, minimum: int, maximum: int = MAX_MEMORY) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not minimum <= value <= maximum
+    ):
+        raise ValueError(
+            f"{key} must be an integer from {minimum} to {maximum:,}, got {shown(value)}"
+        )
+    return int(value)
+
+
+def check_time(value: object) -> float:
+    """A TIME: a finite number of ns >= 0."""
+    number = math.nan
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int past the largest float
+            pass
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"TIME must be a finite number of ns >= 0, got {shown(value)}")
+    return number
+
+
+def check_alias(alias: object, result: str, op: str, arguments: int) -> int:
+    """A result's ALIAS: -1 (a fresh storage) or the index of one of the op's arguments."""
+    index = check_integer("ALIAS", alias, -1)
+    if index >= arguments:
+        raise ValueError(
+            f"ALIAS {index} of {shown(result)} is not an argument index of {shown(op)} "
+            f"(it has {arguments} arguments)"
+        )
+    return index
+
+
+def check_constant_results(constant: bool, results: Iterable[Result]) -> None:
+    if constant and any(not r.fresh for r in results):
+        raise ValueError("a CALL with CONSTANT_RESULTS cannot alias its arguments")
+
+
+def check_mutate(mutate: object, args: tuple[str, ...]) -> tuple[int, ...]:
+    """MUTATE: distinct indices of arguments, which name distinct handles."""
+    if (
+        not isinstance(mutate, list | tuple)
+        or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < len(args)
+            for i in mutate
+        )
+        or len(set(mutate)) != len(mutate)
+    ):
+        raise ValueError(
+            f"MUTATE must list distinct argument indices below {len(args)}, got {shown(mutate)}"
+        )
+    handles = [args[i] for i in mutate]
+    twice = next((h for h in handles if handles.count(h) > 1), None)
+    if twice is not None:
+        raise ValueError(f"MUTATE names the same handle twice ({shown(twice)})")
+    return tuple(int(i) for i in mutate)
+
+
+def check_values(ins: Instruction) -> None:
+    """The checks ``load_log`` makes of the values of an instruction's lines, on one built
+    in code: a ValueError naming the value if one fails."""
+    if isinstance(ins, Constant):
+        check_text("NAME", ins.name)
+        check_integer("MEMORY", ins.nbytes, 0)
+    elif isinstance(ins, Call):
+        check_text("NAME", ins.op)
+        check_text_list("ARGS", ins.args)
+        check_text_list("RESULT", [r.name for r in ins.results])
+        check_time(ins.time)
+        for r in ins.results:
+            check_integer("MEMORY", r.nbytes, 0)
+            check_alias(r.alias, r.name, ins.op, len(ins.args))
+        check_constant_results(ins.constant, ins.results)
+        check_integer("WORKSPACE", ins.workspace, 0)
+    elif isinstance(ins, Mutate):
+        check_text("NAME", ins.op)
+        check_text_list("ARGS", ins.args)
+        check_mutate(ins.mutate, ins.args)
+        check_time(ins.time)
+    elif isinstance(ins, Copy | CopyFrom):
+        check_text("DST", ins.dst)
+        check_text("SRC", ins.src)
+    elif isinstance(ins, Release | MakeConstant):
+        check_text("NAME", ins.name)
+    elif isinstance(ins, Annotate):
+        check_text("ANNOTATION", ins.annotation)
+    else:
+        raise ValueError(f"not a trace instruction: {shown(ins)}")
+
+
+def check_totals(trace: Trace, source: str) -> None:
+    """The TIMEs must add up to a finite total (each is finite, but a sum can overflow to
+    inf, which would make every slowdown NaN), and the bytes of every storage the trace
+    makes to at most ``MAX_MEMORY`` (what a budget can be)."""
+    compute, nbytes = 0.0, 0
+    for ins in trace.instructions:
+        if isinstance(ins, Call | Mutate):
+            compute += ins.time
+            if math.isinf(compute):
+                raise TraceError(
+                    source,
+                    ins.line,
+                    "the TIMEs add up past the largest float here (the total compute would "
+                    "be infinite, and every slowdown undefined)",
+                )
+        if isinstance(ins, Constant):
+            nbytes += ins.nbytes
+        elif isinstance(ins, Call):
+            nbytes += sum(r.nbytes for r in ins.results if r.fresh)
+            if nbytes + ins.workspace > MAX_MEMORY:
+                nbytes += ins.workspace  # reported below
+        if nbytes > MAX_MEMORY:
+            raise TraceError(
+                source,
+                ins.line,
+                f"the MEMORY of the storages made so far adds up past {MAX_MEMORY:,} "
+                "bytes (2**63 - 1, the largest budget)",
+            )
+
+
+def make_trace(instructions: Iterable[Instruction], name: str = "trace") -> Trace:
+    """A checked ``Trace`` from instructions built in code (generators, the recorder): the
+    checks ``load_log`` makes, so that ``write_log`` writes a log it reads back. Raises
+    ``TraceError`` naming the instruction (its position and op or name) and the value."""
+    instructions = list(instructions)
+    for position, ins in enumerate(instructions):
+        try:
+            check_values(ins)
+        except ValueError as e:
+            what = next(
+                (getattr(ins, a) for a in ("op", "name", "dst", "annotation") if hasattr(ins, a)),
+                "",
+            )
+            line = getattr(ins, "line", 0) or None
+            label = f"{type(ins).__name__} {shown(what)}" if what else type(ins).__name__
+            raise TraceError(name, line, f"instruction {position} ({label}): {e}") from None
+    trace = Trace(instructions, name, check_names(instructions, name)[0])
+    check_totals(trace, name)
+    return trace

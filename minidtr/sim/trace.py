@@ -68,13 +68,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 from ..reading import LineReader, json_line, printable, read_limits, shown
 from .instructions import (
+    MAX_MEMORY,
     STEP,
     Annotate,
     Call,
@@ -88,7 +89,15 @@ from .instructions import (
     Result,
     Trace,
     TraceError,
+    check_alias,
+    check_constant_results,
+    check_integer,
+    check_mutate,
     check_names,
+    check_text,
+    check_text_list,
+    check_time,
+    check_totals,
     make_trace,
 )
 
@@ -113,9 +122,6 @@ __all__ = [
     "open_log",
     "write_log",
 ]
-
-MAX_MEMORY = 2**63 - 1  # bytes: what an int64 holds
-
 
 # ---- reading ---------------------------------------------------------------------------
 
@@ -212,54 +218,43 @@ def _field(lines: _Lines, line: int, row: dict, key: str) -> Any:
     return row[key]
 
 
+def _checked(lines: _Lines, line: int, check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)`` (one of ``instructions``' value checks), its error at ``line``."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        raise lines.error(line, str(e)) from None
+
+
+def _from_text(value: Any, kind: Callable[[str], Any]) -> Any:
+    """A number written as text (the prototype's logs write them so) as a number; any
+    other value as it is, for the check to show."""
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except (ValueError, OverflowError):
+            pass
+    return value
+
+
 def _str(lines: _Lines, line: int, row: dict, key: str) -> str:
-    value = _field(lines, line, row, key)
-    if not isinstance(value, str) or not value.isprintable() or not value:
-        raise lines.error(
-            line, f"{key} must be a non-empty string of printable text, got {shown(value)}"
-        )
-    return sys.intern(value)
+    return sys.intern(_checked(lines, line, check_text, key, _field(lines, line, row, key)))
 
 
 def _names(lines: _Lines, line: int, row: dict, key: str) -> tuple[str, ...]:
-    value = _field(lines, line, row, key)
-    if not isinstance(value, list) or not all(
-        isinstance(v, str) and v and v.isprintable() for v in value
-    ):
-        raise lines.error(
-            line, f"{key} must be a list of names (printable text), got {shown(value)}"
-        )
+    value = _checked(lines, line, check_text_list, key, _field(lines, line, row, key))
     return tuple(map(sys.intern, value))
 
 
 def _int(
     lines: _Lines, line: int, row: dict, key: str, minimum: int, maximum: int = MAX_MEMORY
 ) -> int:
-    value = _field(lines, line, row, key)
-    try:
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise ValueError
-        number = int(value)
-    except ValueError:
-        number = minimum - 1
-    if not minimum <= number <= maximum:
-        raise lines.error(
-            line, f"{key} must be an integer from {minimum} to {maximum:,}, got {shown(value)}"
-        )
-    return number
+    value = _from_text(_field(lines, line, row, key), int)
+    return _checked(lines, line, check_integer, key, value, minimum, maximum)
 
 
 def _time(lines: _Lines, line: int, row: dict) -> float:
-    value = _field(lines, line, row, "TIME")
-    try:
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ValueError
-        number = float(value)
-    except (ValueError, OverflowError):
-        number = math.nan
-    if not math.isfinite(number) or number < 0:
-        raise lines.error(line, f"TIME must be a finite number of ns >= 0, got {shown(value)}")
-    return number
+    return _checked(lines, line, check_time, _from_text(_field(lines, line, row, "TIME"), float))
 
 
 def _constant(lines: _Lines, line: int, row: dict) -> Constant:
@@ -277,39 +272,20 @@ def _call(lines: _Lines, line: int, row: dict) -> Call:
     for name in names:
         mline, mrow = lines.next("MEMORY", name, line)
         aline, arow = lines.next("ALIAS", name, line)
-        alias = _int(lines, aline, arow, "ALIAS", -1)
-        if alias >= len(args):
-            raise lines.error(
-                aline,
-                f"ALIAS {alias} of {shown(name)} is not an argument "
-                f"index of {shown(op)} (it has {len(args)} arguments)",
-            )
+        alias = _from_text(_field(lines, aline, arow, "ALIAS"), int)
+        alias = _checked(lines, aline, check_alias, alias, name, op, len(args))
         results.append(Result(name, _int(lines, mline, mrow, "MEMORY", 0), alias))
     constant = str(row.get("CONSTANT_RESULTS", "0")) == "1"
-    if constant and any(not r.fresh for r in results):
-        raise lines.error(line, "a CALL with CONSTANT_RESULTS cannot alias its arguments")
+    _checked(lines, line, check_constant_results, constant, results)
     workspace = _int(lines, line, row, "WORKSPACE", 0) if "WORKSPACE" in row else 0
     return Call(op, args, tuple(results), time_ns, constant, line, workspace)
 
 
 def _mutate(lines: _Lines, line: int, row: dict) -> Mutate:
     args = _names(lines, line, row, "ARGS")
-    mutate = _field(lines, line, row, "MUTATE")
-    if (
-        not isinstance(mutate, list)
-        or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(args) for i in mutate
-        )
-        or len(set(mutate)) != len(mutate)
-    ):
-        raise lines.error(
-            line,
-            f"MUTATE must list distinct argument indices below {len(args)}, got {shown(mutate)}",
-        )
-    if len({args[i] for i in mutate}) != len(mutate):
-        raise lines.error(line, "MUTATE names the same handle twice")
+    mutate = _checked(lines, line, check_mutate, _field(lines, line, row, "MUTATE"), args)
     op = _str(lines, line, row, "NAME")
-    return Mutate(op, args, tuple(mutate), _time(lines, line, row), line)
+    return Mutate(op, args, mutate, _time(lines, line, row), line)
 
 
 def _annotate(lines: _Lines, line: int, row: dict) -> Annotate | MakeConstant:
@@ -361,36 +337,6 @@ def _defined_before_start(instructions: list[Instruction]) -> set[str]:
         elif isinstance(ins, Copy):
             names.add(ins.dst)
     return names
-
-
-def _check_totals(trace: Trace, source: str) -> None:
-    """The TIMEs must add up to a finite total (each is finite, but a sum can overflow to
-    inf, which would make every slowdown NaN), and the bytes of every storage the trace
-    makes to at most ``MAX_MEMORY`` (what a budget can be)."""
-    compute, nbytes = 0.0, 0
-    for ins in trace.instructions:
-        if isinstance(ins, Call | Mutate):
-            compute += ins.time
-            if math.isinf(compute):
-                raise TraceError(
-                    source,
-                    ins.line,
-                    "the TIMEs add up past the largest float here (the total compute would "
-                    "be infinite, and every slowdown undefined)",
-                )
-        if isinstance(ins, Constant):
-            nbytes += ins.nbytes
-        elif isinstance(ins, Call):
-            nbytes += sum(r.nbytes for r in ins.results if r.fresh)
-            if nbytes + ins.workspace > MAX_MEMORY:
-                nbytes += ins.workspace  # reported below
-        if nbytes > MAX_MEMORY:
-            raise TraceError(
-                source,
-                ins.line,
-                f"the MEMORY of the storages made so far adds up past {MAX_MEMORY:,} "
-                "bytes (2**63 - 1, the largest budget)",
-            )
 
 
 def open_log(path: str | os.PathLike) -> IO[bytes]:
@@ -451,7 +397,7 @@ def load_log(
     for position in reversed(dropped):
         del instructions[position]
     trace = Trace(instructions, name or log_label(source), outputs)
-    _check_totals(trace, source)
+    check_totals(trace, source)
     return trace
 
 
