@@ -55,6 +55,28 @@ def test_chen_sqrt_n_counts():
     assert run_schedule(100, chen_schedule(100)).forward_steps == 180  # default k = 10
 
 
+@pytest.mark.parametrize(
+    "function, args, got",
+    [
+        (optimal_forward_steps, (5, 0), "5 and 0"),  # returned 4 (one slot takes 10)
+        (optimal_forward_steps, (5, -1), "5 and -1"),
+        (optimal_forward_steps, (0, 3), "0 and 3"),  # was min() of an empty sequence
+        (revolve_forward_steps, (2.5, 2), "2.5 and 2"),  # returned 1.5
+        (revolve_forward_steps, (5, 0), "5 and 0"),
+        (revolve_schedule, (4, True), "4 and True"),
+        (chen_schedule, (3, -1), "3 and -1"),  # returned []
+        (chen_schedule, (5, 0), "5 and 0"),  # used the default segment
+        (chen_schedule, (0,), "got 0"),
+    ],
+)
+def test_chain_functions_refuse_what_is_not_a_chain(function, args, got):
+    with pytest.raises(ValueError) as info:
+        function(*args)
+    message = str(info.value)
+    assert message.startswith(f"{function.__name__}: need integers length >= 1")
+    assert message.endswith(got) and "\n" not in message
+
+
 def test_run_schedule_rejects_bad_schedules():
     with pytest.raises(ValueError, match="expected step 3"):
         run_schedule(3, [("advance", 1), ("reverse", 2)])

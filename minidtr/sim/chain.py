@@ -19,10 +19,22 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 Action = tuple[str, int]  # ("advance", steps) | ("store", i) | ("restore", i) | ("drop", i)
 # | ("reverse", i): the adjoint of step i
+
+
+def _check_counts(function: str, **counts: object) -> None:
+    """Each of ``counts`` an integer >= 1, or one ValueError line naming ``function``."""
+    if not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1
+        for v in counts.values()
+    ):
+        need = " and ".join(f"{name} >= 1" for name in counts)
+        got = " and ".join(repr(v) for v in counts.values())
+        raise ValueError(f"{function}: need integers {need}, got {got}")
 
 
 def beta(s: int, r: int) -> int:
@@ -32,8 +44,7 @@ def beta(s: int, r: int) -> int:
 
 def repetitions(length: int, slots: int) -> int:
     """The least ``r`` with ``beta(slots, r) >= length``."""
-    if slots < 1 or length < 1:
-        raise ValueError(f"need length >= 1 and slots >= 1, got {length} and {slots}")
+    _check_counts("repetitions", length=length, slots=slots)
     r = 0
     while beta(slots, r) < length:
         r += 1
@@ -42,21 +53,27 @@ def repetitions(length: int, slots: int) -> int:
 
 def revolve_forward_steps(length: int, slots: int) -> int:
     """The optimal number of forward steps to reverse ``length`` steps (closed form)."""
+    _check_counts("revolve_forward_steps", length=length, slots=slots)
     r = repetitions(length, slots)
     return r * length - beta(slots + 1, r - 1) if r > 0 else 0
 
 
-@functools.cache
 def optimal_forward_steps(length: int, slots: int) -> int:
     """The same optimum by dynamic programming over the first checkpoint's position:
     advance ``j`` steps, store, reverse the right part with one slot less, then the left
     part with all slots. Quadratic; a check of the closed form on small chains."""
+    _check_counts("optimal_forward_steps", length=length, slots=slots)
+    return _dynamic_forward_steps(int(length), int(slots))
+
+
+@functools.cache
+def _dynamic_forward_steps(length: int, slots: int) -> int:
     if length == 1:
         return 0
     if slots == 1:
         return length * (length - 1) // 2
     return min(
-        j + optimal_forward_steps(length - j, slots - 1) + optimal_forward_steps(j, slots)
+        j + _dynamic_forward_steps(length - j, slots - 1) + _dynamic_forward_steps(j, slots)
         for j in range(1, length)
     )
 
@@ -84,8 +101,7 @@ def revolve_schedule(length: int, slots: int) -> list[Action]:
     reverse mid+1..hi with one slot less, drop x_mid, restore x_lo and reverse lo+1..mid
     with every slot. With one slot, every step restarts from x_lo. (An explicit stack,
     so long chains with many slots do not hit the recursion limit.)"""
-    if length < 1 or slots < 1:
-        raise ValueError(f"need length >= 1 and slots >= 1, got {length} and {slots}")
+    _check_counts("revolve_schedule", length=length, slots=slots)
     out: list[Action] = []
     todo: list = [(0, length, slots)]  # ranges to reverse, or actions to emit
     while todo:
@@ -115,9 +131,9 @@ def chen_schedule(length: int, segment: int | None = None) -> list[Action]:
     """Chen et al.'s sqrt(N) checkpointing: one sweep storing every ``segment``-th state,
     then each segment, last first, is recomputed from its checkpoint with all its
     states stored and reversed. ``segment`` defaults to ceil(sqrt(length))."""
-    if length < 1:
-        raise ValueError(f"need length >= 1, got {length}")
-    k = segment or math.ceil(math.sqrt(length))
+    given = {} if segment is None else {"segment": segment}
+    _check_counts("chen_schedule", length=length, **given)
+    k = math.ceil(math.sqrt(length)) if segment is None else segment
     out: list[Action] = []
     position = 0
     for start in range(k, length, k):
