@@ -197,6 +197,8 @@ def test_cli_sweep_csv_and_resume(tmp_path, capsys):
     assert cells(read_csv(out)[:2]) == cells(first)
     resumed = capsys.readouterr().out.split("CSV:")[1]
     assert "0.5     0.3     0.2" in resumed  # the table holds the old points and the new one
+    # its summary counts the one point it replayed, apart from the two it read back
+    assert f"\n1 replays (2 more results read back from {out})," in resumed
 
 
 def test_ctrl_c_leaves_a_csv_to_resume(tmp_path):

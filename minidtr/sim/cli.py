@@ -289,7 +289,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         done = len(finished)
         print(f"\nminidtr sim: interrupted after {done} new replays{where}", file=sys.stderr)
         return 130
-    _print_sweep(results, traces, args, thrash)
+    _print_sweep(results, finished, traces, args, thrash)
     return 0
 
 
@@ -376,18 +376,24 @@ def _sweep(traces: list, args: argparse.Namespace, client: Any, thrash: float, o
     )
 
 
-def _print_sweep(results: list, traces: list, args: argparse.Namespace, thrash: float) -> None:
-    """The sweep's table, its replay speed, and where the CSV and the plot went."""
+def _print_sweep(
+    results: list, replayed: list, traces: list, args: argparse.Namespace, thrash: float
+) -> None:
+    """The sweep's table, the speed of its replays (``replayed``: the results not read
+    back from a --resume CSV), and where the CSV and the plot went."""
     from .sweep import address_table, plot, table
 
     print(table(results))
     if args.fit == "contiguous":
         print("\ncontiguous fit (" + args.placement + "-fit, 512-byte alignment):")
         print(address_table(results))
-    replay = sum(r.replay_time for r in results)
-    ops = sum(r.instructions_done for r in results)
+    replay = sum(r.replay_time for r in replayed)
+    ops = sum(r.instructions_done for r in replayed)
+    read_back = len(results) - len(replayed)
     print(
-        f"\n{len(results)} replays, {replay:.2f} s of replay in all "
+        f"\n{len(replayed)} replays"
+        + (f" ({read_back} more results read back from {args.csv})" if read_back else "")
+        + f", {replay:.2f} s of replay in all "
         f"({ops / replay if replay else math.inf:,.0f} instructions/s)"
     )
     if args.csv:
