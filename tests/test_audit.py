@@ -191,6 +191,28 @@ def test_a_kernel_keeping_state_on_its_op_is_stopped():
             apply(Stashing(), x)
 
 
+class StashingInADict(Unary):
+    name = "stashing_in_a_dict"
+
+    def __init__(self):
+        self.axes = [0, (1, [2])]  # static, nested containers: left as they are
+        self.saved = {"inputs": []}
+
+    def forward(self, xp, x):
+        self.saved["inputs"].append(x)  # the attribute is the same dict: its contents change
+        return x * 2
+
+
+def test_state_kept_inside_a_container_on_the_op_is_stopped():
+    with isolated_allocator(), md.Runtime(audit=True):
+        x = md.randn((2, 2), seed=6)
+        with pytest.raises(OpStateChanged, match=r"op 'stashing_in_a_dict' .* attributes 'saved' "):
+            apply(StashingInADict(), x)
+        static = StashingInADict()
+        static.forward = lambda xp, x: x * 2  # keeps nothing: no false alarm
+        assert (apply(static, x).numpy() == 2 * x.numpy()).all()
+
+
 def test_a_gradient_op_is_placed_in_the_backward_of_its_op():
     class NoisyBackward(Unary):
         name = "noisy_backward"

@@ -20,7 +20,7 @@ checks the contract where it breaks, and names the op:
 - while a kernel runs, its NumPy inputs are read-only, so a write raises at once
   (``InputMutation``, naming the op; CuPy arrays have no such flag, so their bytes are
   compared before and after the kernel instead), and its op's attributes must be the
-  same after it as before (``OpStateChanged``).
+  same after it as before, what its containers hold included (``OpStateChanged``).
 
 While an active runtime audits, every op takes the general path (``Allocator.
 compute_general``): the accelerator's hot path declines, as it does for an event log.
@@ -427,6 +427,7 @@ def guarded(op: Any, device: str | None, arrays: list, kernel: Callable[[], Any]
         return kernel()
     own = getattr(op, "__dict__", None)
     before = dict(own) if own else None
+    held = contents(own) if own else None
     frozen = freeze(arrays)
     on_device = [
         (i, array, digest(host_array(array)))
@@ -444,8 +445,8 @@ def guarded(op: Any, device: str | None, arrays: list, kernel: Callable[[], Any]
     for i, array, crc in on_device:
         if digest(host_array(array)) != crc:
             raise mutation(op, f"its input {i}")
-    if own and not _unchanged(before, own) or not own and before:
-        names = sorted(k for k in own.keys() | before.keys() if own.get(k) is not before.get(k))
+    if own and not _unchanged(before, own, held) or not own and before:
+        names = changed_names(before or {}, own or {}, held or {})
         site = call_site()
         raise OpStateChanged(
             f"{describe_op(op, site)} changed the op object's own attributes "
@@ -482,13 +483,71 @@ def thaw(frozen: list[np.ndarray]) -> None:
         frozen = waiting
 
 
-def _unchanged(before: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+def _unchanged(
+    before: dict[str, Any] | None, now: dict[str, Any], held: dict[str, list] | None
+) -> bool:
     if before is None or len(before) != len(now):
         return False
     for name, value in now.items():  # noqa: SIM110  (a loop: no generator per kernel)
         if before.get(name, _unchanged) is not value:
             return False
+    return not held or all(_same_contents(flat, flatten(now[name])) for name, flat in held.items())
+
+
+# Mutable containers whose contents the audit compares (``contents``): state kept in
+# ``self.saved["x"] = x`` changes no attribute's identity. Tuples are looked into for the
+# containers they hold.
+CONTAINERS = (list, dict, set, bytearray, tuple)
+
+# How deep the audit looks into nested containers (a dict of lists is 2 deep), and how
+# many items of each it keeps: a change further in goes unseen.
+CONTENTS_DEPTH = 3
+CONTENTS_ITEMS = 256
+
+
+def contents(own: dict[str, Any]) -> dict[str, list]:
+    """The contents of the op's attributes that are containers, by name (``flatten``);
+    empty when it has none, the usual case."""
+    return {name: flatten(value) for name, value in own.items() if type(value) in CONTAINERS}
+
+
+def flatten(value: Any, depth: int = CONTENTS_DEPTH) -> list:
+    """A container's items, and those of the containers in it down to ``depth``, in one
+    list: each container's length, then its items (a dict's keys and values); held by
+    reference, so nothing is copied and no object dies to have its id reused."""
+    flat: list = [len(value)]
+    items = value.items() if type(value) is dict else value
+    for count, item in enumerate(items):
+        if count == CONTENTS_ITEMS:
+            break
+        if type(value) is dict:
+            flat.append(item[0])
+            item = item[1]
+        flat.append(item)
+        if depth > 1 and type(item) in CONTAINERS:
+            flat.extend(flatten(item, depth - 1))
+    return flat
+
+
+def _same_contents(before: list, now: list) -> bool:
+    """Whether two ``flatten`` lists hold the same objects (lengths compared by value)."""
+    if len(before) != len(now):
+        return False
+    for a, b in zip(before, now, strict=True):
+        if a is not b and not (type(a) is int and type(b) is int and a == b):
+            return False
     return True
+
+
+def changed_names(before: dict[str, Any], now: dict[str, Any], held: dict[str, list]) -> list[str]:
+    """The names of the attributes that are other objects now, or whose contents changed."""
+    return sorted(
+        name
+        for name in before.keys() | now.keys()
+        if before.get(name) is not now.get(name)
+        or name in held
+        and not _same_contents(held[name], flatten(now[name]))
+    )
 
 
 def mutation(op: Any, what: str) -> InputMutation:
