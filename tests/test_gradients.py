@@ -104,6 +104,67 @@ def test_a_function_that_is_not_its_ops_is_told_so():
         check_gradients(detached, inputs()[0])
 
 
+class CubeWrongBackward(Op):
+    """x**3 whose backward is 10% off."""
+
+    name = "cube_wrong_backward"
+    retain_inputs = (0,)
+
+    def infer(self, x):
+        return [(x.shape, float_dtype(self, x))]
+
+    def forward(self, xp, x):
+        return x * x * x
+
+    def backward(self, ctx, grad):
+        (x,) = ctx.inputs
+        return (grad * 3.3 * x * x,)
+
+
+class NoisyCube(CubeWrongBackward):
+    name = "noisy_cube"
+
+    def forward(self, xp, x):
+        return x * x * x + np.random.normal(0, 1e-9, x.shape)
+
+
+def test_float32_rounding_inside_the_function_does_not_hide_a_wrong_backward():
+    """float32's rounding made every one-sided difference disagree, so the function's only
+    input was passed over as a kink and the 10% error passed; each op is now checked at its
+    own inputs (in float64) when the function's check compared nothing."""
+    x = inputs()[0]
+    with pytest.raises(GradientMismatch, match="backward of op 'cube_wrong_backward'"):
+        check_gradients(lambda x: apply(CubeWrongBackward(), x.astype(md.float32)).sum(), x)
+
+
+def test_a_check_that_compared_nothing_fails():
+    with pytest.raises(
+        GradientMismatch,
+        match=r"^check_gradients: nothing could be checked: .*"
+        r"input 0 \(shape \(3,\)\): [-\d.e]+ vs [-\d.e]+\), and so do those of its 1 ",
+    ):
+        check_gradients(md.relu, np.zeros(3))  # relu at 0 in every element
+    with pytest.raises(
+        GradientMismatch, match="nothing could be checked: at every input of op 'relu'"
+    ):
+        check_gradients(md.ops.activation.Relu(), np.zeros(3))
+
+
+def test_randomness_that_is_not_minidtrs_fails_and_names_the_op():
+    x = inputs()[0]
+
+    def noisy(x):  # a new draw at each call: the same point gives two values
+        return (md.tanh(x) + md.tensor(np.random.normal(0, 1e-9, x.shape))).sum()
+
+    with pytest.raises(
+        GradientMismatch, match="the function is not deterministic: evaluated twice"
+    ):
+        check_gradients(noisy, x)
+    with pytest.raises(GradientMismatch, match="op 'noisy_cube' .* is not deterministic") as info:
+        check_gradients(lambda x: md.tanh(apply(NoisyCube(), x)).sum(), x)
+    assert isinstance(info.value.op, NoisyCube)
+
+
 @settings(max_examples=10, deadline=None, database=None)
 @given(x=float64_arrays((3, 4)), w=float64_arrays((4, 2)), seed=st.integers(0, 2**32 - 1))
 def test_under_hypothesis(x, w, seed):

@@ -13,7 +13,9 @@ observer) and, when the function's products disagree, each op is checked the sam
 at the inputs it was applied to, in the order they ran: the first whose products
 disagree is named (its class and where it was applied). At a point where an op is not
 differentiable (relu at 0), one-sided differences disagree with each other, and the op
-is passed over there.
+is passed over there; but a check that passed over everything and compared nothing
+fails (float32 arithmetic inside the function disagrees so too), and so does a function
+or op that gives two values at the same point (the point is evaluated twice).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 
 from .. import autograd
 from ..ops import random as random_ops
-from ..ops.op import Op, apply
+from ..ops.op import DTypeError, Op, apply
 from ..runtime.audit import Site, call_site, describe_op
 from ..runtime.observers import add_observer, remove_observer
 from ..runtime.views import array_of
@@ -60,11 +62,31 @@ class Products:
     shape: tuple[int, ...]
     differences: float
     backward: float
-    kink: bool  # one-sided differences disagree: not differentiable at this point
+    # why nothing was compared: "" (compared), "edge" (a pole or a domain's edge: not
+    # finite on one side) or "kink" (finite one-sided differences disagree)
+    skipped: str
+    one_sided: tuple[float, float]  # (f(x + eps v) - f(x)) / eps and (f(x) - f(x - eps v)) / eps
+    values: tuple[float, float]  # <u, f(x)> evaluated twice: equal for a deterministic fn
 
     def agree(self, rtol: float, atol: float) -> bool:
         scale = max(abs(self.differences), abs(self.backward))
-        return self.kink or abs(self.differences - self.backward) <= atol + rtol * scale
+        return bool(self.skipped) or abs(self.differences - self.backward) <= atol + rtol * scale
+
+    @property
+    def varies(self) -> bool:
+        first, second = self.values
+        return first != second and not (math.isnan(first) and math.isnan(second))
+
+    def describe_variation(self) -> str:
+        first, second = self.values
+        return (
+            f"evaluated twice at the same point (input {self.index}, shape {self.shape}), "
+            f"<u, f(x)> was {first!r} then {second!r}"
+        )
+
+    def describe_kink(self) -> str:
+        ahead, behind = self.one_sided
+        return f"input {self.index} (shape {self.shape}): {ahead:.8g} vs {behind:.8g}"
 
     def describe(self, eps: float) -> str:
         error = abs(self.differences - self.backward) / max(abs(self.differences), 1e-300)
@@ -105,27 +127,73 @@ def check_gradients(
                 "differences cannot judge a gradient"
             )
     if isinstance(fn, Op):
-        site = call_site()
-        return _check_application(Application(fn, list(inputs), site), seed, eps, rtol, atol, "")
+        application = Application(fn, list(inputs), call_site())
+        products = _check_application(application, seed, eps, rtol, atol, "", recorded=False)
+        if not conclusive(products):
+            raise nothing_checked(f"op {fn.name!r}", products, application)
+        return
     arrays = [_as_input(x) for x in inputs]
     floats = float_inputs(arrays)
     state = random_ops.default_generator().bit_generator.state
     try:
         with isolated_allocator():
             products, recorded = _products(fn, arrays, floats, seed, eps, record=True)
-            if all(p.agree(rtol, atol) for p in products):
+            varies = any(p.varies for p in products)
+            if not varies and all(p.agree(rtol, atol) for p in products) and conclusive(products):
                 return
-            for application in recorded:
-                _check_application(application, seed, eps, rtol, atol)
+            of_ops = [
+                p
+                for application in recorded
+                for p in _check_application(application, seed, eps, rtol, atol)
+            ]
     finally:
         random_ops.default_generator().bit_generator.state = state
-    bad = next(p for p in products if not p.agree(rtol, atol))
+    if varies:
+        varying = next(p for p in products if p.varies)
+        raise GradientMismatch(
+            f"check_gradients: the function is not deterministic: "
+            f"{varying.describe_variation()}, though each of its {len(recorded)} "
+            "differentiable ops gives the same values on the same inputs: randomness that "
+            "is not minidtr's (np.random), or state changed between calls; central "
+            "differences need a function of its inputs."
+        )
+    bad = next((p for p in products if not p.agree(rtol, atol)), None)
+    if bad is None:
+        if conclusive(of_ops):  # the function's own products were passed over, its ops' not
+            return
+        raise nothing_checked("the function", products, ops=len(recorded))
     raise GradientMismatch(
         f"check_gradients: the function's gradient disagrees with central differences: "
         f"{bad.describe(eps)}, though each of its {len(recorded)} differentiable ops agrees "
         "at its own inputs: the function is not the composition of the ops it applied "
         "(state changed between calls, a value read with .numpy() and fed back as a "
         "constant, randomness that is not minidtr's), or it is not differentiable there."
+    )
+
+
+def conclusive(products: list[Products]) -> bool:
+    """Whether the products decide anything: one was compared, or all were passed over
+    at a pole or a domain's edge (where the function has no derivative to check)."""
+    edges = bool(products) and all(p.skipped == "edge" for p in products)
+    return edges or any(not p.skipped for p in products)
+
+
+def nothing_checked(
+    what: str, products: list[Products], application: Application | None = None, ops: int = 0
+) -> GradientMismatch:
+    """The error of a check that passed over every input (``conclusive`` is False)."""
+    kinks = [p.describe_kink() for p in products if p.skipped == "kink"]
+    op, site = (application.op, str(application.site)) if application else (None, "")
+    also = f", and so do those of its {ops} differentiable ops at their own inputs" if ops else ""
+    return GradientMismatch(
+        f"check_gradients: nothing could be checked: at every input of {what} the "
+        f"one-sided differences disagree ({'; '.join(kinks)}){also}, so each was passed "
+        "over as a point with no derivative. Usually float32 arithmetic inside the function "
+        "(an .astype(md.float32), layers not made with dtype=md.float64), whose rounding "
+        "central differences cannot see through; else a kink (relu at 0) at every input: "
+        "check at other inputs.",
+        op,
+        site,
     )
 
 
@@ -221,14 +289,18 @@ def _differences(
         pairs = zip(cotangents, outs, strict=True)
         return sum(float(np.vdot(u, o.astype(np.float64))) for u, o in pairs)
 
-    here, ahead, behind = at(0.0), at(eps), at(-eps)
+    here, ahead, behind, again = at(0.0), at(eps), at(-eps), at(0.0)
     central = (ahead - behind) / (2 * eps)
     forward, backward_diff = (ahead - here) / eps, (here - behind) / eps
     # a pole (log at 0) or a domain's edge (sqrt at 0: not defined on one side); a NaN
     # here is the function's own, and checked
-    edge = not math.isnan(here) and not all(map(math.isfinite, (here, ahead, behind)))
-    kink = edge or abs(forward - backward_diff) > KINK * (1.0 + abs(central))
-    return Products(i, arrays[i].shape, central, backward, kink)
+    skipped = ""
+    if not math.isnan(here) and not all(map(math.isfinite, (here, ahead, behind))):
+        skipped = "edge"
+    elif abs(forward - backward_diff) > KINK * (1.0 + abs(central)):
+        skipped = "kink"
+    one_sided = (forward, backward_diff)
+    return Products(i, arrays[i].shape, central, backward, skipped, one_sided, (here, again))
 
 
 @dataclass
@@ -273,8 +345,12 @@ def _check_application(
     atol: float,
     which: str = " It is the first op of the function whose vector-Jacobian product "
     "disagrees at the inputs it was applied to.",
-) -> None:
-    """Raise ``GradientMismatch`` if one op's products disagree at its recorded inputs."""
+    recorded: bool = True,
+) -> list[Products]:
+    """Raise ``GradientMismatch`` if one op's products disagree at its recorded inputs, or
+    if it gives two values on the same inputs; returns its products (none for an op of a
+    fixed dtype, such as a float32 scalar's, applied to float32 inputs: it cannot be
+    checked in float64; ``recorded``: applied by a function, not given by the caller)."""
     op = application.op
     arrays = [_as_input(a) for a in application.arrays]
     floats = float_inputs(arrays)
@@ -282,17 +358,31 @@ def _check_application(
     try:
         with isolated_allocator():
             products, _ = _products(lambda *ts: apply(op, *ts), arrays, floats, seed, eps)
+    except DTypeError:
+        if recorded and any(a.dtype != np.float64 for a in application.arrays):
+            return []
+        raise
     finally:
         random_ops.default_generator().bit_generator.state = state
+    site = application.site
     for p in products:
+        if p.varies:
+            raise GradientMismatch(
+                f"check_gradients: {describe_op(op, site)} is not deterministic: "
+                f"{p.describe_variation()}: its forward is not a function of its inputs "
+                "(randomness that is not minidtr's, such as np.random, or state kept "
+                "between calls), which central differences and recomputation both need.",
+                op,
+                str(site),
+            )
         if not p.agree(rtol, atol):
-            site = application.site
             raise GradientMismatch(
                 f"check_gradients: the backward of {describe_op(op, site)} disagrees with "
                 f"central differences: {p.describe(eps)}.{which}",
                 op,
                 str(site),
             )
+    return products
 
 
 def float_inputs(arrays: list) -> list[int]:
