@@ -684,6 +684,22 @@ def test_arguments_that_would_check_nothing_or_fail_late_are_refused(options, sa
     assert not calls  # before any run
 
 
+@pytest.mark.parametrize("returned", [None, [], {"loss": None}])
+def test_a_function_that_returns_nothing_to_compare_is_refused(returned):
+    """It passed: every run compared equal to the unbounded one, having nothing."""
+    w = md.tensor(np.ones((8, 5)), requires_grad=True)
+
+    def step():
+        md.tanh(md.tensor(np.ones((4, 8))) @ w).sum().backward()
+        return returned
+
+    with pytest.raises(
+        ValueError, match=r"^assert_remat_equivalent: fn returned nothing to compare"
+    ):
+        assert_remat_equivalent(step, budgets=[10**6])
+    assert assert_remat_equivalent(step, budgets=[10**6], grads_of=[w])  # the gradient is compared
+
+
 def test_numpy_budgets_a_lone_heuristic_name_and_mixed_dict_keys_are_taken():
     def fn():
         return {1: md.tanh(md.tensor(np.ones(64))), "a": md.exp(md.tensor(np.ones(64)))}

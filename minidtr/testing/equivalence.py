@@ -320,6 +320,13 @@ def assert_remat_equivalent(
         if not given:  # nothing would be checked, and the test would pass
             raise ValueError(f"assert_remat_equivalent: {name} is empty: give at least one")
     first = reference_run(fn, grads_of, cost, device, audit)
+    if not first.values:  # every run would compare equal, and the test would pass
+        raise ValueError(
+            "assert_remat_equivalent: fn returned nothing to compare (None, or empty "
+            "lists, tuples or dicts) and grads_of is empty: return what the runs must agree "
+            "on (the losses, the model: tensors, arrays, numbers, modules or lists, tuples "
+            "and dicts of them)"
+        )
     check_deterministic(first, reference_run(fn, grads_of, cost, device, audit=False))
     checker = Checker(
         fn, first, grads_of, cost, device, rebuild_orphans, max_slowdown, on_budget_error, audit
