@@ -700,6 +700,23 @@ def test_a_function_that_returns_nothing_to_compare_is_refused(returned):
     assert assert_remat_equivalent(step, budgets=[10**6], grads_of=[w])  # the gradient is compared
 
 
+def test_a_lone_budget_is_taken_and_run_under_refuses_what_is_not_a_runtime():
+    """budgets=0.5 was "'float' object is not iterable"; run_under(fn, "dtr") an
+    AttributeError about 'device'."""
+
+    def fn():
+        return md.tanh(md.tensor(np.ones(64)))
+
+    (report,) = assert_remat_equivalent(fn, budgets=10**6)
+    assert report["label"].startswith("budget=1,000,000 bytes")
+    with pytest.raises(ValueError, match="a budget is bytes .* got '0.5'$"):
+        assert_remat_equivalent(fn, budgets="0.5")
+    with pytest.raises(
+        TypeError, match="^run_under: runtime must be an md.Runtime .* got str 'dtr'$"
+    ):
+        run_under(fn, "dtr")
+
+
 def test_numpy_budgets_a_lone_heuristic_name_and_mixed_dict_keys_are_taken():
     def fn():
         return {1: md.tanh(md.tensor(np.ones(64))), "a": md.exp(md.tensor(np.ones(64)))}

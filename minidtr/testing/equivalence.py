@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import reprlib
 import unittest
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -136,6 +137,11 @@ def run_under(
     the process's allocator's). ``fresh=False`` runs on the current allocator. The
     ``.grad`` of ``grads_of`` is cleared for the run and restored after it.
     """
+    if not isinstance(runtime, Runtime):
+        raise TypeError(
+            f"run_under: runtime must be an md.Runtime (md.Runtime(budget=..., "
+            f"heuristic=...)), got {type(runtime).__name__} {reprlib.repr(runtime)}"
+        )
     saved = [t.grad for t in grads_of]
     for t in grads_of:
         t.grad = None
@@ -259,7 +265,7 @@ def _note_failure(config: tuple, rebuild_orphans: bool, device: str) -> None:
 
 def assert_remat_equivalent(
     fn: Callable[[], Any],
-    budgets: Iterable[float | int] = (0.5,),
+    budgets: Iterable[float | int] | float | int = (0.5,),
     heuristics: Iterable[str] = ("dtr",),
     dealloc: Iterable[str] | str = ("eager",),
     grads_of: Sequence[Tensor] = (),
@@ -279,7 +285,7 @@ def assert_remat_equivalent(
     first output that differs, or the peak, storages made or ops run if only those do.
     Build inputs, model and optimizer inside it from fixed seeds. ``grads_of`` are leaves
     whose ``.grad`` is compared too. Budgets are bytes (int) or ratios of the unbounded
-    peak (float).
+    peak (float); one budget may be given alone, as one heuristic or policy may.
 
     Every run has memory of its own (see the module docstring). With ``audit`` (the
     default) the first unbounded run is audited (``Runtime(audit=True)``): a kernel that
@@ -313,6 +319,8 @@ def assert_remat_equivalent(
         raise ValueError(
             f"on_budget_error must be one of {ON_BUDGET_ERROR}, got {on_budget_error!r}"
         )
+    if isinstance(budgets, numbers.Real | str):  # one budget, as one heuristic's name is
+        budgets = [budgets]
     budgets = [checked_budget(budget) for budget in budgets]
     heuristics = [heuristics] if isinstance(heuristics, str) else list(heuristics)
     deallocs = [dealloc] if isinstance(dealloc, str) else list(dealloc)
