@@ -23,6 +23,7 @@ from minidtr.testing import (
     budget_floor,
     isolated_allocator,
     isolated_allocators,
+    recompute,
     run_under,
 )
 from minidtr.testing.equivalence import describe_difference
@@ -736,3 +737,13 @@ def test_a_floor_refuses_a_limit_it_cannot_use_and_describes_an_empty_program():
     with pytest.raises(ValueError, match="budget_floor: max_slowdown must be > 1 or None, got nan"):
         budget_floor(lambda: None, max_slowdown=float("nan"))
     assert "0 bytes (0.000 of peak)" in budget_floor(lambda: None).describe()
+
+
+def test_recompute_of_a_tensor_already_evicted_recomputes_it():
+    """It raised "cannot evict ...: it is not resident"."""
+    with isolated_allocator() as allocator:
+        a = md.tanh(md.randn((32, 32), seed=1))
+        expected = a.numpy()
+        allocator.evict(a.cell.storage, reason="budget")
+        assert not a.is_resident
+        assert recompute(a).tobytes() == expected.tobytes()

@@ -46,7 +46,8 @@ from .isolation import isolated_allocator, isolated_allocators
 def recompute(t: Tensor) -> np.ndarray:
     """Drop ``t``'s buffer and recompute it from its recipe; returns the recomputed value.
 
-    Raises ValueError for constants (they have no recipe) and locked or pinned storages.
+    A ``t`` already evicted (by a budget) is recomputed as it is. Raises ValueError for
+    constants (they have no recipe) and locked or pinned storages.
     The recomputation is asked for, not forced by a budget, so the runtime's thrash guard
     (``max_slowdown``) is off while it runs: under ``cost="time"`` one replay of a tiny op
     can take longer than four times its first run on a loaded machine.
@@ -55,7 +56,8 @@ def recompute(t: Tensor) -> np.ndarray:
     runtime = storage.allocator.runtime
     limit, runtime.max_slowdown = runtime.max_slowdown, None
     try:
-        storage.allocator.evict(storage, reason="test")
+        if storage.buffer is not None:
+            storage.allocator.evict(storage, reason="test")
         return t.numpy()
     finally:
         runtime.max_slowdown = limit
