@@ -747,3 +747,16 @@ def test_recompute_of_a_tensor_already_evicted_recomputes_it():
         allocator.evict(a.cell.storage, reason="budget")
         assert not a.is_resident
         assert recompute(a).tobytes() == expected.tobytes()
+
+
+def test_recomputations_asked_for_are_not_charged_to_the_thrash_guard():
+    """Twelve recompute(a) under a budget that evicts nothing ended in ThrashError "the
+    budget is too small"; they count in the stats, not in the guard's slowdown."""
+    with isolated_allocator(), md.Runtime(budget=10**7, cost="flops") as rt:
+        x = md.randn((64, 64), seed=1)
+        a = md.tanh(x @ x)
+        for _ in range(12):
+            recompute(a)
+    stats = rt.stats()  # the with block ended without a ThrashError
+    assert stats["remats"] >= 12 and stats["slowdown"] > rt.max_slowdown
+    assert rt.asked_remat_cost == stats["remat_cost"]

@@ -107,7 +107,7 @@ class ThrashGuard:
         if base > 0:
             # ``Stats.slowdown``'s expression, so that a run whose slowdown reaches the
             # limit exactly is let through, to the last bit
-            slowdown = (base + (stats.remat_cost + recipe.run_cost)) / base
+            slowdown = (base + (runtime.charged_remat_cost + recipe.run_cost)) / base
             if slowdown > limit:
                 raise ThrashError(
                     recipe.op.name,

@@ -103,7 +103,8 @@ class RuntimeOptions:
         first mark, so there the slowdown so far, (compute + remat) / compute, is
         what is limited), and when the slowdown so far passes this at a step mark or
         when the runtime exits. So a run that ends without the error, and every prefix
-        of it that ends at a step mark, has a slowdown within this. Default 4; None
+        of it that ends at a step mark, has a slowdown within this. Recomputations
+        asked for (``minidtr.testing.recompute``) are not charged. Default 4; None
         disables it. Must be > 1.
     max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
         runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work

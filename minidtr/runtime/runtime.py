@@ -176,6 +176,9 @@ class Runtime:
         # the compute the run is expected to have done by the end of the current step: the
         # cost-model guard measures recomputation against max(compute so far, this)
         self.expected_compute = 0.0
+        # the part of stats_.remat_cost asked for (``minidtr.testing.recompute``), which
+        # the thrash guard does not charge: no budget made it
+        self.asked_remat_cost = 0.0
         self.allocator = None
         self._active_since = 0.0  # perf_counter() when last entered
         self._thread: int | None = None  # the thread that entered it (while active)
@@ -388,12 +391,19 @@ class Runtime:
         if self.events is not None:
             self.record("step", step=step, clock=allocator.clock, memory=allocator.memory)
 
+    @property
+    def charged_remat_cost(self) -> float:
+        """The recomputation the thrash guard charges: all of ``stats_.remat_cost`` but
+        what was asked for (``asked_remat_cost``)."""
+        return self.stats_.remat_cost - self.asked_remat_cost
+
     def check_slowdown(self) -> None:
         """Raise ``ThrashError`` when the run's slowdown so far passes ``max_slowdown``:
         checked at each ``mark_step`` and when the runtime exits without an error, which
         catches a step that recomputed against an expected compute it did not reach."""
         limit = self.max_slowdown
-        slowdown = self.stats_.slowdown
+        compute = self.stats_.compute_cost
+        slowdown = (compute + self.charged_remat_cost) / compute if compute > 0 else 1.0
         if limit is not None and slowdown > limit:
             raise ThrashError("step", slowdown, limit, self._budget, step_end=True)
 

@@ -49,18 +49,25 @@ def recompute(t: Tensor) -> np.ndarray:
     A ``t`` already evicted (by a budget) is recomputed as it is. Raises ValueError for
     constants (they have no recipe) and locked or pinned storages.
     The recomputation is asked for, not forced by a budget, so the runtime's thrash guard
-    (``max_slowdown``) is off while it runs: under ``cost="time"`` one replay of a tiny op
-    can take longer than four times its first run on a loaded machine.
+    (``max_slowdown``) is off while it runs and never charges it afterwards (under
+    ``cost="time"`` one replay of a tiny op can take longer than four times its first run
+    on a loaded machine): it counts in ``stats()``'s ``remats``, ``remat_cost`` and
+    ``slowdown``, not in the slowdown the guard limits (``Runtime.asked_remat_cost``).
     """
     storage = t.cell.storage
-    runtime = storage.allocator.runtime
+    allocator = storage.allocator
+    runtime = allocator.runtime
+    remat_cost = runtime.stats_.remat_cost
     limit, runtime.max_slowdown = runtime.max_slowdown, None
     try:
         if storage.buffer is not None:
-            storage.allocator.evict(storage, reason="test")
+            allocator.evict(storage, reason="test")
         return t.numpy()
     finally:
         runtime.max_slowdown = limit
+        asked = runtime.stats_.remat_cost - remat_cost
+        for active in {runtime, *allocator.runtimes}:  # an outer one adds the inner's stats
+            active.asked_remat_cost += asked
 
 
 def __getattr__(name: str):
