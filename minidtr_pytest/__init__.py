@@ -99,9 +99,11 @@ def _minidtr_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
         if _loaded():
             from minidtr.runtime import registry
 
-            _reset_modes(request.node.nodeid)
-            if isolate:
-                registry.restore(saved or {})
+            try:
+                _reset_modes(request.node.nodeid)
+            finally:  # the warning may be an error (-W error::...ModeLeakWarning)
+                if isolate:
+                    registry.restore(saved or {})
 
 
 def _prepare(request: pytest.FixtureRequest) -> None:
@@ -119,20 +121,24 @@ def _prepare(request: pytest.FixtureRequest) -> None:
 
 
 def _reset_modes(culprit: str) -> None:
+    """Reset every mode left on, then warn once naming them all (a warning made an error
+    must not leave the next mode on for the next test to be blamed for)."""
     from minidtr.modes import CONSTANTS, GRAD_ENABLED
 
-    leaks: list[tuple[Any, bool, str]] = [
+    modes: list[tuple[Any, bool, str]] = [
         (GRAD_ENABLED, True, "grad mode off (a no_grad() entered and not left)"),
         (CONSTANTS, False, "constant mode on (an as_constants() entered and not left)"),
     ]
-    for var, default, what in leaks:
-        if var.get() is not default:
-            var.set(default)
-            warnings.warn(
-                f"{culprit} left minidtr's {what}; it is reset for the next test",
-                ModeLeakWarning,
-                stacklevel=2,
-            )
+    leaked = [what for var, default, what in modes if var.get() is not default]
+    for var, default, _ in modes:
+        var.set(default)
+    if leaked:
+        they = "it is" if len(leaked) == 1 else "they are"
+        warnings.warn(
+            f"{culprit} left minidtr's {' and '.join(leaked)}; {they} reset for the next test",
+            ModeLeakWarning,
+            stacklevel=2,
+        )
 
 
 @pytest.fixture

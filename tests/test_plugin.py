@@ -119,6 +119,41 @@ def test_sees_the_defaults():
     )
 
 
+def test_modes_leaked_together_under_warnings_as_errors_blame_only_the_leaking_test(
+    pytester, installed
+):
+    """The first mode's warning, raised as an error, left the second mode on (the next test
+    errored at setup) and the process's allocators not put back."""
+    pytester.makepyfile(
+        test_modes="""
+import minidtr as md
+from minidtr.runtime import registry
+
+PROCESS = registry.allocator_for("cpu")
+
+def test_leaves_both_modes():
+    md.no_grad().__enter__()
+    md.as_constants().__enter__()
+
+def test_innocent():
+    assert md.tensor([1.0], requires_grad=True).requires_grad
+
+def teardown_module():  # after the tests: the process's allocator is back
+    assert registry.allocator_for("cpu") is PROCESS
+"""
+    )
+    warnings_as_errors = ("-W", "error::minidtr_pytest.ModeLeakWarning")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *warnings_as_errors)
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_leaves_both_modes*",
+            "*test_leaves_both_modes left minidtr's grad mode off (*) and constant mode on "
+            "(*); they are reset for the next test",
+        ]
+    )
+
+
 def test_minidtr_imported_by_a_test_is_isolated_after_it(pytester, installed):
     pytester.makepyfile(
         test_late="""
