@@ -30,6 +30,7 @@ each test that runs with minidtr imported (before it, or by it):
 - ini option ``minidtr_isolate = false`` turns the isolation of allocators off (the
   fixture still isolates the tests that request it; ``-p no:minidtr.testing.plugin``
   turns the whole plugin off).
+- a bad value of either ini option is one usage error at startup (``pytest_configure``).
 
 From a source tree (no entry point), a project adds ``pytest_plugins =
 ["minidtr.testing.plugin"]`` to its top-level conftest.py, which loads the same hooks.
@@ -65,9 +66,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A bad ini value is one usage error at startup, naming the option, rather than an
+    error in every test."""
+    _isolate(config)
+    _seed(config)
+
+
 def _loaded() -> bool:
     """Whether minidtr has been imported (the plugin does nothing before)."""
     return "minidtr.runtime.registry" in sys.modules
+
+
+def _isolate(config: pytest.Config) -> bool:
+    try:
+        return bool(config.getini("minidtr_isolate"))
+    except (ValueError, pytest.UsageError):  # pytest's bool ini: "invalid truth value"
+        value = config.inicfg.get("minidtr_isolate")
+        message = f"ini option minidtr_isolate must be true or false, got {value!r}"
+        raise pytest.UsageError(message) from None
 
 
 def _seed(config: pytest.Config) -> int | None:
@@ -75,16 +92,21 @@ def _seed(config: pytest.Config) -> int | None:
     if value == "none":
         return None
     try:
-        return int(value)
+        seed = int(value)
     except ValueError:
-        message = f"minidtr_seed must be an integer or 'none', got {value!r}"
-        raise pytest.UsageError(message) from None
+        seed = -1
+    if not 0 <= seed < 2**64:  # md.manual_seed's range
+        message = (
+            f"ini option minidtr_seed must be an integer in [0, 2**64) or 'none', got {value!r}"
+        )
+        raise pytest.UsageError(message)
+    return seed
 
 
 @pytest.fixture(autouse=True)
 def _minidtr_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fresh allocators, the default generator reset, leaked modes reported (module doc)."""
-    isolate = request.config.getini("minidtr_isolate")
+    isolate = _isolate(request.config)
     saved = None
     if _loaded():
         from minidtr.runtime import registry
@@ -147,7 +169,7 @@ def minidtr_allocator(request: pytest.FixtureRequest) -> Iterator[Any]:
     from minidtr.runtime.registry import allocator_for
     from minidtr.testing.isolation import isolated_allocators
 
-    if request.config.getini("minidtr_isolate"):
+    if _isolate(request.config):
         yield allocator_for("cpu")
         return
     with isolated_allocators():

@@ -154,6 +154,34 @@ def teardown_module():  # after the tests: the process's allocator is back
     )
 
 
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        (
+            "minidtr_seed = -1",
+            "minidtr_seed must be an integer in [[]0, 2**64) or 'none', got '-1'",
+        ),
+        (
+            "minidtr_seed = abc",
+            "minidtr_seed must be an integer in [[]0, 2**64) or 'none', got 'abc'",
+        ),
+        ("minidtr_isolate = maybe", "minidtr_isolate must be true or false, got 'maybe'"),
+    ],
+)
+def test_a_bad_ini_value_is_one_usage_error_at_startup_naming_the_option(
+    pytester, installed, line, says
+):
+    """It was an error in every test, naming neither the option nor its value."""
+    pytester.makeini(f"[pytest]\n{line}\n")
+    pytester.makepyfile(
+        test_two="import minidtr\n\ndef test_a():\n    pass\n\ndef test_b():\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: ini option {says}"])
+    assert "test_a" not in result.stdout.str()
+
+
 def test_minidtr_imported_by_a_test_is_isolated_after_it(pytester, installed):
     pytester.makepyfile(
         test_late="""

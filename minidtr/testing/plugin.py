@@ -12,6 +12,13 @@ from minidtr_pytest import (
     _minidtr_per_test,
     minidtr_allocator,
     pytest_addoption,
+    pytest_configure,
 )
 
-__all__ = ["ModeLeakWarning", "_minidtr_per_test", "minidtr_allocator", "pytest_addoption"]
+__all__ = [
+    "ModeLeakWarning",
+    "_minidtr_per_test",
+    "minidtr_allocator",
+    "pytest_addoption",
+    "pytest_configure",
+]
