@@ -402,9 +402,6 @@ class Tensor:
 
     view = reshape  # values never change in place, so PyTorch's view is a reshape here
 
-    def flatten(self, start_axis: int = 0) -> Tensor:
-        return F.flatten(self, start_axis)
-
     def transpose(self, *axes) -> Tensor:
         """NumPy's: ``axes`` a permutation of all the axes (none: reversed). Two axes that
         leave a 2-d tensor as it is (``transpose(0, 1)``, PyTorch's swap) are refused."""
@@ -443,12 +440,6 @@ class Tensor:
 
     def tanh(self) -> Tensor:
         return F.tanh(self)
-
-    def softmax(self, axis: int = -1) -> Tensor:
-        return F.softmax(self, axis)
-
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        return F.log_softmax(self, axis)
 
 
 # ---- creation ------------------------------------------------------------------------------

@@ -772,3 +772,29 @@ def test_gelu_of_a_value_over_half_the_largest_float_is_that_value(dtype, approx
     before = (np.tanh(inner) + 1.0) * ordinary * 0.5
     ours = md.gelu(md.tensor(ordinary), approximate="tanh").numpy()
     np.testing.assert_array_equal(ours, before)
+
+
+def test_pytorch_s_dim_names_on_softmax_flatten_and_joins():
+    """A PyTorch user's F.softmax(x, dim=-1), x.flatten(start_dim=1), torch.cat(ts, dim=1)
+    were TypeErrors; the values are PyTorch's, and giving both names is refused."""
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    x, t = md.tensor(a), torch.tensor(a)
+    pairs = [
+        (md.softmax(x, dim=1), torch.softmax(t, dim=1)),
+        (x.softmax(dim=-1), t.softmax(dim=-1)),
+        (x.log_softmax(dim=0), t.log_softmax(dim=0)),
+        (x.flatten(start_dim=1), t.flatten(start_dim=1)),
+        (md.concat([x, x], dim=2), torch.cat([t, t], dim=2)),
+        (md.stack([x, x], dim=-1), torch.stack([t, t], dim=-1)),
+        (md.split(x, 2, dim=2)[1], torch.chunk(t, 2, dim=2)[1]),
+    ]
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-7)
+    for call in (
+        lambda: md.softmax(x, 0, dim=1),
+        lambda: md.concat([x, x], 1, dim=1),
+        lambda: x.flatten(1, start_dim=1),
+    ):
+        with pytest.raises(TypeError, match="not both"):
+            call()

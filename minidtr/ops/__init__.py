@@ -59,6 +59,9 @@ Tensor.argmin = argmin
 Tensor.permute = permute
 Tensor.squeeze = squeeze
 Tensor.unsqueeze = unsqueeze
+Tensor.flatten = flatten
+Tensor.softmax = softmax
+Tensor.log_softmax = log_softmax
 
 
 def _refuse_item_assignment(self: Tensor, key, value) -> None:

@@ -18,6 +18,7 @@ from .op import (
     DTypeError,
     Op,
     apply,
+    axis_or_dim,
     check_in_range,
     expect_tensor,
     float32_copies,
@@ -288,12 +289,14 @@ class MSELossGrad(Op):
         return d
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    return apply(Softmax(axis), x)
+def softmax(x: Tensor, axis: int = -1, *, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``axis`` (PyTorch's ``dim``)."""
+    return apply(Softmax(axis_or_dim("softmax", axis, dim, -1)), x)
 
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    return apply(LogSoftmax(axis), x)
+def log_softmax(x: Tensor, axis: int = -1, *, dim: int | None = None) -> Tensor:
+    """log(softmax(x)) along ``axis`` (PyTorch's ``dim``), computed stably."""
+    return apply(LogSoftmax(axis_or_dim("log_softmax", axis, dim, -1)), x)
 
 
 def cross_entropy(logits: Tensor, targets) -> Tensor:

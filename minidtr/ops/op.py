@@ -335,6 +335,15 @@ def expect_number(op_name: str, value, what: str) -> float:
     return float(value)
 
 
+def axis_or_dim(op_name: str, axis, dim, default, names: str = "axis or dim"):
+    """The axis given by NumPy's name or by PyTorch's (``dim``, ``start_dim``), not both."""
+    if dim is None:
+        return axis
+    if axis != default:
+        raise TypeError(f"{op_name}: give {names} (PyTorch's name for it), not both")
+    return dim
+
+
 def axis_in_range(op_name: str, axis, ndim: int, shape: tuple[int, ...]) -> int:
     """``axis`` as a non-negative int below ``ndim`` (NumPy's range: -ndim <= axis < ndim)."""
     if not isinstance(axis, int | np.integer) or isinstance(axis, bool):

@@ -23,6 +23,7 @@ from .op import (
     ShapeError,
     apply,
     axis_in_range,
+    axis_or_dim,
     expect_tensor,
     host_values,
     normalize_axis,
@@ -410,9 +411,11 @@ def reshape(x: Tensor, shape) -> Tensor:
     return apply(Reshape(shape), x)
 
 
-def flatten(x: Tensor, start_axis: int = 0) -> Tensor:
-    """Merge the axes from ``start_axis`` on into one (a 0-d tensor becomes shape (1,))."""
+def flatten(x: Tensor, start_axis: int = 0, *, start_dim: int | None = None) -> Tensor:
+    """Merge the axes from ``start_axis`` (PyTorch's ``start_dim``) on into one (a 0-d
+    tensor becomes shape (1,))."""
     expect_tensor("flatten", x)
+    start_axis = axis_or_dim("flatten", start_axis, start_dim, 0, "start_axis or start_dim")
     start = axis_in_range("flatten", start_axis, max(x.ndim, 1), x.shape)
     return reshape(x, (*x.shape[:start], math.prod(x.shape[start:])))
 
@@ -484,12 +487,15 @@ def tensor_list(name: str, tensors) -> list[Tensor]:
     return list(tensors)
 
 
-def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    return apply(Concat(axis), *tensor_list("concat", tensors))
+def concat(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
+    """Join tensors along an existing ``axis`` (PyTorch's ``dim``; ``torch.cat``)."""
+    return apply(Concat(axis_or_dim("concat", axis, dim, 0)), *tensor_list("concat", tensors))
 
 
-def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    """Join same-shaped tensors along a new axis (``-ndim - 1 <= axis <= ndim``)."""
+def stack(tensors: Sequence[Tensor], axis: int = 0, *, dim: int | None = None) -> Tensor:
+    """Join same-shaped tensors along a new axis (``-ndim - 1 <= axis <= ndim``; PyTorch's
+    ``dim``)."""
+    axis = axis_or_dim("stack", axis, dim, 0)
     tensors = tensor_list("stack", tensors)
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
@@ -503,9 +509,11 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     return concat([reshape(t, (*t.shape[:axis], 1, *t.shape[axis:])) for t in tensors], axis)
 
 
-def split(x: Tensor, sections, axis: int = 0) -> tuple[Tensor, ...]:
-    """Split into ``sections`` equal parts (an int) or parts of the given sizes (a list)."""
+def split(x: Tensor, sections, axis: int = 0, *, dim: int | None = None) -> tuple[Tensor, ...]:
+    """Split into ``sections`` equal parts (an int) or parts of the given sizes (a list),
+    along ``axis`` (PyTorch's ``dim``; note that ``torch.split``'s int is a part's size)."""
     expect_tensor("split", x)
+    axis = axis_or_dim("split", axis, dim, 0)
     if x.ndim == 0:
         raise ShapeError("split: cannot split a 0-d tensor")
     axis = axis_in_range("split", axis, x.ndim, x.shape)
