@@ -48,8 +48,6 @@ import tempfile
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
-from minidtr.cli_args import whole_number
-
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import sys
@@ -59,6 +57,7 @@ from collections import Counter
 import numpy as np
 
 import minidtr as md
+from minidtr.cli_args import whole_number
 from minidtr.host import steady_malloc
 from minidtr.models import MODELS
 from minidtr.models.tasks import SIZES, make_task

@@ -42,8 +42,6 @@ import resource
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
-from minidtr.cli_args import whole_number
-
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import platform
@@ -54,6 +52,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from minidtr.cli_args import whole_number
 from minidtr.host import steady_malloc
 from minidtr.ops.activation import ActivationGrad
 from minidtr.ops.conv import Conv2d, Conv2dGradInput, Conv2dGradWeight
