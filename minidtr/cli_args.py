@@ -1,7 +1,9 @@
 """The argument parsing and checks that ``minidtr`` and ``minidtr sim`` share: a parser
 whose usage errors are one line, the argument types (byte counts, ratios, slowdowns,
-heuristic names), the runtime's settings as arguments (``RUNTIME_ARGUMENTS``, each
-defined once), input and output paths checked before any work, and the exit statuses.
+heuristic names, comma-separated lists of them), the runtime's settings as arguments
+(``RUNTIME_ARGUMENTS``, each defined once), input and output paths checked before any
+work, and the exit statuses. The scripts in benchmarks/ take their options' types and
+checks from here too.
 
 Nothing here imports a command: the front door (``minidtr.cli``) and the simulator's
 command line (``minidtr.sim.cli``) both import this module, never each other.
@@ -13,7 +15,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
 
 from .runtime.heuristics import HEURISTIC_NAMES, make_heuristic
@@ -136,6 +138,76 @@ def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], in
     return parse
 
 
+def floats(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers, at least one."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
+
+
+def ratios(text: str) -> list[float]:
+    """Budget ratios in (0, 1], each once (a repeat would be replayed again)."""
+    values = floats(text)
+    bad = [v for v in values if not 0.0 < v <= 1.0]
+    if bad:
+        raise argparse.ArgumentTypeError(f"budget ratios must be in (0, 1], got {bad[0]:g}")
+    return list(dict.fromkeys(values))
+
+
+def whole_numbers(minimum: int, most: int | None = None) -> Callable[[str], list[int]]:
+    """An argparse type: comma-separated whole numbers from ``minimum`` (to ``most``, if
+    given), in the order given."""
+    expected = f"from {minimum} to {most:,}" if most is not None else f">= {minimum}"
+
+    def parse(text: str) -> list[int]:
+        values = floats(text)
+        bad = [
+            v
+            for v in values
+            if not (v.is_integer() and minimum <= v and (most is None or v <= most))
+        ]
+        if bad:
+            raise argparse.ArgumentTypeError(f"expected whole numbers {expected}, got {bad[0]:g}")
+        return [int(v) for v in values]
+
+    parse.__name__ = f"whole numbers {expected}"
+    return parse
+
+
+def names(text: str) -> list[str]:
+    """An argparse type: comma-separated names, at least one."""
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one name")
+    return values
+
+
+def names_from(known: Collection[str], what: str) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of ``known`` (``what`` names
+    them in the error, e.g. ``models``), each once."""
+
+    def parse(text: str) -> list[str]:
+        given = names(text)
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(map(repr, unknown))} (the {what}: {', '.join(known)})"
+            )
+        return list(dict.fromkeys(given))
+
+    parse.__name__ = what
+    return parse
+
+
+above_one = number(lambda value: value > 1, "a slowdown > 1")
+
+
 def parse_slowdown(text: str) -> float | None:
     """A thrash limit: a number > 1, or ``none`` (no limit)."""
     if text.strip().lower() in ("none", "off"):
@@ -160,6 +232,11 @@ def parse_heuristic(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def runtime_heuristics(text: str) -> list[str]:
+    """Comma-separated heuristic names, each as ``parse_heuristic`` takes it, each once."""
+    return list(dict.fromkeys(parse_heuristic(name) for name in names(text)))
 
 
 # The command-line arguments of the runtime's settings (RuntimeOptions fields), defined once
@@ -413,11 +490,44 @@ def require_plotting(prog: str, option: str | None, path: str) -> None:
         )
 
 
+def unreadable(path: str, folder: bool = False) -> str | None:
+    """Why the input file at ``path`` (a folder, with ``folder``) cannot be read (None
+    when it can): checked before any work."""
+    if not folder and os.path.isdir(path):
+        return f"{path} is a directory, not a file"
+    if not os.path.exists(path):
+        return f"{path}: no such {'folder' if folder else 'file'}"
+    if folder and not os.path.isdir(path):
+        return f"{path} is not a folder"
+    if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+        return f"cannot read {path}: permission denied"
+    return None
+
+
+def input_file(text: str) -> str:
+    """An argparse type: the path of a file that can be read."""
+    return _readable(text, folder=False)
+
+
+def input_folder(text: str) -> str:
+    """An argparse type: the path of a folder that can be read."""
+    return _readable(text, folder=True)
+
+
+def input_path(text: str) -> str:
+    """An argparse type: the path of a file or a folder that can be read."""
+    return _readable(text, folder=os.path.isdir(text))
+
+
+def _readable(path: str, folder: bool) -> str:
+    problem = unreadable(path, folder)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
 def check_input(prog: str, path: str) -> None:
     """Usage error (exit 2) when an input file cannot be opened for reading."""
-    if os.path.isdir(path):
-        usage_error(prog, f"{path} is a directory, not a file")
-    if not os.path.exists(path):
-        usage_error(prog, f"{path}: no such file")
-    if not os.access(path, os.R_OK):
-        usage_error(prog, f"cannot read {path}: permission denied")
+    problem = unreadable(path)
+    if problem is not None:
+        usage_error(prog, problem)

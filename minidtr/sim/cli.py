@@ -22,15 +22,19 @@ from typing import Any
 
 from ..cli_args import (
     UsageParser,
+    above_one,
     add_runtime_arguments,
     check_input,
     check_outputs,
+    names,
     number,
     os_error_text,
     plot_path,
+    ratios,
     require_plotting,
     runtime_options,
     whole_number,
+    whole_numbers,
 )
 from .cluster_cli import add_cluster_options, cluster, cluster_settings
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
@@ -40,48 +44,15 @@ MOST_EXTENSIONS = 5_000  # adversary's --n
 SUBCOMMANDS = ("info", "frontier", "optimal", "bound", "sqrt-n", "adversary")
 
 
-def floats(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected numbers separated by commas, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
-
-
-def ratios(text: str) -> list[float]:
-    """Budget ratios in (0, 1], each once (a repeat would be replayed again)."""
-    values = floats(text)
-    bad = [v for v in values if not 0.0 < v <= 1.0]
-    if bad:
-        raise argparse.ArgumentTypeError(f"budget ratios must be in (0, 1], got {bad[0]:g}")
-    return list(dict.fromkeys(values))
-
-
 def sizes(most: int) -> Callable[[str], list[int]]:
-    """Comma-separated whole numbers from 1 to ``most``: an experiment's sizes, whose time
-    grows faster than linearly (a typo of a few more digits would run for days)."""
+    """Comma-separated whole numbers from 1 to ``most``, each once: an experiment's sizes,
+    whose time grows faster than linearly (a typo of a few more digits would run for days)."""
+    numbers = whole_numbers(1, most)
 
     def parse(text: str) -> list[int]:
-        values = floats(text)
-        bad = [v for v in values if not (v.is_integer() and 1 <= v <= most)]
-        if bad:
-            raise argparse.ArgumentTypeError(
-                f"expected whole numbers from 1 to {most:,}, got {bad[0]:g}"
-            )
-        return list(dict.fromkeys(int(v) for v in values))
+        return list(dict.fromkeys(numbers(text)))
 
     return parse
-
-
-def names(text: str) -> list[str]:
-    values = [x.strip() for x in text.split(",") if x.strip()]
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one name")
-    return values
 
 
 def _add_logs(p: argparse.ArgumentParser) -> None:
@@ -139,7 +110,6 @@ def heuristic_names(text: str) -> list[str]:
 
 
 thrash_limit = number(lambda value: value == 0 or value > 1, "a slowdown > 1, or 0 for no limit")
-above_one = number(lambda value: value > 1, "a slowdown > 1")
 open_fraction = number(lambda value: 0.0 < value < 1.0, "a fraction in (0, 1)")
 
 

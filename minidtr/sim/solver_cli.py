@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ..cli_args import positive_seconds, usage_error, whole_number
+from ..cli_args import positive_seconds, ratios, usage_error, whole_number
 from .cli import (
     _add_heuristics,
     _add_jobs_option,
@@ -20,7 +20,6 @@ from .cli import (
     _parse,
     _print_rows,
     parser,
-    ratios,
 )
 from .cluster_cli import add_cluster_options, cluster, cluster_settings
 
