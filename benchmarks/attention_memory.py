@@ -21,6 +21,7 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 import minidtr as md
+from minidtr.cli_args import whole_number
 from minidtr.testing import isolated_allocator
 
 
@@ -48,15 +49,9 @@ def run(arrays, fused: bool, mask_array: np.ndarray, scale: float):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--length", type=int, default=256)
-    p.add_argument("--dim", type=int, default=16)
-    p.add_argument("--rounds", type=int, default=5)
+    for name, default in (("batch", 8), ("heads", 4), ("length", 256), ("dim", 16), ("rounds", 5)):
+        p.add_argument(f"--{name}", type=whole_number(1), default=default)
     args = p.parse_args(argv)
-    for name in ("batch", "heads", "length", "dim", "rounds"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     shape = (args.batch, args.heads, args.length, args.dim)
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]

@@ -22,10 +22,11 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from minidtr.cli_args import ratios, whole_number
 from minidtr.data import minibatch_indices
 from minidtr.explain import human_bytes
 from minidtr.floors import measure_floors
-from minidtr.models.tasks import MODELS
+from minidtr.models import MODELS, SIZES
 from minidtr.runtime import Runtime
 from minidtr.training import MEASURE_STEPS, TrainConfig, build_task, train_step
 
@@ -33,11 +34,10 @@ from minidtr.training import MEASURE_STEPS, TrainConfig, build_task, train_step
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="treelstm", choices=sorted(MODELS))
-    p.add_argument("--size", default="small")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--ratios", default="0.3,0.35,0.4")
+    p.add_argument("--size", default="small", choices=SIZES)
+    p.add_argument("--steps", type=whole_number(1), default=300)
+    p.add_argument("--ratios", type=ratios, default=[0.3, 0.35, 0.4])
     args = p.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
     config = TrainConfig(args.model, args.size, args.steps)
     task = build_task(config)
     optimizer = task.make_optimizer(task.model.parameters())
@@ -60,7 +60,7 @@ def main() -> None:
         f"{max(floors) / first:.3f} of the first two steps' peak, "
         f"{max(floors) / max(peaks):.3f} of the largest peak"
     )
-    for ratio in ratios:
+    for ratio in args.ratios:
         above = [i for i, floor in enumerate(floors) if floor > ratio * first]
         count = f"{len(above):,} step{'s' if len(above) > 1 else ''}"
         where = f"first at step {above[0]:,}, {count} in all" if above else "none"

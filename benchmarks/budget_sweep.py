@@ -20,6 +20,8 @@ import tracemalloc
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import above_one, names_from, parse_heuristic, whole_number
+from minidtr.models import MODELS, SIZES
 from minidtr.runtime import BudgetError
 from minidtr.training import TrainConfig, measure_peak, train
 
@@ -69,14 +71,14 @@ def run(model: str, ratio: float | None, peak: int, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,resnet")
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--heuristic", default="dtr")
+    parser.add_argument("--models", type=names_from(MODELS, "models"), default=["mlp", "resnet"])
+    parser.add_argument("--size", default="small", choices=SIZES)
+    parser.add_argument("--steps", type=whole_number(1), default=5)
+    parser.add_argument("--heuristic", type=parse_heuristic, default="dtr")
     parser.add_argument("--cost", default="time", choices=("time", "flops"))
-    parser.add_argument("--max-slowdown", type=float, default=10.0)
+    parser.add_argument("--max-slowdown", type=above_one, default=10.0)
     args = parser.parse_args()
-    for model in args.models.split(","):
+    for model in args.models:
         peak = measure_peak(TrainConfig(model=model, size=args.size, cost=args.cost))
         free = run(model, None, peak, args)
         print(

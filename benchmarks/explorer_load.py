@@ -23,8 +23,10 @@ import time
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import input_file, whole_number
 from minidtr.explain import load_events, write_event_log
 from minidtr.explorer import write_html
+from minidtr.runtime.options import FITS
 from minidtr.testing import browser
 from minidtr.training import TrainConfig, train
 
@@ -50,9 +52,11 @@ def in_page(page, script: str, repeat: int = 5) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--log", help="an event log to use instead of recording one")
-    parser.add_argument("--fit", choices=("bytes", "contiguous"), default="bytes")
+    parser.add_argument("--events", type=whole_number(1), default=20_000)
+    parser.add_argument(
+        "--log", type=input_file, help="an event log to use instead of recording one"
+    )
+    parser.add_argument("--fit", choices=FITS, default="bytes")
     args = parser.parse_args()
     reason = browser.unavailable()
     if reason:

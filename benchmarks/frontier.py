@@ -28,7 +28,8 @@ import multiprocessing
 import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
 
 from minidtr.budget_search import find_budget, probe, record_trace, simulate_probe
-from minidtr.models import MODELS, make_task
+from minidtr.cli_args import above_one, check_output, names_from, ratios, whole_number
+from minidtr.models import MODELS, SIZES, make_task
 from minidtr.training import TrainConfig, measure_unbounded, train
 
 AGREE = 0.02
@@ -82,29 +83,32 @@ def isolated(fn, *args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--steps", type=int, default=3, help="steps per probe")
-    parser.add_argument("--ratios", default="0.5,0.4,0.3,0.2")
-    parser.add_argument("--max-slowdown", type=float, default=2.0)
-    parser.add_argument("--learn-steps", type=int, default=40)
+    parser.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    parser.add_argument("--size", default="small", choices=SIZES)
+    parser.add_argument("--steps", type=whole_number(1), default=3, help="steps per probe")
+    parser.add_argument("--ratios", type=ratios, default=[0.5, 0.4, 0.3, 0.2])
+    parser.add_argument("--max-slowdown", type=above_one, default=2.0)
+    parser.add_argument(
+        "--learn-steps", type=whole_number(0), default=40, help="0: no accuracy column"
+    )
     parser.add_argument("--csv", metavar="FILE")
     args = parser.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
+    if args.csv is not None and (problem := check_output(args.csv)):
+        parser.error(f"--csv: {problem}")
     print(
         f"size {args.size}, h_DTR, cost flops, {args.steps} steps per probe, thrash above "
         f"{args.max_slowdown}x; accuracy after {args.learn_steps} unbounded steps"
     )
     print(
         "| model | params | constants | floor | "
-        + " | ".join(f"r = {r}" for r in ratios)
+        + " | ".join(f"r = {r}" for r in args.ratios)
         + " | lowest ratio | lowest / floor | live vs sim | accuracy |"
     )
-    print("|---" * (8 + len(ratios)) + "|", flush=True)
+    print("|---" * (8 + len(args.ratios)) + "|", flush=True)
     rows = []
-    for name in args.models.split(","):
+    for name in args.models:
         row = isolated(
-            model_row, name, args.size, args.steps, ratios, args.max_slowdown, args.learn_steps
+            model_row, name, args.size, args.steps, args.ratios, args.max_slowdown, args.learn_steps
         )
         rows.append(row)
         low = row["lowest"]
@@ -119,7 +123,7 @@ def main() -> None:
             flush=True,
         )
     if args.csv:
-        write_csv(args.csv, args.size, ratios, rows)
+        write_csv(args.csv, args.size, args.ratios, rows)
 
 
 def write_csv(path: str, size: str, ratios, rows: list[dict]) -> None:

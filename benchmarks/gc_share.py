@@ -27,10 +27,10 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
 import minidtr as md
+from minidtr.cli_args import names_from, whole_number
 from minidtr.data import minibatch_indices
+from minidtr.models import MODELS
 from minidtr.training import TrainConfig, build_task, train_step
-
-MODELS = "mlp,resnet,densenet,unet,lstm,transformer,treelstm"
 
 
 def measure(model: str, steps: int) -> str:
@@ -72,18 +72,15 @@ def measure(model: str, steps: int) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=MODELS)
-    p.add_argument("--steps", type=int, default=8, help="timed steps per model")
+    p.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    p.add_argument("--steps", type=whole_number(1), default=8, help="timed steps per model")
     args = p.parse_args()
-    unknown = [m for m in args.models.split(",") if m not in MODELS.split(",")]
-    if unknown:
-        p.error(f"unknown model {unknown[0]!r}; expected some of {MODELS}")
     print(
         "| model | objects tracked | ms per step | collector, ms per step | "
         "collections per step | full ones per step |"
     )
     print("|---|---|---|---|---|---|")
-    for model in args.models.split(","):
+    for model in args.models:
         print(measure(model, args.steps), flush=True)
 
 

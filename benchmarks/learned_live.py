@@ -27,6 +27,7 @@ import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quiet
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from minidtr import sim  # noqa: E402
+from minidtr.cli_args import names_from, ratios, runtime_heuristics, whole_number  # noqa: E402
 from minidtr.models import MODELS  # noqa: E402
 from minidtr.runtime import BudgetError, ThrashError  # noqa: E402
 from minidtr.sim.frontier import frontier  # noqa: E402
@@ -66,15 +67,14 @@ def cell(run: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--ratios", default="0.3,0.2")
-    parser.add_argument("--heuristics", default="dtr,learned")
+    parser.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    parser.add_argument("--steps", type=whole_number(1), default=3)
+    parser.add_argument("--ratios", type=ratios, default=[0.3, 0.2])
+    parser.add_argument("--heuristics", type=runtime_heuristics, default=["dtr", "learned"])
     parser.add_argument("--no-frontier", action="store_true", help="skip the lowest ratios")
     args = parser.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
-    heuristics = args.heuristics.split(",")
-    columns = [f"{h} {r}" for r in ratios for h in heuristics]
+    heuristics = args.heuristics
+    columns = [f"{h} {r}" for r in args.ratios for h in heuristics]
     head = "| model | " + " | ".join(columns) + " |"
     if not args.no_frontier:
         head += f" lowest ratio within 2x: {' / '.join(heuristics)} |"
@@ -82,13 +82,13 @@ def main() -> None:
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     with tempfile.TemporaryDirectory() as tmp:
-        for model in args.models.split(","):
+        for model in args.models:
             path = os.path.join(tmp, f"{model}.log")
             isolated(record, model, args.steps, path)
             trace = sim.load_log(path)
             cells = [
                 cell(isolated(live, model, args.steps, ratio, heuristic))
-                for ratio in ratios
+                for ratio in args.ratios
                 for heuristic in heuristics
             ]
             row = f"| {model} | " + " | ".join(cells) + " |"

@@ -21,6 +21,9 @@ import sys
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import names_from, parse_ratio, whole_number
+from minidtr.models import MODELS
+
 FIXED = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20)}
 
 CHILD = """
@@ -58,14 +61,14 @@ def measure(model: str, steps: int, ratio: float, fixed: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,resnet,densenet,unet,lstm,transformer,treelstm")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--ratio", type=float, default=0.5, help="budget / peak (1: none)")
+    parser.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    parser.add_argument("--steps", type=whole_number(1), default=10)
+    parser.add_argument("--ratio", type=parse_ratio, default=0.5, help="budget / peak (1: none)")
     args = parser.parse_args(argv)
     print(f"ratio {args.ratio}, {args.steps} steps after two warm-up steps, per step")
     print("| model | faults, malloc as is | fixed thresholds | CPU s, as is | fixed |")
     print("|---|---|---|---|---|")
-    for model in args.models.split(","):
+    for model in args.models:
         plain, fixed = (measure(model, args.steps, args.ratio, f) for f in (False, True))
         print(
             f"| {model} | {plain['faults']:,.0f} | {fixed['faults']:,.0f} "

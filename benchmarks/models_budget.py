@@ -26,7 +26,15 @@ import time
 
 import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
 
-from minidtr.models import MODELS, make_task
+from minidtr.cli_args import (
+    above_one,
+    check_output,
+    names_from,
+    parse_heuristic,
+    ratios,
+    whole_number,
+)
+from minidtr.models import MODELS, SIZES, make_task
 from minidtr.runtime import BudgetError, ThrashError
 from minidtr.training import TrainConfig, measure_peak, train
 
@@ -96,34 +104,35 @@ def lowest_ratio(name: str, args) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--demo-steps", type=int, default=40)
-    parser.add_argument("--ratios", default="0.5,0.3,0.2")
-    parser.add_argument("--heuristic", default="dtr")
-    parser.add_argument("--max-slowdown", type=float, default=4.0)
+    parser.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    parser.add_argument("--size", default="small", choices=SIZES)
+    parser.add_argument("--steps", type=whole_number(1), default=3)
+    parser.add_argument("--demo-steps", type=whole_number(1), default=40)
+    parser.add_argument("--ratios", type=ratios, default=[0.5, 0.3, 0.2])
+    parser.add_argument("--heuristic", type=parse_heuristic, default="dtr")
+    parser.add_argument("--max-slowdown", type=above_one, default=4.0)
     parser.add_argument("--no-scan", action="store_true", help="skip the lowest-ratio scan")
     parser.add_argument("--csv", metavar="FILE")
     args = parser.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
+    if args.csv is not None and (problem := check_output(args.csv)):
+        parser.error(f"--csv: {problem}")
     rows = []
     header = (
         f"{'model':<12}{'params':>9}{'peak MiB':>10}{'acc@' + str(args.demo_steps):>8}"
-        + "".join(f"{'r=' + str(r):>26}" for r in ratios)
+        + "".join(f"{'r=' + str(r):>26}" for r in args.ratios)
         + f"{'lowest':>8}"
     )
     print(
         f"size {args.size}, heuristic {args.heuristic}, {args.steps} steps per budget, "
         f"cost model flops, thrash above {args.max_slowdown}x"
     )
-    print(f"{'':<39}" + "".join(f"{'slowdown remats s/step':>26}" for _ in ratios))
+    print(f"{'':<39}" + "".join(f"{'slowdown remats s/step':>26}" for _ in args.ratios))
     print(header, flush=True)
-    for name in args.models.split(","):
+    for name in args.models:
         params, peak, acc = isolated(_baseline, name, args.size, args.demo_steps)
         cells = []
         row = {"model": name, "size": args.size, "params": params, "peak": peak, "accuracy": acc}
-        for ratio in ratios:
+        for ratio in args.ratios:
             r = attempt(
                 TrainConfig(
                     name,
@@ -168,7 +177,7 @@ def main() -> None:
                 ]
             )
             for row in rows:
-                for ratio in ratios:
+                for ratio in args.ratios:
                     r = row[f"r{ratio}"]
                     writer.writerow(
                         [

@@ -28,6 +28,7 @@ import numpy as np
 
 import minidtr as md
 from minidtr import nn, optim
+from minidtr.cli_args import whole_number, whole_numbers
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -288,15 +289,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--widths",
-        default="1024,2048,2048,2048,1024",
+        type=whole_numbers(1),
+        default=[1024, 2048, 2048, 2048, 1024],
         help="layer widths, input first (default: 4 layers)",
     )
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--tiny-ops", type=int, default=20000)
+    parser.add_argument("--batch", type=whole_number(1), default=256)
+    parser.add_argument("--rounds", type=whole_number(1), default=15)
+    parser.add_argument("--tiny-ops", type=whole_number(1), default=20000)
     parser.add_argument("--profile", action="store_true", help="also print cProfile tables")
     args = parser.parse_args()
-    widths = [int(w) for w in args.widths.split(",")]
+    widths = args.widths
+    if len(widths) < 2:
+        parser.error(f"--widths: an input width and at least one layer's, got {len(widths)}")
     tiny_ops(args.tiny_ops, rounds=5)
     wide_mlp(widths, args.batch, args.rounds)
     if args.profile:

@@ -34,6 +34,8 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from minidtr.cli_args import whole_number
+
 
 def small_mlp(seed: int, depth: int = 2, width: int = 8, batch: int = 32):
     import numpy as np
@@ -174,8 +176,12 @@ def entry_time(older: bool = False) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=200, help="examples per measurement")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per audit-cost cell (best)")
+    parser.add_argument(
+        "--examples", type=whole_number(1), default=200, help="examples per measurement"
+    )
+    parser.add_argument(
+        "--repeat", type=whole_number(1), default=5, help="runs per audit-cost cell (best)"
+    )
     parser.add_argument("--torch", action="store_true", help="import PyTorch first")
     args = parser.parse_args()
     if args.torch:

@@ -24,6 +24,7 @@ import tracemalloc
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
+from minidtr.cli_args import names_from, ratios, whole_number
 from minidtr.data import minibatch_indices
 from minidtr.models import MODELS
 from minidtr.runtime import Runtime
@@ -81,18 +82,18 @@ def mib(n: float) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ratios", default="0.5,0.3")
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--ratios", type=ratios, default=[0.5, 0.3])
+    p.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    p.add_argument("--steps", type=whole_number(1), default=2)
     args = p.parse_args()
-    models = args.models.split(",")
+    models = args.models
     print(
         "| model | ratio | budget (MiB) | counted peak | real peak, arrays | real / budget "
         "| with Python objects | / budget | slowdown |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for model in models:
-        for ratio in (float(r) for r in args.ratios.split(",")):
+        for ratio in args.ratios:
             s = peaks(model, ratio, args.steps)
             budget = s["budget"]
             print(

@@ -24,7 +24,10 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
 from minidtr.budget_search import record_trace
+from minidtr.cli_args import above_one, parse_ratio, whole_number
+from minidtr.models import MODELS
 from minidtr.runtime import BudgetError, ThrashError
+from minidtr.sim.cli import heuristic_names
 from minidtr.training import TrainConfig, measure_unbounded
 
 
@@ -62,12 +65,12 @@ def attribute(trace, options, heuristic: str) -> tuple[str, float, Counter]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model")
-    parser.add_argument("--ratio", type=float, default=0.4)
-    parser.add_argument("--heuristics", default="dtr,belady")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--max-slowdown", type=float, default=2.0)
-    parser.add_argument("--rows", type=int, default=12, help="largest groups shown")
+    parser.add_argument("model", choices=list(MODELS))
+    parser.add_argument("--ratio", type=parse_ratio, default=0.4)
+    parser.add_argument("--heuristics", type=heuristic_names, default=["dtr", "belady"])
+    parser.add_argument("--steps", type=whole_number(1), default=3)
+    parser.add_argument("--max-slowdown", type=above_one, default=2.0)
+    parser.add_argument("--rows", type=whole_number(1), default=12, help="largest groups shown")
     args = parser.parse_args()
     config = TrainConfig(
         args.model, size="small", steps=args.steps, cost="flops", max_slowdown=args.max_slowdown
@@ -75,7 +78,7 @@ def main() -> None:
     floors = measure_unbounded(config)
     trace = record_trace(config)
     options = config.options.replace(budget=int(args.ratio * floors.peak))
-    heuristics = args.heuristics.split(",")
+    heuristics = args.heuristics
     results = {h: attribute(trace, options, h) for h in heuristics}
     print(
         f"{args.model}, {args.steps} steps, ratio {args.ratio} of the peak "

@@ -20,6 +20,7 @@ import time
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import parse_ratio, whole_number
 from minidtr.testing.soak import Sample, soak
 
 
@@ -30,10 +31,12 @@ def growth_per_1000(samples: list[Sample], field: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10_000, help="unbudgeted steps")
-    parser.add_argument("--budgeted-steps", type=int, default=2_000)
-    parser.add_argument("--every", type=int, default=500, help="steps between samples")
-    parser.add_argument("--ratio", type=float, default=0.95, help="budget: share of a step's peak")
+    parser.add_argument("--steps", type=whole_number(1), default=10_000, help="unbudgeted steps")
+    parser.add_argument("--budgeted-steps", type=whole_number(1), default=2_000)
+    parser.add_argument("--every", type=whole_number(1), default=500, help="steps between samples")
+    parser.add_argument(
+        "--ratio", type=parse_ratio, default=0.95, help="budget: share of a step's peak"
+    )
     args = parser.parse_args()
     if args.steps < 2 * args.every + 10 or args.budgeted_steps < 2 * args.every + 10:
         parser.error("each phase needs at least 2 * --every + 10 steps (two samples)")

@@ -57,7 +57,7 @@ from collections import Counter
 import numpy as np
 
 import minidtr as md
-from minidtr.cli_args import whole_number
+from minidtr.cli_args import parse_ratio, whole_number
 from minidtr.host import steady_malloc
 from minidtr.models import MODELS
 from minidtr.models.tasks import SIZES, make_task
@@ -174,11 +174,13 @@ def main() -> None:
     p.add_argument("--steps", type=whole_number(1), default=8)
     p.add_argument("--by-op", action="store_true", help="kernel and bookkeeping per op name")
     p.add_argument(
-        "--batch", type=int, help="batch size instead of the preset's (tiny: bookkeeping alone)"
+        "--batch",
+        type=whole_number(1),
+        help="batch size instead of the preset's (tiny: bookkeeping alone)",
     )
     p.add_argument("--instructions", action="store_true", help="one step's instructions")
     p.add_argument(
-        "--ratio", type=float, help="with --instructions: under this fraction of the peak"
+        "--ratio", type=parse_ratio, help="with --instructions: under this fraction of the peak"
     )
     p.add_argument(
         "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
@@ -187,8 +189,6 @@ def main() -> None:
     args = p.parse_args()
     if args.ratio is not None and not (args.instructions or args.inside):
         p.error("--ratio counts a budgeted step: it goes with --instructions")
-    if args.ratio is not None and not 0 < args.ratio <= 1:
-        p.error(f"--ratio must be in (0, 1], got {args.ratio}")
     if args.instructions:
         count_instructions(args.model, args.size, args.batch, args.ratio)
         return

@@ -29,6 +29,8 @@ import time
 
 import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
 
+from minidtr.cli_args import positive_seconds, whole_number
+
 TRAINABLE = (  # each model's lowest ratio in docs/models.md's frontier table
     ("resnet", 0.2, 10),
     ("densenet", 0.27, 10),
@@ -101,8 +103,12 @@ def tight(limit: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("trainable", "tight"), default=None)
-    parser.add_argument("--steps", type=int, default=None, help="steps per trainable run")
-    parser.add_argument("--limit", type=float, default=600.0, help="seconds per tight run")
+    parser.add_argument(
+        "--steps", type=whole_number(1), default=None, help="steps per trainable run"
+    )
+    parser.add_argument(
+        "--limit", type=positive_seconds, default=600.0, help="seconds per tight run"
+    )
     args = parser.parse_args()
     if args.only != "tight":
         trainable(args.steps)

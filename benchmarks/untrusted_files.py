@@ -25,6 +25,8 @@ import time
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
+from minidtr.cli_args import whole_number
+
 TRACE_LINE = b'{"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"}\n'
 TRACE_HEAD = (
     b'{"INSTRUCTION": "CONSTANT", "NAME": "c"}\n'
@@ -68,8 +70,10 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gib", type=int, default=10, help="GiB each bomb expands to")
-    parser.add_argument("--line-mb", type=int, default=1000, help="MB of the one-line log")
+    parser.add_argument("--gib", type=whole_number(1), default=10, help="GiB each bomb expands to")
+    parser.add_argument(
+        "--line-mb", type=whole_number(1), default=1000, help="MB of the one-line log"
+    )
     parser.add_argument("--keep", metavar="DIR", help="write the files here and keep them")
     args = parser.parse_args()
     if args.keep:

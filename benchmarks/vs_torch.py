@@ -58,7 +58,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import minidtr as md
+from minidtr.cli_args import names_from, whole_number, whole_numbers
 from minidtr.data import minibatch_indices
+from minidtr.models import MODELS
 from minidtr.runtime import registry
 from minidtr.runtime.allocator import Allocator
 from minidtr.training import TrainConfig, build_task, train_step
@@ -72,7 +74,6 @@ try:
 except ImportError:
     torch = None
 
-MODELS = ("mlp", "resnet", "densenet", "unet", "lstm", "transformer", "treelstm")
 RATIOS = (0.5, 0.3)
 LOSS_TOLERANCE = 1e-4  # relative, between the step-0 losses of a twin and its model
 UNBUDGETED_GOAL = 1.5  # minidtr / PyTorch, no budget and no checkpointing
@@ -549,34 +550,31 @@ def header(steps: int) -> str:
     )
 
 
-def checked(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list, int, list]:
-    """The models, rounds and segment counts asked for, or a usage error (exit 2)."""
-    models = args.models.split(",")
-    unknown = [name for name in models if name not in MODELS]
-    if unknown:
-        p.error(f"--models: unknown {', '.join(unknown)} (the models: {', '.join(MODELS)})")
-    if args.steps < 1:
-        p.error(f"--steps must be at least 1, got {args.steps}")
-    try:
-        segments = [int(s) for s in args.segments.split(",")]
-    except ValueError:
-        p.error(f"--segments takes whole numbers >= 1, got {args.segments!r}")
-    if any(k < 1 for k in segments):
-        p.error(f"--segments takes whole numbers >= 1 (1: no checkpointing), got {args.segments}")
-    return models, args.steps, segments
+def add_comparison_arguments(
+    p: argparse.ArgumentParser, models: list[str], steps: int, segments: list[int]
+) -> None:
+    """--models, --steps and --segments (these defaults), as both comparisons take them."""
+    p.add_argument("--models", type=names_from(MODELS, "models"), default=models)
+    p.add_argument(
+        "--steps", type=whole_number(1), default=steps, help="timed rounds (the median is shown)"
+    )
+    p.add_argument(
+        "--segments",
+        type=whole_numbers(1),
+        default=segments,
+        help="PyTorch's checkpointed segments (1: no checkpointing)",
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--steps", type=int, default=9, help="timed rounds (the median is shown)")
-    p.add_argument("--segments", default="2,4,8", help="PyTorch's checkpointed segments")
+    add_comparison_arguments(p, list(MODELS), steps=9, segments=[2, 4, 8])
     p.add_argument("--quick", action="store_true", help="3 rounds, 4 segments only")
     p.add_argument(
         "--profile", action="store_true", help="instead, PyTorch's ops by time (torch.profiler)"
     )
     args = p.parse_args()
-    models, steps, segments = checked(p, args)
+    models, steps, segments = args.models, args.steps, args.segments
     if torch is None:
         sys.exit("vs_torch: PyTorch is not installed, so there is nothing to compare against")
     if args.profile:

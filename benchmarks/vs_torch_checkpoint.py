@@ -45,11 +45,9 @@ def rows(comparison: vs_torch.Comparison) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="mlp,resnet")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--segments", default="8,4,2", help="checkpointed segments")
+    vs_torch.add_comparison_arguments(p, ["mlp", "resnet"], steps=5, segments=[8, 4, 2])
     args = p.parse_args()
-    models, steps, segments = vs_torch.checked(p, args)
+    models, steps, segments = args.models, args.steps, args.segments
     if vs_torch.torch is None:
         sys.exit("vs_torch_checkpoint: PyTorch is not installed: nothing to compare against")
     print(vs_torch.header(steps))

@@ -42,12 +42,12 @@ import statistics
 import time
 
 import minidtr as md
+from minidtr.cli_args import names_from, ratios, whole_number
 from minidtr.data import minibatch_indices
 from minidtr.host import steady_malloc
+from minidtr.models import MODELS
 from minidtr.runtime import HEURISTIC_NAMES, remat
 from minidtr.training import TrainConfig, build_task, measure_peak, train_step
-
-MODELS = "mlp,resnet,densenet,unet,lstm,transformer,treelstm"
 
 
 class KernelClock:
@@ -114,26 +114,14 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=MODELS)
-    parser.add_argument("--ratios", default="0.5,0.3")
-    parser.add_argument("--rounds", type=int, default=9, help="timed steps per setting")
+    parser.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
+    parser.add_argument("--ratios", type=ratios, default=[0.5, 0.3])
+    parser.add_argument("--rounds", type=whole_number(1), default=9, help="timed steps per setting")
     parser.add_argument("--heuristic", default="dtr", choices=HEURISTIC_NAMES)
     parser.add_argument(
         "--default-malloc", action="store_true", help="leave glibc's thresholds as they are"
     )
     args = parser.parse_args(argv)
-    try:
-        ratios = [float(r) for r in args.ratios.split(",")]
-    except ValueError:
-        parser.error(f"--ratios takes numbers separated by commas, got {args.ratios!r}")
-    models = args.models.split(",")
-    unknown = [m for m in models if m not in MODELS.split(",")]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; expected some of {MODELS}")
-    if args.rounds < 1 or not all(0 < r <= 1 for r in ratios):
-        parser.error(
-            f"--rounds must be at least 1 and every ratio in (0, 1], got {args.rounds}, {ratios}"
-        )
     memory = "malloc as is" if args.default_malloc else steady_malloc()
     print(
         f"median of {args.rounds} steps per setting, interleaved; one thread;"
@@ -144,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         " | the policy's own time a step |"
     )
     print("|---|---|---|---|---|---|")
-    for model in models:
+    for model in args.models:
         with multiprocessing.get_context("spawn").Pool(1, interrupts.quiet_worker) as pool:
-            task = (model, ratios, args.rounds, args.heuristic, not args.default_malloc)
+            task = (model, args.ratios, args.rounds, args.heuristic, not args.default_malloc)
             rows = pool.apply(measure, task)
         for ratio, wall, cost, own, share in rows:
             print(

@@ -44,7 +44,9 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 import numpy as np
 
 import minidtr as md
+from minidtr.cli_args import whole_number
 from minidtr.runtime.arena import ALIGNMENT
+from minidtr.runtime.fast.addresses import ARRAY_BLOCKS
 from minidtr.runtime.fast.windows import cheapest_run_at
 from minidtr.runtime.heuristics import WindowHeuristic
 from minidtr.runtime.window import window_victims
@@ -97,11 +99,14 @@ def decide(runtime) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--blocks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--blocks",
+        type=whole_number(ARRAY_BLOCKS),
+        default=10_000,
+        help=f"at least {ARRAY_BLOCKS}: with fewer the arena keeps no arrays to accelerate",
+    )
+    parser.add_argument("--rounds", type=whole_number(1), default=20)
     args = parser.parse_args()
-    if args.blocks < 1 or args.rounds < 1:
-        parser.error(f"--blocks and --rounds must be at least 1, got {args.blocks}, {args.rounds}")
     rows: dict[str, float] = {}
     for once in (True, False):
         name = "window" if once else "window, e* per value"

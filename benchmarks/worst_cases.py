@@ -25,6 +25,9 @@ import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from minidtr.cli_args import runtime_heuristics, whole_number  # noqa: E402
+from minidtr.runtime.heuristics import HEURISTIC_NAMES  # noqa: E402
+
 
 def measure(program, heuristic: str, fraction: float) -> dict | None:
     """The run of ``program`` under a budget ``fraction`` of the way from its floor to its
@@ -86,19 +89,21 @@ def search(heuristic: str, examples: int, max_ops: int) -> dict[str, dict]:
 
 
 def main() -> None:
-    from minidtr.runtime.heuristics import HEURISTIC_NAMES
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=100, help="programs per heuristic")
-    parser.add_argument("--heuristics", default=",".join(HEURISTIC_NAMES))
-    parser.add_argument("--max-ops", type=int, default=16, help="ops per program at most")
+    parser.add_argument(
+        "--examples", type=whole_number(1), default=100, help="programs per heuristic"
+    )
+    parser.add_argument("--heuristics", type=runtime_heuristics, default=list(HEURISTIC_NAMES))
+    parser.add_argument(
+        "--max-ops", type=whole_number(1), default=16, help="ops per program at most"
+    )
     args = parser.parse_args()
     print(
         "| heuristic | longest cascade (replays) | at ratio | ops | most recompute "
         "(replays per op) | at ratio | ops |"
     )
     print("|---|---|---|---|---|---|---|")
-    for heuristic in args.heuristics.split(","):
+    for heuristic in args.heuristics:
         worst = search(heuristic, args.examples, args.max_ops)
         c, r = worst.get("cascade"), worst.get("recompute")
         if c is None:

@@ -76,16 +76,18 @@ def test_the_comparison_refuses_what_it_cannot_measure_and_says_what_it_did_not(
     compare = SimpleNamespace(**runpy.run_path(str(ROOT / "benchmarks" / "vs_torch.py")))
     p = argparse.ArgumentParser(prog="vs_torch.py")
     p.error = lambda message: (_ for _ in ()).throw(ValueError(message))  # noqa: PLW0108
-    given = SimpleNamespace(models="mlp", steps=3, segments="2,4")
-    assert compare.checked(p, given) == (["mlp"], 3, [2, 4])
+    compare.add_comparison_arguments(p, ["resnet"], steps=9, segments=[2, 4, 8])
+    given = ["--models", "mlp", "--steps", "3", "--segments", "2,4"]
+    args = p.parse_args(given)
+    assert (args.models, args.steps, args.segments) == (["mlp"], 3, [2, 4])
     for bad, says in [
-        (dict(segments="0"), "--segments takes whole numbers >= 1"),
-        (dict(segments="a"), "--segments takes whole numbers >= 1"),
-        (dict(steps=0), "--steps must be at least 1"),
-        (dict(models="mlp,nope"), "--models: unknown nope"),
+        (["--segments", "0"], "--segments: expected whole numbers >= 1"),
+        (["--segments", "a"], "--segments: expected numbers"),
+        (["--steps", "0"], "--steps: must be at least 1"),
+        (["--models", "mlp,nope"], "--models: unknown 'nope'"),
     ]:
         with pytest.raises(ValueError, match=says):
-            compare.checked(p, SimpleNamespace(**{**vars(given), **bad}))
+            p.parse_args([*given, *bad])
     assert compare.verdict([]) == "not measured"
     assert compare.verdict([0.9, 1.0]) == "met" and compare.verdict([0.9, 1.2]) == "missed"
 
