@@ -31,6 +31,9 @@ from functools import cache
 
 import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
 
+from minidtr.cli_args import input_file, ratios, whole_number
+from minidtr.sim.cli import heuristic_name
+
 MODES = {  # name: (rebuild orphans, keep useful dead storages)
     "plain eager": (False, False),
     "orphans rebuilt": (True, False),
@@ -64,11 +67,13 @@ def _replay(path: str, ratio: float, mode: str, heuristic: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="*", metavar="LOG", help="more traces to replay")
+    parser.add_argument(
+        "logs", nargs="*", metavar="LOG", type=input_file, help="more traces to replay"
+    )
     parser.add_argument("--no-bundled", action="store_true", help="only the LOGs given")
-    parser.add_argument("--ratios", default="0.5,0.4,0.3,0.2")
-    parser.add_argument("--heuristic", default="dtr")
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--ratios", type=ratios, default=[0.5, 0.4, 0.3, 0.2])
+    parser.add_argument("--heuristic", type=heuristic_name, default="dtr")
+    parser.add_argument("--jobs", type=whole_number(1), default=2)
     args = parser.parse_args()
     from minidtr import sim
 
@@ -76,20 +81,19 @@ def main() -> None:
     paths += args.logs
     if not paths:
         parser.error("no traces")
-    ratios = [float(r) for r in args.ratios.split(",")]
-    keys = [(p, r, m) for p in paths for m in MODES for r in ratios]
+    keys = [(p, r, m) for p in paths for m in MODES for r in args.ratios]
     with ProcessPoolExecutor(args.jobs, initializer=interrupts.quiet_worker) as pool:
         futures = {k: pool.submit(_replay, *k, args.heuristic) for k in keys}
         cells = {k: f.result() for k, f in futures.items()}
     print(
-        f"slowdown under h_{args.heuristic} at {' / '.join(map(str, ratios))} of the peak "
+        f"slowdown under h_{args.heuristic} at {' / '.join(map(str, args.ratios))} of the peak "
         "(thrash: past 2x)\n"
     )
     print("| trace | " + " | ".join(MODES) + " |")
     print("|---" * (len(MODES) + 1) + "|")
     for path in paths:
         name = _trace(path).name
-        row = [" / ".join(cells[(path, r, m)] for r in ratios) for m in MODES]
+        row = [" / ".join(cells[(path, r, m)] for r in args.ratios) for m in MODES]
         print(f"| {name} | " + " | ".join(row) + " |")
     sys.stdout.flush()
 

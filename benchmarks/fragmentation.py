@@ -32,6 +32,9 @@ from functools import cache
 
 import interrupts  # Ctrl-C: one line, not a traceback; pool workers leave quietly
 
+from minidtr.cli_args import input_file, ratios, whole_number
+from minidtr.runtime.options import PLACEMENTS
+
 RUNS = {  # column name: (heuristic, fit)
     "h_DTR, bytes": ("dtr", "bytes"),
     "h_DTR, contiguous": ("dtr", "contiguous"),
@@ -145,13 +148,18 @@ def table(rows: list[Row], ratios: tuple[float, ...]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("logs", nargs="*", metavar="LOG", help="more traces to replay")
-    parser.add_argument("--no-bundled", action="store_true", help="only the LOGs given")
-    parser.add_argument("--ratios", default="0.7,0.6,0.5,0.4,0.3,0.2")
     parser.add_argument(
-        "--placement", default=None, help="the contiguous fit's placement (default: its own)"
+        "logs", nargs="*", metavar="LOG", type=input_file, help="more traces to replay"
     )
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--no-bundled", action="store_true", help="only the LOGs given")
+    parser.add_argument("--ratios", type=ratios, default=[0.7, 0.6, 0.5, 0.4, 0.3, 0.2])
+    parser.add_argument(
+        "--placement",
+        default=None,
+        choices=PLACEMENTS,
+        help="the contiguous fit's placement (default: its own)",
+    )
+    parser.add_argument("--jobs", type=whole_number(1), default=2)
     args = parser.parse_args()
     from minidtr import sim
 
@@ -159,16 +167,18 @@ def main() -> None:
     paths += args.logs
     if not paths:
         parser.error("no traces")
-    ratios = tuple(float(r) for r in args.ratios.split(","))
     keys = [(path, run) for path in paths for run in RUNS]
     with ProcessPoolExecutor(args.jobs, initializer=interrupts.quiet_worker) as pool:
-        futures = [pool.submit(measure, path, run, ratios, args.placement) for path, run in keys]
+        futures = [
+            pool.submit(measure, path, run, tuple(args.ratios), args.placement)
+            for path, run in keys
+        ]
         rows = [f.result() for f in futures]
     print(
         f"slowdown at each budget ratio (OOM: out of memory or no block; thrash: past "
         f"{MAX_SLOWDOWN:g}x), and the lowest ratio within {MAX_SLOWDOWN:g}x\n"
     )
-    print(table(rows, ratios))
+    print(table(rows, tuple(args.ratios)))
     sys.stdout.flush()
 
 

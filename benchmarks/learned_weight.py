@@ -25,9 +25,11 @@ import tempfile
 import time
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
-from sim_clairvoyant import MODELS, log_paths, record_models
+from sim_clairvoyant import log_paths, record_models
 
 from minidtr import sim
+from minidtr.cli_args import floats, input_path, names_from, ratios, whole_number
+from minidtr.models import MODELS
 from minidtr.runtime.learned import parse_learned
 from minidtr.sim.sweep import sweep
 
@@ -46,16 +48,19 @@ def lowest(values: dict[float, float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("logs", nargs="*", help="log files or directories of *.log")
-    p.add_argument("--models", default=",".join(MODELS), help="models to record (no logs)")
-    p.add_argument("--steps", type=int, default=3, help="training steps to record")
-    p.add_argument("--weights", default="0,0.3,0.5,0.7,1")
-    default_ratios = ",".join(f"{r / 100:.2f}" for r in range(30, 14, -1))
-    p.add_argument("--ratios", default=default_ratios)
-    p.add_argument("--jobs", type=int, default=None)
+    p.add_argument("logs", nargs="*", type=input_path, help="log files or directories of *.log")
+    p.add_argument(
+        "--models",
+        type=names_from(MODELS, "models"),
+        default=list(MODELS),
+        help="models to record (no logs)",
+    )
+    p.add_argument("--steps", type=whole_number(1), default=3, help="training steps to record")
+    p.add_argument("--weights", type=floats, default=[0.0, 0.3, 0.5, 0.7, 1.0])
+    p.add_argument("--ratios", type=ratios, default=[r / 100 for r in range(30, 14, -1)])
+    p.add_argument("--jobs", type=whole_number(1), default=None)
     args = p.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
-    weights = [float(w) for w in args.weights.split(",")]
+    weights = args.weights
     names = {w: f"learned+estar+size+time+{w:g}" for w in weights}
     for name in names.values():
         try:
@@ -64,19 +69,18 @@ def main() -> None:
             p.error(f"--weights: {error}")
 
     with tempfile.TemporaryDirectory() as scratch:
-        paths = log_paths(args.logs) or record_models(
-            args.models.split(","), args.steps, "small", scratch
-        )
+        paths = log_paths(args.logs) or record_models(args.models, args.steps, "small", scratch)
         traces = [sim.load_log(path) for path in paths]
 
     started = time.perf_counter()
-    results = sweep(traces, ratios, ["dtr", *names.values()], jobs=args.jobs)
+    results = sweep(traces, args.ratios, ["dtr", *names.values()], jobs=args.jobs)
     table: dict[tuple[str, str], dict[float, float]] = {}
     for result in results:
         table.setdefault((result.trace, result.heuristic), {})[result.ratio] = slowdown(result)
     short = {trace.name: trace.name.split("-")[0] for trace in traces}
 
-    print(f"{len(traces)} traces, ratios {ratios[-1]:.2f}-{ratios[0]:.2f}, h_DTR against learned")
+    span = f"{min(args.ratios):.2f}-{max(args.ratios):.2f}"
+    print(f"{len(traces)} traces, ratios {span}, h_DTR against learned")
     header = "| weight | better | worse | worse by > 2% | at 0.3 and 0.2 (learned / dtr) |"
     print(header + "\n|---|---|---|---|---|")
     for w, name in names.items():
@@ -84,7 +88,7 @@ def main() -> None:
         bad, marks = [], []
         for trace in traces:
             ours, base = table[(trace.name, name)], table[(trace.name, "dtr")]
-            for ratio in ratios:
+            for ratio in args.ratios:
                 a, b = ours[ratio], base[ratio]
                 if math.isinf(a) and math.isinf(b):
                     continue

@@ -31,6 +31,7 @@ from typing import Any
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import names, parse_heuristic, parse_ratio
 from minidtr.runtime import eviction, victims
 from minidtr.runtime.options import RuntimeOptions
 from minidtr.runtime.remat import Frame, Rematerializer
@@ -118,12 +119,28 @@ def replay(trace: Any, ratio: float, heuristic: str, rules: tuple[str, ...]) -> 
     return f"{result.slowdown:.3f}" if result.status == "ok" else result.status
 
 
+def trace_cells(text: str) -> list[tuple[str, float]]:
+    """``--cells``: comma-separated TRACE:RATIO, a bundled trace's name and a ratio in (0, 1]."""
+    bundled = [path.name.removesuffix(".log.gz") for path in sim.bundled_traces()]
+    cells = []
+    for item in names(text):
+        name, colon, ratio = item.partition(":")
+        if not colon or name not in bundled:
+            raise argparse.ArgumentTypeError(
+                f"expected TRACE:RATIO, TRACE one of {', '.join(bundled)}, got {item!r}"
+            )
+        cells.append((name, parse_ratio(ratio)))
+    return cells
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--heuristic", default="lru")
-    p.add_argument("--cells", default=CELLS, help="trace:ratio,... (bundled traces)")
+    p.add_argument("--heuristic", type=parse_heuristic, default="lru")
+    p.add_argument(
+        "--cells", type=trace_cells, default=CELLS, help="trace:ratio,... (bundled traces)"
+    )
     args = p.parse_args()
-    cells = [(name, float(ratio)) for name, ratio in (c.split(":") for c in args.cells.split(","))]
+    cells = args.cells
     traces = {name: sim.load_log(sim.bundled_traces([name])[0]) for name, _ in cells}
     patch()
     print(f"{args.heuristic}: " + "  ".join(f"{n} {r:g}" for n, r in cells))

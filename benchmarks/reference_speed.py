@@ -16,6 +16,7 @@ import argparse
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import ratios, runtime_heuristics
 
 
 def rate(decisions: int, result: sim.SimResult) -> str:
@@ -31,19 +32,17 @@ def replay(trace, ratio: float, heuristic: str, reference: bool) -> sim.SimResul
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ratios", default="0.5,0.3")
-    p.add_argument("--heuristics", default="dtr,dtr_eq,msps")
+    p.add_argument("--ratios", type=ratios, default=[0.5, 0.3])
+    p.add_argument("--heuristics", type=runtime_heuristics, default=["dtr", "dtr_eq", "msps"])
     args = p.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
-    heuristics = args.heuristics.split(",")
     print(
         f"{'trace':<12}{'ratio':>6}{'heuristic':>10}{'decisions':>10}"
         f"{'fast /s':>11}{'ref /s':>10}{'fast s':>8}{'ref s':>8}{'ref/fast':>9}"
     )
     for path in sim.bundled_traces():
         trace = sim.load_log(path)
-        for ratio in ratios:
-            for heuristic in heuristics:
+        for ratio in args.ratios:
+            for heuristic in args.heuristics:
                 fast = replay(trace, ratio, heuristic, reference=False)
                 ref = replay(trace, ratio, heuristic, reference=True)
                 if (fast.evictions, fast.remats, fast.status) != (

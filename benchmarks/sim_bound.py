@@ -21,7 +21,9 @@ import time
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import positive_seconds, ratios, whole_number
 from minidtr.sim.bound import bound_rows
+from minidtr.sim.solver_cli import require_scipy
 
 LABELS = {
     "resnet": "ResNet-32",
@@ -36,14 +38,16 @@ LABELS = {
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ratios", default="0.5,0.3,0.2")
-    p.add_argument("--time-limit", type=float, default=600.0, help="seconds per program")
-    p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--ratios", type=ratios, default=[0.5, 0.3, 0.2])
+    p.add_argument("--time-limit", type=positive_seconds, default=600.0, help="seconds per program")
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
+    )
     args = p.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
+    require_scipy(p.prog, "the lower bound")
     traces = [sim.load_log(path) for path in sim.bundled_traces()]
     started = time.perf_counter()
-    rows = bound_rows(traces, ratios, ["dtr"], args.time_limit, jobs=args.jobs)
+    rows = bound_rows(traces, args.ratios, ["dtr"], args.time_limit, jobs=args.jobs)
     print(markdown(rows))
     print(f"\n({len(rows)} programs, {time.perf_counter() - started:.0f} s in all)")
 

@@ -28,10 +28,13 @@ import time
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import input_path, names_from, positive_seconds, ratios, whole_number
+from minidtr.models import MODELS, SIZES
+from minidtr.sim.cli import heuristic_names
 from minidtr.sim.simulator import baseline
+from minidtr.sim.solver_cli import require_scipy
 from minidtr.sim.sweep import format_rows, sweep
 
-MODELS = ("mlp", "resnet", "densenet", "unet", "lstm", "transformer", "treelstm")
 HEURISTICS = ("dtr", "learned", "belady")
 SAME = 0.005  # slowdowns this close (relative) count as the same
 
@@ -92,41 +95,51 @@ def optimum_cells(trace, ratios, max_nodes: int, time_limit: float) -> dict[floa
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("logs", nargs="*", help="log files or directories of *.log")
-    p.add_argument("--models", default=",".join(MODELS), help="models to record (no logs)")
-    p.add_argument("--steps", type=int, default=3, help="training steps to record")
-    p.add_argument("--size", default="small", help="model size to record")
+    p.add_argument("logs", nargs="*", type=input_path, help="log files or directories of *.log")
+    p.add_argument(
+        "--models",
+        type=names_from(MODELS, "models"),
+        default=list(MODELS),
+        help="models to record (no logs)",
+    )
+    p.add_argument("--steps", type=whole_number(1), default=3, help="training steps to record")
+    p.add_argument("--size", default="small", choices=SIZES, help="model size to record")
     p.add_argument("--keep", metavar="DIR", help="record into DIR and keep the logs")
-    p.add_argument("--ratios", default="0.5,0.4,0.3,0.2")
-    p.add_argument("--heuristics", default=",".join(HEURISTICS))
-    p.add_argument("--max-nodes", type=int, default=120, help="MILP only up to this graph")
-    p.add_argument("--time-limit", type=float, default=60.0, help="MILP seconds per budget")
-    p.add_argument("--jobs", type=int, default=None)
+    p.add_argument("--ratios", type=ratios, default=[0.5, 0.4, 0.3, 0.2])
+    p.add_argument("--heuristics", type=heuristic_names, default=list(HEURISTICS))
+    p.add_argument(
+        "--max-nodes", type=whole_number(0), default=120, help="MILP only up to this graph"
+    )
+    p.add_argument(
+        "--time-limit", type=positive_seconds, default=60.0, help="MILP seconds per budget"
+    )
+    p.add_argument("--jobs", type=whole_number(1), default=None)
     args = p.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
-    heuristics = [h for h in args.heuristics.split(",") if h]
+    if args.max_nodes:
+        require_scipy(p.prog, "the optimal schedule (--max-nodes 0: none)")
+    heuristics = args.heuristics
 
     with tempfile.TemporaryDirectory() as scratch:
         paths = log_paths(args.logs)
         if not paths:
             directory = args.keep or scratch
             os.makedirs(directory, exist_ok=True)
-            paths = record_models(args.models.split(","), args.steps, args.size, directory)
+            paths = record_models(args.models, args.steps, args.size, directory)
         traces = [sim.load_log(path) for path in paths]
 
     started = time.perf_counter()
     results = []
     for trace in traces:  # nothing runs below the floor: those cells are not replayed
         floor = sim.floor(trace)
-        above = [r for r in ratios if r >= floor.ratio]
+        above = [r for r in args.ratios if r >= floor.ratio]
         if above:
             results += sweep([trace], above, heuristics, jobs=args.jobs)
     by_key = {(r.trace, r.heuristic, r.ratio): r for r in results}
     rows = []
     for trace in traces:
         floor = sim.floor(trace)
-        optimum = optimum_cells(trace, ratios, args.max_nodes, args.time_limit)
-        for ratio in ratios:
+        optimum = optimum_cells(trace, args.ratios, args.max_nodes, args.time_limit)
+        for ratio in args.ratios:
             row = {"trace": trace.name, "floor": f"{floor.ratio:.3f}", "ratio": ratio}
             for h in heuristics:
                 row[h] = cell(by_key.get((trace.name, h, ratio)))

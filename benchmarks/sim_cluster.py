@@ -21,6 +21,7 @@ import time
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import input_file, whole_number
 from minidtr.runtime.heuristics import ablation_names
 from minidtr.sim.sweep import sweep
 
@@ -34,8 +35,8 @@ def decisions(results):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("logs", nargs="*", help=f"trace files (default: {TRACES}/*)")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("logs", nargs="*", type=input_file, help=f"trace files (default: {TRACES}/*)")
+    p.add_argument("--workers", type=whole_number(1), default=2)
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler")
     args = p.parse_args()
     paths = args.logs or sorted(glob.glob(str(TRACES / "*.log*")))

@@ -36,8 +36,11 @@ import numpy as np
 
 import minidtr as md
 from minidtr import sim
+from minidtr.cli_args import floats, names_from, positive_seconds
+from minidtr.sim.cli import heuristic_names
 from minidtr.sim.graph import graph_from_trace
 from minidtr.sim.simulator import baseline
+from minidtr.sim.solver_cli import require_scipy
 from minidtr.sim.sweep import compare_with_optimal, format_rows
 
 
@@ -101,26 +104,32 @@ def record(name: str, directory: str) -> sim.Trace:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--time-limit", type=float, default=60.0)
+    p.add_argument("--time-limit", type=positive_seconds, default=60.0)
     p.add_argument(
         "--fractions",
-        default="0.8,0.6,0.4,0.2,0.0",
-        help="budgets as fractions of the way from one op's needs to the peak",
+        type=floats,
+        default=[0.8, 0.6, 0.4, 0.2, 0.0],
+        help="budgets as fractions of the way from one op's needs to the peak (in [0, 1])",
     )
-    p.add_argument("--heuristics", default="dtr,msps,lru,learned,belady")
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument(
+        "--heuristics", type=heuristic_names, default=["dtr", "msps", "lru", "learned", "belady"]
+    )
+    p.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
     p.add_argument("--keep", metavar="DIR", help="write the traces to DIR and keep them")
     p.add_argument(
         "--markdown", action="store_true", help="one Markdown table of every model, as the docs"
     )
     args = p.parse_args()
-    fractions = [float(r) for r in args.fractions.split(",")]
-    heuristics = args.heuristics.split(",")
+    fractions, heuristics = args.fractions, args.heuristics
+    outside = [f for f in fractions if not 0 <= f <= 1]
+    if outside:
+        p.error(f"--fractions must be in [0, 1], got {outside[0]:g}")
+    require_scipy(p.prog, "the optimal schedule")
     tables = []
     with tempfile.TemporaryDirectory() as scratch:
         directory = args.keep or scratch
         os.makedirs(directory, exist_ok=True)
-        for name in args.models.split(","):
+        for name in args.models:
             trace = record(name, directory)
             graph = graph_from_trace(trace)
             base = baseline(trace)
@@ -142,10 +151,7 @@ def main() -> None:
     if args.markdown:
         print(markdown(tables, heuristics))
     elif args.keep:
-        print(
-            f"\ntraces kept in {args.keep}/: "
-            + ", ".join(f"{m}.log" for m in args.models.split(","))
-        )
+        print(f"\ntraces kept in {args.keep}/: " + ", ".join(f"{m}.log" for m in args.models))
 
 
 LABELS = {

@@ -23,6 +23,7 @@ import sys
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import input_folder, whole_number
 from minidtr.sim.sweep import DEFAULT_HEURISTICS, cell, sweep
 
 RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
@@ -65,8 +66,6 @@ def log_paths(directory: str | None) -> list[pathlib.Path]:
     if directory is None:
         return sim.bundled_traces()
     folder = pathlib.Path(directory)
-    if not folder.is_dir():
-        sys.exit(f"sim_reference_logs: {directory} is not a directory")
     paths = sorted([*folder.glob("*.log"), *folder.glob("*.log.gz")])
     if not paths:
         sys.exit(
@@ -79,8 +78,14 @@ def log_paths(directory: str | None) -> list[pathlib.Path]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("logs", nargs="?", metavar="DIR", help="a folder of logs (default: bundled)")
-    p.add_argument("--jobs", type=int, default=None)
+    p.add_argument(
+        "logs",
+        nargs="?",
+        metavar="DIR",
+        type=input_folder,
+        help="a folder of logs (default: bundled)",
+    )
+    p.add_argument("--jobs", type=whole_number(1), default=None)
     args = p.parse_args()
     try:
         traces = [sim.load_log(path) for path in log_paths(args.logs)]

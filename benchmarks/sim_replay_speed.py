@@ -23,6 +23,8 @@ import numpy as np
 
 import minidtr as md
 from minidtr import sim
+from minidtr.cli_args import input_folder, ratios
+from minidtr.sim.cli import heuristic_name, heuristic_names
 from minidtr.sim.simulator import baseline
 from minidtr.sim.sweep import DEFAULT_HEURISTICS
 
@@ -90,16 +92,25 @@ def measure(trace: sim.Trace, ratios, heuristics) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ratios", default="0.9,0.5,0.3")
-    p.add_argument("--heuristics", default=",".join(DEFAULT_HEURISTICS))
-    p.add_argument("--profile", metavar="HEURISTIC", help="cProfile one replay at ratio 0.5")
-    p.add_argument("--logs", metavar="DIR", help="replay these logs (default: the bundled ones)")
+    p.add_argument("--ratios", type=ratios, default=[0.9, 0.5, 0.3])
+    p.add_argument("--heuristics", type=heuristic_names, default=list(DEFAULT_HEURISTICS))
+    p.add_argument(
+        "--profile",
+        metavar="HEURISTIC",
+        type=heuristic_name,
+        help="cProfile one replay at ratio 0.5",
+    )
+    p.add_argument(
+        "--logs",
+        metavar="DIR",
+        type=input_folder,
+        help="replay these logs (default: the bundled ones)",
+    )
     args = p.parse_args()
-    ratios = [float(r) for r in args.ratios.split(",")]
-    heuristics = args.heuristics.split(",")
+    heuristics = args.heuristics
     with tempfile.TemporaryDirectory() as directory:
         trace = large_trace(directory)
-    measure(trace, ratios, heuristics)
+    measure(trace, args.ratios, heuristics)
     if args.logs:
         folder = pathlib.Path(args.logs)
         paths = sorted([*folder.glob("*.log"), *folder.glob("*.log.gz")])
@@ -108,7 +119,7 @@ def main() -> None:
     else:
         paths = sim.bundled_traces()
     for path in paths:
-        measure(sim.load_log(path), ratios, heuristics)
+        measure(sim.load_log(path), args.ratios, heuristics)
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(sim.simulate, trace, ratio=0.5, heuristic=args.profile)

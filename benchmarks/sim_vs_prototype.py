@@ -25,7 +25,10 @@ from dataclasses import dataclass
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
+from minidtr.cli_args import input_file, ratios, whole_number
 from minidtr.runtime.options import RuntimeOptions
+from minidtr.sim.cli import heuristic_names
+from minidtr.sim.solver_cli import require_scipy
 from minidtr.sim.sweep import sweep
 
 RATIOS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
@@ -113,22 +116,28 @@ def report(cells: list[Cell], lower: dict | None = None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("logs", nargs="*", metavar="LOG", help="traces (default: the bundled ones)")
-    p.add_argument("--heuristics", default=",".join(HEURISTICS))
-    p.add_argument("--ratios", default=",".join(f"{r:g}" for r in RATIOS))
-    p.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument(
+        "logs",
+        nargs="*",
+        metavar="LOG",
+        type=input_file,
+        help="traces (default: the bundled ones)",
+    )
+    p.add_argument("--heuristics", type=heuristic_names, default=list(HEURISTICS))
+    p.add_argument("--ratios", type=ratios, default=list(RATIOS))
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=None, help="processes (default: all cores)"
+    )
     p.add_argument("--bound", action="store_true", help="add the LP lower bound (needs SciPy)")
     args = p.parse_args()
-    try:
-        ratios = [float(r) for r in args.ratios.split(",")]
-    except ValueError:
-        sys.exit(f"sim_vs_prototype: --ratios takes numbers such as 0.5,0.3, got {args.ratios}")
+    if args.bound:
+        require_scipy(p.prog, "--bound")
     try:
         traces = [sim.load_log(path) for path in (args.logs or sim.bundled_traces())]
     except (OSError, sim.TraceError) as e:
         sys.exit(f"sim_vs_prototype: {e}")
-    cells = measure(traces, args.heuristics.split(","), ratios, args.jobs)
-    report(cells, bounds(traces, ratios) if args.bound else None)
+    cells = measure(traces, args.heuristics, args.ratios, args.jobs)
+    report(cells, bounds(traces, args.ratios) if args.bound else None)
 
 
 if __name__ == "__main__":
