@@ -28,7 +28,14 @@ import time
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
 from minidtr import sim
-from minidtr.cli_args import input_path, names_from, positive_seconds, ratios, whole_number
+from minidtr.cli_args import (
+    input_path,
+    names_from,
+    output_folder,
+    positive_seconds,
+    ratios,
+    whole_number,
+)
 from minidtr.models import MODELS, SIZES
 from minidtr.sim.cli import heuristic_names
 from minidtr.sim.simulator import baseline
@@ -104,7 +111,9 @@ def main() -> None:
     )
     p.add_argument("--steps", type=whole_number(1), default=3, help="training steps to record")
     p.add_argument("--size", default="small", choices=SIZES, help="model size to record")
-    p.add_argument("--keep", metavar="DIR", help="record into DIR and keep the logs")
+    p.add_argument(
+        "--keep", metavar="DIR", type=output_folder, help="record into DIR and keep the logs"
+    )
     p.add_argument("--ratios", type=ratios, default=[0.5, 0.4, 0.3, 0.2])
     p.add_argument("--heuristics", type=heuristic_names, default=list(HEURISTICS))
     p.add_argument(

@@ -36,7 +36,7 @@ import numpy as np
 
 import minidtr as md
 from minidtr import sim
-from minidtr.cli_args import floats, names_from, positive_seconds
+from minidtr.cli_args import floats, names_from, output_folder, positive_seconds
 from minidtr.sim.cli import heuristic_names
 from minidtr.sim.graph import graph_from_trace
 from minidtr.sim.simulator import baseline
@@ -115,7 +115,9 @@ def main() -> None:
         "--heuristics", type=heuristic_names, default=["dtr", "msps", "lru", "learned", "belady"]
     )
     p.add_argument("--models", type=names_from(MODELS, "models"), default=list(MODELS))
-    p.add_argument("--keep", metavar="DIR", help="write the traces to DIR and keep them")
+    p.add_argument(
+        "--keep", metavar="DIR", type=output_folder, help="write the traces to DIR and keep them"
+    )
     p.add_argument(
         "--markdown", action="store_true", help="one Markdown table of every model, as the docs"
     )

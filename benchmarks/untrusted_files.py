@@ -25,7 +25,7 @@ import time
 
 import interrupts  # noqa: F401  (Ctrl-C: one line, not a traceback)
 
-from minidtr.cli_args import whole_number
+from minidtr.cli_args import output_folder, whole_number
 
 TRACE_LINE = b'{"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"}\n'
 TRACE_HEAD = (
@@ -74,7 +74,9 @@ def main() -> None:
     parser.add_argument(
         "--line-mb", type=whole_number(1), default=1000, help="MB of the one-line log"
     )
-    parser.add_argument("--keep", metavar="DIR", help="write the files here and keep them")
+    parser.add_argument(
+        "--keep", metavar="DIR", type=output_folder, help="write the files here and keep them"
+    )
     args = parser.parse_args()
     if args.keep:
         os.makedirs(args.keep, exist_ok=True)

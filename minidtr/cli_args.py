@@ -519,6 +519,21 @@ def input_path(text: str) -> str:
     return _readable(text, folder=os.path.isdir(text))
 
 
+def output_folder(text: str) -> str:
+    """An argparse type: a folder to write into, existing or to be made (its nearest
+    existing parent a writable folder); checked before any work."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    existing = os.path.abspath(text)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise argparse.ArgumentTypeError(f"cannot make {text}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {existing}: permission denied")
+    return text
+
+
 def _readable(path: str, folder: bool) -> str:
     problem = unreadable(path, folder)
     if problem is not None:

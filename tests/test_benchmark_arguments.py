@@ -44,6 +44,7 @@ def test_the_thread_count_is_set_before_numpy_is_imported(script):
 
 
 MISSING = "/nonexistent/minidtr-missing"  # a path that does not exist
+A_FILE = str(ROOT / "README.md")  # a file where a folder is wanted
 # (script, arguments, what the one error line names): one bad value each, that the script
 # took before (a traceback, a run of nothing, a run past the range its figures mean)
 CASES = [
@@ -84,6 +85,9 @@ CASES = [
     ("wall_vs_cost.py", ["--ratios", "0"], "--ratios"),
     ("window_decision.py", ["--blocks", "1"], "--blocks"),
     ("worst_cases.py", ["--heuristics", "nope"], "--heuristics"),
+    ("sim_optimal.py", ["--keep", A_FILE], "--keep"),
+    ("sim_clairvoyant.py", ["--keep", f"{A_FILE}/traces"], "--keep"),
+    ("untrusted_files.py", ["--keep", A_FILE], "--keep"),
 ]
 # (script, arguments, module hidden from it, what the one line asks to install)
 WITHOUT = [
