@@ -67,6 +67,8 @@ def test_chen_sqrt_n_counts():
         (chen_schedule, (3, -1), "3 and -1"),  # returned []
         (chen_schedule, (5, 0), "5 and 0"),  # used the default segment
         (chen_schedule, (0,), "got 0"),
+        (run_schedule, (0, []), "got 0"),
+        (run_schedule, (3, [], 0), "3 and 0"),
     ],
 )
 def test_chain_functions_refuse_what_is_not_a_chain(function, args, got):

@@ -172,6 +172,7 @@ class ChainRun:
 def run_schedule(length: int, actions: list[Action], slots: int | None = None) -> ChainRun:
     """Execute a schedule, checking that every adjoint runs in order on the right state
     and that at most ``slots`` states are stored; count the forward steps."""
+    _check_counts("run_schedule", length=length, **({} if slots is None else {"slots": slots}))
     stored = {0}
     current = 0
     forward = 0
