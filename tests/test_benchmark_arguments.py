@@ -88,6 +88,7 @@ CASES = [
     ("sim_optimal.py", ["--keep", A_FILE], "--keep"),
     ("sim_clairvoyant.py", ["--keep", f"{A_FILE}/traces"], "--keep"),
     ("untrusted_files.py", ["--keep", A_FILE], "--keep"),
+    ("ctrl_c.py", ["--runs", "0"], "--runs"),
 ]
 # (script, arguments, module hidden from it, what the one line asks to install)
 WITHOUT = [
