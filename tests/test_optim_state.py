@@ -156,6 +156,36 @@ def test_a_setting_set_in_a_group_is_checked_as_in_the_constructor():
     assert adam.betas == (0.8, 0.9)
 
 
+def test_pytorchs_options_load_at_the_value_that_changes_nothing_and_are_refused_at_others():
+    """Every torch.optim state dict carries maximize, foreach, dampening or amsgrad...: at
+    their defaults they are kept; at another value (which minidtr's update would ignore,
+    stepping the wrong way for maximize=True) they are refused, loaded or set."""
+    model = make_model()
+    for opt, own in (
+        (optim.SGD(model.parameters(), lr=0.1), {"dampening": 0}),
+        (optim.AdamW(model.parameters()), {"amsgrad": False}),
+    ):
+        neutral = {"maximize": False, "foreach": None, "differentiable": False, "fused": None}
+        neutral |= {"capturable": False, **own}
+        saved = opt.state_dict()
+        saved["param_groups"][0].update(neutral)
+        opt.load_state_dict(saved)
+        assert {k: opt.param_groups[0][k] for k in neutral} == neutral
+        name = type(opt).__name__
+        for key, value in (("maximize", True), ("foreach", False), *((k, 0.5) for k in own)):
+            saved["param_groups"][0][key] = value
+            message = f"{name}: PyTorch's option {key}={value} is not supported"
+            with pytest.raises(ValueError, match=message):
+                opt.load_state_dict(saved)
+            with pytest.raises(ValueError, match=message):
+                opt.param_groups[0][key] = value
+            saved["param_groups"][0][key] = neutral[key]
+            assert opt.param_groups[0][key] == neutral[key]
+    with pytest.raises(ValueError, match="SGD: PyTorch's option maximize=1 is not supported"):
+        optim.SGD([{"params": model.parameters(), "maximize": 1}], lr=0.1)
+    assert optim.SGD([{"params": model.parameters(), "dampening": 0.0}], lr=0.1)
+
+
 def test_bad_param_groups_are_refused_naming_the_group():
     model = make_model()
     w, b = model.parameters()[:2]

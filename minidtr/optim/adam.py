@@ -36,6 +36,7 @@ class Adam(Optimizer):
     eps = Hyperparameter()
     weight_decay = Hyperparameter()
     decoupled_weight_decay = Flag()
+    neutral_options = {**Optimizer.neutral_options, "amsgrad": False}
 
     def __init__(
         self,

@@ -92,11 +92,24 @@ class Flag(Hyperparameter):
         return bool(value)
 
 
+def is_neutral(value: Any, neutral: Any) -> bool:
+    """Whether ``value`` is PyTorch's option at the value that changes nothing (False,
+    None or 0, as ``neutral``; True and 1, or 0 and False, are not taken for each other)."""
+    if neutral is None:
+        return value is None
+    if isinstance(neutral, bool):
+        return isinstance(value, bool | np.bool_) and not value
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == neutral
+
+
 class ParamGroup(dict):
     """One of ``optimizer.param_groups``, as PyTorch's: its parameters (``"params"``, a
     tuple fixed when the optimizer is made) and its settings, each checked by the
-    optimizer's ``Hyperparameter`` of that name whenever it is set. Other keys (a
-    scheduler's ``"initial_lr"``) are kept as given."""
+    optimizer's ``Hyperparameter`` of that name whenever it is set. PyTorch's options
+    that minidtr does not run (``maximize``, ``dampening``...: the optimizer's
+    ``neutral_options``) are kept at the value that changes nothing and refused at any
+    other, so a ``torch.optim`` state dict loads and one that asks for more does not.
+    Other keys (a scheduler's ``"initial_lr"``) are kept as given, as PyTorch keeps them."""
 
     def __init__(self, kind: type, settings: Mapping[str, Any]):
         super().__init__()
@@ -113,6 +126,12 @@ class ParamGroup(dict):
         rule = getattr(self.kind, key, None) if isinstance(key, str) else None
         if isinstance(rule, Hyperparameter):
             value = rule.check(self.kind.__name__, value)
+        neutral_options = getattr(self.kind, "neutral_options", {})
+        if key in neutral_options and not is_neutral(value, neutral_options[key]):
+            raise ValueError(
+                f"{self.kind.__name__}: PyTorch's option {key}={value!r} is not supported "
+                f"(minidtr runs {key}={neutral_options[key]!r} only)"
+            )
         super().__setitem__(key, value)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -163,6 +182,14 @@ class Optimizer:
     order (each group's parameters in turn)."""
 
     lr = Hyperparameter()
+    # PyTorch's options that minidtr runs at one value only, the one that changes nothing
+    neutral_options: Mapping[str, Any] = {
+        "maximize": False,
+        "foreach": None,
+        "capturable": False,
+        "differentiable": False,
+        "fused": None,
+    }
 
     def __init__(self, params: Iterable[Any], defaults: Mapping[str, Any]):
         self.param_groups = self._make_groups(params, defaults)
@@ -194,7 +221,11 @@ class Optimizer:
                     f"{name}: params must be Tensors or dicts with 'params', as "
                     f"[{{'params': [...], 'lr': 0.01}}, ...]; item {g} is {type(spec).__name__}"
                 )
-            unknown = [k for k in spec if k != "params" and k not in defaults]
+            unknown = [
+                k
+                for k in spec
+                if k != "params" and k not in defaults and k not in self.neutral_options
+            ]
             if unknown:
                 raise ValueError(
                     f"{name}: param group {g} sets {unknown}, not a setting of {name} "

@@ -21,6 +21,7 @@ class SGD(Optimizer):
     momentum = Hyperparameter()
     weight_decay = Hyperparameter()
     nesterov = Flag()
+    neutral_options = {**Optimizer.neutral_options, "dampening": 0}
 
     def __init__(
         self,
