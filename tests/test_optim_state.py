@@ -206,6 +206,69 @@ def test_bad_param_groups_are_refused_naming_the_group():
     assert single.params == [w]
 
 
+def test_param_groups_are_changed_only_through_checks():
+    """``group |= {...}`` is checked as ``group[key] = ...``; a group is not replaced,
+    removed or appended (which step() skipped while state_dict() listed it): it is added
+    with add_param_group."""
+    model = make_model()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    groups = opt.param_groups
+    with pytest.raises(ValueError, match="SGD: lr must be >= 0 and finite, got nan"):
+        groups[0] |= {"lr": float("nan")}
+    groups[0] |= {"lr": 0.2}
+    assert opt.lr == 0.2 and groups is opt.param_groups
+    with pytest.raises(TypeError, match="SGD: a param group's 'lr' cannot be removed"):
+        del groups[0]["lr"]
+    refused = "SGD.param_groups: add a group with opt.add_param_group"
+    extra = md.nn.init.parameter(np.ones(2), md.float64)
+    for change in (
+        lambda: groups.__setitem__(0, {**groups[0], "lr": float("nan")}),
+        lambda: groups.append({"params": [extra], "lr": 0.5}),
+        lambda: groups.extend([{"params": [extra]}]),
+        lambda: groups.pop(),
+        lambda: pickle.loads(pickle.dumps(opt)).param_groups.insert(0, {"params": [extra]}),
+    ):
+        with pytest.raises(TypeError, match=refused):
+            change()
+    assert len(groups) == 1 and opt.lr == 0.2
+
+
+@pytest.mark.parametrize("name, options", OPTIMIZERS)
+def test_add_param_group_trains_the_new_parameters_as_torch(name, options):
+    """Parameters added after a first step are updated from then on, with the group's
+    settings over the constructor's; bad groups are refused as in the constructor."""
+    model = make_model()
+    params = model.parameters()
+    opt = getattr(optim, name)(params[0::2], **options)
+    with pytest.raises(ValueError, match=r"param group 1's params\[0\] is in an earlier"):
+        opt.add_param_group({"params": params[2:]})
+    with pytest.raises(ValueError, match="param group 1 sets \\['lrate'\\], not a setting"):
+        opt.add_param_group({"params": params[1::2], "lrate": 0.5})
+    if name == "SGD":
+        with pytest.raises(
+            ValueError, match=r"nesterov=True needs a momentum above 0 \(param group 1"
+        ):
+            opt.add_param_group({"params": params[1::2], "momentum": 0.0, "nesterov": True})
+    assert len(opt.param_groups) == 1 and len(opt.params) == 2
+    losses = [train_step(model, opt, 0)]
+    opt.add_param_group({"params": params[1::2], "lr": 0.02})
+    losses += [train_step(model, opt, step) for step in (1, 2)]
+    assert [len(g["params"]) for g in opt.state_dict()["param_groups"]] == [2, 2]
+    assert sorted(opt.state_dict()["state"]) == [0, 1, 2, 3]
+    if not HAS_TORCH:
+        return
+    import torch
+
+    twin = torch_twin(make_model())
+    theirs = list(twin.parameters())
+    ref = getattr(torch.optim, name)(theirs[0::2], **options)
+    expected = [torch_step(twin, ref, 0)]
+    ref.add_param_group({"params": theirs[1::2], "lr": 0.02})
+    expected += [torch_step(twin, ref, step) for step in (1, 2)]
+    assert losses == pytest.approx(expected, 1e-12)
+    assert_same_parameters(model, twin, "after add_param_group")
+
+
 def test_an_optimizer_pickled_before_param_groups_loads_with_its_settings():
     """Its settings were attributes then (lr, momentum...); they become its one group's."""
     model = make_model()

@@ -60,6 +60,11 @@ class Adam(Optimizer):
         self.exp_avg: list[Tensor | None] = [None] * len(self.params)
         self.exp_avg_sq: list[Tensor | None] = [None] * len(self.params)
 
+    def add_param_state(self, count: int) -> None:
+        self.param_steps += [0] * count
+        self.exp_avg += [None] * count
+        self.exp_avg_sq += [None] * count
+
     def __setstate__(self, state: dict) -> None:  # a checkpoint from before AdamW
         super().__setstate__(state)
         for group in self.param_groups:

@@ -138,13 +138,62 @@ class ParamGroup(dict):
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 
+    def __ior__(self, other: Mapping[str, Any]) -> ParamGroup:
+        self.update(other)
+        return self
+
     def setdefault(self, key: str, default: Any = None) -> Any:
         if key not in self:
             self[key] = default
         return self[key]
 
+    def __delitem__(self, key: str) -> None:
+        self.pop(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key == "params" or isinstance(getattr(self.kind, str(key), None), Hyperparameter):
+            raise TypeError(
+                f"{self.kind.__name__}: a param group's {key!r} cannot be removed (set it instead)"
+            )
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        raise TypeError(f"{self.kind.__name__}: a param group's settings cannot be removed")
+
+    def clear(self) -> None:
+        self.popitem()
+
     def __reduce__(self):
         return (ParamGroup, (self.kind, dict(self)))
+
+
+class ParamGroups(list):
+    """``optimizer.param_groups``: a list of ``ParamGroup``s that only
+    ``Optimizer.add_param_group`` adds to (as PyTorch's, which checks the group and
+    makes its parameters part of every step; a group appended or put in a group's
+    place would be listed by ``state_dict`` and skipped by ``step``, its settings
+    unchecked)."""
+
+    def __init__(self, kind: type, groups: Iterable[ParamGroup] = ()):
+        super().__init__(groups)
+        self.kind = kind
+
+    def refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            f"{self.kind.__name__}.param_groups: add a group with "
+            "opt.add_param_group({'params': [...], ...}) and set a group's settings in "
+            "place (param_groups[0]['lr'] = 0.01); groups are not replaced or removed"
+        )
+
+    def __setitem__(self, index: Any, group: Any) -> None:
+        if not (isinstance(index, int) and group is self[index]):  # (``groups[0] |= {...}``
+            self.refuse()  # puts the group it changed back in its place)
+
+    __delitem__ = __iadd__ = __imul__ = refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = refuse
+
+    def __reduce__(self):
+        return (ParamGroups, (self.kind, list(self)))
 
 
 def update_groups(params: list[Tensor]) -> list[list[int]]:
@@ -192,7 +241,8 @@ class Optimizer:
     }
 
     def __init__(self, params: Iterable[Any], defaults: Mapping[str, Any]):
-        self.param_groups = self._make_groups(params, defaults)
+        self.defaults = dict(defaults)  # a group's settings unless it sets its own
+        self.param_groups = ParamGroups(type(self), self._make_groups(params))
         self.params = [p for group in self.param_groups for p in group["params"]]
         self.group_of = [g for g, group in enumerate(self.param_groups) for _ in group["params"]]
         self.groups = self._update_groups()
@@ -200,7 +250,7 @@ class Optimizer:
         # stopped part-way: the step run again skips it while that gradient is the same
         self.stopped_step: dict[int, Tensor] = {}
 
-    def _make_groups(self, params: Iterable[Any], defaults: Mapping[str, Any]) -> list:
+    def _make_groups(self, params: Iterable[Any]) -> list[ParamGroup]:
         """The param groups: one of ``params`` (Tensors), or one per dict of ``params``
         (PyTorch's ``[{"params": [...], "lr": 0.01}, ...]``), each dict's settings over
         ``defaults``."""
@@ -214,35 +264,58 @@ class Optimizer:
         if not items:
             raise ValueError(f"{name}: got an empty parameter list")
         specs = items if isinstance(items[0], Mapping) else [{"params": items}]
-        groups, seen = [], set()
-        for g, spec in enumerate(specs):
-            if not isinstance(spec, Mapping) or "params" not in spec:
-                raise TypeError(
-                    f"{name}: params must be Tensors or dicts with 'params', as "
-                    f"[{{'params': [...], 'lr': 0.01}}, ...]; item {g} is {type(spec).__name__}"
-                )
-            unknown = [
-                k
-                for k in spec
-                if k != "params" and k not in defaults and k not in self.neutral_options
-            ]
-            if unknown:
-                raise ValueError(
-                    f"{name}: param group {g} sets {unknown}, not a setting of {name} "
-                    f"(its settings: {', '.join(defaults)})"
-                )
-            where = f"param group {g}'s params" if len(specs) > 1 else "params"
-            group_params = self._check_params(spec["params"], where)
-            shared = [i for i, p in enumerate(group_params) if id(p) in seen]
-            if shared:
-                raise ValueError(
-                    f"{name}: {where}[{shared[0]}] is in an earlier param group too; "
-                    "each parameter belongs to one group"
-                )
-            seen.update(id(p) for p in group_params)
-            settings = {**defaults, **spec, "params": tuple(group_params)}
-            groups.append(ParamGroup(type(self), settings))
-        return groups
+        seen: set[int] = set()
+        return [self._make_group(spec, g, len(specs) > 1, seen) for g, spec in enumerate(specs)]
+
+    def _make_group(self, spec: Any, g: int, several: bool, seen: set[int]) -> ParamGroup:
+        """Param group ``g`` of ``spec`` (a dict with ``"params"``), its parameters in no
+        group yet (``seen``, their ids, to which it adds them)."""
+        name, defaults = type(self).__name__, self.defaults
+        if not isinstance(spec, Mapping) or "params" not in spec:
+            raise TypeError(
+                f"{name}: params must be Tensors or dicts with 'params', as "
+                f"[{{'params': [...], 'lr': 0.01}}, ...]; item {g} is {type(spec).__name__}"
+            )
+        unknown = [
+            k for k in spec if k != "params" and k not in defaults and k not in self.neutral_options
+        ]
+        if unknown:
+            raise ValueError(
+                f"{name}: param group {g} sets {unknown}, not a setting of {name} "
+                f"(its settings: {', '.join(defaults)})"
+            )
+        where = f"param group {g}'s params" if several else "params"
+        group_params = self._check_params(spec["params"], where)
+        shared = [i for i, p in enumerate(group_params) if id(p) in seen]
+        if shared:
+            raise ValueError(
+                f"{name}: {where}[{shared[0]}] is in an earlier param group too; "
+                "each parameter belongs to one group"
+            )
+        group = ParamGroup(type(self), {**defaults, **spec, "params": tuple(group_params)})
+        self.check_group(group, f" (param group {g})" if several else "")
+        seen.update(id(p) for p in group_params)
+        return group
+
+    def check_group(self, group: ParamGroup, where: str) -> None:
+        """Refuse settings of a new param group that are wrong together (``where`` names
+        the group when there are several)."""
+
+    def add_param_group(self, param_group: Mapping[str, Any]) -> None:
+        """Add a param group, as PyTorch's: ``{"params": [...]}`` and its own settings
+        (the constructor's for the rest, ``defaults``), its parameters in no group yet; the
+        next step updates them too, from no state."""
+        seen = {id(p) for p in self.params}
+        group = self._make_group(param_group, len(self.param_groups), True, seen)
+        list.append(self.param_groups, group)
+        self.params += group["params"]
+        self.group_of += [len(self.param_groups) - 1] * len(group["params"])
+        self.add_param_state(len(group["params"]))
+        self.groups = self._update_groups()
+
+    def add_param_state(self, count: int) -> None:
+        """Room for the state of ``count`` parameters just added (none before their first
+        step)."""
 
     def _check_params(self, params: Iterable[Any], where: str) -> list[Tensor]:
         name = type(self).__name__
@@ -284,7 +357,8 @@ class Optimizer:
 
     def __setstate__(self, state: dict) -> None:
         """A checkpoint from before param groups kept its settings as attributes (and one
-        from before ``stopped_step`` had none)."""
+        from before ``stopped_step`` had none; one from before ``defaults``, its first
+        group's settings stand for them)."""
         if "param_groups" not in state:
             kind = type(self)
             settings = {
@@ -296,6 +370,9 @@ class Optimizer:
                 ParamGroup(kind, {**settings, "params": tuple(state["params"])})
             ]
             state["group_of"] = [0] * len(state["params"])
+        state["param_groups"] = ParamGroups(type(self), state["param_groups"])
+        first = state["param_groups"][0]
+        state.setdefault("defaults", {k: v for k, v in first.items() if k != "params"})
         self.__dict__.update(state)
         self.__dict__.setdefault("stopped_step", {})
 
@@ -416,7 +493,7 @@ class Optimizer:
             states[ours[saved_id]] = self.checked_state(ours[saved_id], values)
         for index in range(len(self.params)):
             self.load_param_state(index, states.get(index, {}))
-        self.param_groups = groups
+        self.param_groups = ParamGroups(type(self), groups)
         self.stopped_step.clear()
 
     def checked_state(self, index: int, values: Mapping[str, Any]) -> dict[str, Any]:

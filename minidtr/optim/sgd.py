@@ -9,7 +9,7 @@ from typing import Any
 from ..ops.op import apply
 from ..tensor import Tensor
 from .fused import SGDUpdate
-from .optimizer import Flag, Hyperparameter, Optimizer
+from .optimizer import Flag, Hyperparameter, Optimizer, ParamGroup
 
 
 class SGD(Optimizer):
@@ -33,11 +33,14 @@ class SGD(Optimizer):
     ):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
         super().__init__(params, defaults)
-        for g, group in enumerate(self.param_groups):
-            if group["nesterov"] and not group["momentum"]:
-                where = f" (param group {g})" if len(self.param_groups) > 1 else ""
-                raise ValueError(f"SGD: nesterov=True needs a momentum above 0{where}")
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
+
+    def check_group(self, group: ParamGroup, where: str) -> None:
+        if group["nesterov"] and not group["momentum"]:
+            raise ValueError(f"SGD: nesterov=True needs a momentum above 0{where}")
+
+    def add_param_state(self, count: int) -> None:
+        self.momentum_buffers += [None] * count
 
     def __setstate__(self, state: dict) -> None:  # a checkpoint from before nesterov
         super().__setstate__(state)
