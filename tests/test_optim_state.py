@@ -380,6 +380,13 @@ def test_a_bad_state_dict_is_refused_and_changes_nothing():
             r"parameter 1's 'exp_avg' is \(3,\) float64, the parameter \(6,\) float64"),
         "a state name missing": (changed(a=lambda sd: sd["state"][2].pop("exp_avg_sq")),
                                  r"parameter 2's state has \['exp_avg', 'step'\], expected"),
+        "a step that is not a whole number": (
+            changed(a=lambda sd: sd["state"][0].update(step=2.5)),
+            r"parameter 0's step must be a whole number >= 1, got 2.5"),
+        "a step of True": (changed(a=lambda sd: sd["state"][0].update(step=True)),
+                           "parameter 0's step must be a whole number >= 1, got True"),
+        "a step of 0": (changed(a=lambda sd: sd["state"][0].update(step=np.float32(0.0))),
+                        "parameter 0's step must be a whole number >= 1, got 0.0"),
         "an unknown parameter": (changed(a=lambda sd: sd["state"].update({7: sd["state"][0]})),
                                  "state for parameter 7, which no param group has"),
         "not a state dict": ({"state": {}}, "expects a dict with 'state' and 'param_groups'"),

@@ -508,13 +508,15 @@ class Optimizer:
             )
         out: dict[str, Any] = {}
         for key, value in values.items():
-            if key == "step":
-                step = int(value.item() if hasattr(value, "item") else value)
-                if step < 1:
+            if key == "step":  # an int, or PyTorch's float tensor of a whole number
+                step = value.item() if hasattr(value, "item") else value
+                whole = isinstance(step, numbers.Real) and not isinstance(step, bool | np.bool_)
+                if not (whole and float(step).is_integer() and step >= 1):
                     raise ValueError(
-                        f"{name}.load_state_dict: parameter {index}'s step must be >= 1, got {step}"
+                        f"{name}.load_state_dict: parameter {index}'s step must be a whole "
+                        f"number >= 1, got {step!r}"
                     )
-                out[key] = step
+                out[key] = int(step)
                 continue
             array = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
             if array.shape != p.shape or array.dtype.kind not in "biuf":
