@@ -354,6 +354,21 @@ def test_split_axis_out_of_range():
         md.split(md.zeros((2, 4)), 2, axis=2)
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x: x.max(dim=0), "max: axis 0"),
+        (lambda x: x.min(dim=-1), "min: axis -1"),
+        (lambda x: x.squeeze(0), "squeeze: axis 0"),
+        (lambda x: x.sum(dim=0), "sum: axis 0"),
+    ],
+)
+def test_an_axis_of_a_0d_tensor_is_out_of_range_for_0_dimensions(call, message):
+    """Not 'for shape () (valid: 0..-1)', an empty range written backwards."""
+    with pytest.raises(md.ShapeError, match=f"{message} is out of range for 0 dimensions"):
+        call(md.tensor(5.0))
+
+
 @pytest.mark.parametrize("dtype", [md.int64, md.int32, md.bool_])
 def test_requires_grad_is_only_for_floats(dtype):
     with pytest.raises(TypeError, match="floating-point"):

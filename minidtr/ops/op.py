@@ -348,6 +348,8 @@ def axis_in_range(op_name: str, axis, ndim: int, shape: tuple[int, ...]) -> int:
     """``axis`` as a non-negative int below ``ndim`` (NumPy's range: -ndim <= axis < ndim)."""
     if not isinstance(axis, int | np.integer) or isinstance(axis, bool):
         raise TypeError(f"{op_name}: axis must be an int, got {type(axis).__name__}")
+    if not ndim:
+        raise ShapeError(f"{op_name}: axis {axis} is out of range for 0 dimensions (shape ())")
     if not -ndim <= axis < ndim:
         raise ShapeError(
             f"{op_name}: axis {axis} is out of range for shape {shape} (valid: {-ndim}..{ndim - 1})"
