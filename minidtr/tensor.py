@@ -396,11 +396,11 @@ class Tensor:
     # is the op itself, bound in ops/__init__.py, as the operators are
 
     def reshape(self, *shape) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
-            shape = tuple(shape[0])
-        return F.reshape(self, shape)
+        return F.shape.reshaped(self, shape)
 
-    view = reshape  # values never change in place, so PyTorch's view is a reshape here
+    def view(self, *shape) -> Tensor:
+        """PyTorch's view: a reshape here, as values never change in place."""
+        return F.shape.reshaped(self, shape, "view")
 
     def transpose(self, *axes) -> Tensor:
         """NumPy's: ``axes`` a permutation of all the axes (none: reversed). Two axes that

@@ -500,6 +500,12 @@ def test_bad_axes_and_shapes_name_the_op():
         md.softmax(md.zeros(3), axis=0.5)
     with pytest.raises(TypeError, match="reshape: the shape must be ints"):
         md.reshape(md.zeros(4), (2.0, 2))
+    with pytest.raises(TypeError, match=r"^view: the shape must be ints, got \(2.0, 3\)"):
+        md.zeros(2, 3).view(2.0, 3)
+    with pytest.raises(ValueError, match=r"^view: cannot reshape \(2, 3\) \(6 elements\) into"):
+        md.zeros(2, 3).view(4, 2)
+    with pytest.raises(ValueError, match=r"^reshape: cannot reshape \(2, 3\) \(6 elements\)"):
+        md.zeros(2, 3).reshape([4, 2])
     with pytest.raises(TypeError, match="split: sections must be a non-empty list of ints"):
         md.split(md.zeros(4), [1.5, 2.5])
     with pytest.raises(TypeError, match="iteration over a 0-d tensor"):

@@ -391,19 +391,26 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
 
 def reshape(x: Tensor, shape) -> Tensor:
     expect_tensor("reshape", x)
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    return reshaped(x, (shape,) if isinstance(shape, int | np.integer) else tuple(shape))
+
+
+def reshaped(x: Tensor, shape: tuple, op_name: str = "reshape") -> Tensor:
+    """``x`` in ``shape`` (dims, or one tuple or list of them, as ``x.reshape`` takes),
+    its errors naming ``op_name`` (``x.view`` is a reshape too)."""
+    if len(shape) == 1 and isinstance(shape[0], tuple | list):
+        shape = tuple(shape[0])
     if not all(isinstance(d, int | np.integer) and not isinstance(d, bool) for d in shape):
-        raise TypeError(f"reshape: the shape must be ints, got {shape!r}")
+        raise TypeError(f"{op_name}: the shape must be ints, got {shape!r}")
     shape = tuple(int(d) for d in shape)
     if shape.count(-1) > 1:
-        raise ValueError(f"reshape: at most one -1 in {shape}")
+        raise ValueError(f"{op_name}: at most one -1 in {shape}")
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
         if known == 0 or x.size % known:
-            raise ValueError(f"reshape: cannot reshape {x.shape} into {shape}")
+            raise ValueError(f"{op_name}: cannot reshape {x.shape} into {shape}")
         shape = tuple(x.size // known if d == -1 else d for d in shape)
     if math.prod(shape) != x.size or any(d < 0 for d in shape):
-        raise ValueError(f"reshape: cannot reshape {x.shape} ({x.size} elements) into {shape}")
+        raise ValueError(f"{op_name}: cannot reshape {x.shape} ({x.size} elements) into {shape}")
     if shape == x.shape:
         return x
     if not x.cell.contiguous:
