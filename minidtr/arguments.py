@@ -30,15 +30,18 @@ def checked_dtype(dtype, where: str) -> np.dtype:
     return dtype
 
 
-def array_module(device, where: str):
-    """The array module of ``device`` (``backend.xp_for``), an unknown device named as
-    ``where``'s argument."""
+def checked_device(device, where: str) -> str:
+    """``device`` if its array module imports (``backend.xp_for``), an unknown device named
+    as ``where``'s argument; None is "cpu", PyTorch's default device (a layer made with
+    ``device=None`` by the ``factory_kwargs`` idiom)."""
+    device = "cpu" if device is None else device
     try:
-        return backend.xp_for(device)
+        backend.xp_for(device)
     except ValueError:
         raise ValueError(
-            f"{where}: device must be one of {backend.DEVICES}, got {device!r}"
+            f"{where}: device must be one of {backend.DEVICES} (None: cpu), got {device!r}"
         ) from None
+    return device
 
 
 def shape_of(shape, where: str) -> tuple[int, ...]:

@@ -22,8 +22,8 @@ import numpy as np
 from . import backend
 from .arguments import (
     DEFAULT_DTYPE,
-    array_module,
     check_integer_fill,
+    checked_device,
     checked_dtype,
     python_data,
     shape_of,
@@ -482,7 +482,8 @@ def tensor(data: Any, dtype=None, requires_grad: bool = False, device: str = "cp
     try:
         xp = backend.xp_for(device)  # (array_module's call costs each scalar operand a frame)
     except ValueError:
-        xp = array_module(device, "tensor()")
+        device = checked_device(device, "tensor()")
+        xp = backend.xp_for(device)
     source = backend.to_host(data) if device == "cpu" and backend.is_device_array(data) else data
     array_like = type(source) is not np.ndarray and hasattr(source, "__array__")
     if array_like and not backend.is_device_array(source):  # a PyTorch tensor, say
@@ -518,7 +519,8 @@ def _filled(shape, value, dtype, requires_grad: bool, device: str, where: str) -
         raise TypeError(f"{where}: only floating-point tensors can require grad, not {dtype}")
     if dtype.kind in "iu" and not isinstance(value, bool | np.bool_):
         check_integer_fill(where, value, dtype)
-    xp = array_module(device, where)
+    device = checked_device(device, where)
+    xp = backend.xp_for(device)
     return constant(lambda: xp.full(shape, value, dtype=dtype), shape, dtype, device, requires_grad)
 
 
@@ -559,7 +561,8 @@ def arange(start, stop=None, step=1, dtype=None, device: str = "cpu") -> Tensor:
     dtype = checked_dtype(dtype, "arange")
     steps = -(-(stop - start) // step) if integral else math.ceil((stop - start) / step)
     n = max(0, int(steps))  # (a Python int: NumPy integers gave a shape of np.int64)
-    xp = array_module(device, "arange")
+    device = checked_device(device, "arange")
+    xp = backend.xp_for(device)
     if integral and dtype.kind in "iu":
         return constant(lambda: xp.arange(start, stop, step, dtype=dtype), (n,), dtype, device)
     return constant(

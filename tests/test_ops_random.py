@@ -234,7 +234,7 @@ def test_random_argument_errors():
         (lambda: md.dropout(md.ones(3), 0.5, seed="x"), TypeError, "dropout: seed must be an int"),
         (lambda: md.dropout(md.ones(3), "x"), TypeError, "dropout: p must be a number"),
         (lambda: md.tensor([1.0], device="gpu"), ValueError, r"tensor\(\): device must be"),
-        (lambda: md.zeros(3, device=None), ValueError, "zeros: device must be one of"),
+        (lambda: md.zeros(3, device="gpu"), ValueError, r"zeros: device must be one of .*'gpu'"),
         (lambda: md.ones(None), TypeError, "ones: shape must be non-negative ints"),
         (lambda: md.full(2, "x"), TypeError, "full: value must be a number"),
         (lambda: md.arange(3, device="tpu"), ValueError, "arange: device must be one of"),
@@ -270,6 +270,24 @@ def test_seeds_of_every_valid_kind_still_work():
     assert md.zeros(np.array([2, 3])).shape == (2, 3)
     assert md.nn.Linear(2, 3, rng=np.random.default_rng(1)).weight.shape == (3, 2)
     assert md.nn.LSTMCell(2, 0).weight_hh.shape == (0, 0)
+
+
+def test_device_none_is_the_cpu_as_in_pytorch():
+    """``device=None`` is PyTorch's default device (the ``factory_kwargs`` idiom passes
+    it to every layer); it was refused."""
+    made = [
+        md.zeros(3, device=None),
+        md.full(2, 1.0, device=None),
+        md.tensor([1.0], device=None),
+        md.arange(3, device=None),
+        md.randn(2, device=None),
+        md.nn.init.parameter(np.ones(2), device=None),
+        md.nn.Linear(2, 3, device=None).weight,
+        md.nn.BatchNorm2d(2, device=None).running_var,
+        md.nn.LSTMCell(2, 3, device=None).weight_ih,
+    ]
+    assert [t.device for t in made] == ["cpu"] * len(made)
+    assert (md.nn.Linear(2, 3, device=None).weight + md.ones(3, 2)).device == "cpu"
 
 
 @pytest.mark.parametrize("name", ["zeros", "ones", "randn", "rand"])

@@ -17,7 +17,7 @@ from .. import backend
 from ..arguments import shape_of
 from ..ops.op import expect_number
 from ..ops.random import checked_seed, default_generator
-from ..tensor import DEFAULT_DTYPE, Tensor, array_module, checked_dtype, constant
+from ..tensor import DEFAULT_DTYPE, Tensor, checked_device, checked_dtype, constant
 
 Rng = np.random.Generator | int | None
 
@@ -48,7 +48,7 @@ def layer_options(where: str, dtype, device: str, **sizes) -> np.dtype:
     dtype = checked_dtype(dtype, where)
     if dtype.kind != "f":
         raise TypeError(f"{where}: parameters are floating-point, so dtype cannot be {dtype}")
-    array_module(device, where)
+    checked_device(device, where)
     return dtype
 
 
@@ -64,6 +64,7 @@ def parameter(
     if requires_grad and dtype.kind != "f":
         raise TypeError(f"parameter: only floating-point tensors can require grad, not {dtype}")
     host = np.asarray(array)
+    device = checked_device(device, "parameter")
     xp = backend.xp_for(device)
     return constant(
         lambda: xp.array(host, dtype=dtype, copy=True, order="C"),

@@ -15,7 +15,7 @@ import numpy as np
 from .. import backend
 from ..arguments import size_of
 from ..runtime.storage import Cell
-from ..tensor import Tensor, array_module, checked_dtype
+from ..tensor import Tensor, checked_device, checked_dtype
 from .op import FLOATS, DTypeError, Op, apply, expect_tensor, float_dtype, numel
 
 _default = np.random.default_rng(0)
@@ -150,7 +150,7 @@ def _random(name: str, shape, dtype, seed, requires_grad: bool, device: str) -> 
     dtype = checked_dtype(np.float32 if dtype is None else dtype, name)
     if dtype not in FLOATS:
         raise DTypeError(f"{name}: dtype must be floating point, got {dtype}")
-    array_module(device, name)
+    device = checked_device(device, name)
     op = RandomFill(name, shape, dtype, next_seed(seed, name))
     out = apply(op, device=device)
     out.requires_grad = requires_grad
