@@ -28,7 +28,9 @@ PARAMETER, BUFFER, MODULE = "parameter", "buffer", "module"
 def Parameter(data: Tensor | None = None, requires_grad: bool = True) -> Tensor:
     """PyTorch's ``nn.Parameter(data)``: a leaf tensor over ``data``'s value (shared, as
     there: values never change in place) that requires grad, so that a Module it is
-    assigned to registers it as a parameter. No data: an empty float32 tensor.
+    assigned to registers it as a parameter (``requires_grad=False`` is refused: a
+    tensor kept but not trained is a buffer, ``register_buffer``). No data: an empty
+    float32 tensor.
 
     A tensor is a parameter here by being a leaf that requires grad; there is no
     Parameter class (``isinstance`` cannot test for one), and a parameter that is not
