@@ -140,49 +140,17 @@ def test_a_second_ctrl_c_raises_at_once_wherever_it_lands(fresh_allocator):
         assert not interrupts.pending()
 
 
-# A training loop under a budget, interrupted by a real SIGINT at random moments: each run
-# must stop within seconds with the allocator's counts exact (Python's own handler left a
-# miscounted byte, a busy allocator or a swallowed Ctrl-C in about 1 run of 8).
-LOOP = """
-import gc, signal, sys
-import numpy as np
-import minidtr as md
-from minidtr.runtime import allocator_for
-from minidtr.runtime.storage import Storage
-
-rng = np.random.default_rng(0)
-w = [md.tensor(rng.standard_normal((64, 64)).astype(np.float32), requires_grad=True)
-     for _ in range(4)]
-allocator = allocator_for("cpu")
-print("ready", flush=True)
-try:
-    with md.Runtime(budget=200_000, max_slowdown=None, max_wall_slowdown=None):
-        while True:
-            x = md.tensor(rng.standard_normal((32, 64)).astype(np.float32))
-            for i in range(12):
-                x = md.tanh(x @ w[i % 4])
-            (x * x).sum().backward()
-            for p in w:
-                p.grad = None
-except KeyboardInterrupt:
-    pass
-gc.collect()
-storages = [o for o in gc.get_objects() if isinstance(o, Storage) and o.allocator is allocator]
-resident = sum(s.nbytes for s in storages if s.buffer is not None)
-print(allocator.memory == resident and not allocator.busy and len(allocator.runtimes) == 1
-      and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-"""
-
-
-@pytest.mark.parametrize("delay", [0.05, 0.13, 0.21, 0.34])
-def test_a_real_ctrl_c_in_a_budgeted_loop_leaves_exact_counts(delay):
+def test_a_real_ctrl_c_in_a_budgeted_loop_leaves_exact_counts():
+    """benchmarks/ctrl_c.py: real SIGINTs at random moments of a budgeted training loop
+    (Python's own handler left a miscounted byte, a crash or a swallowed Ctrl-C in about
+    1 run of 8)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    process = subprocess.Popen(
-        [sys.executable, "-c", LOOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env,
+    script = os.path.join(root, "benchmarks", "ctrl_c.py")
+    done = subprocess.run(
+        [sys.executable, script, "--runs", "4", "--max-delay", "0.35"],
+        capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
-    assert process.stdout.readline() == "ready\n"
-    time.sleep(delay)
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
-    assert out == "True\n", err
+    assert done.stdout == (
+        "minidtr's handler, 4 runs: clean 4, miscounted 0, crashed 0, lost 0\n"
+    ), done.stderr
