@@ -396,11 +396,11 @@ class Tensor:
     # is the op itself, bound in ops/__init__.py, as the operators are
 
     def reshape(self, *shape) -> Tensor:
-        return F.shape.reshaped(self, shape)
+        return F.reshape(self, F.shape.target_shape(self, shape))
 
     def view(self, *shape) -> Tensor:
         """PyTorch's view: a reshape here, as values never change in place."""
-        return F.shape.reshaped(self, shape, "view")
+        return F.reshape(self, F.shape.target_shape(self, shape, "view"))
 
     def transpose(self, *axes) -> Tensor:
         """NumPy's: ``axes`` a permutation of all the axes (none: reversed). Two axes that

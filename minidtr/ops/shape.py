@@ -391,12 +391,18 @@ def normalize_key(x: Tensor, key) -> tuple[tuple, list[Tensor]]:
 
 def reshape(x: Tensor, shape) -> Tensor:
     expect_tensor("reshape", x)
-    return reshaped(x, (shape,) if isinstance(shape, int | np.integer) else tuple(shape))
+    shape = target_shape(x, (shape,) if isinstance(shape, int | np.integer) else tuple(shape))
+    if shape == x.shape:
+        return x
+    if not x.cell.contiguous:  # (this frame holds the only reference: a trace's order)
+        x = apply(Copy(), x)
+    return apply(Reshape(shape), x)
 
 
-def reshaped(x: Tensor, shape: tuple, op_name: str = "reshape") -> Tensor:
-    """``x`` in ``shape`` (dims, or one tuple or list of them, as ``x.reshape`` takes),
-    its errors naming ``op_name`` (``x.view`` is a reshape too)."""
+def target_shape(x: Tensor, shape: tuple, op_name: str = "reshape") -> tuple[int, ...]:
+    """``shape`` (dims, or one tuple or list of them, as ``x.reshape`` takes) checked
+    against ``x``'s size, a -1 filled in; its errors name ``op_name`` (``x.view`` is a
+    reshape too)."""
     if len(shape) == 1 and isinstance(shape[0], tuple | list):
         shape = tuple(shape[0])
     if not all(isinstance(d, int | np.integer) and not isinstance(d, bool) for d in shape):
@@ -411,11 +417,7 @@ def reshaped(x: Tensor, shape: tuple, op_name: str = "reshape") -> Tensor:
         shape = tuple(x.size // known if d == -1 else d for d in shape)
     if math.prod(shape) != x.size or any(d < 0 for d in shape):
         raise ValueError(f"{op_name}: cannot reshape {x.shape} ({x.size} elements) into {shape}")
-    if shape == x.shape:
-        return x
-    if not x.cell.contiguous:
-        x = apply(Copy(), x)
-    return apply(Reshape(shape), x)
+    return shape
 
 
 def flatten(x: Tensor, start_axis: int = 0, *, start_dim: int | None = None) -> Tensor:
