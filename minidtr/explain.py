@@ -150,9 +150,12 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     storage_op: dict[int, str] = {}
     storage_bytes: dict[int, int] = {}
     resident: dict[int, tuple[str, int]] = {}
-    resident_by_op: Counter = Counter()  # the bytes of ``resident`` per op name
+    # (op, bytes gained or lost) per change of ``resident``, replayed up to the peak's
+    # change at the end: copying a per-op tally at every new peak made summarize
+    # quadratic when each op has its own name and every allocation is a new peak
+    residency_changes: list[tuple[str, int]] = []
     compute_cost = remat_cost = 0.0
-    peak, peak_clock, peak_event, peak_resident = -1, 0.0, None, Counter()
+    peak, peak_clock, peak_event, changes_at_peak = -1, 0.0, None, 0
     decisions: list[Decision] = []
     waiting: list[Decision] = []  # budget evictions not yet matched to the allocation they served
     previous: dict[str, Any] | None = None  # the storage event before this one
@@ -181,16 +184,16 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         if kind in ("alloc", "remat"):
             was = resident.get(sid)
             if was is not None:
-                resident_by_op[was[0]] -= was[1]
+                residency_changes.append((was[0], -was[1]))
             resident[sid] = (op, nbytes)
-            resident_by_op[op] += nbytes
+            residency_changes.append((op, nbytes))
             for d in waiting:
                 d.needed_by = op if kind == "alloc" else f"recomputing {op}"
             waiting = []
         else:
             was = resident.pop(sid, None)
             if was is not None:
-                resident_by_op[was[0]] -= was[1]
+                residency_changes.append((was[0], -was[1]))
         if kind == "alloc":
             # the outputs of one multi-output op come as consecutive events at one clock
             if not _same_op(event, previous):
@@ -230,8 +233,10 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         if event["memory"] + workspace > peak:
             peak, peak_clock, peak_event = event["memory"] + workspace, event["clock"], event
             peak_workspace = workspace
-            peak_resident = +resident_by_op  # a copy per op, not per storage: a forward
-            # pass is a run of new peaks, and one per storage made summarize quadratic
+            changes_at_peak = len(residency_changes)
+    peak_resident: Counter = Counter()
+    for op, change in residency_changes[:changes_at_peak]:
+        peak_resident[op] += change
     end_clock = events[-1]["clock"] if events and "clock" in events[-1] else 0.0
     return Summary(
         runtime,
@@ -249,7 +254,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         max(peak, 0),
         peak_clock,
         peak_event,
-        peak_resident,
+        +peak_resident,
         decisions,
         end_clock,
         start_clock or 0.0,
