@@ -154,6 +154,11 @@ def cascades(columns: dict[str, list], remats: dict[int, dict[str, Any]]) -> dic
                 {"events": [index], "parent": remat.get("parent"), "cost": remat.get("cost", 0)}
             )
         last_key = key
+    # budget evictions before each row: a cascade's count is a difference of two, not a
+    # walk over its rows (interleaved cascades span most of the log each: quadratic)
+    evictions_before = [0]
+    for kind in columns["kind"]:
+        evictions_before.append(evictions_before[-1] + (kind == BUDGET_EVICTION))
     for cascade in out.values():
         nodes = cascade["nodes"]
         latest: dict[int, int] = {}  # storage id -> the nearest later node that rebuilt it
@@ -162,10 +167,8 @@ def cascades(columns: dict[str, list], remats: dict[int, dict[str, Any]]) -> dic
             node["up"] = latest.get(node["parent"]) if node["parent"] is not None else None
             for index in node["events"]:
                 latest[columns["id"][index]] = n
-        cascade["evictions"] = sum(
-            1
-            for i in range(cascade["first"], cascade["last"] + 1)
-            if columns["kind"][i] == BUDGET_EVICTION
+        cascade["evictions"] = (
+            evictions_before[cascade["last"] + 1] - evictions_before[cascade["first"]]
         )
     return out
 
