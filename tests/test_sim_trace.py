@@ -201,6 +201,7 @@ W = Constant("w", 4)
         (Mutate("add_", ("w",), (1,), 1.0), "distinct argument indices below 1, got (1,)"),
         (Mutate("add_", ("w",), (0, 0), 1.0), "distinct argument indices below 1, got (0, 0)"),
         (Mutate("add_", ("w", "w"), (0, 1), 1.0), "the same handle twice ('w')"),
+        (Mutate("add_", ("a", "b", "b", "a"), (0, 1, 2, 3), 1.0), "the same handle twice ('a')"),
     ],
 )
 def test_make_trace_checks_values_as_load_log_does(tmp_path, bad, fragment):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,7 +304,8 @@ def check_mutate(mutate: object, args: tuple[str, ...]) -> tuple[int, ...]:
             f"MUTATE must list distinct argument indices below {len(args)}, got {shown(mutate)}"
         )
     handles = [args[i] for i in mutate]
-    twice = next((h for h in handles if handles.count(h) > 1), None)
+    uses = Counter(handles)  # not handles.count per handle: quadratic in a long ARGS list
+    twice = next((h for h in handles if uses[h] > 1), None)
     if twice is not None:
         raise ValueError(f"MUTATE names the same handle twice ({shown(twice)})")
     return tuple(int(i) for i in mutate)
