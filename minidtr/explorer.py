@@ -64,10 +64,10 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
         columns["nbytes"].append(event["nbytes"])
         addresses.append(event.get("address"))
         if kind in ("alloc", "remat"):
+            # the row each waiting eviction made room for, not its op's name: a copy of a
+            # long name per eviction made the page hundreds of times the size of the log
             for i in waiting:
-                evictions[i]["for"] = (
-                    event["op"] if kind == "alloc" else f"recomputing #{event['id']} {event['op']}"
-                )
+                evictions[i]["for"] = index
             waiting = []
         if kind == "evict" and code != DEAD_EVICTION:
             detail = {"reason": event.get("reason", "budget")}

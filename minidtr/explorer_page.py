@@ -285,6 +285,9 @@ function opName(i) { return String(D.ops[C.op[i]]); }
 function describe(i) {
   return "#" + C.id[i] + " " + opName(i) + " (" + bytes(C.nbytes[i]) + ")";
 }
+function madeRoomFor(row) {
+  return C.kind[row] === "remat" ? "recomputing #" + C.id[row] + " " + opName(row) : opName(row);
+}
 function clock(t) { return "clock " + num(t + START); }
 function when(i) {
   const k = stepOf(T[i]);
@@ -309,7 +312,7 @@ function evictionDetails(i) {
   const e = D.evictions[i] || {};
   const out = [el("h2", {class: "k-evict"}, "Eviction of " + describe(i)),
     el("p", null, "At " + when(i) + ". Forced by the " + (e.reason === undefined ? "budget" : e.reason),
-      e.for ? [", to make room for ", el("b", null, e.for)] : "", ".")];
+      Number.isInteger(e.for) ? [", to make room for ", el("b", null, madeRoomFor(e.for))] : "", ".")];
   const cands = e.candidates || [];
   if (cands.length) {
     const hasN = cands.some(c => "neighbourhood" in c), hasC = cands.some(c => "cost" in c);

@@ -9,7 +9,7 @@ import pytest
 
 from minidtr import cli
 from minidtr.explain import explain, load_events, summarize
-from minidtr.explorer import _script_safe, page_data
+from minidtr.explorer import _script_safe, page_data, write_html
 from minidtr.explorer_page import PAGE, SCRIPT
 from minidtr.testing import browser
 
@@ -353,3 +353,23 @@ def test_a_cascade_thousands_deep_and_a_clock_of_1e22_draw(chromium, tmp_path):
         assert_nothing_ran(page, errors, dialogs)
     finally:
         page.close()
+
+
+def test_an_eviction_names_the_row_it_made_room_for_not_a_copy_of_its_op(tmp_path):
+    """300 evictions waiting for one allocation whose op had a 1 MiB name copied the name
+    into each: a 309 MiB page from a 1 MiB log."""
+    name = "n" * 100_000
+    events: list[dict] = [{"event": "runtime", "budget": 2400}]
+    for sid in range(300):
+        events.append({"event": "alloc", "id": sid, "op": "a", "nbytes": 8, "clock": sid,
+                       "memory": 8 * sid + 8, "cost": 1})  # fmt: skip
+    for sid in range(300):
+        events.append({"event": "evict", "id": sid, "op": "a", "nbytes": 8,
+                       "clock": 300 + sid, "memory": 2392 - 8 * sid, "score": 1.0})  # fmt: skip
+    events.append({"event": "alloc", "id": 300, "op": name, "nbytes": 8, "clock": 600,
+                   "memory": 8, "cost": 1})  # fmt: skip
+    data = page_data(events)
+    last_row = len(data["columns"]["kind"]) - 1
+    assert {e.get("for") for e in data["evictions"].values()} == {last_row}
+    assert write_html(events, str(tmp_path / "page.html")) < 20 * len(name)
+    assert "madeRoomFor(e.for)" in SCRIPT
