@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .event_log import check_events
+from .event_log import CANDIDATE_OPTIONAL, CANDIDATE_REQUIRED, check_events
 from .explain import clock_unit, explain, summarize
 from .explorer_page import PAGE
 from .reading import printable
@@ -71,9 +71,11 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
             waiting = []
         if kind == "evict" and code != DEAD_EVICTION:
             detail = {"reason": event.get("reason", "budget")}
-            for key in ("score", "runner_up", "candidates", "free_bytes", "largest_free", "extra"):
+            for key in ("score", "runner_up", "free_bytes", "largest_free", "extra"):
                 if key in event:
                     detail[key] = event[key]
+            if "candidates" in event:
+                detail["candidates"] = [known_fields(c) for c in event["candidates"]]
             evictions[index] = detail
             waiting.append(index)
         elif kind == "remat":
@@ -95,6 +97,14 @@ def page_data(events: list[dict[str, Any]], title: str = "") -> dict[str, Any]:
         "cascades": cascades(columns, remats),
         "blocks": address_blocks(columns, addresses, header.get("budget")),
     }
+
+
+def known_fields(candidate: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an eviction candidate that the page shows. A log may carry others,
+    unchecked (a NaN stopped the page being written, a deeply nested one overflowed the
+    stack), and the page has no use for them."""
+    known = CANDIDATE_REQUIRED.keys() | CANDIDATE_OPTIONAL.keys()
+    return {key: value for key, value in candidate.items() if key in known}
 
 
 def address_blocks(

@@ -373,3 +373,21 @@ def test_an_eviction_names_the_row_it_made_room_for_not_a_copy_of_its_op(tmp_pat
     assert {e.get("for") for e in data["evictions"].values()} == {last_row}
     assert write_html(events, str(tmp_path / "page.html")) < 20 * len(name)
     assert "madeRoomFor(e.for)" in SCRIPT
+
+
+@pytest.mark.parametrize("extra", ["NaN", "[" * 500 + "]" * 500])
+def test_unknown_fields_of_a_candidate_stay_off_the_page(tmp_path, capsys, extra):
+    """A candidate's fields beyond those the page shows are not checked, and went onto the
+    page: a NaN stopped it with a JSON error naming no line, 500 nested lists overflowed
+    the stack. The page takes only the fields it shows."""
+    log = tmp_path / "ev.jsonl"
+    log.write_text(
+        '{"event":"alloc","id":1,"op":"x","nbytes":8,"clock":1,"memory":8,"cost":1}\n'
+        '{"event":"evict","id":1,"op":"x","nbytes":8,"clock":2,"memory":0,"score":1.0,'
+        f'"candidates":[{{"id":1,"op":"x","score":1.0,"cost":2.0,"junk":{extra}}}]}}\n'
+    )
+    page = tmp_path / "page.html"
+    assert cli.main(["explain", str(log), "--html", str(page)]) == 0, capsys.readouterr().err
+    assert page_data(load_events(str(log)))["evictions"][1]["candidates"] == [
+        {"id": 1, "op": "x", "score": 1.0, "cost": 2.0}
+    ]
