@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .event_log import STORAGE_KINDS, load_events
+from .reading import printable
 
 WAITING, RESIDENT, EVICTED, RECOMPUTING, FREED, CONSTANT = range(6)
 LABELS = ("not yet made", "resident", "evicted", "being recomputed", "freed", "constant")
@@ -137,7 +138,7 @@ def load_panels(
         events = load_events(str(path))
         shown = shown_events(events, start, limit)
         if not shown:
-            raise AnimationError(f"{path}: no event to show from event {start} on")
+            raise AnimationError(f"{printable(str(path))}: no event to show from event {start} on")
         header = next((e for e in events if e["event"] == "runtime"), {})
         peak = max(e["memory"] for e in shown)
         title = titles[n] if titles else str(path)
@@ -228,14 +229,15 @@ def _panel(ax: Any, panel: Panel, scale: int, width: int, rows: float) -> Any:
     ax.set_xlim(-0.8, width - 0.2)
     ax.set_ylim(-rows - 0.9, 0.8)
     ax.axis("off")
-    ax.set_title(panel.title, fontsize=9)
+    # names from a log and file names are text: never mathtext ($x^2$), never obeyed (ESC)
+    ax.set_title(printable(panel.title), fontsize=9, parse_math=False)
     bar_y = -rows - 0.5
     ax.plot([-0.5, width - 0.5], [bar_y, bar_y], color="#eeeeee", lw=6, solid_capstyle="butt")
     (bar,) = ax.plot([], [], color="#4c72b0", lw=6, solid_capstyle="butt")
     if panel.budget is not None:
         limit = -0.5 + width * panel.budget / scale
         ax.plot([limit, limit], [bar_y - 0.25, bar_y + 0.25], color="#c44e52", lw=1.5)
-    caption = ax.text(-0.5, 0.55, "", fontsize=7, color="#333333")
+    caption = ax.text(-0.5, 0.55, "", fontsize=7, color="#333333", parse_math=False, usetex=False)
 
     def draw(now: list[int], event: dict[str, Any], frame: int, total: int) -> list:
         nodes.set_facecolors([FACES[s] for s in now])
@@ -244,7 +246,7 @@ def _panel(ax: Any, panel: Panel, scale: int, width: int, rows: float) -> Any:
         step = min(frame, total - 1) + 1
         what = event["event"] + (f" ({event['reason']})" if "reason" in event else "")
         caption.set_text(
-            f"event {step}/{total}: {what} #{event['id']} {event['op']}, "
+            f"event {step}/{total}: {what} #{event['id']} {printable(event['op'])}, "
             f"memory {event['memory']:,} B"
         )
         return [nodes, bar, caption]

@@ -142,6 +142,29 @@ def test_the_backward_pass_is_drawn_below_right_to_left():
     assert where[4][0] > where[5][0]  # the first gradient on the right
 
 
+def test_names_from_a_log_and_its_file_are_drawn_as_text(tmp_path):
+    """A ``$`` in an op's name or the log's file name was parsed as mathtext (a crash on
+    ``$\\frac{a}{$``, ``x^2`` drawn as math) and an ESC was drawn raw."""
+    import matplotlib.pyplot as plt
+
+    from minidtr.animate import _figure, load_panels
+
+    path = tmp_path / "$x^2$\x1b[31m.jsonl"
+    events = [_event("alloc", 1, "$\\frac{a}{$", cost=1.0), _event("alloc", 2, "$y^2$", cost=1.0)]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert animate([str(path)], str(tmp_path / "out.gif")) == 2
+    figure, drawers = _figure(load_panels([str(path)]), plt)
+    try:
+        ax = figure.axes[0]
+        assert ax.get_title() == str(tmp_path / "$x^2$\\x1b[31m.jsonl")
+        (caption,) = ax.texts
+        drawers[0]([RESIDENT, RESIDENT], events[1], 1, 2)
+        assert "#2 $y^2$, memory" in caption.get_text()
+        assert not ax.title.get_parse_math() and not caption.get_parse_math()
+    finally:
+        plt.close(figure)
+
+
 def animate_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "minidtr", "animate", *args],
