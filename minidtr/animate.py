@@ -139,10 +139,16 @@ def load_panels(
         shown = shown_events(events, start, limit)
         if not shown:
             raise AnimationError(f"{printable(str(path))}: no event to show from event {start} on")
+        nodes = places(shown, columns)
+        if not nodes:
+            raise AnimationError(
+                f"{printable(str(path))}: no allocation to draw among its {len(shown):,} events "
+                f"from event {start} on"
+            )
         header = next((e for e in events if e["event"] == "runtime"), {})
         peak = max(e["memory"] for e in shown)
         title = titles[n] if titles else str(path)
-        panels.append(Panel(title, shown, places(shown, columns), header.get("budget"), peak))
+        panels.append(Panel(title, shown, nodes, header.get("budget"), peak))
     return panels
 
 
@@ -211,7 +217,7 @@ def _figure(panels: Sequence[Panel], plt: Any) -> tuple[Any, list]:
     width = max(max(x for x, _ in p.places.values()) + 1 for p in panels)
     size = (max(3.2, 0.28 * width + 0.6) * len(panels), 1.9 + 0.3 * rows)
     figure, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
-    scale = max(p.budget or p.peak for p in panels)
+    scale = max(p.budget or p.peak for p in panels) or 1  # a log of empty tensors draws
     drawers = [_panel(ax, p, scale, width, rows) for ax, p in zip(axes[0], panels, strict=True)]
     handles = [
         plt.Line2D([], [], ls="", marker="o", mfc=FACES[s], mec=EDGES[s], label=LABELS[s])

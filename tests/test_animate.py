@@ -19,6 +19,7 @@ from minidtr.animate import (
     RECOMPUTING,
     RESIDENT,
     WAITING,
+    AnimationError,
     Panel,
     animate,
     places,
@@ -163,6 +164,18 @@ def test_names_from_a_log_and_its_file_are_drawn_as_text(tmp_path):
         assert not ax.title.get_parse_math() and not caption.get_parse_math()
     finally:
         plt.close(figure)
+
+
+def test_nothing_to_draw_is_one_line_and_empty_tensors_draw(tmp_path):
+    """Only frees after --start: 'min() arg is an empty sequence'; every event of memory 0
+    and no budget: ZeroDivisionError."""
+    frees = [_event("alloc", 1, cost=1.0), _event("evict", 1, reason="dead")]
+    (tmp_path / "ev.jsonl").write_text("".join(json.dumps(e) + "\n" for e in frees))
+    with pytest.raises(AnimationError, match="ev.jsonl: no allocation to draw among its 1 "):
+        animate([str(tmp_path / "ev.jsonl")], str(tmp_path / "out.gif"), start=1)
+    empty = [{**_event("alloc", i, cost=1.0), "nbytes": 0, "memory": 0} for i in (1, 2)]
+    (tmp_path / "zero.jsonl").write_text("".join(json.dumps(e) + "\n" for e in empty))
+    assert animate([str(tmp_path / "zero.jsonl")], str(tmp_path / "zero.gif")) == 2
 
 
 def animate_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
