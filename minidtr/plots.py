@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .explain import human_bytes, resident_timeline
+from .reading import printable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -75,7 +76,8 @@ def timeline_figure(
     ax.set_ylim(bottom=0)
     ax.ticklabel_format(axis="x", useOffset=False)  # the clocks as they are, no offset
     if title:
-        ax.set_title(title, parse_math=False)  # a file name is text, never mathtext
+        # a file name is text: never mathtext, and a byte not UTF-8 shown as an escape
+        ax.set_title(printable(title), parse_math=False)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     thin_labels(fig, labels)

@@ -139,6 +139,18 @@ def test_the_plot_starts_at_zero_and_marks_the_steps(log, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_plot_title_is_a_file_name_whatever_its_bytes(log, tmp_path):
+    """A file name not UTF-8 (argv holds its byte as a lone surrogate) failed in the font
+    code with a TypeError; it is shown as an escape, and $...$ as it is."""
+    pytest.importorskip("matplotlib")
+    from minidtr.plots import memory_timeline
+
+    runtime, path = log
+    out = tmp_path / "timeline.png"
+    memory_timeline(load_events(path), str(out), runtime.budget, title="ev\udcff$x^2$.jsonl")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def two_output_replays(with_replay_field: bool = True) -> list[dict]:
     """Two rematerializations refilling three storages: a two-output op's replay refills
     both its outputs, then a second replay refills one (a log from before the ``replay``
