@@ -105,6 +105,17 @@ def test_cli_sweep_writes_table_csv_and_plot(tmp_path, capsys):
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_plot_shows_a_trace_named_like_mathtext_as_text(tmp_path, capsys):
+    """A trace file named ``$\\frac{a}{$.log`` crashed the plot after the whole sweep."""
+    pytest.importorskip("matplotlib")
+    log = tmp_path / "$\\frac{a}{$.log"
+    sim.write_log(chain_trace(10), log)
+    plot = tmp_path / "r.png"
+    args = [str(log), "--ratios", "0.5", "--heuristics", "dtr", "--jobs", "1", "--plot", str(plot)]
+    assert main(args) == 0, capsys.readouterr().err
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_cli_reports_a_bad_log(tmp_path, capsys):
     (tmp_path / "bad.log").write_text('{"INSTRUCTION": "RELEASE", "NAME": "x"}\n')
     assert main([str(tmp_path / "bad.log")]) == 1

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+from ..reading import printable
 from ..runtime.options import RuntimeOptions
 from . import parallel
 from .instructions import slowdown_of
@@ -243,7 +244,7 @@ def plot(
         ax.set_xlim(0, 1.02)
         ax.set_ylim(1.0, thrash if math.isfinite(thrash) else None)
         ax.invert_xaxis()
-        ax.set_title(name)
+        ax.set_title(printable(name), parse_math=False)  # a file's name: never mathtext
         ax.set_xlabel("budget / unbounded peak")
         ax.set_ylabel("slowdown")
         ax.grid(alpha=0.3)
