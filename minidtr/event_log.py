@@ -215,7 +215,17 @@ def check_events(events: Iterable[Any], source: str = "events") -> None:
     clock = 0.0
     for n, event in enumerate(events, 1):
         check_event(event, f"{source}: event {n}")
+        check_header_place(event, n == 1, f"{source}: event {n}")
         clock = check_clock(clock, event, f"{source}: event {n}")
+
+
+def check_header_place(event: dict[str, Any], first: bool, where: str) -> None:
+    """A runtime header is the log's first line or not there: one later on gave explain a
+    negative span, and the readers disagreed on which of several counted."""
+    if event["event"] == "runtime" and not first:
+        raise EventLogError(
+            f"{where}: a runtime header after the first event; a log has at most one, first"
+        )
 
 
 def check_clock(before: float, event: dict[str, Any], where: str) -> float:
@@ -256,6 +266,7 @@ def load_events(
         for number, raw in LineReader(f, limits, error, "an event log"):
             event = json_line(text_line(raw, number, error), number, error)
             check_event(event, f"{path}:{number}")
+            check_header_place(event, not events, f"{path}:{number}")
             clock = check_clock(clock, event, f"{path}:{number}")
             cost += event.get("cost", 0.0) if event["event"] in ("alloc", "remat") else 0.0
             cost += event.get("view_cost", 0.0)
