@@ -496,14 +496,17 @@ def _decisions(s: Summary, top: int) -> list[str]:
     if not decisions:
         return []
     lines = [""]
-    with_runner = [d for d in decisions if d.runner_up_score is not None]
-    ties = sum(1 for d in with_runner if d.runner_up_score == d.score)
-    close = sum(1 for d in with_runner if d.runner_up_score != d.score and _ratio(d) < 1.1)
+    with_runner = [d for d in decisions if d.runner_up_id is not None]
+    scored = [d for d in with_runner if d.runner_up_score is not None]
+    ties = sum(1 for d in scored if d.runner_up_score == d.score)
+    close = sum(1 for d in scored if d.runner_up_score != d.score and _ratio(d) < 1.1)
+    unscored = len(with_runner) - len(scored)  # the log's null: an infinite or NaN score
     lines.append(
         f"The heuristic chose {len(decisions):,} victims, each the lowest score among the "
         f"candidates; {ties:,} were ties with the runner-up, {close:,} more were within 10% "
-        f"of it, and {len(decisions) - len(with_runner):,} had no runner-up (the only "
-        "candidate)."
+        "of it, "
+        + (f"{unscored:,} had a runner-up with no finite score, " if unscored else "")
+        + f"and {len(decisions) - len(with_runner):,} had no runner-up (the only candidate)."
     )
     needing = Counter(d.needed_by for d in decisions if d.needed_by)
     if needing:

@@ -324,8 +324,10 @@ function evictionDetails(i) {
   }
   if (e.runner_up) {
     const [rid, rscore] = e.runner_up;
-    const ratio = e.score > 0 ? " = " + (rscore / e.score).toFixed(2) + "× the victim's" : "";
-    out.push(el("p", null, "Runner-up: #" + rid + " scored " + sci(rscore) + ratio + " (victim " + sci(e.score) + ")."));
+    const scored = typeof rscore === "number";  // the log's null: an infinite or NaN score
+    const ratio = scored && e.score > 0 ? " = " + (rscore / e.score).toFixed(2) + "× the victim's" : "";
+    out.push(el("p", null, "Runner-up: #" + rid + (scored ? " scored " + sci(rscore) + ratio : " with no finite score")
+      + " (victim " + sci(e.score) + ")."));
   } else if (typeof e.score === "number") {
     out.push(el("p", null, "Score " + sci(e.score) + "; no runner-up (the only candidate)."));
   }

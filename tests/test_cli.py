@@ -279,6 +279,8 @@ def test_a_runner_up_without_a_finite_score_is_explained(tmp_path):
     decision["runner_up"] = [decision["runner_up"][0], None]
     text = explain(summarize(events), top=50)
     assert f"runner-up #{decision['runner_up'][0]} (" in text and "with no finite score" in text
+    # counted as such, not among those with no runner-up (then listed with one)
+    assert "1 had a runner-up with no finite score, and 0 had no runner-up" in text
 
 
 def test_the_resident_bytes_at_the_peak_are_counted_per_op():

@@ -391,3 +391,10 @@ def test_unknown_fields_of_a_candidate_stay_off_the_page(tmp_path, capsys, extra
     assert page_data(load_events(str(log)))["evictions"][1]["candidates"] == [
         {"id": 1, "op": "x", "score": 1.0, "cost": 2.0}
     ]
+
+
+def test_a_runner_up_with_a_null_score_is_said_to_have_no_finite_score():
+    """The page showed the log's null (an infinite score) as 'scored - = 0.00x the
+    victim's'; it says the runner-up had no finite score, as explain does."""
+    runner_up = SCRIPT[SCRIPT.index("if (e.runner_up)") :]
+    assert 'scored ? " scored " + sci(rscore) + ratio : " with no finite score"' in runner_up
