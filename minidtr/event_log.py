@@ -196,6 +196,11 @@ def check_event(event: Any, where: str) -> None:
     what = f"{kind} event" if kind != "runtime" else "runtime header"
     extra = _scalar if kind == "runtime" else None
     _check_fields(event, REQUIRED[kind], OPTIONAL[kind], what, where, extra)
+    if kind == "evict" and event.get("largest_free", 0) > event.get("free_bytes", math.inf):
+        raise EventLogError(
+            f"{where}: the field 'largest_free' ({event['largest_free']:,}) is more than "
+            f"'free_bytes' ({event['free_bytes']:,}), of which the largest free block is part"
+        )
     candidates = event.get("candidates") if kind == "evict" else None
     if kind == "evict" and "candidates" in event:
         if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
