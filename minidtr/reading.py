@@ -234,6 +234,8 @@ def json_line(text: str, number: int, error: ErrorFactory) -> Any:
     except json.JSONDecodeError as e:
         cut = e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated")
         hint = "; truncated?" if cut else ""
+        if text.startswith("\ufeff"):  # what some editors put first in a UTF-8 file
+            hint = "; it starts with a byte order mark (U+FEFF): save the file without one"
         at = "" if e.msg.endswith(" at") else " at"  # "Unterminated string starting at"
         raise error(number, f"not valid JSON ({e.msg}{at} column {e.colno}){hint}") from None
     except RecursionError:
