@@ -107,6 +107,14 @@ def shown(value: Any) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
+def _cut_at_a_word(message: str, most: int = 3 * MAX_SHOWN) -> str:
+    """``message`` whole if short enough, else cut after its last whole word that fits
+    (a cut at a fixed length ended Python's message on the digit limit mid-word)."""
+    if len(message) <= most:
+        return message
+    return message[: most - 3].rsplit(" ", 1)[0] + "..."
+
+
 def printable(text: str) -> str:
     """``text`` with every character a terminal could act on (control characters such as
     ESC, which starts an ANSI escape sequence, line breaks, bidirectional overrides and
@@ -241,4 +249,4 @@ def json_line(text: str, number: int, error: ErrorFactory) -> Any:
     except RecursionError:
         raise error(number, "JSON nested too deeply to read") from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts
-        raise error(number, f"not valid JSON ({str(e)[:MAX_SHOWN]})") from None
+        raise error(number, f"not valid JSON ({_cut_at_a_word(printable(str(e)))})") from None

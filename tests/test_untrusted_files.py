@@ -110,7 +110,10 @@ WRONG_FIELDS = [
         "'score'",
     ),
     ('{"event": "alloc", "id": 1, "op": "t", "nbytes": 4, "clock": 1e999, "memory": 4}', "clock"),
-    ('{"event": "alloc", "id": 1, "op": "t", "nbytes": 4, "clock": 1, "memory": ' + "9" * 5000, ""),
+    (
+        '{"event": "alloc", "id": 1, "op": "t", "nbytes": 4, "clock": 1, "memory": ' + "9" * 5000,
+        "to increase the limit)",  # Python's message whole, not cut mid-word
+    ),
     ("\ufeff" + json.dumps(alloc(3)), "starts with a byte order mark (U+FEFF)"),
     # explain said "-2400% fragmented"
     (json.dumps(evict(free_bytes=100, largest_free=2500)), "'largest_free' (2,500) is more than"),
