@@ -38,6 +38,8 @@ SLOW = {
     "minidtr sim sqrt-n": "22 s: N up to 1,600",
     "minidtr sim adversary": "42 s: N up to 1,600",
     "python models/treelstm.py --ratio 0.7": "5 s: 20 steps",
+    "python benchmarks/ctrl_c.py": "70 s: 100 interrupted processes (tests/test_sigint.py runs "
+    "four)",
     "minidtr train resnet --ratio 0.3 --heuristic eq+size+nostale": "3 s: 50 steps",
     "minidtr train resnet": "3 s: 50 steps",
     "minidtr sim traces/resnet.log.gz --ratios 0.7,0.5,0.3": "simulator.md's quick start: 13 s",
