@@ -339,7 +339,7 @@ def axis_or_dim(op_name: str, axis, dim, default, names: str = "axis or dim"):
     """The axis given by NumPy's name or by PyTorch's (``dim``, ``start_dim``), not both."""
     if dim is None:
         return axis
-    if axis != default:
+    if axis is not default and not (type(axis) is type(default) and axis == default):
         raise TypeError(f"{op_name}: give {names} (PyTorch's name for it), not both")
     return dim
 

@@ -18,6 +18,7 @@ from .op import (
     ShapeError,
     apply,
     axis_in_range,
+    axis_or_dim,
     expect_tensor,
     float_dtype,
     normalize_axes,
@@ -244,15 +245,10 @@ class ValuesIndices(NamedTuple):
 def torch_names(where: str, axis, keepdims, dim, keepdim) -> tuple:
     """(axis, keepdims) of a reduction given by NumPy's names or by PyTorch's, ``dim`` and
     ``keepdim`` (an empty ``dim`` is every axis, as PyTorch reads it); not both of a pair."""
-    if dim is not None:
-        if axis is not None:
-            raise TypeError(f"{where}: give axis or dim (PyTorch's name for it), not both")
-        axis = None if isinstance(dim, tuple | list) and not dim else dim
-    if keepdim is not None:
-        if keepdims is not False:
-            raise TypeError(f"{where}: give keepdims or keepdim (PyTorch's name), not both")
-        keepdims = keepdim
-    return axis, keepdims
+    axis = axis_or_dim(where, axis, dim, None)
+    if isinstance(dim, tuple | list) and not dim:
+        axis = None
+    return axis, axis_or_dim(where, keepdims, keepdim, False, "keepdims or keepdim")
 
 
 def sum(x: Tensor, axis=None, keepdims: bool = False, *, dim=None, keepdim=None) -> Tensor:
