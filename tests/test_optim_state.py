@@ -487,6 +487,48 @@ def test_a_schedule_resumes_from_its_state_dict():
     assert got[-1][0] == pytest.approx(half, rel=1e-12)
 
 
+@needs_torch
+def test_step_lr_schedules_a_group_added_later_as_torch():
+    import torch
+
+    model = make_model()
+    params, theirs = model.parameters(), list(torch_twin(model).parameters())
+    opt = optim.SGD(params[0::2], lr=0.1)
+    ref = torch.optim.SGD(theirs[0::2], lr=0.1)
+    ours = lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    reference = torch.optim.lr_scheduler.StepLR(ref, step_size=2, gamma=0.5)
+    opt.add_param_group({"params": params[1::2], "lr": 0.3})
+    ref.add_param_group({"params": theirs[1::2], "lr": 0.3})
+    for epoch in range(6):
+        ref.step()
+        ours.step()
+        reference.step()
+        assert ours.get_last_lr() == reference.get_last_lr(), epoch
+    assert len(ours.get_last_lr()) == 2
+
+
+def test_cosine_refuses_to_step_past_a_group_added_later():
+    """PyTorch's goes on until the bottom of the cosine (it needs each group's initial rate
+    there) and fails with a bare zip() error; this one says what happened at the next step."""
+    model = make_model()
+    params = model.parameters()
+    opt = optim.SGD(params[0::2], lr=0.1)
+    schedule = lr_scheduler.CosineAnnealingLR(opt, T_max=2)
+    opt.add_param_group({"params": params[1::2], "lr": 0.3})
+    refused = (
+        r"CosineAnnealingLR: made for 1 param group\(s\), the optimizer has 2 now "
+        r"\(add_param_group after the scheduler was made\); make the scheduler after the last "
+        r"add_param_group"
+    )
+    with pytest.raises(ValueError, match=refused):
+        schedule.step()
+    assert schedule.last_epoch == 0 and [g["lr"] for g in opt.param_groups] == [0.1, 0.3]
+    remade = lr_scheduler.CosineAnnealingLR(opt, T_max=2)
+    for _ in range(4):
+        remade.step()
+    assert len(remade.get_last_lr()) == 2
+
+
 def test_schedule_arguments_are_checked():
     opt = optim.SGD(make_model().parameters(), lr=0.1)
     with pytest.raises(ValueError, match="StepLR: step_size must be an int >= 1, got 0"):

@@ -6,6 +6,13 @@ once a step, as the schedule is meant), by PyTorch's formulas, computed in the s
 order so that the rates are the same floats: recursively from the current rate, as
 PyTorch's ``get_lr`` (so a rate set by hand in between carries on). Each rate set is
 checked as any setting is (``Hyperparameter``).
+
+A param group added after the scheduler was made (``optimizer.add_param_group``): ``StepLR``
+schedules it too, from its own rate, as PyTorch's does (its rates come from the current
+ones alone). ``CosineAnnealingLR`` needs each group's initial rate, which it took when it
+was made; PyTorch's goes on without the new group's and fails ``T_max`` epochs later with a
+bare ``zip()`` error, so this one refuses at the next ``step()`` in one line naming both
+counts: make the scheduler after the last ``add_param_group``.
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ from .optimizer import Optimizer
 
 class LRScheduler:
     """The base: ``step()``, ``get_last_lr()``, ``state_dict()``, ``load_state_dict()``.
-    A subclass defines ``get_lr``, the rates of the epoch ``last_epoch``."""
+    A subclass defines ``get_lr``, the rates of the epoch ``last_epoch``, and sets
+    ``follows_added_groups`` when those need no more than the groups' current rates."""
+
+    follows_added_groups = False
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
         where = type(self).__name__
@@ -53,11 +63,21 @@ class LRScheduler:
 
     def step(self) -> None:
         """The next epoch's rates, set in the optimizer's param groups."""
+        self._check_group_count()
         self._step_count += 1
         self.last_epoch += 1
         for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
             group["lr"] = lr
         self._last_lr = self.current_lrs()
+
+    def _check_group_count(self) -> None:
+        made_for, now = len(self.base_lrs), len(self.optimizer.param_groups)
+        if now != made_for and not self.follows_added_groups:
+            raise ValueError(
+                f"{type(self).__name__}: made for {made_for} param group(s), the optimizer "
+                f"has {now} now (add_param_group after the scheduler was made); make the "
+                "scheduler after the last add_param_group"
+            )
 
     def get_last_lr(self) -> list[float]:
         """The rates the last ``step()`` set, one per param group."""
@@ -88,7 +108,10 @@ def _number(where: str, what: str, value: Any) -> float:
 
 
 class StepLR(LRScheduler):
-    """Every ``step_size`` epochs, each rate times ``gamma`` (PyTorch's ``StepLR``)."""
+    """Every ``step_size`` epochs, each rate times ``gamma`` (PyTorch's ``StepLR``). A group
+    added later is scheduled too, from its own rate, as PyTorch's."""
+
+    follows_added_groups = True
 
     def __init__(
         self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1
@@ -107,7 +130,8 @@ class CosineAnnealingLR(LRScheduler):
     """Each rate from its initial one down to ``eta_min`` along half a cosine over ``T_max``
     epochs, and back up over the next ``T_max`` (``torch.optim.lr_scheduler.CosineAnnealingLR``:
     eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2, taken step by step
-    from the current rate as PyTorch does)."""
+    from the current rate as PyTorch does). It refuses to step once the optimizer has more
+    groups than it was made for (see the module's docstring)."""
 
     def __init__(
         self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1
