@@ -233,6 +233,33 @@ def test_param_groups_are_changed_only_through_checks():
     assert len(groups) == 1 and opt.lr == 0.2
 
 
+def test_param_groups_are_not_replaced_by_assignment():
+    """``opt.param_groups = [...]`` would put unchecked groups in the list that
+    state_dict() reads while step() went on updating the old parameters."""
+    model = make_model()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    groups = opt.param_groups
+    extra = md.nn.init.parameter(np.ones(2), md.float64)
+    refused = (
+        r"SGD.param_groups cannot be replaced: add a group with opt.add_param_group\(.*\), "
+        r"set a group's settings in place .* or make a new optimizer for other parameters"
+    )
+    for change in (
+        lambda: setattr(opt, "param_groups", [{"params": [extra], "lr": float("nan")}]),
+        lambda: setattr(opt, "param_groups", [dict(groups[0], lr=0.5)]),
+        lambda: delattr(opt, "param_groups"),
+    ):
+        with pytest.raises(TypeError, match=refused):
+            change()
+    opt.param_groups = opt.param_groups  # (the same list: nothing changes)
+    assert opt.param_groups is groups and opt.lr == 0.1
+    opt.load_state_dict(opt.state_dict())
+    revived = pickle.loads(pickle.dumps(opt))
+    with pytest.raises(TypeError, match=refused):
+        revived.param_groups = []
+    assert revived.param_groups[0]["lr"] == 0.1
+
+
 @pytest.mark.parametrize("name, options", OPTIMIZERS)
 def test_add_param_group_trains_the_new_parameters_as_torch(name, options):
     """Parameters added after a first step are updated from then on, with the group's

@@ -196,6 +196,33 @@ class ParamGroups(list):
         return (ParamGroups, (self.kind, list(self)))
 
 
+class ParamGroupsSlot:
+    """``Optimizer.param_groups``, read as any attribute; assigning a list to it is
+    refused (its groups would be unchecked, and ``step`` would go on updating the old
+    ones: the parameters, their indices and their state are the optimizer's own). The
+    optimizer sets it in its ``__dict__``."""
+
+    def __get__(self, optimizer: Any, owner: type | None = None) -> Any:
+        if optimizer is None:
+            return self
+        return optimizer.__dict__["param_groups"]
+
+    def __set__(self, optimizer: Any, groups: Any) -> None:
+        if groups is not optimizer.__dict__.get("param_groups"):
+            self.refuse(optimizer)
+
+    def __delete__(self, optimizer: Any) -> None:
+        self.refuse(optimizer)
+
+    @staticmethod
+    def refuse(optimizer: Any) -> None:
+        raise TypeError(
+            f"{type(optimizer).__name__}.param_groups cannot be replaced: add a group with "
+            "opt.add_param_group({'params': [...], ...}), set a group's settings in place "
+            "(param_groups[0]['lr'] = 0.01), or make a new optimizer for other parameters"
+        )
+
+
 def update_groups(params: list[Tensor]) -> list[list[int]]:
     """The parameters' indices packed into groups that one op updates: same device and
     dtype, at most as many bytes together as the largest parameter (first fit, largest
@@ -231,6 +258,7 @@ class Optimizer:
     order (each group's parameters in turn)."""
 
     lr = Hyperparameter()
+    param_groups = ParamGroupsSlot()
     # PyTorch's options that minidtr runs at one value only, the one that changes nothing
     neutral_options: Mapping[str, Any] = {
         "maximize": False,
@@ -242,7 +270,7 @@ class Optimizer:
 
     def __init__(self, params: Iterable[Any], defaults: Mapping[str, Any]):
         self.defaults = dict(defaults)  # a group's settings unless it sets its own
-        self.param_groups = ParamGroups(type(self), self._make_groups(params))
+        self.__dict__["param_groups"] = ParamGroups(type(self), self._make_groups(params))
         self.params = [p for group in self.param_groups for p in group["params"]]
         self.group_of = [g for g, group in enumerate(self.param_groups) for _ in group["params"]]
         self.groups = self._update_groups()
@@ -493,7 +521,7 @@ class Optimizer:
             states[ours[saved_id]] = self.checked_state(ours[saved_id], values)
         for index in range(len(self.params)):
             self.load_param_state(index, states.get(index, {}))
-        self.param_groups = ParamGroups(type(self), groups)
+        self.__dict__["param_groups"] = ParamGroups(type(self), groups)
         self.stopped_step.clear()
 
     def checked_state(self, index: int, values: Mapping[str, Any]) -> dict[str, Any]:
