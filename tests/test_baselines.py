@@ -117,7 +117,9 @@ def test_graph_from_trace_folds_views_merges_tuples_and_drops_constants():
     assert graph.folded_cost == 0.5
     assert graph.compute + graph.folded_cost == trace.total_compute
     assert graph.outputs == {3}  # b; gw became a constant
-    assert graph.constants == [8, 8, 8, 8, 16]  # w; then gw too, once it is a constant
+    # w; gw, made a constant after the last node (grad) that computed it, is in that
+    # stage's size already, and is not charged again as a constant
+    assert graph.constants == [8, 8, 8, 8, 8]
     # storage by storage, for the lower bound: pair's two outputs, who reads which
     assert graph.parts == [(10,), (4, 6), (), (1,), (8,)]
     assert graph.reads == [(), ((0, 0),), ((1, 1),), ((0, 0), (1, 0)), ((3, 0),)]
@@ -299,6 +301,33 @@ def test_an_empty_trace_is_optimal():
 
     (row,) = compare_with_optimal(sim.make_trace([]), [1.0], ["dtr"], time_limit=20)
     assert (row["status"], row["best"], row["dtr"]) == ("optimal", 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "made_constant", [("y",), ("x", "y")], ids=["its output", "its input and output"]
+)
+def test_values_made_constant_after_the_last_node_are_charged_once(made_constant):
+    """The last stage holds its node's output and inputs; the end-constants charge counted
+    them again once made constant, so a trace whose only node's value becomes a constant
+    was infeasible at ratio 1 (its unbounded peak), which dtr and the bound run in."""
+    from minidtr.sim.bound import lower_bound
+    from minidtr.sim.sweep import compare_with_optimal
+
+    trace = sim.make_trace(
+        [
+            Constant("w", 100),
+            Call("f", ("w",), (Result("x", 300),), 10.0),
+            Call("g", ("x",), (Result("y", 400),), 10.0),
+            *[MakeConstant(name) for name in made_constant],
+        ]
+    )
+    assert baseline(trace).peak_memory == 800
+    graph = graph_from_trace(trace)
+    assert graph.constants == [100, 100]
+    (row,) = compare_with_optimal(trace, [1.0], ["dtr"], time_limit=20)
+    assert (row["status"], row["best"], row["dtr"]) == ("optimal", 1.0, 1.0)
+    assert lower_bound(trace, budget=800).status == "ok"
+    assert solve_optimal(graph, 799).status == "infeasible"
 
 
 def test_highs_prints_nothing_to_standard_output():

@@ -8,9 +8,11 @@ they view; their TIME is counted once (``folded_cost``), as in the simulator.
 Constants (inputs, parameters, ``CONSTANT_RESULTS``, values made constant)
 are not nodes: each stage is charged the constant bytes alive at its node's
 point of the unbounded replay (``constants``), the final stage also those
-alive at the end. An access (a CALL with no results) is a node of size 0 and
-cost 0 that needs its arguments resident at that point. Nodes whose names are
-still held at the end are the outputs. Each node's WORKSPACE (the scratch bytes
+alive at the end, less those made of the last node's storages or of those it
+reads (the stage holds them already, as that node's output or inputs). An
+access (a CALL with no results) is a node of size 0 and cost 0 that needs its
+arguments resident at that point. Nodes whose names are still held at the end
+are the outputs. Each node's WORKSPACE (the scratch bytes
 its kernel reserves with its outputs, first run or rerun) is kept.
 
 The finer facts a lower bound needs (``minidtr.sim.bound``) are kept too: the
@@ -148,7 +150,7 @@ def graph_from_trace(trace: Trace) -> Graph:
         replayer.finish()
         graph.end_constants = names.sure
         if graph.constants:
-            end = replayer.allocator.constant_bytes
+            end = replayer.allocator.constant_bytes - _made_in_last_kernel(graph, names)
             graph.constants[-1] = max(graph.constants[-1], end)
     finally:
         replayer.close()
@@ -156,6 +158,21 @@ def graph_from_trace(trace: Trace) -> Graph:
     graph.outputs = {node for node, _, _ in held}
     graph.held = {(node, part) for node, part, _ in held}
     return graph
+
+
+def _made_in_last_kernel(graph: Graph, names: _Names) -> int:
+    """The bytes of the constants a name refers to at the end that were made from the last
+    node's storages or those it reads: the last stage holds them as that node's output
+    or inputs (its ``size``), so its end-constants charge leaves them out (else a trace
+    whose last value is made constant needs its bytes twice)."""
+    last = len(graph) - 1
+    in_last_kernel = {(last, p) for p in range(len(graph.parts[last]))} | set(graph.reads[last])
+    made = {
+        number: nbytes
+        for kind, number, nbytes in names.values()
+        if kind == CONSTANT and names.made_from.get(number) in in_last_kernel
+    }
+    return sum(made.values())
 
 
 class _Names(dict):
@@ -169,6 +186,7 @@ class _Names(dict):
         self.conditional: set[int] = set()
         self.sure = 0
         self.made = 0
+        self.made_from: dict[int, Part] = {}  # a constant made of a node's storage: which
 
     def constant(self, nbytes: int, conditional: bool = False) -> tuple[int, int, int]:
         """A new constant's entry."""
@@ -215,6 +233,7 @@ def _add(graph: Graph, names: _Names, ins) -> None:
         value = names[ins.name]
         if value[0] != CONSTANT:
             made = names.constant(value[2], conditional=ins.if_resident)
+            names.made_from[made[1]] = value[:2]
             for name in [n for n, w in names.items() if w == value]:
                 names[name] = made
     elif isinstance(ins, Release):
