@@ -151,6 +151,7 @@ OPTIONAL: dict[str, dict[str, Callable[[Any], bool]]] = {
         "score": or_null(_text),
         "dealloc": or_null(_text),
         "cost": or_null(_text),
+        "end_view_cost": COST,  # the view ops run after the last event
     },
 }
 CANDIDATE_REQUIRED = {"id": STORAGE_ID, "op": _text, "score": or_null(SCORE)}
@@ -274,7 +275,7 @@ def load_events(
             check_header_place(event, not events, f"{path}:{number}")
             clock = check_clock(clock, event, f"{path}:{number}")
             cost += event.get("cost", 0.0) if event["event"] in ("alloc", "remat") else 0.0
-            cost += event.get("view_cost", 0.0)
+            cost += event.get("view_cost", 0.0) + event.get("end_view_cost", 0.0)
             if math.isinf(cost):
                 raise error(number, "the costs add up past the largest float here")
             events.append(event)

@@ -12,7 +12,8 @@ access that triggered it and the ``parent`` storage it was rebuilt for),
 may carry the ``view_cost`` of the view ops run since the one before, which
 have no event of their own); and ``step`` marks (``Runtime.mark_step``,
 written by ``minidtr train``). An optional first line ``{"event": "runtime",
-...}`` (written by ``minidtr train``) carries the budget and the policy.
+...}`` (written by ``minidtr train`` and ``export_events``) carries the budget and
+the policy, and the ``end_view_cost`` of the view ops run after the last event.
 
 A rematerialization is one recipe replayed (one recomputed op), as the
 runtime's ``stats()["remats"]`` and the simulator count it. The log has one
@@ -170,6 +171,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         kind = event["event"]
         if kind == "runtime":
             runtime = {k: v for k, v in event.items() if k != "event"}
+            compute_cost += runtime.get("end_view_cost", 0.0)
             continue
         addresses.note(event)
         if start_clock is None:

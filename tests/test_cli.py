@@ -233,9 +233,10 @@ def test_parse_bytes():
 # ---- explain ----------------------------------------------------------------------------
 
 
-def chain_events(budget, views=False):
+def chain_events(budget, views=False, end_views=False):
     """A 12-layer tanh chain, forward and backward, under ``budget`` (with ``views``, each
-    layer reshapes and transposes its input first: view ops, which allocate nothing)."""
+    layer reshapes and transposes its input first: view ops, which allocate nothing; with
+    ``end_views``, the run ends with view ops of its output)."""
     w = md.tensor(np.full((8, 8), 0.1, np.float32), requires_grad=True)
     runtime = md.Runtime(budget=budget, cost="flops", record_events=True)
     with runtime:
@@ -243,14 +244,20 @@ def chain_events(budget, views=False):
         for _ in range(12):
             h = ((h.reshape(8, 4).T if views else h) @ w).tanh()
         h.sum().backward()
+        if end_views:
+            h.reshape(32).reshape(8, 4).T
     return runtime
 
 
-@pytest.mark.parametrize("views", [False, True])
-def test_explain_agrees_with_the_runtime_stats(tmp_path, views):
+@pytest.mark.parametrize(
+    "views, end_views", [(False, False), (True, False), (True, True)], ids=["", "views", "end"]
+)
+def test_explain_agrees_with_the_runtime_stats(tmp_path, views, end_views):
     """With views too: a view op has no event of its own, and explain left its cost out
-    of the first computations (and so of the slowdown)."""
-    runtime = chain_events(2600, views)
+    of the first computations (and so of the slowdown); those run after the log's last
+    event, which no event carries, were left out until the header carried them."""
+    runtime = chain_events(2600, views, end_views)
+    assert (runtime.unlogged_view_cost > 0) == end_views
     stats = runtime.stats()
     assert stats["remats"] > 0
     path = tmp_path / "ev.jsonl"

@@ -410,7 +410,9 @@ class Runtime:
     def header(self, **extra: Any) -> dict[str, Any]:
         """The ``runtime`` event that opens an event log: the budget, the heuristic and its
         score formula, the deallocation policy and the cost model (the clock's unit), and
-        any ``extra`` fields (``minidtr train`` adds the model and its size)."""
+        any ``extra`` fields (``minidtr train`` adds the model and its size). The view ops
+        run since the last event, which no event carries, are its ``end_view_cost``, so
+        that a log written now adds up to ``stats()["compute_cost"]``."""
         cost = self.cost if isinstance(self.cost, str) else getattr(self.cost, "__name__", "?")
         return {
             "event": "runtime",
@@ -420,6 +422,7 @@ class Runtime:
             "dealloc": self.dealloc,
             "cost": cost,
             **({"fit": self.fit, "placement": self.placement} if self.fit != "bytes" else {}),
+            **({"end_view_cost": self.unlogged_view_cost} if self.unlogged_view_cost else {}),
             **extra,
         }
 
