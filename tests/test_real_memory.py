@@ -85,6 +85,7 @@ ON_MATRICES = {
     "pow": lambda x, y: (md.abs(x) + 1) ** y,
     "mul": lambda x, y: x * y,
     "div": lambda x, y: x / (md.abs(y) + 1),
+    "div_broadcast": lambda x, y: x / (md.abs(y[:1]) + 1),
     "where": lambda x, y: md.where(md.greater(x, y), x, y),
     "softmax": lambda x, y: md.softmax(x, axis=1),
     "log_softmax": lambda x, y: md.log_softmax(x, axis=1),

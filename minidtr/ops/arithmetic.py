@@ -118,7 +118,9 @@ class Div(Binary):
 
 class DivisorGrad(Op):
     """dL/db of ``a / b``: ``-(g * ((a / b) / b))`` in one op (not -g * a / b**2: b**2
-    under- or overflows first)."""
+    under- or overflows first), in the output's buffer: NumPy reuses an expression's
+    temporary only when the other operand has its shape, so a broadcast ``b`` would cost
+    a second array of the output's size."""
 
     name = "div_grad"
     differentiable = False
@@ -127,7 +129,10 @@ class DivisorGrad(Op):
         return [(g.shape, g.dtype)]
 
     def forward(self, xp, a, b, g):
-        return -(g * (a / b / b))
+        out = xp.divide(a, b, out=xp.empty(g.shape, dtype=g.dtype))
+        xp.divide(out, b, out=out)
+        xp.multiply(g, out, out=out)
+        return xp.negative(out, out=out)
 
 
 class Pow(Binary):
