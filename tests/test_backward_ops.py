@@ -74,6 +74,27 @@ def test_fused_gradients_are_the_chain_rule_in_ops_bit_for_bit(dtype):
             assert same_bits(gx, want.astype(dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_divisor_gradients_compute_their_expressions_bit_for_bit(dtype):
+    """div_grad and rdiv_scalar_grad compute in one buffer (their output's, or a float32 one
+    rounded once for a float16 s / x), the same floats as the expressions of docs/ops.md,
+    non-finite values and broadcast divisors included."""
+    rng = np.random.default_rng(3)
+    shape = (60, 50)
+    a, b_row, g = (rng.standard_normal(s).astype(dtype) for s in (shape, shape[1:], shape))
+    a.flat[:3] = [np.inf, 0.0, -0.0]
+    b_row[:3] = [0.0, 1e-4, np.inf]
+    b = md.tensor(b_row, requires_grad=True)
+    with np.errstate(all="ignore"):
+        (gb,) = grads_of(md.tensor(a) / b, md.tensor(g), b)
+        want = md.sum_to(md.tensor(-(g * (a / b_row / b_row))), b_row.shape)
+        assert same_bits(gb, want.numpy())
+        x = md.tensor(a, requires_grad=True)
+        (gx,) = grads_of(3.3 / x, md.tensor(g), x)
+        s = np.float32(3.3) if dtype == np.float16 else dtype(3.3)  # held_scalar's
+        assert same_bits(gx, (-(g * (s / a / a))).astype(dtype))
+
+
 def backward_ops(fn, *inputs: md.Tensor) -> int:
     """How many ops (views included) a backward through ``fn`` runs, leaf gradients'
     finishing copies included."""

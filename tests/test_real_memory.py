@@ -86,6 +86,9 @@ ON_MATRICES = {
     "mul": lambda x, y: x * y,
     "div": lambda x, y: x / (md.abs(y) + 1),
     "div_broadcast": lambda x, y: x / (md.abs(y[:1]) + 1),
+    "mul_scalar": lambda x, y: x * 0.5,
+    "div_scalar": lambda x, y: x / 3.0,
+    "rdiv_scalar": lambda x, y: 2.0 / (md.abs(x) + 1),
     "where": lambda x, y: md.where(md.greater(x, y), x, y),
     "softmax": lambda x, y: md.softmax(x, axis=1),
     "log_softmax": lambda x, y: md.log_softmax(x, axis=1),
@@ -96,6 +99,9 @@ ON_MATRICES = {
     ),
     "dropout": lambda x, y: md.dropout(x, 0.3, seed=1),
     "mean": lambda x, y: x.mean(axis=0),
+    "sum_pairs": lambda x, y: md.reshape(x, (1000, 250, 2)).sum(axis=2),
+    "mean_pairs": lambda x, y: md.reshape(x, (1000, 250, 2)).mean(axis=2),
+    "sum_to": lambda x, y: md.reshape(x, (1000, 250, 2)) + md.reshape(y[:, :250], (1000, 250, 1)),
 }
 ON_IMAGES = {
     "avg_pool2d": lambda z: md.avg_pool2d(z, 2),

@@ -66,6 +66,14 @@ class Reduce(Op):
         return reshape(g, reduced_shape(in_shape, self.axes, True))
 
 
+def float32_result(op: Reduce, x: Cell) -> int:
+    """The bytes of the float32 result a float16 sum or mean is rounded from (0 for the
+    other dtypes, which reduce in their own)."""
+    if x.dtype is not HALF:
+        return 0
+    return 4 * math.prod(x.shape[i] for i in range(len(x.shape)) if i not in op.axes)
+
+
 class Sum(Reduce):
     """Sum over axes. Bool and integer inputs sum in int64 (uint64 stays), as NumPy and
     PyTorch do; floats keep their dtype."""
@@ -82,6 +90,9 @@ class Sum(Reduce):
             out = xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
             return out.astype(HALF)
         return xp.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self.out_dtype(x))
+
+    def workspace(self, x: Cell) -> int:
+        return float32_result(self, x)
 
     def backward(self, ctx, g):
         from .shape import broadcast_to
@@ -126,6 +137,9 @@ class Mean(Reduce):
             out = xp.mean(x, axis=self.axes, keepdims=self.keepdims, dtype=FLOAT32)
             return out.astype(HALF)
         return xp.mean(x, axis=self.axes, keepdims=self.keepdims)
+
+    def workspace(self, x: Cell) -> int:
+        return float32_result(self, x)
 
     def backward(self, ctx, g):
         from .arithmetic import Scale

@@ -17,6 +17,8 @@ of integers gives float32.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime.storage import Cell
@@ -39,6 +41,7 @@ class ScalarArith(Op):
         wide = kind in WIDE_KINDS
         self.scalar = held_scalar(value, self.dtype) if wide else self.dtype.type(value)
         self.rounds = wide and self.dtype == np.float16  # computes in float32: rounds at the end
+        self.has_workspace = self.rounds  # the others call no ``workspace`` at every application
         if kind in ("rdiv", "pow"):
             self.retain_inputs = (0,)  # their gradients read x
 
@@ -46,6 +49,10 @@ class ScalarArith(Op):
         if x.dtype != self.dtype:  # the functions below convert first: a bug if not
             raise self.error(f"expects a {self.dtype} tensor", x, kind=DTypeError)
         return [(x.shape, self.dtype)]
+
+    def workspace(self, x: Cell) -> int:
+        """The float32 result a float16 product or quotient is rounded from."""
+        return 4 * math.prod(x.shape)
 
     def forward(self, xp, x):
         s, kind = self.scalar, self.kind
@@ -89,7 +96,8 @@ class ScalarArith(Op):
 
 class ScalarDivisorGrad(Op):
     """dL/dx of ``s / x``: ``-(g * ((s / x) / x))``, as ``DivisorGrad`` computes it for a
-    tensor numerator."""
+    tensor numerator, in one buffer: the output's, or for a float16 ``x`` (whose ``s`` is
+    a float32) a float32 one rounded once at the end, its workspace."""
 
     name = "rdiv_scalar_grad"
     differentiable = False
@@ -100,8 +108,17 @@ class ScalarDivisorGrad(Op):
     def infer(self, x: Cell, g: Cell):
         return [(g.shape, g.dtype)]
 
+    def workspace(self, x: Cell, g: Cell) -> int:
+        """The float32 gradient a float16 one is rounded from."""
+        return 4 * math.prod(g.shape) if g.dtype == np.float16 else 0
+
     def forward(self, xp, x, g):
-        return (-(g * (self.scalar / x / x))).astype(g.dtype, copy=False)
+        dtype = xp.result_type(self.scalar, x, g)
+        out = xp.divide(self.scalar, x, out=xp.empty(g.shape, dtype=dtype))
+        xp.divide(out, x, out=out)
+        xp.multiply(g, out, out=out)
+        xp.negative(out, out=out)
+        return out.astype(g.dtype, copy=False)
 
 
 class ScalarPowGrad(Op):
