@@ -264,6 +264,71 @@ def test_a_thrash_error_leaves_the_allocator_consistent(fresh_allocator):
     program()  # the runtime stays usable, unbounded
 
 
+def thrash_unguarded(length: int = 400) -> tuple[md.Runtime, list[md.Tensor]]:
+    """A tanh chain of ``length`` read backwards under a tight budget with both guards
+    off: it recomputes far past 4x. The runtime and the chain (many of it evicted)."""
+    x = md.tensor(np.ones(256, np.float32))
+    inner = md.Runtime(
+        budget=10_000, heuristic="lru", cost="flops", max_slowdown=None, max_wall_slowdown=None
+    )
+    with inner:
+        chain = [x]
+        for _ in range(length):
+            chain.append(md.tanh(chain[-1]))
+        for i in range(length - 1, 0, -40):
+            chain[i].numpy()
+    return inner, chain
+
+
+def test_an_outer_runtime_does_not_judge_an_inner_ones_recomputation():
+    """After a budgeted run with its guards off recomputed 5.5x, the runtime around it
+    (here the default one, max_slowdown=4) refused every recomputation: it judged the
+    inner run's remat cost, which Stats.add had given it. Its stats still count it."""
+    outer = md.current_runtime()
+    inner, chain = thrash_unguarded()
+    assert inner.stats()["slowdown"] > 4 and outer.max_slowdown == 4
+    assert outer.stats()["slowdown"] == pytest.approx(inner.stats()["slowdown"])
+    evicted = [h for h in chain if not h.is_resident]
+    assert evicted
+    for h in evicted:
+        h.numpy()
+    assert outer.stats()["remats"] > inner.stats()["remats"]
+
+
+def test_an_outer_runtime_judges_its_own_recomputation_without_blaming_a_budget():
+    """The outer guard still judges what it recomputes itself; with no budget in force the
+    message does not say that the budget is too small."""
+    outer = md.Runtime(cost="flops", max_slowdown=1.0001)
+    with outer:
+        inner, chain = thrash_unguarded()
+        with pytest.raises(md.ThrashError) as info:
+            for h in chain:
+                h.numpy()
+    text = str(info.value)
+    assert info.value.budget is None and info.value.slowdown < 1.01
+    assert "no budget" in text and "too small" not in text and "raise the limit" in text
+    assert "The budget is too small" in str(ThrashError("tanh", 5.0, 4.0, 10_000))
+    assert outer.stats_.remat_cost == inner.stats_.remat_cost > 0  # reported, not judged
+
+
+def test_an_outer_runtime_does_not_judge_an_inner_ones_eviction_time(monkeypatch):
+    """The wall-clock guard too: an inner runtime's eviction work (faked long here) made
+    the outer one raise ThrashError at its first eviction work of its own."""
+    monkeypatch.setattr(guard, "WALL_GUARD_AFTER", 0.0)
+    outer = md.Runtime(cost="flops", max_slowdown=None, max_wall_slowdown=2.0)
+    with outer:
+        inner, chain = thrash_unguarded()
+        with inner:
+            inner.stats_.overhead_time += 1000.0
+        assert outer.stats()["overhead_time"] > 1000 > outer.wall_time()
+        evicted = [h for h in chain if not h.is_resident]
+        evicted[0].numpy()
+        outer.stats_.overhead_time += 1000.0  # its own work is judged still
+        with pytest.raises(md.ThrashError) as info:
+            evicted[-1].numpy()
+    assert info.value.wall and "1000" in str(info.value) and "too small" not in str(info.value)
+
+
 # ---- budgets ------------------------------------------------------------------------------
 
 

@@ -171,6 +171,7 @@ class Allocator:
         self.runtime = self.runtimes[-1]
         self.stats = self.runtime.stats_
         self.runtime.stats_.add(runtime.stats_, entered)
+        self.runtime.inner_stats.add(runtime.stats_, entered)
         self._select_policy_code()
         self.audit = audit_for(self)
         if runtime.dealloc == "ignore" and self.runtime.dealloc != "ignore":

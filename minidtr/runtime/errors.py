@@ -133,11 +133,18 @@ class ThrashError(BudgetError):
                 f"recomputing {op} would make this run {slowdown:.2f}x slower than without "
                 f"eviction (cost model{against}), past max_slowdown={limit:g}"
             )
-        MemoryError.__init__(
-            self,
-            f"{what} ({budget_text}). The budget is too small to train at an acceptable "
-            "cost: raise it, or raise the limit (None disables the guard).",
-        )
+        if budget is None:
+            advice = (
+                "No budget is in force: what is recomputed was evicted earlier (under an "
+                "inner runtime's budget, or on request); raise the limit (None disables "
+                "the guard)."
+            )
+        else:
+            advice = (
+                "The budget is too small to train at an acceptable cost: raise it, or "
+                "raise the limit (None disables the guard)."
+            )
+        MemoryError.__init__(self, f"{what} ({budget_text}). {advice}")
 
 
 def allocation_error(

@@ -19,6 +19,7 @@ The guard also times that eviction work (``begin``/``end``), which
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,9 @@ class ThrashGuard:
 
     def check_wall_time(self) -> None:
         """Raise ``ThrashError`` when eviction work has made the run more than
-        ``max_wall_slowdown`` times slower in wall time (after ``WALL_GUARD_AFTER`` s)."""
+        ``max_wall_slowdown`` times slower in wall time (after ``WALL_GUARD_AFTER`` s).
+        The eviction work of inner runtimes, done under their own guard settings, counts
+        as the rest of the run here (``Runtime.charged_overhead_time``)."""
         runtime = self.allocator.runtime
         limit = runtime.max_wall_slowdown
         if limit is None:
@@ -72,17 +75,19 @@ class ThrashGuard:
         wall = runtime.wall_time()
         if wall < WALL_GUARD_AFTER:
             return
-        slowdown = runtime.wall_slowdown()
+        overhead = runtime.charged_overhead_time
+        rest = wall - overhead
+        slowdown = wall / rest if rest > 0 else math.inf
         if slowdown <= limit:
             return
-        s = runtime.stats_
+        s, inner = runtime.stats_, runtime.inner_stats
+        search_time = s.search_time - inner.search_time
         detail = (
-            f"{s.overhead_time:.1f} s of {wall:.1f} s: {s.search_time:.1f} s "
-            f"searching {s.searches:,} times, {s.remats:,} remats"
+            f"{overhead:.1f} s of {wall:.1f} s: {search_time:.1f} s "
+            f"searching {s.searches - inner.searches:,} times, "
+            f"{s.remats - inner.remats:,} remats"
         )
-        if 2 * s.search_time > s.overhead_time and getattr(runtime.heuristic, "cost", None) == (
-            "estar"
-        ):
+        if 2 * search_time > overhead and getattr(runtime.heuristic, "cost", None) == "estar":
             detail += (
                 "; mostly h_DTR's exact e*, which heuristic='dtr_eq' "
                 "approximates at a fraction of the cost"

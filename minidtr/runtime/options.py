@@ -104,15 +104,17 @@ class RuntimeOptions:
         what is limited), and when the slowdown so far passes this at a step mark or
         when the runtime exits. So a run that ends without the error, and every prefix
         of it that ends at a step mark, has a slowdown within this. Recomputations
-        asked for (``minidtr.testing.recompute``) are not charged. Default 4; None
-        disables it. Must be > 1.
+        asked for (``minidtr.testing.recompute``) are not charged, nor those of inner
+        runtimes (nested, under their own guards), which ``stats()`` still counts.
+        Default 4; None disables it. Must be > 1.
     max_wall_slowdown: the thrash guard in wall time: raise ``ThrashError`` once the
         runtime has been active for ``WALL_GUARD_AFTER`` seconds and eviction work
         (searching for victims, evicting, recomputing) has made its wall time more
         than this many times the rest (wall_time / (wall_time - overhead_time)). It
         catches runs whose time goes to the eviction search rather than to
-        recomputation, which the cost model does not see. Default 10; None disables
-        it. Must be > 1.
+        recomputation, which the cost model does not see. Inner runtimes' eviction
+        work counts as the rest here (``Runtime.charged_overhead_time``). Default 10;
+        None disables it. Must be > 1.
     rebuild_orphans: under ``eager`` deallocation, before evicting a dead storage,
         rematerialize its evicted children that are still referenced, so their
         rebuild does not come to need it (``minidtr.runtime.lifetime``). False is the

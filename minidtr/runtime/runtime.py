@@ -7,7 +7,8 @@ parameters and optimizer state, whether created inside the ``with`` or
 before it. Runtimes nest: the effective budget is the tightest of all active
 ones, and the innermost decides heuristic, deallocation and cost, and records
 the events: an outer runtime's statistics count what ran inside an inner one,
-its event log does not (the inner one's, with ``record_events``, has it). A runtime
+its event log does not (the inner one's, with ``record_events``, has it), and its
+thrash guards do not judge it (the inner one's guard settings applied to it). A runtime
 can be entered again after it exits (its statistics accumulate), but not
 while it is already active. A device's runtimes serve one thread at a time:
 entering one while another thread's is active on the same device is an error
@@ -179,6 +180,10 @@ class Runtime:
         # the part of stats_.remat_cost asked for (``minidtr.testing.recompute``), which
         # the thrash guard does not charge: no budget made it
         self.asked_remat_cost = 0.0
+        # what inner runtimes counted, added to stats_ when they exit (``Allocator.pop``):
+        # reported by stats(), but not judged by this runtime's thrash guards, since it
+        # ran under the inner runtime's guard settings
+        self.inner_stats = Stats()
         self.allocator = None
         self._active_since = 0.0  # perf_counter() when last entered
         self._thread: int | None = None  # the thread that entered it (while active)
@@ -394,8 +399,15 @@ class Runtime:
     @property
     def charged_remat_cost(self) -> float:
         """The recomputation the thrash guard charges: all of ``stats_.remat_cost`` but
-        what was asked for (``asked_remat_cost``)."""
-        return self.stats_.remat_cost - self.asked_remat_cost
+        what was asked for (``asked_remat_cost``) and what inner runtimes recomputed
+        (``inner_stats``)."""
+        return self.stats_.remat_cost - self.asked_remat_cost - self.inner_stats.remat_cost
+
+    @property
+    def charged_overhead_time(self) -> float:
+        """The eviction work the wall-clock guard charges: ``stats_.overhead_time`` but
+        what inner runtimes spent (``inner_stats``)."""
+        return self.stats_.overhead_time - self.inner_stats.overhead_time
 
     def check_slowdown(self) -> None:
         """Raise ``ThrashError`` when the run's slowdown so far passes ``max_slowdown``:
