@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -352,6 +353,18 @@ def test_flatten_axis_out_of_range(axis):
 def test_split_axis_out_of_range():
     with pytest.raises(md.ShapeError, match="split: axis 2 is out of range"):
         md.split(md.zeros((2, 4)), 2, axis=2)
+
+
+def test_split_into_parts_refuses_unequal_ones_as_np_split_and_ops_md_says_so():
+    """ops.md said split(x, 2) worked as np.array_split and torch.chunk, which make
+    unequal parts; the code follows np.split, as the page says further down."""
+    with pytest.raises(ValueError, match="does not split into 2 equal parts"):
+        md.split(md.zeros(5), 2)
+    with pytest.raises(ValueError):
+        np.split(np.zeros(5), 2)
+    page = (Path(__file__).parent.parent / "docs" / "ops.md").read_text()
+    sentence = " ".join(page[page.index("`split(x, 2)` cuts") :].split(";")[0].split())
+    assert "as NumPy's `np.split`: an axis that does not divide is refused" in sentence
 
 
 @pytest.mark.parametrize(
