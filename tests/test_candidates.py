@@ -599,8 +599,9 @@ def assert_bordering_exact(table) -> None:
         assert not extra, f"live rows {sorted(extra)} listed under label {label} they do not name"
 
 
+@pytest.mark.parametrize("wide", [None, 2])
 @pytest.mark.parametrize("share", [0, 10**9])
-def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, share):
+def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, share, wide):
     """h_DTR^eq's index from class labels to the rows naming them stays exact through
     evictions that merge classes, rebuilds that re-read rows and the compactions that
     renumber rows; share 0 finds the changed rows through the index at every decision,
@@ -611,6 +612,8 @@ def test_eq_bordering_index_follows_merges_rereads_and_compactions(monkeypatch, 
 
     monkeypatch.setattr(eqterms, "BORDER_SCAN_SHARE", share)
     monkeypatch.setattr(candidates, "COMPACT_SLACK", 4)  # compact often
+    if wide is not None:  # most rows wide: their paths too decide as the loop
+        set_wide(monkeypatch, wide)
     rng = random.Random(7)
     with isolated_allocator(), checked_decisions() as counter:
         before = counter["checked"]
@@ -667,6 +670,13 @@ def test_ratio_column_follows_every_rewrite_and_heuristic_switch(monkeypatch, on
         assert counter["checked"] - before >= 2 * len(names)
 
 
+def set_wide(monkeypatch, wide: int) -> None:
+    from minidtr.runtime.fast import borders, eqterms
+
+    monkeypatch.setattr(borders, "WIDE", wide)
+    monkeypatch.setattr(eqterms, "WIDE", wide)
+
+
 def assert_edges_exact(allocator) -> None:
     """(eq) Every row not flagged for a re-read holds its storage's evicted neighbours
     in ``edges`` (their mirrored union-find nodes, parents then children, in the order
@@ -692,7 +702,8 @@ def assert_edges_exact(allocator) -> None:
         assert found == expected, f"row {row} ({storage}): edges {found}, graph {expected}"
 
 
-def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch):
+@pytest.mark.parametrize("wide", [None, 2])
+def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch, wide):
     """h_DTR^eq's edges are kept up to date by each eviction and each storage leaving
     the evicted set (rebuilt, freed), in the neighbours' order, with several changes
     between decisions and compactions renumbering the rows: after every change every
@@ -701,6 +712,8 @@ def test_eq_edges_follow_each_eviction_and_rebuild(monkeypatch):
     from minidtr.runtime.fast import table as candidates
 
     monkeypatch.setattr(candidates, "COMPACT_SLACK", 4)  # compact often
+    if wide is not None:
+        set_wide(monkeypatch, wide)
     rng = random.Random(12)
     with isolated_allocator(), checked_decisions() as counter:
         before = counter["checked"]

@@ -20,6 +20,12 @@ naming a class that changed since (the mirror's ``touched`` labels) only.
 next compaction, which drops the whole index, to be rebuilt from the columns;
 ``eqterms.py`` keeps it).
 
+A row with more than ``WIDE`` evicted neighbours (a value with hundreds of evicted
+children) is *wide*: ``table.wide`` maps it to its span, the positions that may hold
+anything in its columns. Every other row holds nothing past ``narrow(table)``, so
+the loops and scans over all rows stop there and take the few wide rows one by one:
+one wide row no longer pads every row's work to its width.
+
 Equivalent to ``EquivalenceClasses.cost`` per storage (``eqterms.py`` sums the
 same classes in the same order).
 """
@@ -36,6 +42,40 @@ if TYPE_CHECKING:
     from .table import CandidateTable
 
 CHILD_KEY = 1 << 40  # the order key of a child edge: this plus the child's id
+WIDE = 32  # a row with more evicted neighbours than this is kept apart (``table.wide``)
+
+
+def narrow(table: CandidateTable) -> int:
+    """The positions past which only wide rows hold anything."""
+    width = table.edge_width
+    return width if width < WIDE else WIDE
+
+
+def span(table: CandidateTable, row: int) -> int:
+    """The positions ``row`` may hold anything in (``edges``, ``labels``)."""
+    return table.wide.get(row) or narrow(table)
+
+
+def settle_span(table: CandidateTable, row: int) -> None:
+    """A wide row's labels were just rewritten from its edges: its span is its edges."""
+    edges = table.edges_at
+    count = 0
+    while count < table.edge_width and edges[count][row]:
+        count += 1
+    if count > WIDE:
+        table.wide[row] = count
+    else:
+        del table.wide[row]
+
+
+def renumbered(table: CandidateTable, kept: list[int], inside: int) -> None:
+    """``compact`` moved the rows ``kept`` (their old numbers, in order) to 0, 1, ...: the
+    ``bordering`` index is dropped, and the wide rows keep their spans, except rows from
+    ``inside`` on, whose columns it cleared."""
+    table.bordering = None
+    wide = table.wide
+    if wide:
+        table.wide = {new: wide[old] for new, old in enumerate(kept[:inside]) if old in wide}
 
 
 def border_evicted(table: CandidateTable, storage: Storage, index: int) -> None:
@@ -78,6 +118,9 @@ def border(table: CandidateTable, row: int, key: int, index: int) -> None:
     frontier = table.frontier
     if frontier[row]:
         return
+    if row in table.wide:
+        border_wide(table, row, key, index)
+        return
     edges, keys, width = table.edges_at, table.keys_at, table.edge_width
     count = 0  # edges in use; the place of ``key`` among them
     place = -1
@@ -110,6 +153,39 @@ def border(table: CandidateTable, row: int, key: int, index: int) -> None:
             keys[j][row] = keys[j - 1][row]
         edges[place][row] = index
         keys[place][row] = key
+        if count >= WIDE and count >= table.wide.get(row, 0):
+            table.wide[row] = count + 1
+    table.pending.append(row)
+
+
+def border_wide(table: CandidateTable, row: int, key: int, index: int) -> None:
+    """``border`` for a wide row: the same edges, found and shifted as slices of its
+    columns (a loop per position made each change as slow as the row is wide)."""
+    held = table.wide[row]
+    edges, keys = table.edges[:held, row], table.keys[:held, row]
+    empty = np.flatnonzero(edges == 0)
+    count = int(empty[0]) if len(empty) else held
+    after = np.flatnonzero(keys[:count] >= key)
+    place = int(after[0]) if len(after) else count
+    there = place < count and keys[place] == key
+    if there == bool(index):  # already there, or not there to take out
+        table.frontier[row] = 1
+        return
+    if not index:
+        edges[place : count - 1] = edges[place + 1 : count]
+        keys[place : count - 1] = keys[place + 1 : count]
+        edges[count - 1] = keys[count - 1] = 0
+    else:
+        if count == table.edge_width:
+            if count == len(table.edges):
+                table.widen(count + 1)
+            table.edge_width = count + 1
+        edges, keys = table.edges[: count + 1, row], table.keys[: count + 1, row]
+        edges[place + 1 :] = edges[place:count]
+        keys[place + 1 :] = keys[place:count]
+        edges[place] = index
+        keys[place] = key
+        table.wide[row] = max(held, count + 1)
     table.pending.append(row)
 
 
@@ -117,9 +193,16 @@ def bordering_index(table: CandidateTable, width: int) -> dict[int, set[int]]:
     """``table.bordering`` as the ``labels`` columns give it (built afresh when None)."""
     if table.bordering is None:
         index: dict[int, set[int]] = {}
-        positions, rows = np.nonzero(table.labels[:width, : len(table.storages)])
+        inside = min(width, WIDE)
+        positions, rows = np.nonzero(table.labels[:inside, : len(table.storages)])
         names = table.labels[positions, rows].tolist()
-        for label, row in zip(names, rows.tolist(), strict=True):
+        rows = rows.tolist()
+        for row, last in table.wide.items():
+            beyond = table.labels[inside:last, row]
+            beyond = beyond[beyond != 0].tolist()
+            names += beyond
+            rows += [row] * len(beyond)
+        for label, row in zip(names, rows, strict=True):
             found = index.get(label)
             if found is None:
                 index[label] = {row}

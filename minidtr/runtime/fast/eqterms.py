@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .borders import CHILD_KEY, bordering_index
+from .borders import CHILD_KEY, WIDE, bordering_index, narrow, settle_span, span
 from .table import SYNC_ONE_BY_ONE, flagged_rows
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ def eq_terms(
         table.labels[:] = 0
         table.keys[:] = 0
         table.edge_width = 0
+        table.wide = {}
         table.watch("eq", eq.epoch)
     read = eq_read(eviction, table, flagged_rows(table, rows, used))
     if read is None:
@@ -114,12 +115,15 @@ def eq_read(eviction: Eviction, table: CandidateTable, stale: list[int]) -> list
             if count > len(table.edges):
                 table.widen(count)
             table.edge_width = count
-        edges, keys_at = table.edges_at, table.keys_at  # 0 from edge_width on
+        edges, keys_at = table.edges_at, table.keys_at  # 0 from the row's span on
         for j, node in enumerate(nodes):
             edges[j][row] = node
             keys_at[j][row] = keys[j]
-        for j in range(count, table.edge_width):
+        held = span(table, row)
+        for j in range(count, held):
             edges[j][row] = keys_at[j][row] = 0
+        if count > WIDE and count > held:
+            table.wide[row] = count
         frontier[row] = 0
         read.append(row)
     return read
@@ -153,15 +157,16 @@ def eq_few(mirror: ClassMirror, table: CandidateTable, read: list, width: int, u
             index = eq_merged_index(mirror, table, width)
     label, cost = mirror.label_at, mirror.cost_at
     edges, labels, term = table.edges_at, table.labels_at, table.term_at
+    wide, inside = table.wide, narrow(table)
     for row in read:
-        seen = []
+        seen = set()  # (a list was quadratic in a wide row)
         left = []  # the labels this row's changed positions named, and now name
         entered = []
         total = 0.0
-        for j in range(width):
+        for j in range(wide.get(row) or inside):
             found = label[edges[j][row]]  # padding: 0, of cost 0.0
             if found not in seen:
-                seen.append(found)
+                seen.add(found)
                 total += cost[found]
             at = labels[j]
             was = at[row]
@@ -170,6 +175,8 @@ def eq_few(mirror: ClassMirror, table: CandidateTable, read: list, width: int, u
                 left.append(label[was])  # a retired label as the one that took it
                 entered.append(found)
         term[row] = total
+        if row in wide:
+            settle_span(table, row)
         if index is not None and left:
             move_in_border_index(index, row, left, seen, entered)
     table.rewritten += read
@@ -198,13 +205,26 @@ def rows_naming(
         others = set().union(*found)
         others.difference_update(read)
         return list(others)
-    columns = table.labels[:width, :used]
-    hit = np.zeros(used, bool)
-    for name in touched:
-        for j in range(width):
-            hit |= columns[j] == name
+    hit = naming_mask(table, touched, width, used)
     hit[read] = False
     return np.flatnonzero(hit).tolist()
+
+
+def naming_mask(table: CandidateTable, names: set, width: int, used: int) -> np.ndarray:
+    """Which of the first ``used`` rows have a label in ``names``: a scan of the ``labels``
+    columns up to ``narrow``, then of each wide row's positions past it."""
+    inside = min(width, WIDE)
+    columns = table.labels[:inside, :used]
+    hit = np.zeros(used, bool)
+    for name in names:
+        for j in range(inside):
+            hit |= columns[j] == name
+    if table.wide:
+        wanted = np.fromiter(names, np.int64, len(names))
+        for row, last in table.wide.items():
+            if row < used and np.isin(table.labels[inside:last, row], wanted).any():
+                hit[row] = True
+    return hit
 
 
 def eq_merged_index(mirror: ClassMirror, table: CandidateTable, width: int) -> dict[int, set[int]]:
@@ -243,12 +263,8 @@ def eq_changed_rows(
         changed = set(stale)
         changed.update(*found)
         return sorted(changed)
-    labels = table.labels[:width, :used]
-    hit = np.zeros(used, bool)
+    hit = naming_mask(table, touched, width, used)
     hit[stale] = True
-    for label in touched:
-        for j in range(width):
-            hit |= labels[j] == label
     return np.flatnonzero(hit).tolist()
 
 
@@ -258,60 +274,88 @@ def eq_recompute(
     """``c(eq)`` of ``rows`` into ``term`` (their labels into ``labels``): each row's
     distinct classes' costs summed in neighbour order, adding 0.0 for a repeat or
     padding, so the same floats as ``EquivalenceClasses.cost`` (row by row when they
-    are a few, as arrays when many). The ``reread`` rows' entries in
+    are a few or wide, as arrays when many). The ``reread`` rows' entries in
     ``table.bordering`` follow their new labels (the other rows' labels change only
     by merges, which ``eq_changed_rows`` applied to it); when they are many, the
     index is dropped, to be rebuilt from the columns when next needed."""
     index = table.bordering
     if index is not None and len(reread) > SYNC_ONE_BY_ONE:
         index = table.bordering = None
-    before = {}  # each re-read row's labels, a retired one as the label that took it
-    after = {}  # ... and its new labels
+    before: dict[int, list] = {}  # each re-read row's labels, a retired one as its taker
+    after: dict[int, list] = {}  # ... and its new labels
+    moved = set(reread) if index is not None else ()
     if len(rows) <= SYNC_ONE_BY_ONE:
-        label, cost = mirror.label_at, mirror.cost_at
-        edges, labels, term = table.edges_at, table.labels_at, table.term_at
-        moved = set(reread) if index is not None else ()
-        for row in rows:
-            if row in moved:
-                before[row] = [label[labels[j][row]] for j in range(width)]
-            seen = []
-            total = 0.0
-            for j in range(width):
-                found = label[edges[j][row]]
-                labels[j][row] = found
-                if found not in seen:
-                    seen.append(found)
-                    total += cost[found]
-            term[row] = total
-            if row in moved:
-                after[row] = seen
+        recompute_each(mirror, table, rows, moved, before, after)
     else:
-        if index is not None:
-            label = mirror.label
-            before = {row: label[table.labels[:width, row]].tolist() for row in reread}
-        index_rows = np.array(rows, np.intp)
-        labels = mirror.label.take(table.edges[:width, index_rows])
-        table.labels[:width, index_rows] = labels
-        costs = mirror.cost.take(labels)
-        if width > 1:
-            # a label met earlier in its column is a repeat: sorted stably, each run of
-            # equal labels starts with its first (a pairwise test was O(width^2) arrays)
-            order = np.argsort(labels, axis=0, kind="stable")
-            ordered = np.take_along_axis(labels, order, axis=0)
-            sorted_repeat = np.zeros(labels.shape, bool)
-            np.equal(ordered[1:], ordered[:-1], out=sorted_repeat[1:])
-            repeat = np.empty_like(sorted_repeat)
-            np.put_along_axis(repeat, order, sorted_repeat, axis=0)
-            costs[repeat] = 0.0
-        terms = costs[0]  # 0.0 + c is c
-        for j in range(1, width):
-            terms += costs[j]
-        table.term[index_rows] = terms
+        wide = table.wide
+        if wide:
+            recompute_each(mirror, table, [r for r in rows if r in wide], moved, before, after)
+            rows = [r for r in rows if r not in wide]
+        recompute_arrays(mirror, table, rows, min(width, WIDE), moved, before)
     for row, old in before.items():
         new = after.get(row)
         if new is None:
-            new = table.labels[:width, row].tolist()
+            new = table.labels[: span(table, row), row].tolist()
         move_in_border_index(index, row, old, new, new)
+
+
+def recompute_each(
+    mirror: ClassMirror, table: CandidateTable, rows: list[int], moved, before, after
+) -> None:
+    """``eq_recompute`` row by row, over each row's span; the labels of the ``moved`` rows
+    before and after go into ``before`` and ``after``."""
+    label, cost = mirror.label_at, mirror.cost_at
+    edges, labels, term = table.edges_at, table.labels_at, table.term_at
+    wide, inside = table.wide, narrow(table)
+    for row in rows:
+        held = wide.get(row) or inside
+        if row in moved:
+            before[row] = [label[labels[j][row]] for j in range(held)]
+        seen = set()
+        total = 0.0
+        for j in range(held):
+            found = label[edges[j][row]]
+            labels[j][row] = found
+            if found not in seen:
+                seen.add(found)
+                total += cost[found]
+        term[row] = total
+        if row in wide:
+            settle_span(table, row)
+        if row in moved:
+            after[row] = seen
+
+
+def recompute_arrays(
+    mirror: ClassMirror, table: CandidateTable, rows: list[int], width: int, moved, before
+) -> None:
+    """``eq_recompute`` of narrow rows as arrays ``width`` positions deep; the labels of
+    the ``moved`` rows before go into ``before``."""
+    if moved:
+        label = mirror.label
+        for row in moved:
+            if row not in before:
+                before[row] = label[table.labels[:width, row]].tolist()
+    if not rows:
+        return
+    index_rows = np.array(rows, np.intp)
+    labels = mirror.label.take(table.edges[:width, index_rows])
+    table.labels[:width, index_rows] = labels
+    costs = mirror.cost.take(labels)
+    if width > 1:
+        # a label met earlier in its column is a repeat: sorted stably, each run of
+        # equal labels starts with its first (a pairwise test was O(width^2) arrays)
+        order = np.argsort(labels, axis=0, kind="stable")
+        ordered = np.take_along_axis(labels, order, axis=0)
+        sorted_repeat = np.zeros(labels.shape, bool)
+        np.equal(ordered[1:], ordered[:-1], out=sorted_repeat[1:])
+        repeat = np.empty_like(sorted_repeat)
+        np.put_along_axis(repeat, order, sorted_repeat, axis=0)
+        costs[repeat] = 0.0
+    terms = costs[0]  # 0.0 + c is c
+    for j in range(1, width):
+        terms += costs[j]
+    table.term[index_rows] = terms
 
 
 def move_in_border_index(index: dict, row: int, left, kept, entered) -> None:
