@@ -72,61 +72,75 @@ def test_the_skeleton_asks_for_what_the_page_lists(number):
 # ---- mistakes a student may make, and what the grader says ------------------------------
 
 MISTAKES = {
-    # step: (what to replace in the solution, by what, the check that fails, words it says)
-    0: (
+    # "step" or "step-what": (what to replace in the solution, by what, the check that
+    # fails, words it says)
+    "0": (
         "        top = v.cost + sum(u.cost for u in neighbourhood)",
         "        top = v.cost",
         "decisions",
         "the lowest scores at that eviction",
     ),
-    1: (
+    "1": (
         "    storages = {cell.storage for cell in cells}",
         "    storages = [cell.storage for cell in cells]",
         "resident bytes",
         "the ledger counts",
     ),
-    2: (
+    "2": (
         "        if best is None or value < best_score:",
         "        if best is None or value <= best_score:",
         "choose_victim alone",
         "differs in victim",
     ),
-    3: (
+    "3": (
         "        value /= max(context.clock - storage.last_access, MIN_STALENESS)",
         "        value /= max(context.clock - storage.last_access, 1.0)",
         "h_DTR",
         "the reference (dtr: (c + c(e*)) / (m * s)) gives",
     ),
-    4: (
+    "4": (
         "            stack.extend(s for s in step(storage) if is_evicted(s))",
         "            pass",
         "evicted ancestors",
         "the reference",
     ),
-    5: (
+    "5": (
         "            again = [s for s in resident if s.buffer is None]",
         "            again = []",
         "rematerialize",
         "is evicted when rematerialize() returns",
     ),
-    6: (
+    "6": (
         "        and child.orphan_rebuilt_at != child.last_access",
         "",
         "orphans_of",
         "the reference",
     ),
-    7: (
+    "7": (
         "        if slowdown is None or slowdown > max_slowdown:\n            break",
         "        if slowdown is None or slowdown > max_slowdown:\n            continue",
         "lowest_ratio",
         "every higher ratio",
     ),
+    "0-rebuilt-as-zero": (
+        "        v.data = OPS[v.op](*(u.data for u in v.inputs))",
+        "        v.data = 0.0",
+        "values",
+        "after your rematerialize rebuilt x2, x4 for it",
+    ),
+    "0-rebuilt-inputs-reversed": (
+        "        v.data = OPS[v.op](*(u.data for u in v.inputs))",
+        "        v.data = OPS[v.op](*reversed([u.data for u in v.inputs]))",
+        "values",
+        "after your rematerialize rebuilt x3 for it",
+    ),
 }
 
 
-@pytest.mark.parametrize("number", sorted(MISTAKES))
-def test_a_mistake_is_caught_and_described(number, tmp_path):
-    old, new, check, words = MISTAKES[number]
+@pytest.mark.parametrize("case", sorted(MISTAKES))
+def test_a_mistake_is_caught_and_described(case, tmp_path):
+    old, new, check, words = MISTAKES[case]
+    number = int(case.split("-")[0])
     source = solution(number).read_text()
     assert old in source
     wrong = tmp_path / solution(number).name
@@ -429,3 +443,12 @@ def test_a_sys_exit_in_the_students_function_fails_the_checks_saying_so(tmp_path
     assert "your code raised SystemExit: 3 (exits.py line 5, in score), on this example" in message
     candidates = next(r for r in grade(step(1), exits, 0) if r.check == "candidates")
     assert candidates.message == "your code raised SystemExit: 3 (exits.py line 5, in score)"
+
+
+@pytest.mark.parametrize("scalar", [False, True])
+def test_the_fixed_programs_read_values_in_every_table_of_kinds(scalar):
+    from minidtr.course.programs import ALL_KINDS, SCALAR_KINDS
+    from minidtr.course.strategies import fixed
+
+    chain = fixed(SCALAR_KINDS if scalar else ALL_KINDS, scalar)[0]
+    assert [str(i) for i in chain.instructions[-2:]] == ["read x1", "read x4"]

@@ -17,9 +17,37 @@ from typing import Any
 
 from .compare import first_difference
 from .grading import Check, CheckFailed, needs, property_check
-from .programs import SCALAR_KINDS, Program, Run, budget_for, describe, leaf_values, run_program
+from .programs import (
+    SCALAR_KINDS,
+    Program,
+    Run,
+    budget_for,
+    describe,
+    leaf_values,
+    parse,
+    run_program,
+)
 
 SETTINGS: dict[str, Any] = {"dealloc": "ignore"}
+# every read rebuilds its value first: a subtraction, a sigmoid, a neg, and x5 * x5 (an op
+# reading one value twice), so that a rebuild with the wrong op or the wrong inputs shows
+REBUILT_READS = parse(
+    """
+    x1 = leaf()
+    x2 = leaf()
+    x3 = x1 - x2
+    x4 = sigmoid(x3)
+    x5 = neg(x4)
+    x6 = x5 * x5
+    x7 = tanh(x6)
+    x8 = x7 + x1
+    read x3
+    read x4
+    read x5
+    read x6
+    """,
+    0.0,
+)
 
 
 def unit_cost(op: Any, in_metas: Any, out_metas: Any) -> float:
@@ -133,18 +161,30 @@ def same_values(module: ModuleType, program: Program) -> str | None:
         return f"your runtime held {tight.peak} bytes, over its budget of {budget}:\n" + describe(
             program, budget
         )
+    shown = f"on this program:\n{describe(program, budget)}"
     for key, value in tight.values.items():
         if value != free.values[key]:
             return (
-                f"{key} read {value!r} under the budget but {free.values[key]!r} without one: "
-                "a rematerialized value must be the same, bit for bit:\n"
-                + describe(program, budget)
+                f"{key} read {value!r} under the budget but {free.values[key]!r} without one"
+                f"{_rebuilt_for(tight, key)}: a rematerialized value must be the same, bit for "
+                f"bit (its op applied to its inputs, in order)\n{shown}"
             )
         if not math.isclose(value, float(reference.values[key]), rel_tol=1e-12, abs_tol=1e-300):
-            return f"{key} read {value!r}, minidtr {float(reference.values[key])!r}:\n" + describe(
-                program, budget
-            )
+            return f"{key} read {value!r}, minidtr {float(reference.values[key])!r}\n{shown}"
     return None
+
+
+def _rebuilt_for(run: Run, key: str) -> str:
+    """``", after your rematerialize rebuilt x2, x4 for it"``: the values rematerialized
+    during the read ``key`` (``"x4 at line 9"``), if any."""
+    line = int(key.rsplit(" ", 1)[1])
+    start = run.marks[line - 2] if line > 1 else 0
+    rebuilt = [
+        run.names.get(e["id"], f"#{e['id']}")
+        for e in run.events[start : run.marks[line - 1]]
+        if e["event"] == "remat"
+    ]
+    return f", after your rematerialize rebuilt {', '.join(rebuilt)} for it" if rebuilt else ""
 
 
 def fails_where_minidtr_does(module: ModuleType, program: Program) -> str | None:
@@ -174,7 +214,7 @@ def _check(prop: Any, names: tuple[str, ...], budget: Callable[[Program], int]) 
             lambda p: prop(module, p),
             programs(SCALAR_KINDS, scalar=True),
             examples,
-            fixed(SCALAR_KINDS, scalar=True),
+            [*fixed(SCALAR_KINDS, scalar=True), REBUILT_READS],
             lambda p: describe(p, budget(p)),
         )
 

@@ -34,9 +34,11 @@ def programs(
 
 def fixed(kinds: Sequence[str] = ALL_KINDS, scalar: bool = False) -> list[Program]:
     """A few programs every grader tries first: a chain, a fan-out, and one with reads."""
-    chain = [(30, 0, 0, 2)] + [(20, 10**5, 0, 0)] * 6 + [(97, 0, 0, 0), (97, 3, 0, 0)]
-    fan = [(0, 0, 0, 3), (0, 0, 0, 1)] + [(50, i, i + 1, 0) for i in range(8)] + [(97, 1, 0, 0)]
-    wide = [(0, 0, 0, i % 4) for i in range(4)] + [(20, i, 0, 0) for i in range(10)]
+    chain = [("leaf", 0, 0, 2)] + [("unary", 10**5, 0, 0)] * 6
+    chain += [("read", 0, 0, 0), ("read", 3, 0, 0)]
+    fan = [("leaf", 0, 0, 3), ("leaf", 0, 0, 1)]
+    fan += [("binary", i, i + 1, 0) for i in range(8)] + [("read", 1, 0, 0)]
+    wide = [("leaf", 0, 0, i % 4) for i in range(4)] + [("unary", i, 0, 0) for i in range(10)]
     out = []
     for choices, ratio in ((chain, 0.2), (fan, 0.3), (wide, 0.0)):
         out.append(build_program(choices, ratio, kinds, scalar))
