@@ -102,7 +102,15 @@ MISTAKES = {
         "            stack.extend(s for s in step(storage) if is_evicted(s))",
         "            pass",
         "evicted ancestors",
-        "the reference",
+        "evicted_ancestors(x5 (#5 tanh)) returned [x4 (#4 tanh)]; the reference "
+        "[x4 (#4 tanh), x2 (#2 tanh)]",
+    ),
+    "4-one-step-descendants": (
+        "            stack.extend(s for s in step(storage) if is_evicted(s))",
+        "            pass",
+        "evicted descendants",
+        "evicted_descendants(x2 (#2 tanh)) returned [x3 (#3 tanh)]; the reference "
+        "[x3 (#3 tanh), x4 (#4 tanh)]",
     ),
     "5": (
         "            again = [s for s in resident if s.buffer is None]",
