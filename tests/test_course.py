@@ -98,6 +98,12 @@ MISTAKES = {
         "h_DTR",
         "the reference (dtr: (c + c(e*)) / (m * s)) gives",
     ),
+    "3-eq-as-estar": (
+        "        return storage.cost + context.eq(storage)",
+        "        return storage.cost + context.estar(storage)",
+        "the paper's heuristics",
+        "c(eq) = 4.5 (c(e*) = 2.25: a class may hold more)",
+    ),
     "4": (
         "            stack.extend(s for s in step(storage) if is_evicted(s))",
         "            pass",
