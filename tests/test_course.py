@@ -104,6 +104,12 @@ MISTAKES = {
         "the paper's heuristics",
         "c(eq) = 4.5 (c(e*) = 2.25: a class may hold more)",
     ),
+    "3-touches-last-access": (
+        "    if staleness:\n",
+        "    storage.last_access = context.clock\n    if staleness:\n",
+        "h_DTR",
+        "s = 9 (clock 27 - last access 18)",
+    ),
     "4": (
         "            stack.extend(s for s in step(storage) if is_evicted(s))",
         "            pass",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..runtime.heuristics import NAMED, NEIGHBOURHOOD_COST, Heuristic, make_heuristic
 from .compare import storage_words
@@ -39,6 +39,16 @@ EQ_BEYOND_ESTAR = parse(
 )
 
 
+class Seen(NamedTuple):
+    """A storage's terms as the reference scored it: read before the student's ``score``
+    runs, which may change them (``storage.last_access``, say)."""
+
+    cost: float
+    nbytes: int
+    last_access: float
+    clock: float
+
+
 class Spy:
     """A heuristic that scores with the reference and compares the student's ``score``."""
 
@@ -55,23 +65,24 @@ class Spy:
     def score(self, storage: Any, context: Any) -> float:
         theirs = self.reference.score(storage, context)
         h = self.reference
+        before = Seen(storage.cost, storage.nbytes, storage.last_access, context.clock)
         yours = self.student(storage, context, h.cost, h.size, h.staleness)
         if self.first is None and not _close(yours, theirs):
-            self.first = self.describe(storage, context, yours, theirs)
+            self.first = self.describe(storage, context, before, yours, theirs)
         return theirs
 
-    def describe(self, storage: Any, context: Any, yours: Any, theirs: float) -> str:
+    def describe(self, storage: Any, context: Any, seen: Seen, yours: Any, theirs: float) -> str:
         h = self.reference
-        terms = [f"c = {storage.cost:g}"]
+        terms = [f"c = {seen.cost:g}"]
         if h.cost in NEIGHBOURHOOD_COST:
             notation, value = NEIGHBOURHOOD_COST[h.cost]
             terms.append(f"{notation} = {value(storage, context):g}")
         if h.cost == "eq":
             terms[-1] += f" (c(e*) = {context.estar(storage):g}: a class may hold more)"
-        terms.append(f"m = {storage.nbytes} bytes")
+        terms.append(f"m = {seen.nbytes} bytes")
         terms.append(
-            f"s = {context.clock - storage.last_access:g} (clock {context.clock:g} - last "
-            f"access {storage.last_access:g})"
+            f"s = {seen.clock - seen.last_access:g} (clock {seen.clock:g} - last "
+            f"access {seen.last_access:g})"
         )
         call = (
             f"score({storage_words(storage, self.names)}, context, cost={h.cost!r}, size={h.size}, "
