@@ -86,6 +86,13 @@ MISTAKES = {
         "resident bytes",
         "the ledger counts",
     ),
+    "1-reads-resident-buffers": (
+        "    if not cell.is_view and cell.op is None:\n",
+        "    if not cell.is_view and cell.buffer is not None:\n        return cell.buffer\n"
+        "    if not cell.is_view and cell.op is None:\n",
+        "recompute",
+        "recompute(x2) read a buffer that is not a constant's",
+    ),
     "2": (
         "        if best is None or value < best_score:",
         "        if best is None or value <= best_score:",

@@ -3,13 +3,15 @@
 Each program runs on minidtr's reference policy under its budget; after every line
 the grader asks the student's functions about every value alive (the program's
 values, their views, and every storage their recipes reach) and compares with
-what the runtime holds: the values of an unbounded run, the allocator's candidate
-set, the ledger's count of resident bytes.
+what the runtime holds: the values of an unbounded run (recomputed while every
+buffer but the constants' holds NaN), the allocator's candidate set, the ledger's
+count of resident bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -67,23 +69,53 @@ def _on_every_line(program: Program, inspect: Callable[[dict, Any], str | None])
 
 
 def recomputes(module: ModuleType, program: Program) -> str | None:
+    """``recompute`` of every value gives its value, with the buffers of every storage but
+    the constants' filled with NaN during the call (it may read no other buffer)."""
     (recompute,) = needs(module, "recompute")
     values = _final_values(program)
 
     def inspect(env: dict[str, Any], allocator: Any) -> str | None:
+        cells = alive(env, allocator)
         for name, tensor in env.items():
-            got = recompute(tensor.cell)
             want = values[name]
-            if not isinstance(got, np.ndarray | np.generic) or np.shape(got) != want.shape:
-                return (
-                    f"recompute({name}) gave {type(got).__name__} of shape {np.shape(got)}, "
-                    f"expected an array of shape {want.shape}"
-                )
-            if not np.array_equal(got, want) or np.asarray(got).dtype != want.dtype:
-                return f"recompute({name}) gave {got!r}; the value is {want!r}"
+            with _poisoned(cells):
+                got = recompute(tensor.cell)
+            if _differs(name, got, want) is None:
+                continue
+            message = _differs(name, recompute(tensor.cell), want)
+            return message or (
+                f"recompute({name}) read a buffer that is not a constant's: with those filled "
+                f"with NaN during the call it gave {got!r}; the value is {want!r}"
+            )
         return None
 
     return _on_every_line(program, inspect)
+
+
+def _differs(name: str, got: Any, want: np.ndarray) -> str | None:
+    if not isinstance(got, np.ndarray | np.generic) or np.shape(got) != want.shape:
+        return (
+            f"recompute({name}) gave {type(got).__name__} of shape {np.shape(got)}, "
+            f"expected an array of shape {want.shape}"
+        )
+    if not np.array_equal(got, want) or np.asarray(got).dtype != want.dtype:
+        return f"recompute({name}) gave {got!r}; the value is {want!r}"
+    return None
+
+
+@contextlib.contextmanager
+def _poisoned(cells: list[Any]) -> Iterator[None]:
+    """The resident buffers of the storages of ``cells`` made by ops filled with NaN (new
+    arrays, put back after the block): what a recompute that reads them gets."""
+    storages = {id(cell.storage): cell.storage for cell in cells}.values()
+    saved = [(s, s.buffer) for s in storages if s.op is not None and s.buffer is not None]
+    for storage, buffer in saved:
+        storage.buffer = np.full_like(buffer, np.nan)
+    try:
+        yield
+    finally:
+        for storage, buffer in saved:
+            storage.buffer = buffer
 
 
 def _final_values(program: Program) -> dict[str, np.ndarray]:
