@@ -614,6 +614,35 @@ def test_a_budget_error_while_rebuilding_an_input_names_the_op_called():
         assert y.numpy()[0] == np.exp(np.float32(1))
 
 
+def test_a_read_under_the_accelerator_takes_no_generator_context(monkeypatch):
+    """``Allocator.read`` goes through ``FastPath.read``, not ``holding``'s generator (a
+    read runs per gradient accumulation), and rebuilds, stamps and unlocks as the
+    reference policy's ``holding`` does."""
+    from minidtr.runtime.allocator import Allocator
+
+    def run(reference: bool) -> list:
+        x = md.tensor(np.arange(1000, dtype=np.float32))
+        with md.Runtime(budget=12_000, cost="flops", reference=reference) as rt:
+            y = md.exp(x)
+            constants = [md.tensor(np.ones(1000, np.float32)) for _ in range(2)]  # evict y
+            assert y.cell.storage.buffer is None
+            del constants
+            value = y.numpy()
+            storage = y.cell.storage
+            since = storage.allocator.clock - storage.last_access  # the stamp: when asked
+            return [value, since, storage.locks, rt.stats()["remats"]]
+
+    expected = run(reference=True)
+
+    def no_generator(self, storage):
+        raise AssertionError("holding's generator entered by a read")
+
+    monkeypatch.setattr(Allocator, "holding", no_generator)
+    found = run(reference=False)
+    np.testing.assert_array_equal(found[0], expected[0])
+    assert found[1:] == expected[1:] and found[1] > 0 and found[2] == 0 and found[3] == 1
+
+
 def test_a_budget_error_making_a_tensor_names_its_shape_and_dtype():
     with pytest.raises(md.BudgetError) as info, md.Runtime(budget=1_000_000):
         md.ones((1000, 1000))

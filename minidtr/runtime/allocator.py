@@ -425,6 +425,8 @@ class Allocator:
 
     def read(self, cell: Cell):
         """The array of ``cell``, rematerializing its storage first if it was evicted."""
+        if self.fast is not None:
+            return self.fast.read(cell)
         with self.holding(cell.storage):
             if self.observer is not None:
                 self.observer.on_read(cell)

@@ -16,6 +16,8 @@ rebuild, no neighbourhood term watched but e*'s and no usefulness remembered
 ``Eviction.evict(storage, "dead")``), also when it has evicted children, once their
 orphans and its usefulness were asked as ``apply_policy`` asks; every other death takes
 the reference path.
+
+``read``: ``Allocator.read``, the same steps without a generator's context.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..costs import NOMINAL_BYTES_PER_NS, NOMINAL_FLOPS_PER_NS, model_cost
 from ..cycles import COLLECTION
+from ..errors import BudgetError
 from ..lifetime import CHAIN_CHECK, orphans_to_rebuild
 from ..storage import Cell, Recipe, Storage, resident_storages
 from ..views import array_of
@@ -202,6 +205,34 @@ class FastPath:
         if not depth % CHAIN_CHECK:
             self.lifetimes.cut_dead_chains(storage)
         return storage
+
+    def read(self, cell: Cell) -> Any:
+        """``Allocator.read``: ``holding``'s steps written out, without the generator's
+        context, whose entering and leaving took longer than the rest of a read (one runs
+        per gradient accumulation)."""
+        allocator = self.allocator
+        lock = allocator.lock  # (acquire and release: a ``with`` costs twice as much)
+        lock.acquire()
+        try:
+            allocator.check_pending()
+            was_busy, allocator.busy = allocator.busy, True
+            locked: Sequence[Storage] = ()
+            allocator.accesses += 1
+            try:
+                try:
+                    locked = allocator.remat.lock([cell.storage])
+                except BudgetError as error:
+                    from ..allocator import rebuild_error  # (allocator.py imports this module)
+
+                    raise rebuild_error(error, "a read") from None
+                if allocator.observer is not None:
+                    allocator.observer.on_read(cell)
+                return array_of(cell)
+            finally:
+                allocator.accesses -= 1
+                allocator.done(locked, was_busy)
+        finally:
+            lock.release()
 
     def release(self, cell: Cell) -> None:
         """``Lifetimes.release``, a plain temporary's death inlined (callers hold the lock)."""
