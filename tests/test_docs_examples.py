@@ -112,7 +112,7 @@ NOT_RUN = {
     "--tls-key head.key": "a Dask cluster on other machines (HEAD), with certificates; "
     "tests/test_sim_cluster.py runs a sweep on a TLS LocalCluster",
     "dask worker tcp://HEAD:8786 --nworkers 4 --nthreads 1": "a Dask cluster on other machines",
-    "python -m pytest -q": "the test suite itself",
+    "python -m pytest -q -n 2": "the test suite itself",
     "MINIDTR_CHECK_DECISIONS=1 python -m pytest": "the test suite itself, with every decision "
     "checked twice",
     "MINIDTR_AUDIT=1 python -m pytest": "the test suite itself, audited",
