@@ -70,6 +70,24 @@ def test_the_prose_quotes_the_examples_scores_victims_and_cascade(printed):
         f"cost {int(cost):,}",
         f"{cost} / ({nbytes} · {int(now) - int(last)}) ≈ {float(score):.2g}",
     )
+    # b's score is its own cost and the evicted matmul's (a's cost, the same shapes)
+    # over its size and staleness; without the matmul it would be below a's
+    b = re.search(
+        r"^b: storage #\d+ made by tanh, (\d+) bytes, cost (\d+), last access at clock (\d+) "
+        r"\(now (\d+)\), h_DTR score (\S+)$",
+        printed,
+        re.M,
+    )
+    b_bytes, b_cost, b_last, b_now, b_score = b.groups()
+    stale = int(b_now) - int(b_last)
+    alone = int(b_cost) / (int(b_bytes) * stale)
+    assert alone < float(score) < float(b_score)
+    assert float(b_score) == pytest.approx((int(b_cost) + int(cost)) / (int(b_bytes) * stale), rel=1e-2)
+    assert_quoted(
+        page,
+        f"{b_cost} / ({b_bytes} · {stale}) ≈ {alone:.2g}",
+        f"({b_cost} + {cost}) / ({b_bytes} · {stale}) ≈ {float(b_score):.2g}",
+    )
 
     evicted_for = r"^ +clock +[\d,]+: evicted #\d+ \((\w+),.* to make room for (\w+)$"
     room = re.findall(evicted_for, printed, re.M)
