@@ -444,3 +444,24 @@ def test_design_examples_run(capsys):
         heuristics.NAMED.pop("dtr_down", None)
     with pytest.raises(ValueError, match="unknown heuristic"):
         heuristics.make_heuristic("dtr_down")
+
+
+def test_the_debugger_walkthrough_stops_where_pdb_does():
+    """docs/design.md shows pdb stopping in ``choose_victim``: at its first statement,
+    the line pdb reports for a breakpoint on the function."""
+    import ast
+    import inspect
+
+    from minidtr.runtime import victims
+
+    source = inspect.getsource(victims)
+    function = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "choose_victim"
+    )
+    first = function.body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    body = function.body[1:] if docstring else function.body
+    page = (DOCS / "design.md").read_text()
+    assert f"victims.py({body[0].lineno})choose_victim()" in page
