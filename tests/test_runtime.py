@@ -1066,3 +1066,34 @@ def test_a_device_that_fails_leaves_no_half_made_allocator(tmp_path):
     script.write_text(DEVICE_WITHOUT_A_GPU)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert (done.stdout, done.stderr) == ("True True\n", "")
+
+
+def test_assigning_a_heuristic_by_name_switches_it_and_a_bad_one_is_refused():
+    """``rt.heuristic = "lru"`` was stored as a string: the next eviction, ``options`` and
+    ``stats()`` then failed with "'str' object has no attribute ...". A name is made into
+    the heuristic as ``Runtime(heuristic=...)`` does, a bad value refused as there, and a
+    watching heuristic (learned) switched to mid-run is attached to the allocator."""
+    rt = md.Runtime(budget=3000, cost="flops")
+    rt.heuristic = "lru"
+    assert rt.heuristic.name == rt.options.heuristic == rt.stats()["heuristic"] == "lru"
+    with pytest.raises(ValueError, match="unknown heuristic 'nope'"):
+        rt.heuristic = "nope"
+    with pytest.raises(TypeError, match="got int 3"):
+        rt.heuristic = 3
+    assert rt.heuristic.name == "lru"
+
+    def program():
+        x = md.tensor(np.linspace(0, 1, 100, dtype=np.float32))
+        values = []
+        for i in range(16):
+            if i == 8 and md.current_runtime() is rt:
+                rt.heuristic = "learned"
+            x = md.tanh(x)
+            values.append(x)
+        return np.stack([v.numpy() for v in values])
+
+    unbounded = program()
+    with rt:
+        budgeted = program()
+    assert rt.stats()["remats"] > 0 and rt.heuristic.name == "learned"
+    np.testing.assert_array_equal(budgeted, unbounded)

@@ -161,12 +161,7 @@ class Runtime:
             if name not in OWN_FORM:
                 setattr(self, name, getattr(options, name))
         self._budget = options.budget
-        heuristic = options.heuristic
-        self._heuristic_given = heuristic
-        if hasattr(heuristic, "score"):
-            self.heuristic = heuristic
-        else:
-            self.heuristic = make_heuristic(heuristic, options.seed)
+        self._use_heuristic(options.heuristic)
         self.stats_ = Stats()
         self.events: list[dict[str, Any]] | None = [] if options.record_events else None
         # the cost of the view ops run since the last event (they have no event of their
@@ -188,6 +183,31 @@ class Runtime:
         self._active_since = 0.0  # perf_counter() when last entered
         self._thread: int | None = None  # the thread that entered it (while active)
         self._sigint: object | None = None  # the handler ``__enter__`` replaced (interrupts.py)
+
+    @property
+    def heuristic(self) -> Any:
+        """The heuristic in force (an object with ``score``). Assigning one, or a name
+        as ``Runtime(heuristic=...)`` takes, switches it from the next eviction on; the
+        value is checked as when the runtime is made."""
+        return self._heuristic
+
+    @heuristic.setter
+    def heuristic(self, heuristic: str | Any) -> None:
+        dataclasses.replace(self.options, heuristic=heuristic)  # refuses what Runtime(...) refuses
+        allocator = self.allocator
+        if allocator is not None:
+            self._detach_heuristic(allocator)
+        self._use_heuristic(heuristic)
+        attach = getattr(self._heuristic, "attach", None)  # a heuristic that watches (learned)
+        if allocator is not None and attach is not None:
+            attach(allocator)
+
+    def _use_heuristic(self, heuristic: str | Any) -> None:
+        self._heuristic_given = heuristic
+        if hasattr(heuristic, "score"):
+            self._heuristic = heuristic
+        else:
+            self._heuristic = make_heuristic(heuristic, self.seed)
 
     @property
     def options(self) -> RuntimeOptions:
