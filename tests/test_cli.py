@@ -245,7 +245,7 @@ def chain_events(budget, views=False, end_views=False):
             h = ((h.reshape(8, 4).T if views else h) @ w).tanh()
         h.sum().backward()
         if end_views:
-            h.reshape(32).reshape(8, 4).T
+            _ = h.reshape(32).reshape(8, 4).T  # view ops after the last event
     return runtime
 
 

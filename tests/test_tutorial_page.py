@@ -82,7 +82,8 @@ def test_the_prose_quotes_the_examples_scores_victims_and_cascade(printed):
     stale = int(b_now) - int(b_last)
     alone = int(b_cost) / (int(b_bytes) * stale)
     assert alone < float(score) < float(b_score)
-    assert float(b_score) == pytest.approx((int(b_cost) + int(cost)) / (int(b_bytes) * stale), rel=1e-2)
+    with_matmul = (int(b_cost) + int(cost)) / (int(b_bytes) * stale)
+    assert float(b_score) == pytest.approx(with_matmul, rel=1e-2)
     assert_quoted(
         page,
         f"{b_cost} / ({b_bytes} · {stale}) ≈ {alone:.2g}",
