@@ -114,6 +114,16 @@ def floor_verdict(budget: int, floors: Any, dealloc: str = "eager") -> str:
     )
 
 
+def thrash_verdict(error: Any, floors: Any, dealloc: str) -> str:
+    """What a ``ThrashError`` raised by ``train`` means, and what to change. Below the
+    model's floor (under eager or ignore deallocation) a higher limit would only trade
+    the thrashing for a ``BudgetError``: the floor's verdict replaces the error's advice."""
+    below_floor = error.budget is not None and error.budget < floors.floor
+    if not below_floor or dealloc == "banish":
+        return f"{error} In this command: --budget/--ratio, --max-slowdown, --max-wall-slowdown."
+    return f"{error.finding}; {floor_verdict(error.budget, floors, dealloc)}."
+
+
 def budget_verdict(error: Any, floors: Any, dealloc: str) -> str:
     """What a ``BudgetError`` raised by ``train`` means. A step after the measured ones
     that needs more than their floor met a batch the measurement did not see (a

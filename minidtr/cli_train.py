@@ -25,7 +25,13 @@ from .cli_args import (
     usage_error,
     whole_number,
 )
-from .cli_report import Progress, budget_verdict, frontier_table, summary_table
+from .cli_report import (
+    Progress,
+    budget_verdict,
+    frontier_table,
+    summary_table,
+    thrash_verdict,
+)
 from .explain import write_event_log
 from .training import (
     MEASURE_STEPS,
@@ -231,8 +237,8 @@ def run_training(config: Any, args: argparse.Namespace, trace: Any) -> int:
         progress.close()
         keep_steps_done(getattr(e, "result", None), args)
         print(
-            f"{PROG}: stopped {args.model}, it was thrashing: {e} In this command: "
-            "--budget/--ratio, --max-slowdown, --max-wall-slowdown.",
+            f"{PROG}: stopped {args.model}, it was thrashing: "
+            f"{thrash_verdict(e, unbounded, args.dealloc)}",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -13,9 +13,16 @@ import minidtr as md
 from minidtr import cli
 from minidtr.budget_search import find_budget
 from minidtr.cli_report import frontier_table
-from minidtr.explain import explain, load_events, resident_timeline, summarize, write_event_log
+from minidtr.explain import (
+    explain,
+    human_bytes,
+    load_events,
+    resident_timeline,
+    summarize,
+    write_event_log,
+)
 from minidtr.testing import isolated_allocator
-from minidtr.training import TrainConfig
+from minidtr.training import TrainConfig, measure_unbounded
 
 
 @pytest.fixture(autouse=True)
@@ -93,6 +100,22 @@ def test_train_with_an_infeasible_budget_fails_cleanly(capsys):
     assert code == 1
     assert "budget is too small" in err and "Raise the budget" in err
     assert "below the model's floor" in err and "no policy can fit it" in err
+
+
+def test_thrashing_below_the_floor_gives_the_floor_not_a_higher_limit(capsys):
+    """A run stopped for thrashing under a budget below the model's floor is told the
+    floor: a higher --max-slowdown could only end in the floor's BudgetError."""
+    floor = measure_unbounded(TrainConfig("mlp", size="tiny", steps=1)).floor
+    argv = ["train", "mlp", "--size", "tiny", "--steps", "1", "--max-slowdown", "1.01"]
+    code, _, err = run(capsys, *argv, "--budget", str(floor * 95 // 100), "--no-progress")
+    assert code == 1 and "it was thrashing" in err and "max_slowdown=1.01" in err
+    assert f"below the model's floor of {human_bytes(floor)}" in err
+    assert f"no policy can fit it; give it {floor:,} bytes or more" in err
+    assert "raise the limit" not in err and "--max-slowdown" not in err
+    # at the floor, a higher limit may help: the error's advice stands
+    code, _, err = run(capsys, *argv, "--budget", str(floor), "--no-progress")
+    assert code == 1 and "it was thrashing" in err and "below the model's floor" not in err
+    assert "raise the limit" in err and "--max-slowdown" in err
 
 
 def test_the_machine_running_out_is_one_line(capsys, monkeypatch):

@@ -144,7 +144,8 @@ class ThrashError(BudgetError):
                 "The budget is too small to train at an acceptable cost: raise it, or "
                 "raise the limit (None disables the guard)."
             )
-        MemoryError.__init__(self, f"{what} ({budget_text}). {advice}")
+        self.finding = f"{what} ({budget_text})"  # the message without its advice
+        MemoryError.__init__(self, f"{self.finding}. {advice}")
 
 
 def allocation_error(
