@@ -42,6 +42,7 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, the status of a tool its reader stopped
 
 FIND_BUDGET_SLOWDOWN = 2.0  # the paper's thrashing line, the limit of --find-budget's probes
+MAX_SEED = 2**64 - 1  # what manual_seed takes (PyTorch's range)
 UNSET = object()  # an option left at its default, which depends on other options
 
 

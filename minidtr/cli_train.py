@@ -14,6 +14,7 @@ from .cli_args import (
     EXIT_FAILED,
     EXIT_USAGE,
     FIND_BUDGET_SLOWDOWN,
+    MAX_SEED,
     RUNTIME_ARGUMENTS,
     UNSET,
     add_runtime_arguments,
@@ -43,7 +44,6 @@ from .training import (
 )
 
 PROG = "minidtr train"
-MAX_SEED = 2**64 - 1  # what manual_seed takes (PyTorch's range)
 DEFAULT_STEPS = 50
 FIND_BUDGET_STEPS = 3
 # The settings that act only when something is evicted to make room: without a budget

@@ -11,17 +11,30 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 import minidtr as md
-from minidtr.runtime import deferred_interrupts, make_heuristic
+from minidtr.cli_args import (
+    MAX_SEED,
+    parse_bytes,
+    parse_heuristic,
+    parse_ratio,
+    parse_slowdown,
+    whole_number,
+)
+from minidtr.data import minibatch_indices
+from minidtr.runtime import deferred_interrupts
 
 
 def parse_args(
     doc: str, argv: Sequence[str] | None, *, ratio: float, batch: int, steps: int = 20
 ) -> argparse.Namespace:
-    """The options every script takes; ``ratio``, ``batch`` and ``steps`` are its defaults."""
+    """The options every script takes; ``ratio``, ``batch`` and ``steps`` are its defaults.
+    Each is read with the argument type ``minidtr train`` reads it with, so a bad value is
+    a usage error before any work (``--batch`` against the data: ``minibatches``)."""
     summary, _, details = doc.strip().partition("\n\n")
     p = argparse.ArgumentParser(
         description=summary,
@@ -31,36 +44,52 @@ def parse_args(
     budget = p.add_mutually_exclusive_group()
     budget.add_argument(
         "--ratio",
-        type=float,
+        type=parse_ratio,
         default=ratio,
-        help=f"budget as a fraction of the unbounded peak (default {ratio})",
+        help=f"budget as a fraction of the unbounded peak, in (0, 1] (default {ratio})",
     )
-    budget.add_argument("--budget", type=int, help="budget in bytes (instead of --ratio)")
-    p.add_argument("--steps", type=int, default=steps, help=f"steps under the budget ({steps})")
-    p.add_argument("--batch", type=int, default=batch, help=f"batch size (default {batch})")
-    p.add_argument("--heuristic", default="dtr", help="eviction heuristic (default dtr)")
+    budget.add_argument(
+        "--budget",
+        type=parse_bytes,
+        help="budget in bytes, K, M, G suffixes allowed (instead of --ratio)",
+    )
+    p.add_argument(
+        "--steps", type=whole_number(1), default=steps, help=f"steps under the budget ({steps})"
+    )
+    p.add_argument(
+        "--batch", type=whole_number(1), default=batch, help=f"batch size (default {batch})"
+    )
+    p.add_argument(
+        "--heuristic", type=parse_heuristic, default="dtr", help="eviction heuristic (default dtr)"
+    )
     p.add_argument(
         "--max-slowdown",
-        type=float,
+        type=parse_slowdown,
         default=4.0,
         help="stop once recomputation makes the run this many times slower (default 4; the "
-        "paper calls a run past 2x thrashing): a budget near the floor can grind for long",
+        "paper calls a run past 2x thrashing; 'none': no limit): a budget near the floor can "
+        "grind for long",
     )
-    p.add_argument("--seed", type=int, default=0, help="data, initialization and batch order")
+    p.add_argument(
+        "--seed",
+        type=whole_number(0, MAX_SEED),
+        default=0,
+        help="data, initialization and batch order (0 to 2**64 - 1)",
+    )
     args = p.parse_args(argv)
-    if args.steps < 1:
-        p.error(f"--steps must be at least 1, got {args.steps}")
-    if args.batch < 1:
-        p.error(f"--batch must be at least 1, got {args.batch}")
-    if args.max_slowdown <= 1.0:
-        p.error(f"--max-slowdown must be above 1, got {args.max_slowdown}")
-    if args.budget is None and args.ratio <= 0.0:
-        p.error(f"--ratio must be above 0, got {args.ratio}")
-    try:
-        make_heuristic(args.heuristic)
-    except ValueError as e:
-        p.error(str(e))
+    args.usage_error = p.error
     return args
+
+
+def minibatches(args: argparse.Namespace, n_train: int) -> Iterator[np.ndarray]:
+    """``minibatch_indices`` over the ``n_train`` training examples in batches of
+    ``--batch``: one larger than the data is a usage error, before any step."""
+    if args.batch > n_train:
+        args.usage_error(
+            f"argument --batch: must be at most the {n_train:,} training examples, "
+            f"got {args.batch:,}"
+        )
+    return minibatch_indices(n_train, args.batch, args.seed)
 
 
 def budget_from(args: argparse.Namespace, peak: int) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import common
 
 import minidtr as md
-from minidtr.data import load_digits, minibatch_indices
+from minidtr.data import load_digits
 from minidtr.models import DenseNet
 
 
@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     # Data: 1,797 digits as (N, 1, 8, 8) float32 images in [0, 1], labels 0-9.
     data = load_digits(seed=args.seed)
-    batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
+    batches = common.minibatches(args, len(data.train_y))
 
     # Model: dense blocks of 12, 6 and 4 layers, each layer adding 4 channels (the growth
     # rate), with 1x1-convolution and average-pooling transitions between them.

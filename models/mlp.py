@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import common
 
 import minidtr as md
-from minidtr.data import load_digits, minibatch_indices
+from minidtr.data import load_digits
 from minidtr.models import MLP
 
 
@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # Data: 1,797 digits; each 8x8 image flattened to 64 features in [0, 1], labels 0-9.
     data = load_digits(seed=args.seed)
     features = data.train_x.reshape(len(data.train_x), 64)
-    batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
+    batches = common.minibatches(args, len(data.train_y))
 
     # Model: 64 -> 48 -> ... -> 48 (24 layers) -> 10; each hidden layer is Linear, LayerNorm,
     # ReLU, and adds its input back where the widths agree (what lets so deep a stack learn).

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import common
 
 import minidtr as md
-from minidtr.data import load_digits, minibatch_indices
+from minidtr.data import load_digits
 from minidtr.models import ResNet
 
 
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     # Data: 1,797 digits as (N, 1, 8, 8) float32 images in [0, 1], labels 0-9.
     data = load_digits(seed=args.seed)
-    batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
+    batches = common.minibatches(args, len(data.train_y))
 
     # Model: depth 6n + 2 = 32, three stages of five basic blocks (4, 8, 16 channels).
     model = ResNet(depth=32, width=4, in_channels=1, classes=10, rng=args.seed)

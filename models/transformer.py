@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import common
 
 import minidtr as md
-from minidtr.data import counting_sequences, minibatch_indices
+from minidtr.data import counting_sequences
 from minidtr.models import Transformer
 
 
@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # Data: 2,000 sequences x[t + 1] = (x[t] + d) mod 16 from a random start and stride d;
     # inputs are 16 tokens, targets the same sequences shifted by one (N, 16) int64.
     data = counting_sequences(n=2000, length=16, vocab=16, seed=args.seed)
-    batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
+    batches = common.minibatches(args, len(data.train_y))
 
     # Model: token and position embeddings of width 16, six pre-norm layers of causal
     # 2-head attention and a GELU MLP, a linear head over the 16 tokens.

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import common
 
 import minidtr as md
-from minidtr.data import generate_listops, minibatch_indices, tree_to_string
+from minidtr.data import generate_listops, tree_to_string
 from minidtr.data.listops import VOCAB_SIZE
 from minidtr.models import TreeLSTM
 
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # labelled with its value 0-9. The inputs are trees, not arrays.
     data = generate_listops(n=2000, seed=args.seed, max_depth=5, max_args=4, leaf_probability=0.4)
     print("an example:", tree_to_string(data.train_x[0]), "=", int(data.train_y[0]))
-    batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
+    batches = common.minibatches(args, len(data.train_y))
 
     # Model: child-sum Tree-LSTM cells of 32 units over 16-wide token embeddings, run up
     # the trees level by level, eight trees at a time; each root's state is classified

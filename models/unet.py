@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import common
 
 import minidtr as md
-from minidtr.data import minibatch_indices, shapes_segmentation
+from minidtr.data import shapes_segmentation
 from minidtr.models import UNet
 
 
@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # Data: 600 generated 16x16 images (N, 1, 16, 16); each pixel labelled background (0),
     # rectangle (1) or disc (2).
     data = shapes_segmentation(n=600, size=16, seed=args.seed)
-    batches = minibatch_indices(len(data.train_y), args.batch, args.seed)
+    batches = common.minibatches(args, len(data.train_y))
 
     # Model: two levels down (blocks of four conv-BN-ReLU, 2x2 max pooling) and two up
     # (nearest upsampling, concatenation with the skip), width 4, 8, 16, a 1x1 convolution to

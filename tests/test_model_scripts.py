@@ -89,6 +89,30 @@ def test_help_and_bad_arguments(monkeypatch, capsys):
         assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (["--batch", "5000"], "argument --batch: must be at most the 1,600 training examples"),
+        (["--seed", "-1"], "argument --seed: must be at least 0, got -1"),
+        (["--ratio", "nan"], "argument --ratio: must be a number in (0, 1], got 'nan'"),
+        (["--ratio", "inf"], "argument --ratio: must be a number in (0, 1], got 'inf'"),
+        (["--ratio", "1.5"], "argument --ratio: must be a number in (0, 1], got '1.5'"),
+        (["--budget", "-5"], "argument --budget: a budget cannot be negative"),
+        (["--max-slowdown", "nan"], "argument --max-slowdown: must be > 1"),
+    ],
+)
+def test_a_bad_value_is_a_usage_error_before_any_step(bad, error, monkeypatch, capsys):
+    """Read as `minidtr train` reads them: one usage error (exit 2), no step run."""
+    lstm = load("lstm", monkeypatch)
+    monkeypatch.setattr(lstm.md, "Runtime", None)  # a step would fail on it
+    with pytest.raises(SystemExit) as exit_info:
+        lstm.main([*bad, "--steps", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f": error: {error}" in err
+    assert "Traceback" not in err
+
+
 def test_runs_standalone_and_reports_a_budget_too_small():
     script = str(MODELS_DIR / "lstm.py")
     tiny = ["--steps", "1", "--batch", "8", "--ratio", "0.9"]
