@@ -148,3 +148,49 @@ def test_minibatch_indices_cover_each_epoch_once():
     assert len(set(epoch.tolist())) == 9
     with pytest.raises(ValueError, match="batch"):
         next(minibatch_indices(5, 6, seed=0))
+
+
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (
+            lambda: counting_sequences(seed=-1),
+            "counting_sequences: seed must be in [0, 2**64), got -1",
+        ),
+        (lambda: counting_sequences(n=-5), "counting_sequences: n must be at least 2, got -5"),
+        (lambda: shapes_segmentation(n=-1), "shapes_segmentation: n must be at least 2, got -1"),
+        (
+            lambda: shapes_segmentation(n=5, max_shapes=0),
+            "shapes_segmentation: max_shapes must be at least 1, got 0",
+        ),
+        (
+            lambda: shapes_segmentation(n=5, noise=-1),
+            "shapes_segmentation: noise must be a finite number >= 0, got -1",
+        ),
+        (lambda: generate_listops(n=-1), "generate_listops: n must be at least 2, got -1"),
+        (
+            lambda: generate_listops(n=5, leaf_probability=2.0),
+            "generate_listops: leaf_probability must be in [0, 1], got 2.0",
+        ),
+        (
+            lambda: generate_listops(n=5, leaf_probability=-1.0),
+            "generate_listops: leaf_probability must be in [0, 1], got -1.0",
+        ),
+        (
+            lambda: minibatch_indices(10, 2, seed=-1),
+            "minibatch_indices: seed must be in [0, 2**64), got -1",
+        ),
+    ],
+)
+def test_a_bad_argument_is_named_with_its_function_and_value(make, error):
+    """NumPy's own errors ("expected non-negative integer", "low >= high") name neither
+    the argument nor the function; an empty or impossible split is refused, not made."""
+    with pytest.raises(ValueError) as raised:
+        make()
+    assert str(raised.value) == error
+
+
+def test_load_digits_names_a_bad_seed():
+    pytest.importorskip("sklearn")
+    with pytest.raises(ValueError, match=r"^load_digits: seed must be in \[0, 2\*\*64\), got -1$"):
+        load_digits(seed=-1)

@@ -11,7 +11,7 @@ import pathlib
 
 import numpy as np
 
-from .batches import Split, split_indices
+from .batches import Split, checked_split, split_indices
 
 
 def load_digits(seed: int = 0, test_fraction: float = 0.2) -> Split:
@@ -19,6 +19,7 @@ def load_digits(seed: int = 0, test_fraction: float = 0.2) -> Split:
     split into train and test by a seeded shuffle. Flatten the images to
     ``(N, 64)`` for an MLP."""
     table = digits_table()
+    checked_split("load_digits", len(table), test_fraction, seed)
     images = (table[:, :64].reshape(-1, 8, 8) / 16.0).astype(np.float32)[:, None, :, :]
     labels = table[:, 64].astype(np.int64)
     train, test = split_indices(len(labels), test_fraction, seed)

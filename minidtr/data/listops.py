@@ -23,7 +23,7 @@ from typing import overload
 
 import numpy as np
 
-from .batches import Split, split_indices
+from .batches import Split, checked_count, checked_number, checked_split, split_indices
 
 OPERATORS = ("MAX", "MIN", "MED", "SUM_MOD")
 VOCAB_SIZE = 10 + len(OPERATORS)
@@ -124,8 +124,11 @@ def generate_listops(
 ) -> Split:
     """``n`` random trees and their values, split into train and test sequences of trees
     (``PackedTrees``) and int64 label arrays."""
-    if max_depth < 1 or max_args < 2:
-        raise ValueError(f"need max_depth >= 1 and max_args >= 2, got {max_depth}, {max_args}")
+    where = "generate_listops"
+    checked_split(where, n, test_fraction, seed)
+    checked_count(where, "max_depth", max_depth, 1)
+    checked_count(where, "max_args", max_args, 2)
+    checked_number(where, "leaf_probability", leaf_probability, 0.0, 1.0)
     rng = np.random.default_rng(seed)
     trees = [random_tree(rng, max_depth, max_args, leaf_probability) for _ in range(n)]
     labels = np.array([evaluate(t) for t in trees], dtype=np.int64)

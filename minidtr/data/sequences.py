@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batches import Split, split_indices
+from .batches import Split, checked_count, checked_split, split_indices
 
 
 def counting_sequences(
@@ -25,10 +25,13 @@ def counting_sequences(
 ) -> Split:
     """Inputs ``x[:, :-1]`` and next-token targets ``x[:, 1:]``, int64 ``(n, length)``
     each, split into train and test."""
+    where = "counting_sequences"
+    checked_split(where, n, test_fraction, seed)
+    checked_count(where, "length", length, 2)
     if not 1 <= max_stride < vocab:
-        raise ValueError(f"need 1 <= max_stride < vocab, got {max_stride} and {vocab}")
-    if length < 2:
-        raise ValueError(f"sequences need at least 2 tokens, got length {length}")
+        raise ValueError(
+            f"{where}: need 1 <= max_stride < vocab, got max_stride={max_stride}, vocab={vocab}"
+        )
     rng = np.random.default_rng(seed)
     start = rng.integers(0, vocab, size=(n, 1))
     stride = rng.integers(1, max_stride + 1, size=(n, 1))

@@ -9,9 +9,11 @@ context beyond a pixel, which is what a U-Net's down/up path provides.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .batches import Split, split_indices
+from .batches import Split, checked_count, checked_number, checked_split, split_indices
 
 CLASSES = ("background", "rectangle", "disc")
 
@@ -25,8 +27,11 @@ def shapes_segmentation(
     test_fraction: float = 0.2,
 ) -> Split:
     """Images float32 ``(n, 1, size, size)`` and masks int64 ``(n, size, size)``."""
-    if size < 8:
-        raise ValueError(f"images need size >= 8 pixels, got {size}")
+    where = "shapes_segmentation"
+    checked_split(where, n, test_fraction, seed)
+    checked_count(where, "size", size, 8)
+    checked_count(where, "max_shapes", max_shapes, 1)
+    checked_number(where, "noise", noise, 0.0, math.inf)
     rng = np.random.default_rng(seed)
     images = rng.normal(0.0, noise, size=(n, 1, size, size)).astype(np.float32)
     masks = np.zeros((n, size, size), dtype=np.int64)
