@@ -1,5 +1,6 @@
 """The dataset generators: seeded, well-formed, and the labels mean what the docs say."""
 
+import pathlib
 import subprocess
 import sys
 
@@ -194,3 +195,19 @@ def test_load_digits_names_a_bad_seed():
     pytest.importorskip("sklearn")
     with pytest.raises(ValueError, match=r"^load_digits: seed must be in \[0, 2\*\*64\), got -1$"):
         load_digits(seed=-1)
+
+
+def test_counting_sequences_only_the_first_target_is_a_guess():
+    """docs/models.md's bound on accuracy: the first target is one of max_stride tokens
+    equally likely, every later one follows from the two tokens before it."""
+    split = counting_sequences(n=3000, length=16, vocab=16, max_stride=3, seed=0)
+    x, y = split.train_x, split.train_y
+    stride = (x[:, 1] - x[:, 0]) % 16
+    assert np.array_equal(y[:, 1:], (x[:, 1:] + stride[:, None]) % 16)
+    first = (y[:, 0] - x[:, 0]) % 16
+    shares = np.bincount(first, minlength=16)[1:4] / len(first)
+    assert set(np.unique(first)) == {1, 2, 3} and np.allclose(shares, 1 / 3, atol=0.03)
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    text = " ".join(docs.split())
+    assert f"(1/3 + 15)/16 ≈ {(1 / 3 + 15) / 16:.1%}" in text
+    assert f"(1/3 + 11)/12 ≈ {(1 / 3 + 11) / 12:.1%}" in text

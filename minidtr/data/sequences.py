@@ -2,10 +2,10 @@
 
 Each sequence counts through a ring of ``vocab`` tokens from a random start with
 a random stride: ``x[t+1] = (x[t] + d) mod vocab``, ``d`` drawn from
-``1..max_stride``. A model that has seen two tokens can predict every later
-one, so the first position is a guess (1 in ``vocab``), the second a guess
-among the strides, and the rest are learnable: a small grammar that an LSTM or
-a causal Transformer learns in a few hundred steps.
+``1..max_stride``. The targets are the tokens after the first: the first of
+them is a guess among the strides (one token does not show the stride), and
+every later one is determined by the two tokens before it: a small grammar
+that an LSTM or a causal Transformer learns in a few hundred steps.
 """
 
 from __future__ import annotations
