@@ -621,7 +621,7 @@ def test_a_read_under_the_accelerator_takes_no_generator_context(monkeypatch):
     from minidtr.runtime.allocator import Allocator
 
     def run(reference: bool) -> list:
-        x = md.tensor(np.arange(1000, dtype=np.float32))
+        x = md.tensor(np.linspace(0, 1, 1000, dtype=np.float32))
         with md.Runtime(budget=12_000, cost="flops", reference=reference) as rt:
             y = md.exp(x)
             constants = [md.tensor(np.ones(1000, np.float32)) for _ in range(2)]  # evict y
