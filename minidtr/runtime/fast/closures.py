@@ -52,11 +52,14 @@ EPOCHS = itertools.count(1)
 
 
 def evicted_parents(storage: Storage) -> list[Storage]:
-    """``estar.evicted_parents``, with ``is_evicted`` inlined."""
+    """``estar.evicted_parents``, with ``is_evicted`` inlined (a loop: under CPython 3.11
+    a list comprehension is a function of its own, made and called each time)."""
     owner = storage.allocator
-    return [
-        p for p in storage.parents if p.buffer is None and not p.banished and p.allocator is owner
-    ]
+    found = []
+    for parent in storage.parents:
+        if parent.buffer is None and not parent.banished and parent.allocator is owner:
+            found.append(parent)
+    return found
 
 
 def evicted_children(storage: Storage) -> list[Storage]:
@@ -66,11 +69,17 @@ def evicted_children(storage: Storage) -> list[Storage]:
     if type(children) is not list:
         children = (children,) if children else ()
     owner = storage.allocator
-    return [
-        c
-        for ref in children
-        if (c := ref()) is not None and c.buffer is None and not c.banished and c.allocator is owner
-    ]
+    found = []
+    for ref in children:
+        child = ref()
+        if (
+            child is not None
+            and child.buffer is None
+            and not child.banished
+            and child.allocator is owner
+        ):
+            found.append(child)
+    return found
 
 
 class Closure:
@@ -151,12 +160,14 @@ class CachedClosures:
             return 0.0
         self._check_indices()
         epoch = self.epoch
-        closures = [  # (a cached one without the call)
-            c
-            if (c := getattr(s, side)) is not None and c.epoch == epoch
-            else self._closure(s, side)
-            for s in storages
-        ]
+        closures = []
+        for storage in storages:
+            closure = getattr(storage, side)  # (a cached one without the call)
+            closures.append(
+                closure
+                if closure is not None and closure.epoch == epoch
+                else self._closure(storage, side)
+            )
         if len(closures) == 1:
             return closures[0].total
         members, _, total = self._merged(closures)
@@ -198,11 +209,11 @@ class CachedClosures:
             neighbours = waiting.pop(node.id, None)
             if neighbours is None:
                 neighbours = step(node)
-                missing = [
-                    n
-                    for n in neighbours
-                    if (closure := getattr(n, side)) is None or closure.epoch != epoch
-                ]
+                missing = []
+                for neighbour in neighbours:
+                    closure = getattr(neighbour, side)
+                    if closure is None or closure.epoch != epoch:
+                        missing.append(neighbour)
                 if missing:
                     waiting[node.id] = neighbours
                     stack.extend(missing)
@@ -224,7 +235,10 @@ class CachedClosures:
             elif not neighbours:
                 setattr(node, side, Closure(epoch, {node.id: cost}, cost, None))
                 continue
-            members, bits, total = self._merged([getattr(n, side) for n in neighbours])
+            closures = []
+            for neighbour in neighbours:
+                closures.append(getattr(neighbour, side))
+            members, bits, total = self._merged(closures)
             if members is not None:  # the total as the sum of the map, as ``_union_cost``
                 members[node.id] = cost
                 total = sum(members.values())
