@@ -1,7 +1,9 @@
 """The simulator: replays share the live runtime's decisions exactly, and hand-built traces
 give the numbers worked out by hand."""
 
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -199,6 +201,23 @@ def test_values_made_before_recording_become_constants(fresh_allocator):
     trace = recorder.trace()
     assert isinstance(trace.instructions[1], Constant) and trace.instructions[1].nbytes == 128
     assert trace.ops == 1 and trace.outputs == (trace.instructions[1].name,)
+
+
+def test_a_recorder_keeps_no_value_alive_after_its_with(fresh_allocator):
+    """Values still referenced when recording ends (a gradient, a result) die with their
+    handles afterwards, while the recorder and its trace live on: otherwise a later
+    runtime counts them as constants and a budget that fit no longer does."""
+    w = md.tensor(np.ones((4, 4)), requires_grad=True)
+    with sim.record() as recorder:
+        y = md.exp(w)
+        y.sum().backward()
+    before = recorder.trace()
+    storages = [weakref.ref(t.storage) for t in (y, w.grad)]
+    del y
+    w.grad = None
+    gc.collect()
+    assert [s() for s in storages] == [None, None]
+    assert recorder.trace() == before
 
 
 class DropsAHandle(md.ops.Op):

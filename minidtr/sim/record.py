@@ -170,6 +170,17 @@ class Recorder(Observer):
     def trace(self) -> Trace:
         return make_trace(self.instructions, self.name)
 
+    def close(self) -> None:
+        """Forget the recorded program's values; the instructions stay.
+
+        While recording, ``_held`` keeps each handled cell so its id names it; once the
+        allocator no longer reports to this recorder, those cells (and their storages)
+        would outlive the program's handles and count as constants in later runtimes.
+        ``record`` calls this on exit.
+        """
+        self._held.clear()
+        self._unclaimed.clear()
+
 
 @contextlib.contextmanager
 def record(
@@ -193,5 +204,6 @@ def record(
         yield recorder
     finally:
         remove_observer(allocator, recorder)
+        recorder.close()
     if path is not None:
         write_log(recorder.trace(), path)
