@@ -1,10 +1,15 @@
 """``minidtr sim --scheduler``: a sweep over a TLS cluster with generated certificates, the
 TLS options checked before any work, and a scheduler without workers or with the wrong
-certificates in one line (minidtr/sim/cluster_cli.py)."""
+certificates in one line, and so a server that is not a Dask scheduler, a
+scheduler lost mid-sweep and a worker without minidtr (minidtr/sim/cluster_cli.py)."""
 
+import contextlib
 import logging
 import shutil
+import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -209,3 +214,108 @@ def test_a_scheduler_without_workers_is_one_line_after_the_timeout(trace_file, c
         f"0.5 s: start some (dask worker {empty.scheduler_address}), or wait longer with "
         "--worker-timeout"
     )
+
+
+@pytest.fixture
+def fake_server():
+    """A TCP server on a free port that accepts and then stays silent, or sends
+    ``banner`` first (as an SSH server does): not a Dask scheduler."""
+    listeners = []
+
+    def start(banner: bytes = b"") -> str:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listeners.append(listener)
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    peer, _ = listener.accept()
+                    listeners.append(peer)
+                    peer.sendall(banner)
+
+        threading.Thread(target=accept, daemon=True).start()
+        return f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+
+    yield start
+    for sock in listeners:
+        sock.close()
+
+
+def test_a_server_that_never_answers_is_a_timeout_not_a_hang(fake_server):
+    from minidtr.sim.parallel import connect
+
+    address = fake_server()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="no Dask handshake within 0.5 s"):
+        connect(address, timeout=0.5)
+    assert time.monotonic() - start < 5
+
+
+def test_a_server_that_speaks_first_is_one_line(fake_server, trace_file, capsys):
+    address = fake_server(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n")
+    assert main(sweep_argv(trace_file, "--scheduler", address)) == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"minidtr sim: cannot reach the Dask scheduler at {address}: it ")
+    assert "does not speak Dask's protocol" in line
+
+
+def test_required_encryption_with_a_tcp_address_is_one_line(trace_file, capsys):
+    import dask
+
+    with dask.config.set({"distributed.comm.require-encryption": True}):
+        assert main(sweep_argv(trace_file, "--scheduler", "tcp://127.0.0.1:1")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "requires encryption (distributed.comm.require-encryption)" in line
+    assert "use the scheduler's tls:// address, not tcp://127.0.0.1:1" in line
+
+
+class LostClient:
+    status = "closed"  # what Dask's client is once its reconnect gave up
+
+
+def test_a_scheduler_lost_mid_sweep_is_one_line_naming_the_csv(
+    trace_file, tmp_path, capsys, monkeypatch
+):
+    from minidtr.sim import cli, cluster_cli
+
+    def sweep_then_lose(traces, args, client, thrash, on_row):
+        on_row(object())
+        raise OSError("Timed out trying to connect to tcp://127.0.0.1:1 after 10 s")
+
+    @contextlib.contextmanager
+    def lost_cluster(settings):
+        yield from cluster_cli._lost_cluster_as_errors(LostClient(), settings.address)
+
+    monkeypatch.setattr(cli, "cluster", lost_cluster)
+    monkeypatch.setattr(cli, "_sweep", sweep_then_lose)
+    out = tmp_path / "s.csv"
+    argv = sweep_argv(trace_file, "--scheduler", "tcp://127.0.0.1:1", "--csv", str(out))
+    assert main(argv) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "minidtr sim: lost the Dask scheduler at tcp://127.0.0.1:1: Timed out trying to "
+        f"connect to tcp://127.0.0.1:1 after 10 s; the 1 new replays finished are in {out}: "
+        "rerun with --resume"
+    )
+
+
+def test_an_output_error_with_the_scheduler_there_is_not_a_lost_scheduler():
+    from minidtr.sim.cluster_cli import _lost_cluster_as_errors
+
+    class RunningClient:
+        status = "running"
+
+    body = _lost_cluster_as_errors(RunningClient(), "tcp://127.0.0.1:1")
+    next(body)
+    with pytest.raises(OSError, match="No space left"):
+        body.throw(OSError(28, "No space left on device"))
+
+
+def test_a_worker_without_minidtr_is_named(trace_file):
+    from minidtr.sim import parallel
+
+    class ClientOfWorkersWithoutMinidtr:
+        def scatter(self, data, **_):
+            raise Exception("ModuleNotFoundError(\"No module named 'minidtr'\")")
+
+    with pytest.raises(parallel.WorkerImportError, match="a Dask worker cannot import minidtr"):
+        list(parallel.run(len, [[1]], [(0, ())], client=ClientOfWorkersWithoutMinidtr()))

@@ -36,7 +36,7 @@ from ..cli_args import (
     whole_number,
     whole_numbers,
 )
-from .cluster_cli import add_cluster_options, cluster, cluster_settings
+from .cluster_cli import ClusterLostError, add_cluster_options, cluster, cluster_settings
 from .sweep import DEFAULT_HEURISTICS, DEFAULT_RATIOS
 
 MOST_LAYERS = 10_000  # sqrt-n's --n
@@ -251,6 +251,13 @@ def sweep_main(argv: Sequence[str]) -> int:
     except SweepCsvError as e:  # a --resume CSV that is not a sweep's: a bad input file
         print(f"minidtr sim: {e}", file=sys.stderr)
         return 1
+    except ClusterLostError as e:
+        where = ""
+        if args.csv:
+            done = len(finished)
+            where = f"; the {done} new replays finished are in {args.csv}: rerun with --resume"
+        print(f"minidtr sim: {e}{where}", file=sys.stderr)
+        return 2
     except ValueError as e:
         print(f"minidtr sim: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -167,9 +168,22 @@ def cluster(settings: ClusterSettings | None) -> Iterator[Any]:
         raise ValueError(str(e)) from None
     except (OSError, ValueError, TypeError) as e:  # Dask's words for what went wrong
         raise ValueError(f"cannot reach the Dask scheduler at {address}: {e}") from None
-    with client:
+    with client, _dask_logs_quiet():
         _wait_for_a_worker(client, settings)
         yield from _lost_cluster_as_errors(client, address)
+
+
+@contextlib.contextmanager
+def _dask_logs_quiet() -> Iterator[None]:
+    """Dask's client logs what goes wrong (a lost scheduler, with tracebacks) on stderr;
+    the command says it in one line instead."""
+    logger = logging.getLogger("distributed")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _wait_for_a_worker(client: Any, settings: ClusterSettings) -> None:
@@ -185,12 +199,27 @@ def _wait_for_a_worker(client: Any, settings: ClusterSettings) -> None:
         ) from None
 
 
+class ClusterLostError(ValueError):
+    """The scheduler, or every worker, went away during the run: the results received
+    before are good (a sweep's --csv holds them)."""
+
+
 def _lost_cluster_as_errors(client: Any, address: str) -> Iterator[Any]:
-    from distributed.comm import CommClosedError
+    from .parallel import WorkerImportError
 
     try:
         yield client
-    except CommClosedError as e:  # the scheduler went away during the run
-        raise ValueError(f"lost the Dask scheduler at {address}: {e}") from None
+    except WorkerImportError as e:
+        raise ValueError(str(e)) from None
     except TimeoutError as e:  # every worker went away: nowhere to send the traces
-        raise ValueError(f"the Dask scheduler at {address} lost its workers: {e}") from None
+        raise ClusterLostError(f"the Dask scheduler at {address} lost its workers: {e}") from None
+    except OSError as e:  # CommClosedError, or Dask's reconnect giving up
+        if not _is_comm_error(e) and client.status == "running":
+            raise  # not the cluster's: an output file that failed
+        raise ClusterLostError(f"lost the Dask scheduler at {address}: {e}") from None
+
+
+def _is_comm_error(e: OSError) -> bool:
+    from distributed.comm import CommClosedError
+
+    return isinstance(e, CommClosedError)

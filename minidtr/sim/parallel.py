@@ -121,7 +121,7 @@ def _run_dask(fn, traces, tasks, client, retries) -> Iterator[tuple[int, Any]]:
     from distributed.client import FutureCancelledError
 
     # hash=False: fresh keys, never shared with (and released by) an earlier sweep
-    handles = client.scatter(list(traces), broadcast=True, hash=False)
+    handles = _scatter(client, list(traces))
 
     def submit(n: int):
         i, args = tasks[n]
@@ -143,7 +143,7 @@ def _run_dask(fn, traces, tasks, client, retries) -> Iterator[tuple[int, Any]]:
                 lost[n] += 1
                 i = tasks[n][0]
                 if handles[i].status != "finished":
-                    handles[i] = client.scatter(traces[i], broadcast=True, hash=False)
+                    handles[i] = _scatter(client, traces[i])
                 again = submit(n)
                 futures[again] = n
                 completed.add(again)
@@ -157,6 +157,22 @@ def _run_dask(fn, traces, tasks, client, retries) -> Iterator[tuple[int, Any]]:
         handles.clear()
 
 
+class WorkerImportError(RuntimeError):
+    """A Dask worker cannot unpickle the traces: it has no minidtr to import."""
+
+
+def _scatter(client: Any, data: Any) -> Any:
+    try:
+        return client.scatter(data, broadcast=True, hash=False)
+    except Exception as e:  # Dask wraps the worker's error in a bare Exception
+        if "No module named 'minidtr" not in str(e):
+            raise
+        raise WorkerImportError(
+            f"a Dask worker cannot import minidtr ({e}): every machine needs the same "
+            "minidtr version installed"
+        ) from None
+
+
 def connect(address: str, security: Any = None, timeout: float = 10.0) -> Any:
     """A Dask client for a running scheduler (``dask scheduler`` / ``dask worker``).
 
@@ -165,9 +181,53 @@ def connect(address: str, security: Any = None, timeout: float = 10.0) -> Any:
     Whoever runs the scheduler runs code here: the results it sends are unpickled."""
     try:
         from distributed import Client
+        from distributed.security import Security
     except ImportError as e:
         raise ImportError("running on a cluster needs Dask: pip install 'minidtr[dask]'") from e
+    security = Security() if security is None else security
+    _check_handshake(address, security, timeout)
     return Client(address, security=security, timeout=f"{timeout}s")
+
+
+def _check_handshake(address: str, security: Any, timeout: float) -> None:
+    """Connect and exchange Dask's handshake within ``timeout`` s, before ``Client`` does
+    it without a time limit (a server that accepts and stays silent would hang it), and
+    refuse a peer that does not speak Dask's protocol: ``ValueError`` (the address or the
+    encryption setting), ``TimeoutError`` (no answer), ``OSError`` (no connection)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect as dask_connect
+    from distributed.comm import parse_address
+
+    if security.require_encryption and parse_address(address)[0] != "tls":
+        raise ValueError(
+            "Dask's configuration requires encryption (distributed.comm.require-encryption):"
+            f" use the scheduler's tls:// address, not {address}"
+        )
+
+    async def handshake() -> None:
+        args = security.get_connection_args("client")
+        comm = await dask_connect(address, timeout=timeout, **args)
+        await comm.close()
+
+    async def bounded() -> None:
+        await asyncio.wait_for(handshake(), timeout)
+
+    # a thread of its own: the caller may be running an event loop (a notebook)
+    with ThreadPoolExecutor(1) as thread:
+        try:
+            thread.submit(asyncio.run, bounded()).result()
+        except TimeoutError:
+            raise TimeoutError(
+                f"no Dask handshake within {timeout:g} s: is it a Dask scheduler?"
+            ) from None
+        except OSError:
+            raise
+        except Exception as e:  # what a peer that is not Dask makes Dask's reader do
+            raise ValueError(
+                f"it does not speak Dask's protocol ({type(e).__name__}): is it a Dask scheduler?"
+            ) from None
 
 
 def tls_security(ca_file: str | None, cert: str | None, key: str | None = None) -> Any:
