@@ -58,36 +58,30 @@ def test_the_prose_quotes_the_examples_scores_victims_and_cascade(printed):
     evictions made room for, and the ids of the first cascade (which id was rebuilt and
     which was evicted after which)."""
     page, lines = prose(), printed.splitlines()
-    a = re.search(
-        r"^a: storage #\d+ made by \w+, (\d+) bytes, cost (\d+), last access at clock (\d+) "
-        r"\(now (\d+)\), h_DTR score (\S+)$",
-        printed,
-        re.M,
-    )
-    nbytes, cost, last, now, score = a.groups()
-    assert_quoted(
-        page,
-        f"cost {int(cost):,}",
-        f"{cost} / ({nbytes} · {int(now) - int(last)}) ≈ {float(score):.2g}",
-    )
+
+    def scored(name: str) -> tuple[int, int, int, str]:
+        """The bytes, cost, staleness and printed score of value ``name``."""
+        found = re.search(
+            rf"^{name}: storage #\d+ made by \w+, (\d+) bytes, cost (\d+), last access at "
+            r"clock (\d+) \(now (\d+)\), h_DTR score (\S+)$",
+            printed,
+            re.M,
+        )
+        nbytes, cost, last, now, score = found.groups()
+        return int(nbytes), int(cost), int(now) - int(last), score
+
+    nbytes, cost, stale, score = scored("a")
+    assert_quoted(page, f"cost {cost:,}", f"{cost} / ({nbytes} · {stale}) ≈ {float(score):.2g}")
     # b's score is its own cost and the evicted matmul's (a's cost, the same shapes)
     # over its size and staleness; without the matmul it would be below a's
-    b = re.search(
-        r"^b: storage #\d+ made by tanh, (\d+) bytes, cost (\d+), last access at clock (\d+) "
-        r"\(now (\d+)\), h_DTR score (\S+)$",
-        printed,
-        re.M,
-    )
-    b_bytes, b_cost, b_last, b_now, b_score = b.groups()
-    stale = int(b_now) - int(b_last)
-    alone = int(b_cost) / (int(b_bytes) * stale)
+    b_bytes, b_cost, b_stale, b_score = scored("b")
+    alone = b_cost / (b_bytes * b_stale)
     assert alone < float(score) < float(b_score)
-    with_matmul = (int(b_cost) + int(cost)) / (int(b_bytes) * stale)
-    assert float(b_score) == pytest.approx(with_matmul, rel=1e-2)
+    assert float(b_score) == pytest.approx((b_cost + cost) / (b_bytes * b_stale), rel=1e-2)
     assert_quoted(
         page,
-        f"{b_cost} / ({b_bytes} · {stale}) ≈ {alone:.2g}",
-        f"({b_cost} + {cost}) / ({b_bytes} · {stale}) ≈ {float(b_score):.2g}",
+        f"{b_cost} / ({b_bytes} · {b_stale}) ≈ {alone:.2g}",
+        f"({b_cost} + {cost}) / ({b_bytes} · {b_stale}) ≈ {float(b_score):.2g}",
     )
 
     evicted_for = r"^ +clock +[\d,]+: evicted #\d+ \((\w+),.* to make room for (\w+)$"
