@@ -199,6 +199,10 @@ def test_cli_sweep_csv_and_resume(tmp_path, capsys):
     assert "0.5     0.3     0.2" in resumed  # the table holds the old points and the new one
     # its summary counts the one point it replayed, apart from the two it read back
     assert f"\n1 replays (2 more results read back from {out})," in resumed
+    # resumed with nothing left: no replay time to divide by (it printed inf instructions/s)
+    capsys.readouterr()
+    assert main([*argv, "--ratios", "0.5,0.3,0.2", "--csv", str(out), "--resume"]) == 0
+    assert f"\n0 replays (3 more results read back from {out})\n" in capsys.readouterr().out
 
 
 def test_ctrl_c_leaves_a_csv_to_resume(tmp_path):

@@ -370,8 +370,11 @@ def _print_sweep(
     print(
         f"\n{len(replayed)} replays"
         + (f" ({read_back} more results read back from {args.csv})" if read_back else "")
-        + f", {replay:.2f} s of replay in all "
-        f"({ops / replay if replay else math.inf:,.0f} instructions/s)"
+        + (
+            f", {replay:.2f} s of replay in all ({ops / replay:,.0f} instructions/s)"
+            if replay
+            else ""
+        )
     )
     if args.csv:
         print(f"CSV: {args.csv}")
