@@ -100,7 +100,12 @@ def floor_text(floors: Any) -> str:
 def floor_verdict(budget: int, floors: Any, dealloc: str = "eager") -> str:
     """What a failed budget means against the model's floor (measured under eager
     deallocation: a floor for ``ignore`` too, not for ``banish``)."""
-    where = f"the model's floor of {human_bytes(floors.floor)} ({floors.floor_ratio:.3f} of peak)"
+    steps = getattr(floors, "measured_steps", 0)
+    measured = f", over its first {steps} steps" if steps > 1 else ""  # (a shorter run may fit)
+    where = (
+        f"the model's floor of {human_bytes(floors.floor)} "
+        f"({floors.floor_ratio:.3f} of peak{measured})"
+    )
     if budget < floors.floor and dealloc == "banish":
         return f"this budget is below {where} under eager deallocation; banish may fit lower"
     if budget < floors.floor:  # (the error's "at least" is this op's need alone)

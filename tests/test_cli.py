@@ -100,6 +100,8 @@ def test_train_with_an_infeasible_budget_fails_cleanly(capsys):
     assert code == 1
     assert "budget is too small" in err and "Raise the budget" in err
     assert "below the model's floor" in err and "no policy can fit it" in err
+    # the floor is the measured steps' (a run shorter than them may fit below it)
+    assert "of peak, over its first 2 steps): no policy can fit it" in err
 
 
 def test_thrashing_below_the_floor_gives_the_floor_not_a_higher_limit(capsys):
