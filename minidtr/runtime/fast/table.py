@@ -3,24 +3,23 @@ eviction candidates as a table, score inputs in NumPy columns, one row per stora
 
 To the allocator ``CandidateTable`` is the candidate set (``add``, ``discard``, ``touch``,
 ``evicted``, iteration in insertion order). Behind that, each candidate has a *row*
-(``Storage.row``; 0 means "not a candidate") in columns of its cost, size, last access and
-lock state, so that an eviction decision is a few array operations (``search.py``) rather
-than a Python call per candidate. Equivalent to the reference set because rows keep
-insertion order: a removed row becomes a hole, and a storage added again is appended.
+(``Storage.row``; 0 means "not a candidate") in columns of its cost, size, last access and lock
+state, so that an eviction decision is a few array operations (``search.py``) rather than a Python
+call per candidate. Equivalent to the reference set because rows keep insertion order: a removed
+row becomes a hole, and a storage added again is appended.
 
-Rows are appended and never reordered: holes are squeezed out (keeping the order) when a
-decision is about to read the columns and they pass an eighth of the candidates (and
-``COMPACT_SLACK``), so a decision scans at most about 9/8 of a row per candidate. Between
-decisions holes are squeezed out only once they outnumber the candidates (and
-``LAZY_SLACK``): a backward pass frees two values per node and a chain one per op, and
-squeezing at an eighth cost those a Python loop over some 16 rows per removal. Each
-squeeze (and emptying) gives the rows a new ``numbering``, unique among tables. A *blocked*
-row (a hole, or a candidate seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of the
-cost term ``none``), so every score computed from them is +inf without a mask.
+Rows are appended and never reordered: holes are squeezed out (keeping the order) when a decision
+is about to read the columns and they pass an eighth of the candidates (and ``COMPACT_SLACK``), so
+a decision scans at most about 9/8 of a row per candidate. Between decisions holes are squeezed out
+only once they outnumber the candidates (and ``LAZY_SLACK``): a backward pass frees two values per
+node and a chain one per op, and squeezing at an eighth cost those a Python loop over some 16 rows
+per removal. Each squeeze (and emptying) gives the rows a new ``numbering``, unique among tables. A
+*blocked* row (a hole, or a candidate seen locked) holds +inf in ``cost`` and ``unit`` (the "1" of
+the cost term ``none``), so every score computed from them is +inf without a mask.
 
-Without a budget nothing is searched, so no table is kept (``listing`` is False; it would
-cost 7-9% of an op's instructions): a new candidate notes where a kept table would put it
-(``listed_at``), and ``start_listing`` lists the live storages in that order.
+Without a budget nothing is searched, so no table is kept (``listing`` is False; it would cost 7-9%
+of an op's instructions): a new candidate notes where a kept table would put it (``listed_at``),
+and ``start_listing`` lists the live storages in that order.
 
 Keeping the columns true costs the allocator almost nothing per op. It does not copy values;
 it marks rows *dirty* (``touch``: a byte write) and ``sync`` re-reads the marked rows from
@@ -32,22 +31,21 @@ their storages when a decision is about to be made:
 - ``cost`` changes only while the storage is locked (a view op adds its cost to its
   locked base); a new row is read afresh.
 
-``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows past its
-length count as flagged) and, while ``estar`` or ``ancestors`` is in use (``watching`` names
-the cost term), the rows next to each storage that is evicted or leaves the evicted set and
-the rows below (and, for ``estar``, above) it through evicted storages, whose closures
-changed with it. Under ``estar`` the closures' invalidation walk flags them all
-(``CachedClosures.flagged``); under ``ancestors`` ``evicted`` and ``mark_descendants`` do.
-A decision recomputes the term of each flagged row into ``term`` and clears the flag, so the other
-rows' terms are read from the column. Under ``eq`` the rows keep their evicted neighbours'
-classes in ``edges`` (``borders.py``).
+``frontier`` flags rows whose neighbourhood term may have changed: new rows (rows past its length
+count as flagged) and, while ``estar`` or ``ancestors`` is in use (``watching`` names the cost
+term), the rows next to each storage that is evicted or leaves the evicted set and the rows below
+(and, for ``estar``, above) it through evicted storages, whose closures changed with it. Under
+``estar`` the closures' invalidation walk flags them all (``CachedClosures.flagged``); under
+``ancestors`` ``evicted`` and ``mark_descendants`` do. A decision recomputes the term of each
+flagged row into ``term`` and clears the flag, so the other rows' terms are read from the column.
+Under ``eq`` the rows keep their evicted neighbours' classes in ``edges`` (``borders.py``).
 
-``ratio`` holds each row's score before the staleness term, for the cost and size terms a
-decision last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``,
-``unit`` for ``none``; no division without the size term), by ``Heuristic.score``'s
-floating-point operations. ``rewritten`` lists the rows whose ``cost``, ``unit``, ``size``
-or ``term`` were written since (by ``sync`` and term updates; a decision takes them all),
-and ``ratios`` recomputes those only, or every row for another formula.
+``ratio`` holds each row's score before the staleness term, for the cost and size terms a decision
+last asked for (``ratios``): ``(cost + term) / size`` (``cost`` for ``local``, ``unit`` for
+``none``; no division without the size term), by ``Heuristic.score``'s floating-point operations.
+``rewritten`` lists the rows whose ``cost``, ``unit``, ``size`` or ``term`` were written since (by
+``sync`` and term updates; a decision takes them all), and ``ratios`` recomputes those only, or
+every row for another formula.
 """
 
 from __future__ import annotations
@@ -435,10 +433,10 @@ class CandidateTable:
         self.unit[open_rows] = 1.0
 
     def _bind(self) -> None:
-        """Memoryviews of the columns, ``<column>_at``, one per neighbour position for
-        ``edges`` and ``labels``: the paths that touch a few rows read and write scalars
-        through them, at under half NumPy's cost per scalar (bound again whenever a
-        column is replaced)."""
+        """Memoryviews of the columns, ``<column>_at``, one per neighbour position for ``edges``
+        and ``labels``: the paths that touch a few rows read and write scalars through
+        them, at under half NumPy's cost per scalar (bound again whenever a column is
+        replaced)."""
         for name in ("cost", "unit", "nbytes", "size", "last_access", "term", "ratio"):
             setattr(self, name + "_at", memoryview(getattr(self, name)))
         self.active_at = memoryview(self.active)
